@@ -1,0 +1,485 @@
+#include "client/consumer.h"
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <zmq.hpp>
+
+#include "common/endpoint.h"
+#include "common/process.h"
+#include "common/shm.h"
+
+namespace coloader {
+namespace internal {
+
+// Everything the background thread and the leases share. Leases keep it (and so the mapping)
+// alive after the Consumer is gone.
+struct ConsumerState {
+  ConsumerOptions opts;
+  std::string endpoint;
+  Welcome welcome;
+  SharedMemory shm;
+  ProcessWatch producer_watch;
+  zmq::context_t ctx{1};
+  zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+  std::thread io;
+  std::atomic<bool> stopping{false};
+
+  // Announcements and the producer's fate, from the I/O thread to the user's thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<BatchAnnouncement> queue;
+  std::optional<Bye> bye;
+  Status error;
+
+  // Acks from any thread to the I/O thread.
+  std::mutex ack_mu;
+  std::vector<uint64_t> acks;
+  int ack_fd = -1;
+
+  ~ConsumerState() {
+    if (ack_fd >= 0) ::close(ack_fd);
+  }
+
+  void QueueAck(uint64_t seq) {
+    {
+      std::lock_guard<std::mutex> lock(ack_mu);
+      acks.push_back(seq);
+    }
+    uint64_t one = 1;
+    (void)!::write(ack_fd, &one, sizeof(one));  // never blocks: the counter only grows
+  }
+
+  void Fail(Status st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (error.ok()) error = std::move(st);
+    cv.notify_all();
+  }
+
+  std::string Who() const {
+    return "producer '" + (opts.name.empty() ? endpoint : opts.name) + "' (pid " +
+           std::to_string(welcome.producer_pid) + ")";
+  }
+
+  void IoLoop();
+};
+
+// One producer slot this consumer was given. Its destruction is the ack.
+struct SlotLease {
+  std::shared_ptr<ConsumerState> state;
+  BatchAnnouncement a;
+  const uint8_t* base = nullptr;
+  ~SlotLease() { state->QueueAck(a.seq); }
+};
+
+void ConsumerState::IoLoop() {
+  const uint64_t hb_ns = uint64_t{welcome.heartbeat_ms} * 1000000;
+  const uint64_t timeout_ns = uint64_t{welcome.heartbeat_timeout_ms} * 1000000;
+  uint64_t last_heard = MonotonicNs(), last_sent = last_heard;
+  auto send = [&](const Message& m) {
+    std::vector<uint8_t> bytes = Encode(m);
+    try {
+      if (sock.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) last_sent = MonotonicNs();
+    } catch (const zmq::error_t&) {
+      // The connection is gone; the liveness checks below report it.
+    }
+  };
+  bool said_bye = false;
+  while (!stopping.load()) {
+    std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0},
+                                          {nullptr, ack_fd, ZMQ_POLLIN, 0}};
+    if (producer_watch.valid()) items.push_back({nullptr, producer_watch.fd(), ZMQ_POLLIN, 0});
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(std::min<uint32_t>(welcome.heartbeat_ms, 100)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) {
+        Fail(Status::IOError(std::string("poll: ") + e.what()));
+        return;
+      }
+    }
+    // Acks first: they free the producer.
+    uint64_t counter = 0;
+    (void)!::read(ack_fd, &counter, sizeof(counter));
+    std::vector<uint64_t> to_send;
+    {
+      std::lock_guard<std::mutex> lock(ack_mu);
+      to_send.swap(acks);
+    }
+    for (uint64_t seq : to_send) send(Ack{seq});
+
+    for (;;) {
+      zmq::message_t msg;
+      if (!sock.recv(msg, zmq::recv_flags::dontwait)) break;
+      last_heard = MonotonicNs();
+      Result<Message> m = Decode(msg.data<uint8_t>(), msg.size());
+      if (!m.ok()) {
+        Fail(Status::Protocol(Who() + " sent a malformed message: " + m.status().message()));
+        return;
+      }
+      if (auto* a = std::get_if<BatchAnnouncement>(&*m)) {
+        if (a->slot >= welcome.slots.num_slots || a->count > welcome.slots.batch_size) {
+          Fail(Status::Protocol(Who() + " announced slot " + std::to_string(a->slot) + " with " +
+                                std::to_string(a->count) + " samples, outside its slot table"));
+          return;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        queue.push_back(*a);
+        cv.notify_all();
+      } else if (auto* bye_msg = std::get_if<Bye>(&*m)) {
+        std::lock_guard<std::mutex> lock(mu);
+        bye = *bye_msg;
+        said_bye = true;
+        cv.notify_all();
+      } else if (!std::holds_alternative<Heartbeat>(*m)) {
+        Fail(Status::Protocol(Who() + " sent an unexpected " + MessageTypeName(*m) + " message"));
+        return;
+      }
+    }
+    if (said_bye) break;  // the producer is done with us; nothing more will come
+
+    const uint64_t now = MonotonicNs();
+    if (producer_watch.valid() && producer_watch.Exited()) {
+      Fail(Status::Disconnected(Who() + " exited without saying goodbye (killed or crashed); "
+                                "restart it and reconnect"));
+      return;
+    }
+    if (now - last_heard > timeout_ns) {
+      Fail(Status::Disconnected(Who() + " has not been heard from for " +
+                                std::to_string(welcome.heartbeat_timeout_ms) +
+                                " ms; it is gone or unreachable"));
+      return;
+    }
+    if (now - last_sent > hb_ns) send(Heartbeat{});
+  }
+  if (!said_bye) {
+    // Closing: flush the acks of what we still held, then say goodbye so the producer
+    // reclaims our slots at once instead of waiting for the pidfd or the heartbeat.
+    std::vector<uint64_t> to_send;
+    {
+      std::lock_guard<std::mutex> lock(ack_mu);
+      to_send.swap(acks);
+    }
+    for (uint64_t seq : to_send) send(Ack{seq});
+    send(Bye{ByeReason::kLeaving, ""});
+  }
+}
+
+}  // namespace internal
+
+using internal::ConsumerState;
+using internal::SlotLease;
+
+// ---------------------------------------------------------------------------------------------
+// Batch
+
+Batch::Batch(Batch&&) noexcept = default;
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this != &o) {
+    Release();
+    state_ = std::move(o.state_);
+    leases_ = std::move(o.leases_);
+    owned_ = std::move(o.owned_);
+    owned_indices_ = std::move(o.owned_indices_);
+    owned_labels_ = std::move(o.owned_labels_);
+    data_ = o.data_;
+    indices_ = o.indices_;
+    labels_ = o.labels_;
+    count_ = o.count_;
+    epoch_ = o.epoch_;
+    ready_ns_ = o.ready_ns_;
+  }
+  return *this;
+}
+Batch::~Batch() { Release(); }
+
+void Batch::Release() {
+  leases_.clear();  // the last reference to a slot acks it
+  owned_.clear();
+  owned_.shrink_to_fit();
+  data_ = nullptr;
+  indices_ = labels_ = nullptr;
+  count_ = 0;
+}
+
+DType Batch::dtype() const { return state_->welcome.slots.dtype; }
+TensorLayout Batch::layout() const { return state_->welcome.slots.layout; }
+uint64_t Batch::bytes() const { return uint64_t{count_} * state_->welcome.slots.sample_bytes(); }
+std::vector<int64_t> Batch::shape() const {
+  const SlotTable& t = state_->welcome.slots;
+  if (t.layout == TensorLayout::kNCHW) return {count_, t.channels, t.height, t.width};
+  return {count_, t.height, t.width, t.channels};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Consumer
+
+Consumer::Consumer(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) {}
+Consumer::~Consumer() { Close(); }
+
+void Consumer::Close() {
+  if (!state_) return;
+  current_.reset();
+  if (state_->io.joinable()) {
+    state_->stopping.store(true);
+    state_->io.join();
+  }
+  state_->sock.close();
+}
+
+Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
+  auto state = std::make_shared<ConsumerState>();
+  state->ack_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (state->ack_fd < 0) return Status::FromErrno("eventfd", errno);
+  if (!opts.endpoint.empty()) {
+    state->endpoint = opts.endpoint;
+  } else {
+    ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(opts.name));
+    struct stat st {};
+    if (::stat(paths.socket.c_str(), &st) != 0 || !NameLock::IsHeld(paths.lock)) {
+      return Status::NotFound("no producer named '" + opts.name + "' is running (nothing live at " +
+                              paths.socket + "); start one with: coloader serve --name " +
+                              opts.name + " --data DIR");
+    }
+    state->endpoint = paths.endpoint;
+  }
+  state->opts = std::move(opts);
+  const ConsumerOptions& o = state->opts;
+
+  zmq::socket_t& sock = state->sock;
+  sock.set(zmq::sockopt::linger, 200);
+  sock.set(zmq::sockopt::rcvhwm, 100000);
+  try {
+    sock.connect(state->endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::Invalid("cannot connect to '" + state->endpoint + "': " + e.what());
+  }
+  Hello hello;
+  hello.pid = static_cast<uint32_t>(::getpid());
+  hello.batch_size = o.batch_size;
+  hello.flags = o.wait_for_epoch ? kHelloWaitForEpoch : 0;
+  hello.client_name = o.client_name;
+  std::vector<uint8_t> bytes = Encode(hello);
+  sock.send(zmq::buffer(bytes), zmq::send_flags::none);
+
+  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(o.connect_timeout_ms));
+  zmq::message_t reply;
+  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
+    return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
+                           std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?");
+  }
+  Result<Message> m = Decode(reply.data<uint8_t>(), reply.size());
+  if (!m.ok()) {
+    auto version = PeekVersion(reply.data<uint8_t>(), reply.size());
+    if (version.ok() && *version != kProtocolVersion) {
+      return Status::Protocol("the producer speaks protocol version " + std::to_string(*version) +
+                              " and this consumer version " + std::to_string(kProtocolVersion) +
+                              "; use the same coloader release on both sides");
+    }
+    return Status::Protocol("malformed handshake reply from " + state->endpoint + ": " + m.status().message());
+  }
+  if (auto* reject = std::get_if<Reject>(&*m)) {
+    return Status::Protocol("the producer refused this consumer: " + reject->reason);
+  }
+  if (auto* bye = std::get_if<Bye>(&*m)) {
+    return Status::Disconnected("the producer said goodbye at once: " + bye->message);
+  }
+  auto* welcome = std::get_if<Welcome>(&*m);
+  if (!welcome) {
+    return Status::Protocol(std::string("expected Welcome from the producer, got ") + MessageTypeName(*m));
+  }
+  state->welcome = *welcome;
+  const SlotTable& t = welcome->slots;
+  ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  if (state->endpoint.rfind("ipc://", 0) == 0 && welcome->producer_pid > 0) {
+    if (auto w = ProcessWatch::Open(static_cast<int>(welcome->producer_pid)); w.ok())
+      state->producer_watch = std::move(*w);
+  }
+  if (state->opts.batch_size == 0) state->opts.batch_size = t.batch_size;
+  ConsumerState* raw = state.get();
+  state->io = std::thread([raw] { raw->IoLoop(); });
+  return std::unique_ptr<Consumer>(new Consumer(std::move(state)));
+}
+
+Result<std::optional<BatchAnnouncement>> Consumer::Take() {
+  if (pending_) {
+    std::optional<BatchAnnouncement> a = pending_;
+    pending_.reset();
+    return a;
+  }
+  ConsumerState& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  auto ready = [&s] { return !s.queue.empty() || s.bye || !s.error.ok(); };
+  if (s.opts.timeout_ms > 0) {
+    if (!s.cv.wait_for(lock, std::chrono::milliseconds(s.opts.timeout_ms), ready)) {
+      return Status::Timeout("no batch from " + s.Who() + " within " + std::to_string(s.opts.timeout_ms) +
+                             " ms (--timeout); it is alive but slow, or waiting for more consumers");
+    }
+  } else {
+    s.cv.wait(lock, ready);
+  }
+  if (!s.error.ok()) return s.error;
+  if (!s.queue.empty()) {
+    BatchAnnouncement a = s.queue.front();
+    s.queue.pop_front();
+    return std::optional<BatchAnnouncement>(a);
+  }
+  // Every announcement before the Bye has been taken.
+  switch (s.bye->reason) {
+    case ByeReason::kFinished:
+    case ByeReason::kStopping:
+      return std::optional<BatchAnnouncement>();
+    case ByeReason::kDetached:
+      return Status::Disconnected(s.Who() + " detached this consumer: " + s.bye->message);
+    default:
+      return Status::Protocol(s.Who() + " dropped this consumer: " + s.bye->message);
+  }
+}
+
+Status Consumer::SkipRestOfEpoch() {
+  // Called when the user starts a new epoch before this one ended: the rest is released
+  // unread, as a new iter() over a DataLoader abandons the old one.
+  while (!epoch_ended_) {
+    if (current_ && (current_->a.flags & kBatchLastInEpoch)) break;
+    current_.reset();
+    ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+    if (!a) {
+      stream_ended_ = true;
+      break;
+    }
+    if (a->epoch != epoch_) {
+      pending_ = a;
+      break;
+    }
+    current_ = std::make_shared<SlotLease>(SlotLease{state_, *a, nullptr});
+  }
+  current_.reset();
+  epoch_ended_ = true;
+  return Status::OK();
+}
+
+Result<bool> Consumer::NextEpoch() {
+  if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  if (in_epoch_ && !epoch_ended_) RETURN_NOT_OK(SkipRestOfEpoch());
+  current_.reset();
+  if (stream_ended_) return false;
+  ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+  if (!a) {
+    stream_ended_ = true;
+    return false;
+  }
+  pending_ = a;
+  epoch_ = a->epoch;
+  partial_ = a->first != 0;
+  in_epoch_ = true;
+  epoch_ended_ = false;
+  offset_ = 0;
+  return true;
+}
+
+Result<std::optional<Batch>> Consumer::Next() {
+  if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
+  if (epoch_ended_) return std::optional<Batch>();
+  const uint32_t want = state_->opts.batch_size;
+  struct Piece {
+    std::shared_ptr<SlotLease> lease;
+    uint32_t offset, count;
+  };
+  std::vector<Piece> pieces;
+  uint32_t collected = 0;
+  bool last = false;
+  while (collected < want) {
+    if (!current_ || offset_ == current_->a.count) {
+      if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
+        last = true;
+        break;
+      }
+      current_.reset();
+      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+      if (!a) {  // the producer finished or stopped: this epoch ends here
+        stream_ended_ = true;
+        last = true;
+        break;
+      }
+      if (a->epoch != epoch_) {  // a new epoch began (this one was cut short by a skip)
+        pending_ = a;
+        last = true;
+        break;
+      }
+      const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
+      current_ = std::make_shared<SlotLease>(SlotLease{state_, *a, base});
+      offset_ = 0;
+    }
+    const uint32_t take = std::min(want - collected, current_->a.count - offset_);
+    if (take > 0) pieces.push_back({current_, offset_, take});
+    offset_ += take;
+    collected += take;
+    if (offset_ == current_->a.count && (current_->a.flags & kBatchLastInEpoch)) {
+      last = true;
+      break;
+    }
+  }
+  if (last) {
+    epoch_ended_ = true;
+    current_.reset();  // nothing more to slice from it; views keep their own reference
+  }
+  if (collected == 0 || (collected < want && state_->opts.drop_last)) {
+    epoch_ended_ = true;
+    return std::optional<Batch>();
+  }
+
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  Batch b;
+  b.state_ = state_;
+  b.count_ = collected;
+  b.epoch_ = epoch_;
+  b.ready_ns_ = pieces.front().lease->a.ready_ns;
+  if (pieces.size() == 1) {
+    const Piece& p = pieces.front();
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
+    b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+    b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+    b.leases_.push_back(p.lease);
+  } else {
+    // Straddles slots: gather into a private buffer; the source slots go back at once.
+    b.owned_.resize(uint64_t{collected} * sample_bytes);
+    b.owned_indices_.reserve(collected);
+    b.owned_labels_.reserve(collected);
+    uint64_t out = 0;
+    for (const Piece& p : pieces) {
+      std::memcpy(b.owned_.data() + out, p.lease->base + t.data_offset + p.offset * sample_bytes,
+                  p.count * sample_bytes);
+      out += p.count * sample_bytes;
+      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
+      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
+    }
+    b.data_ = b.owned_.data();
+    b.indices_ = b.owned_indices_.data();
+    b.labels_ = b.owned_labels_.data();
+  }
+  return std::optional<Batch>(std::move(b));
+}
+
+uint64_t Consumer::epoch() const { return epoch_; }
+bool Consumer::partial() const { return partial_; }
+uint32_t Consumer::batch_size() const { return state_->opts.batch_size; }
+const SlotTable& Consumer::slots() const { return state_->welcome.slots; }
+const Welcome& Consumer::welcome() const { return state_->welcome; }
+uint64_t Consumer::consumer_id() const { return state_->welcome.consumer_id; }
+uint64_t Consumer::size() const {
+  const uint64_t n = state_->welcome.epoch_samples, b = state_->opts.batch_size;
+  return state_->opts.drop_last ? n / b : (n + b - 1) / b;
+}
+
+}  // namespace coloader

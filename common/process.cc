@@ -1,0 +1,56 @@
+#include "common/process.h"
+
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434  // the same number on every architecture
+#endif
+
+namespace coloader {
+
+uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+Result<ProcessWatch> ProcessWatch::Open(int pid) {
+  if (pid <= 0) return Status::Invalid("invalid pid " + std::to_string(pid));
+  long fd = ::syscall(SYS_pidfd_open, pid, 0);
+  if (fd < 0) return Status::FromErrno("pidfd_open(" + std::to_string(pid) + ")", errno);
+  return ProcessWatch(static_cast<int>(fd));
+}
+
+ProcessWatch& ProcessWatch::operator=(ProcessWatch&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+ProcessWatch::~ProcessWatch() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool ProcessWatch::Exited() const {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+}  // namespace coloader

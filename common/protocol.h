@@ -1,0 +1,170 @@
+// The wire protocol between a producer (ZeroMQ ROUTER) and its consumers (DEALER).
+//
+// Every message is one ZeroMQ frame: an 8-byte header (magic "CLDR", version, type) and a
+// fixed, little-endian body. The decoder checks every length and enum and rejects trailing
+// bytes, so a malformed frame is an error value, never a crash or an over-read.
+//
+// Conversation:
+//   consumer -> Hello                    (protocol version, pid, batch size, flags)
+//   producer -> Welcome | Reject         (slot table once: shared memory name and layout)
+//   producer -> Batch ...                (one small announcement per producer batch)
+//   consumer -> Ack ...                  (one per Batch, when the consumer no longer reads it)
+//   both     -> Heartbeat                (when idle; a missing peer is detected by timeout)
+//   either   -> Bye                      (producer finished / stopping / detached you; consumer leaving)
+//   status tool -> StatusRequest, producer -> StatusReply
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace coloader {
+
+inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little-endian
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderBytes = 8;
+inline constexpr size_t kMaxStringBytes = 4096;
+inline constexpr size_t kMaxStatusConsumers = 4096;
+
+enum class MessageType : uint16_t {
+  kHello = 1,
+  kWelcome = 2,
+  kReject = 3,
+  kBatch = 4,
+  kAck = 5,
+  kHeartbeat = 6,
+  kBye = 7,
+  kStatusRequest = 8,
+  kStatusReply = 9,
+};
+
+// Element type and layout of the batch tensor as it lies in a slot.
+enum class DType : uint8_t { kUInt8 = 0, kFloat32 = 1 };
+enum class TensorLayout : uint8_t { kNHWC = 0, kNCHW = 1 };
+const char* DTypeName(DType t);
+const char* TensorLayoutName(TensorLayout l);
+size_t DTypeSize(DType t);
+
+enum HelloFlags : uint8_t {
+  kHelloWaitForEpoch = 1 << 0,  // start at the next epoch boundary, not mid-epoch
+};
+
+struct Hello {
+  uint32_t pid = 0;
+  uint32_t batch_size = 0;  // the consumer's own batch size (for status; slicing is client-side)
+  uint8_t flags = 0;
+  std::string client_name;
+};
+
+// Where the ring lives and how a slot is laid out. Sent once, in Welcome.
+struct SlotTable {
+  std::string shm_name;     // POSIX shared memory object holding every slot
+  uint32_t num_slots = 0;
+  uint64_t slot_bytes = 0;  // stride between slots
+  uint32_t batch_size = 0;  // the producer's batch size P (samples per full slot)
+  uint64_t indices_offset = 0;  // within a slot: int64 dataset indices [P]
+  uint64_t labels_offset = 0;   // within a slot: int64 labels [P]
+  uint64_t data_offset = 0;     // within a slot: the tensor, P * sample_bytes
+  uint32_t height = 0, width = 0, channels = 0;
+  DType dtype = DType::kUInt8;
+  TensorLayout layout = TensorLayout::kNHWC;
+  uint64_t sample_bytes() const { return uint64_t{height} * width * channels * DTypeSize(dtype); }
+};
+
+struct Welcome {
+  uint64_t consumer_id = 0;
+  uint32_t producer_pid = 0;
+  uint32_t heartbeat_ms = 0;          // how often each side speaks when idle
+  uint32_t heartbeat_timeout_ms = 0;  // silence longer than this means the peer is gone
+  uint64_t dataset_size = 0;
+  uint64_t epoch_samples = 0;         // samples per epoch (nominal; bad files may reduce it)
+  SlotTable slots;
+};
+
+enum class RejectCode : uint16_t { kVersion = 1, kBadHello = 2, kFull = 3 };
+struct Reject {
+  RejectCode code = RejectCode::kBadHello;
+  std::string reason;
+};
+
+enum BatchFlags : uint8_t {
+  kBatchLastInEpoch = 1 << 0,
+};
+
+struct BatchAnnouncement {
+  uint64_t seq = 0;    // producer-wide batch number, increasing by one
+  uint32_t slot = 0;
+  uint64_t epoch = 0;
+  uint64_t first = 0;  // position of the first sample within the epoch
+  uint32_t count = 0;  // samples in this batch (0..P; fewer at the epoch's end or after skips)
+  uint8_t flags = 0;
+  uint64_t ready_ns = 0;  // CLOCK_MONOTONIC when the slot became ready (hand-off latency)
+};
+
+struct Ack {
+  uint64_t seq = 0;
+};
+
+struct Heartbeat {};
+
+enum class ByeReason : uint16_t {
+  kFinished = 1,   // producer: every requested epoch was delivered
+  kStopping = 2,   // producer: asked to stop (SIGTERM/SIGINT)
+  kDetached = 3,   // producer: you were too slow or silent and were detached
+  kLeaving = 4,    // consumer: closing
+  kRejected = 5,   // producer: your message broke the protocol
+};
+const char* ByeReasonName(ByeReason r);
+struct Bye {
+  ByeReason reason = ByeReason::kLeaving;
+  std::string message;
+};
+
+struct StatusRequest {};
+
+struct ConsumerStatus {
+  uint64_t id = 0;
+  uint32_t pid = 0;
+  uint32_t batch_size = 0;
+  uint64_t received = 0;  // batches announced to it
+  uint64_t acked = 0;     // batches it released
+  uint64_t lag = 0;       // producer batches published since the oldest it still holds
+  uint32_t held = 0;      // slots it holds now
+  uint8_t path = 0;       // 0 host shared memory (1 device, later)
+  std::string name;
+};
+
+struct StatusReply {
+  std::string name;
+  uint32_t pid = 0;
+  uint8_t state = 0;  // 0 waiting for consumers, 1 running, 2 finished, 3 stopping
+  uint64_t epoch = 0;
+  uint64_t position = 0;  // samples produced in the current epoch
+  uint64_t epoch_samples = 0;
+  uint64_t batches_published = 0;
+  uint64_t samples_published = 0;
+  double batches_per_s = 0, images_per_s = 0;
+  double cpu_seconds = 0;    // producer process CPU time (user + system)
+  double uptime_seconds = 0;
+  uint32_t num_slots = 0, slots_in_use = 0;
+  uint64_t bad_files = 0;
+  uint64_t rejected_messages = 0;
+  std::vector<ConsumerStatus> consumers;
+};
+const char* ProducerStateName(uint8_t state);
+
+using Message = std::variant<Hello, Welcome, Reject, BatchAnnouncement, Ack, Heartbeat, Bye,
+                             StatusRequest, StatusReply>;
+
+std::vector<uint8_t> Encode(const Message& m);
+// Any byte string in, a message or a kProtocolError naming what was wrong out.
+Result<Message> Decode(const uint8_t* data, size_t size);
+// Reads only the header: lets the producer tell "wrong version" from "garbage".
+Result<uint16_t> PeekVersion(const uint8_t* data, size_t size);
+const char* MessageTypeName(const Message& m);
+
+}  // namespace coloader

@@ -1,0 +1,102 @@
+// The one error model of coloader: Status for operations that can fail, Result<T> for
+// operations that produce a value or fail. Errors carry a code and a message that says what
+// was wrong (with the path or value) and what to do.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace coloader {
+
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,  // a flag, value or file that the user can fix
+  kNotFound,         // a path, producer name or file that does not exist
+  kIOError,          // a read, write, mmap or socket call failed
+  kProtocolError,    // a malformed or unexpected message
+  kTimeout,          // a peer did not answer in time
+  kDisconnected,     // the peer went away (producer stopped or died, consumer detached)
+  kAlreadyExists,    // a producer of this name is already running
+  kCancelled,        // stopped on request (a signal)
+  kInternal,
+};
+
+const char* StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status OK() { return Status(); }
+  static Status Invalid(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+  static Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
+  static Status Protocol(std::string m) { return {StatusCode::kProtocolError, std::move(m)}; }
+  static Status Timeout(std::string m) { return {StatusCode::kTimeout, std::move(m)}; }
+  static Status Disconnected(std::string m) { return {StatusCode::kDisconnected, std::move(m)}; }
+  static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+  static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  // errno-based I/O error: "<what>: <strerror(errno)>".
+  static Status FromErrno(const std::string& what, int err);
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // "<code name>: <message>", or "OK".
+  std::string ToString() const;
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, as Arrow's Result
+  Result(Status status) : v_(std::move(status)) {  // NOLINT
+    assert(!std::get<Status>(v_).ok() && "Result built from an OK status has no value");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  T& operator*() & { return std::get<T>(v_); }
+  const T& operator*() const& { return std::get<T>(v_); }
+  T&& operator*() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &std::get<T>(v_); }
+  const T* operator->() const { return &std::get<T>(v_); }
+  T ValueOrDie() && {
+    assert(ok());
+    return std::get<T>(std::move(v_));
+  }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace coloader
+
+#define COLOADER_CONCAT_INNER(a, b) a##b
+#define COLOADER_CONCAT(a, b) COLOADER_CONCAT_INNER(a, b)
+
+#define RETURN_NOT_OK(expr)                         \
+  do {                                              \
+    ::coloader::Status _st = (expr);                \
+    if (!_st.ok()) return _st;                      \
+  } while (false)
+
+#define ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                          \
+  if (!tmp.ok()) return tmp.status();          \
+  lhs = std::move(*tmp)
+
+#define ASSIGN_OR_RETURN(lhs, rexpr) \
+  ASSIGN_OR_RETURN_IMPL(COLOADER_CONCAT(_result_, __LINE__), lhs, rexpr)

@@ -1,0 +1,118 @@
+#include <signal.h>
+
+#include <cstdio>
+#include <memory>
+
+#include "common/process.h"
+#include "server/cli.h"
+#include "server/producer.h"
+
+namespace coloader::cli {
+
+namespace {
+
+Producer* g_producer = nullptr;
+
+void OnSignal(int) {
+  if (g_producer) g_producer->Stop();
+}
+
+constexpr const char* kServeUsage =
+    "coloader serve --data DIR --name NAME [--batch-size 256] [--image-size 224] [--workers N]\n"
+    "               [--window K] [--epochs N | --forever] [--seed S] [--no-shuffle]\n"
+    "               [--augment train|eval|none] [--output uint8|float32] [--layout nchw|nhwc]\n"
+    "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
+    "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]";
+
+}  // namespace
+
+int Serve(const std::vector<std::string>& args) {
+  ProducerOptions o;
+  std::string augment = "train", output = "float32", layout, on_bad = "skip";
+  bool no_shuffle = false, quiet = false, no_dct = false, help = false;
+  Flags f("serve", kServeUsage);
+  f.AddString("data", &o.data);
+  f.AddString("name", &o.name);
+  f.AddU32("batch-size", &o.batch_size);
+  f.AddInt("image-size", &o.image_size);
+  f.AddInt("workers", &o.workers);
+  f.AddU32("window", &o.window);
+  f.AddUInt("epochs", &o.epochs);
+  f.AddBool("forever", &o.forever);
+  f.AddUInt("seed", &o.seed);
+  f.AddBool("no-shuffle", &no_shuffle);
+  f.AddString("augment", &augment);
+  f.AddString("output", &output);
+  f.AddString("layout", &layout);
+  f.AddString("on-bad-file", &on_bad);
+  f.AddU32("min-consumers", &o.min_consumers);
+  f.AddInt("rank", &o.rank);
+  f.AddInt("world-size", &o.world_size);
+  f.AddU32("heartbeat-ms", &o.heartbeat_ms);
+  f.AddU32("heartbeat-timeout-ms", &o.heartbeat_timeout_ms);
+  f.AddBool("no-dct-scaling", &no_dct);
+  f.AddBool("quiet", &quiet);
+  f.AddBool("help", &help);
+  Status st = f.Parse(args);
+  if (help) {
+    std::printf("usage: %s\n", kServeUsage);
+    return 0;
+  }
+  if (st.ok() && o.data.empty()) st = f.Error("--data is required (an ImageFolder directory or a file list)");
+  if (st.ok() && o.name.empty()) st = f.Error("--name is required (consumers connect by it)");
+  if (st.ok() && o.forever && f.Seen("epochs")) st = f.Error("give --epochs or --forever, not both");
+  if (st.ok() && on_bad != "skip" && on_bad != "fail")
+    st = f.Error("--on-bad-file must be skip or fail, got '" + on_bad + "'");
+  if (st.ok()) {
+    if (auto a = ParseAugmentMode(augment); a.ok()) o.augment = *a; else st = f.Error(a.status().message());
+  }
+  if (st.ok()) {
+    if (auto t = ParseOutputType(output); t.ok()) o.output = *t; else st = f.Error(t.status().message());
+  }
+  if (st.ok()) {
+    // uint8 is what a GPU-side normalisation wants (NHWC, as decoded); float32 is what a
+    // model wants (NCHW, normalised). Either can be overridden.
+    if (layout.empty()) layout = o.output == OutputType::kUInt8 ? "nhwc" : "nchw";
+    if (auto l = ParseLayout(layout); l.ok()) o.layout = *l; else st = f.Error(l.status().message());
+  }
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
+    return 2;
+  }
+  o.shuffle = !no_shuffle;
+  o.dct_scaling = !no_dct;
+  o.on_bad_file = on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
+  if (quiet) o.progress_interval_ms = 0;
+
+  Result<std::unique_ptr<Producer>> producer = Producer::Make(o);
+  if (!producer.ok()) {
+    std::fprintf(stderr, "coloader serve: %s\n", producer.status().message().c_str());
+    return producer.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  g_producer = producer->get();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::fprintf(stderr, "[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
+               (*producer)->endpoint().c_str());
+
+  Status run = (*producer)->Run();
+  g_producer = nullptr;
+  const double cpu = ProcessCpuSeconds();
+  producer->reset();
+  if (run.code() == StatusCode::kCancelled) {
+    std::fprintf(stderr, "[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
+    return 0;
+  }
+  if (!run.ok()) {
+    std::fprintf(stderr, "coloader serve: %s\n", run.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);
+  return 0;
+}
+
+}  // namespace coloader::cli

@@ -1,0 +1,124 @@
+#include <chrono>
+#include <cstdio>
+#include <zmq.hpp>
+
+#include "common/endpoint.h"
+#include "common/json.h"
+#include "common/protocol.h"
+#include "server/cli.h"
+
+namespace coloader::cli {
+
+namespace {
+
+constexpr const char* kStatusUsage = "coloader status --name NAME | --endpoint EP [--json] [--timeout-ms MS]";
+
+Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms) {
+  if (endpoint.empty()) {
+    ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
+    if (!NameLock::IsHeld(paths.lock)) {
+      return Status::NotFound("no producer named '" + name + "' is running; start one with: coloader serve --name " +
+                              name + " --data DIR");
+    }
+    endpoint = paths.endpoint;
+  }
+  zmq::context_t ctx(1);
+  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  sock.connect(endpoint);
+  std::vector<uint8_t> req = Encode(StatusRequest{});
+  sock.send(zmq::buffer(req), zmq::send_flags::none);
+  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  zmq::message_t reply;
+  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
+    return Status::Timeout("producer at " + endpoint + " did not answer within " + std::to_string(timeout_ms) + " ms");
+  }
+  ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
+  if (auto* r = std::get_if<StatusReply>(&m)) return *r;
+  return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));
+}
+
+}  // namespace
+
+int StatusCommand(const std::vector<std::string>& args) {
+  std::string name, endpoint;
+  bool json = false, help = false;
+  int timeout_ms = 3000;
+  Flags f("status", kStatusUsage);
+  f.AddString("name", &name);
+  f.AddString("endpoint", &endpoint);
+  f.AddBool("json", &json);
+  f.AddInt("timeout-ms", &timeout_ms);
+  f.AddBool("help", &help);
+  Status st = f.Parse(args);
+  if (help) {
+    std::printf("usage: %s\n", kStatusUsage);
+    return 0;
+  }
+  if (st.ok() && name.empty() && endpoint.empty()) st = f.Error("--name (or --endpoint) is required");
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", st.message().c_str());
+    return 2;
+  }
+  Result<StatusReply> r = Query(name, endpoint, timeout_ms);
+  if (!r.ok()) {
+    std::fprintf(stderr, "coloader status: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  if (json) {
+    JsonWriter w;
+    w.BeginObject()
+        .Field("name", r->name)
+        .Field("pid", r->pid)
+        .Field("state", ProducerStateName(r->state))
+        .Field("epoch", r->epoch)
+        .Field("position", r->position)
+        .Field("epoch_samples", r->epoch_samples)
+        .Field("batches_published", r->batches_published)
+        .Field("samples_published", r->samples_published)
+        .Field("batches_per_s", r->batches_per_s)
+        .Field("images_per_s", r->images_per_s)
+        .Field("cpu_seconds", r->cpu_seconds)
+        .Field("uptime_seconds", r->uptime_seconds)
+        .Field("slots", r->num_slots)
+        .Field("slots_in_use", r->slots_in_use)
+        .Field("bad_files", r->bad_files)
+        .Field("rejected_messages", r->rejected_messages);
+    w.BeginArray("consumers");
+    for (const ConsumerStatus& c : r->consumers) {
+      w.BeginObject()
+          .Field("id", c.id)
+          .Field("pid", c.pid)
+          .Field("name", c.name)
+          .Field("batch_size", c.batch_size)
+          .Field("received", c.received)
+          .Field("acked", c.acked)
+          .Field("held", c.held)
+          .Field("lag", c.lag)
+          .Field("path", c.path == 0 ? "host" : "device")
+          .EndObject();
+    }
+    w.EndArray().EndObject();
+    std::printf("%s\n", w.str().c_str());
+    return 0;
+  }
+  std::printf("producer %s (pid %u): %s\n", r->name.c_str(), r->pid, ProducerStateName(r->state));
+  std::printf("  epoch %llu, %llu of %llu samples\n", static_cast<unsigned long long>(r->epoch),
+              static_cast<unsigned long long>(r->position), static_cast<unsigned long long>(r->epoch_samples));
+  std::printf("  throughput %.1f batches/s, %.0f images/s; published %llu batches, %llu samples\n",
+              r->batches_per_s, r->images_per_s, static_cast<unsigned long long>(r->batches_published),
+              static_cast<unsigned long long>(r->samples_published));
+  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu\n",
+              r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
+              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages));
+  std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %s\n", "id", "pid", "batch", "received", "acked", "held", "lag", "path");
+  for (const ConsumerStatus& c : r->consumers) {
+    std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,
+                c.batch_size, static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.acked),
+                c.held, static_cast<unsigned long long>(c.lag), c.path == 0 ? "host" : "device");
+  }
+  return 0;
+}
+
+}  // namespace coloader::cli

@@ -1,0 +1,36 @@
+// coloader: one producer decodes and augments every batch once; any number of training
+// processes consume it. See `coloader help`.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "server/cli.h"
+
+namespace {
+
+constexpr const char* kHelp =
+    "coloader: a shared data loader for collocated training jobs\n"
+    "\n"
+    "usage:\n"
+    "  coloader serve   --data DIR --name NAME [options]   run a producer\n"
+    "  coloader consume --name NAME [options]              run the reference consumer\n"
+    "  coloader status  --name NAME [--json]               show a producer's live state\n"
+    "\n"
+    "`coloader COMMAND --help` lists a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kHelp, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "serve") return coloader::cli::Serve(args);
+  if (command == "consume") return coloader::cli::Consume(args);
+  if (command == "status") return coloader::cli::StatusCommand(args);
+  std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
+  return 2;
+}

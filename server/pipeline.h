@@ -1,0 +1,80 @@
+// The producer's worker pool: fills a slot with one batch, sample by sample, on N threads.
+// Each sample is read, decoded and augmented straight into its place in the slot, so the
+// host path makes no copy after decoding. Finished batches are handed back through an
+// eventfd that the producer's poll loop watches.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/protocol.h"
+#include "server/dataset.h"
+#include "server/transform.h"
+
+namespace coloader {
+
+struct BatchJob {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  uint64_t epoch = 0;
+  uint64_t first = 0;  // position of the first sample within the epoch
+  bool last_in_epoch = false;
+  std::vector<int64_t> indices;  // dataset indices, in order
+  uint8_t* slot_base = nullptr;  // the slot's memory (the pipeline writes indices, labels, data)
+
+  // Filled in by the workers.
+  std::atomic<uint32_t> remaining{0};
+  std::mutex failures_mu;
+  std::vector<std::pair<uint32_t, std::string>> failures;  // (position in batch, reason)
+};
+
+class Pipeline {
+ public:
+  // `dataset` must outlive the pipeline. Starts `workers` threads.
+  static Result<std::unique_ptr<Pipeline>> Make(const Dataset* dataset, TransformOptions opts,
+                                                int workers, uint64_t seed, SlotTable layout);
+  ~Pipeline();  // stops and joins the workers
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  void Submit(std::unique_ptr<BatchJob> job);
+  // Jobs whose every sample is done, in completion order.
+  std::vector<std::unique_ptr<BatchJob>> TakeCompleted();
+  // Readable while TakeCompleted has something to return.
+  int event_fd() const { return event_fd_; }
+  size_t in_flight() const { return in_flight_.load(); }
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+  // Removes the samples that failed from a completed job's slot, moving the later ones down
+  // so that the batch stays dense. Returns the new count.
+  uint32_t Compact(BatchJob& job) const;
+
+ private:
+  Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout);
+  void WorkerLoop(int worker);
+
+  const Dataset* dataset_;
+  TransformOptions opts_;
+  uint64_t seed_;
+  SlotTable layout_;
+  int event_fd_ = -1;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<BatchJob*, uint32_t>> tasks_;  // (job, position) in submission order
+  std::vector<std::unique_ptr<BatchJob>> running_;
+  std::vector<std::unique_ptr<BatchJob>> completed_;
+  bool stopping_ = false;
+  std::atomic<size_t> in_flight_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace coloader

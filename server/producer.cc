@@ -1,0 +1,573 @@
+#include "server/producer.h"
+
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <zmq.hpp>
+
+#include "common/endpoint.h"
+#include "common/process.h"
+#include "common/protocol.h"
+#include "common/shm.h"
+#include "server/dataset.h"
+#include "server/pipeline.h"
+#include "server/ring.h"
+#include "server/sampler.h"
+
+namespace coloader {
+
+namespace {
+
+constexpr uint64_t kPageBytes = 4096;
+uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
+
+// The slot layout: dataset indices, labels, then the tensor on its own page.
+SlotTable MakeSlotTable(const ProducerOptions& o, const std::string& shm_name) {
+  SlotTable t;
+  t.shm_name = shm_name;
+  t.num_slots = o.window;
+  t.batch_size = o.batch_size;
+  t.height = static_cast<uint32_t>(o.image_size);
+  t.width = static_cast<uint32_t>(o.image_size);
+  t.channels = 3;
+  t.dtype = o.output == OutputType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
+  t.layout = o.layout == Layout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  t.indices_offset = 0;
+  t.labels_offset = 8ull * o.batch_size;
+  t.data_offset = RoundUp(16ull * o.batch_size, kPageBytes);
+  t.slot_bytes = RoundUp(t.data_offset + uint64_t{o.batch_size} * t.sample_bytes(), kPageBytes);
+  return t;
+}
+
+struct Session {
+  uint64_t id = 0;
+  std::string identity;  // the ROUTER's routing id of this consumer's connection
+  uint32_t pid = 0;
+  uint32_t batch_size = 0;
+  std::string name;
+  bool waiting_for_epoch = false;
+  ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
+  uint64_t last_heard_ns = 0;
+  uint64_t last_sent_ns = 0;
+  uint64_t received = 0;
+  uint64_t acked = 0;
+};
+
+}  // namespace
+
+struct Producer::Impl {
+  ProducerOptions opts;
+  ProducerPaths paths;
+  std::optional<NameLock> lock;
+  Dataset dataset;
+  std::optional<Sampler> sampler;
+  SlotTable table;
+  SharedMemory shm;
+  std::unique_ptr<Pipeline> pipeline;
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  int stop_fd = -1;
+  std::atomic<bool> stop_requested{false};
+
+  RingAccounting ring{1};
+  std::map<uint64_t, std::unique_ptr<BatchJob>> done;  // completed, waiting to publish in order
+  std::unordered_map<std::string, Session> sessions;   // by routing id
+  uint64_t next_consumer_id = 1;
+
+  // Where production stands.
+  bool started = false;       // min_consumers reached once
+  uint64_t epoch = 0;         // epoch being submitted
+  uint64_t position = 0;      // samples submitted in that epoch
+  std::vector<int64_t> epoch_indices;
+  bool all_submitted = false;
+  uint64_t next_submit_seq = 0;
+  uint64_t next_publish_seq = 0;
+  uint64_t published_epoch = 0, published_position = 0;
+
+  // Statistics.
+  uint64_t start_ns = 0;
+  uint64_t batches_published = 0, samples_published = 0;
+  std::unordered_set<int64_t> bad_indices;
+  uint64_t bad_events = 0;
+  uint64_t rejected_messages = 0;
+  double rate_batches = 0, rate_images = 0;
+  uint64_t rate_mark_ns = 0, rate_mark_batches = 0, rate_mark_samples = 0;
+  uint64_t last_progress_ns = 0;
+  bool progress_tty = false;
+  Status fatal;  // set when --on-bad-file fail hits
+
+  uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
+  uint64_t epoch_samples() const { return sampler->epoch_size(); }
+
+  Status Setup();
+  Status Loop();
+  void Shutdown(ByeReason reason, const std::string& message);
+
+  void SubmitWork();
+  void PublishReady();
+  void HandleMessage(const std::string& identity, const uint8_t* data, size_t size);
+  void HandleHello(const std::string& identity, const Hello& hello);
+  void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye);
+  bool Send(const std::string& identity, const Message& m);
+  void SendToSession(Session& s, const Message& m);
+  void CheckLiveness(uint64_t now);
+  StatusReply MakeStatus() const;
+  void ReportProgress(uint64_t now, bool final_line);
+};
+
+Producer::Producer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Producer::~Producer() {
+  if (!impl_) return;
+  impl_->pipeline.reset();  // join workers before the memory they write goes
+  if (!impl_->shm.name().empty()) SharedMemory::Remove(impl_->shm.name());
+  impl_->router.close();
+  ::unlink(impl_->paths.socket.c_str());
+  if (impl_->lock) impl_->lock->Release();
+  if (impl_->stop_fd >= 0) ::close(impl_->stop_fd);
+}
+
+const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
+
+void Producer::Stop() {
+  impl_->stop_requested.store(true);
+  uint64_t one = 1;
+  (void)!::write(impl_->stop_fd, &one, sizeof(one));  // write(2) is async-signal-safe
+}
+
+Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
+  if (opts.batch_size < 1 || opts.batch_size > 65536)
+    return Status::Invalid("--batch-size must be between 1 and 65536, got " + std::to_string(opts.batch_size));
+  if (opts.image_size < 8 || opts.image_size > 4096)
+    return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(opts.image_size));
+  if (opts.window < 2 || opts.window > 1024)
+    return Status::Invalid("--window must be between 2 and 1024 slots, got " + std::to_string(opts.window));
+  if (!opts.forever && opts.epochs == 0)
+    return Status::Invalid("--epochs must be at least 1 (or use --forever)");
+  if (opts.min_consumers < 1)
+    return Status::Invalid("--min-consumers must be at least 1");
+  if (opts.heartbeat_ms < 10 || opts.heartbeat_timeout_ms < 2 * opts.heartbeat_ms)
+    return Status::Invalid("--heartbeat-timeout-ms must be at least twice --heartbeat-ms (got " +
+                           std::to_string(opts.heartbeat_timeout_ms) + " and " +
+                           std::to_string(opts.heartbeat_ms) + ")");
+  if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(opts);
+  RETURN_NOT_OK(impl->Setup());
+  return std::unique_ptr<Producer>(new Producer(std::move(impl)));
+}
+
+Status Producer::Impl::Setup() {
+  ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
+  ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+  SamplerOptions so;
+  so.shuffle = opts.shuffle;
+  so.seed = opts.seed;
+  so.rank = opts.rank;
+  so.world_size = opts.world_size;
+  ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
+  sampler.emplace(std::move(s));
+
+  // Claim the name before touching the socket or ring, so a second producer of the same
+  // name fails cleanly instead of stealing them; leftovers of a crashed one are replaced.
+  ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
+  lock.emplace(std::move(l));
+
+  table = MakeSlotTable(opts, paths.shm_name);
+  ASSIGN_OR_RETURN(shm, SharedMemory::Create(paths.shm_name, table.slot_bytes * table.num_slots));
+  ring = RingAccounting(table.num_slots);
+
+  TransformOptions to;
+  to.augment.mode = opts.augment;
+  to.augment.size = opts.image_size;
+  to.output = opts.output;
+  to.layout = opts.layout;
+  to.dct_scaling = opts.dct_scaling;
+  ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, table));
+
+  stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (stop_fd < 0) return Status::FromErrno("eventfd", errno);
+
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::router_mandatory, 1);
+  router.set(zmq::sockopt::sndhwm, 100000);
+  try {
+    router.bind(paths.endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("cannot bind " + paths.endpoint + ": " + e.what());
+  }
+  ::chmod(paths.socket.c_str(), 0600);
+  progress_tty = ::isatty(STDERR_FILENO);
+  return Status::OK();
+}
+
+bool Producer::Impl::Send(const std::string& identity, const Message& m) {
+  std::vector<uint8_t> bytes = Encode(m);
+  try {
+    if (!router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
+      return false;
+    return router.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
+  } catch (const zmq::error_t&) {
+    return false;  // EHOSTUNREACH: the peer's connection is gone
+  }
+}
+
+void Producer::Impl::SendToSession(Session& s, const Message& m) {
+  if (Send(s.identity, m)) {
+    s.last_sent_ns = MonotonicNs();
+  }
+  // A failed send means the connection is gone or its queue is full; liveness checks drop it.
+}
+
+void Producer::Impl::DropSession(const std::string& identity, const char* why,
+                                 std::optional<Bye> bye) {
+  auto it = sessions.find(identity);
+  if (it == sessions.end()) return;
+  Session& s = it->second;
+  if (bye) Send(identity, *bye);
+  uint32_t freed = ring.DropConsumer(s.id);
+  std::fprintf(stderr, "[coloader %s] consumer %llu (pid %u) %s; %u slot(s) reclaimed\n",
+               opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, why, freed);
+  sessions.erase(it);
+}
+
+void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello) {
+  if (sessions.count(identity)) {
+    ++rejected_messages;
+    DropSession(identity, "sent a second Hello", Bye{ByeReason::kRejected, "duplicate Hello"});
+    return;
+  }
+  Session s;
+  s.id = next_consumer_id++;
+  s.identity = identity;
+  s.pid = hello.pid;
+  s.batch_size = hello.batch_size;
+  s.name = hello.client_name;
+  s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
+  s.last_heard_ns = MonotonicNs();
+  if (hello.pid > 0) {
+    // Local consumers are watched through a pidfd, so their death is seen at once. A pid we
+    // cannot watch (another pid namespace, already gone) falls back to the heartbeat.
+    if (auto w = ProcessWatch::Open(static_cast<int>(hello.pid)); w.ok()) s.watch = std::move(*w);
+  }
+  Welcome w;
+  w.consumer_id = s.id;
+  w.producer_pid = static_cast<uint32_t>(::getpid());
+  w.heartbeat_ms = opts.heartbeat_ms;
+  w.heartbeat_timeout_ms = opts.heartbeat_timeout_ms;
+  w.dataset_size = dataset.size();
+  w.epoch_samples = epoch_samples();
+  w.slots = table;
+  if (!Send(identity, w)) return;
+  s.last_sent_ns = MonotonicNs();
+  std::fprintf(stderr, "[coloader %s] consumer %llu attached (pid %u, batch size %u%s)\n",
+               opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
+               s.waiting_for_epoch ? ", waits for the next epoch" : "");
+  sessions.emplace(identity, std::move(s));
+  if (all_submitted && done.empty() && pipeline->in_flight() == 0) {
+    // Nothing more will be produced: say so at once rather than let it wait.
+    DropSession(identity, "attached after the last epoch",
+                Bye{ByeReason::kFinished, "the producer has delivered every epoch"});
+  }
+}
+
+void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* data, size_t size) {
+  auto it = sessions.find(identity);
+  if (it != sessions.end()) it->second.last_heard_ns = MonotonicNs();
+  Result<Message> decoded = Decode(data, size);
+  if (!decoded.ok()) {
+    ++rejected_messages;
+    auto version = PeekVersion(data, size);
+    if (version.ok() && *version != kProtocolVersion) {
+      // A consumer built for another protocol version: tell it in a Reject it can read the
+      // header of, then forget it.
+      Send(identity, Reject{RejectCode::kVersion, decoded.status().message()});
+    }
+    std::fprintf(stderr, "[coloader %s] rejected a message: %s\n", opts.name.c_str(),
+                 decoded.status().message().c_str());
+    if (it != sessions.end()) {
+      DropSession(identity, "broke the protocol", Bye{ByeReason::kRejected, decoded.status().message()});
+    }
+    return;
+  }
+  Message& m = *decoded;
+  if (auto* hello = std::get_if<Hello>(&m)) {
+    HandleHello(identity, *hello);
+  } else if (std::holds_alternative<StatusRequest>(m)) {
+    Send(identity, MakeStatus());
+  } else if (it == sessions.end()) {
+    // Heartbeats and acks from a consumer we dropped are expected stragglers; anything else
+    // from a stranger is counted.
+    if (!std::holds_alternative<Heartbeat>(m) && !std::holds_alternative<Ack>(m) &&
+        !std::holds_alternative<Bye>(m))
+      ++rejected_messages;
+  } else if (auto* ack = std::get_if<Ack>(&m)) {
+    if (ring.Release(it->second.id, ack->seq)) {
+      ++it->second.acked;
+    } else {
+      ++rejected_messages;
+      DropSession(identity, "acked a batch it did not hold",
+                  Bye{ByeReason::kRejected, "ack for batch " + std::to_string(ack->seq) + " that you do not hold"});
+    }
+  } else if (std::holds_alternative<Heartbeat>(m)) {
+    // last_heard_ns is already updated
+  } else if (std::holds_alternative<Bye>(m)) {
+    DropSession(identity, "left", std::nullopt);
+  } else {
+    ++rejected_messages;
+    DropSession(identity, "sent a message only a producer sends",
+                Bye{ByeReason::kRejected, std::string("unexpected ") + MessageTypeName(m)});
+  }
+}
+
+void Producer::Impl::SubmitWork() {
+  if (!started) {
+    if (sessions.size() < opts.min_consumers) return;
+    started = true;
+    start_ns = rate_mark_ns = MonotonicNs();
+    epoch_indices = sampler->EpochIndices(0);
+  }
+  // Keep the workers fed while there is a free slot; each batch is published in order later.
+  while (!all_submitted && fatal.ok()) {
+    std::optional<uint32_t> slot = ring.Acquire();
+    if (!slot) break;
+    auto job = std::make_unique<BatchJob>();
+    job->seq = next_submit_seq++;
+    job->slot = *slot;
+    job->epoch = epoch;
+    job->first = position;
+    const uint64_t count = std::min<uint64_t>(opts.batch_size, epoch_indices.size() - position);
+    job->indices.assign(epoch_indices.begin() + static_cast<std::ptrdiff_t>(position),
+                        epoch_indices.begin() + static_cast<std::ptrdiff_t>(position + count));
+    job->slot_base = shm.data() + uint64_t{*slot} * table.slot_bytes;
+    position += count;
+    job->last_in_epoch = position == epoch_indices.size();
+    pipeline->Submit(std::move(job));
+    if (position == epoch_indices.size()) {
+      ++epoch;
+      position = 0;
+      if (epoch >= EpochsWanted()) {
+        all_submitted = true;
+      } else {
+        epoch_indices = sampler->EpochIndices(epoch);
+      }
+    }
+  }
+}
+
+void Producer::Impl::PublishReady() {
+  for (auto& job : pipeline->TakeCompleted()) done.emplace(job->seq, std::move(job));
+  // Publish strictly in sequence order, and only when someone is there to take it: a batch
+  // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
+  while (!done.empty() && done.begin()->first == next_publish_seq && !sessions.empty()) {
+    std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
+    done.erase(done.begin());
+    ++next_publish_seq;
+
+    uint32_t count = static_cast<uint32_t>(job->indices.size());
+    if (!job->failures.empty()) {
+      std::sort(job->failures.begin(), job->failures.end());
+      for (const auto& [pos, reason] : job->failures) {
+        ++bad_events;
+        const int64_t index = job->indices[pos];
+        const bool first_time = bad_indices.insert(index).second;
+        if (opts.on_bad_file == OnBadFile::kFail) {
+          if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
+        } else if (first_time) {
+          std::fprintf(stderr, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
+        }
+      }
+      if (!fatal.ok()) {
+        ring.Abandon(job->slot);
+        return;
+      }
+      count = pipeline->Compact(*job);
+    }
+
+    BatchAnnouncement a;
+    a.seq = job->seq;
+    a.slot = job->slot;
+    a.epoch = job->epoch;
+    a.first = job->first;
+    a.count = count;
+    a.flags = job->last_in_epoch ? kBatchLastInEpoch : 0;
+    a.ready_ns = MonotonicNs();
+    std::vector<uint64_t> holders;
+    for (auto& [identity, s] : sessions) {
+      if (s.waiting_for_epoch) {
+        if (job->first != 0) continue;
+        s.waiting_for_epoch = false;  // joins at this epoch's start
+      }
+      holders.push_back(s.id);
+      ++s.received;
+      SendToSession(s, a);
+    }
+    ring.Publish(job->slot, job->seq, holders);
+    ++batches_published;
+    samples_published += count;
+    published_epoch = job->epoch;
+    published_position = job->first + job->indices.size();
+  }
+}
+
+void Producer::Impl::CheckLiveness(uint64_t now) {
+  std::vector<std::pair<std::string, const char*>> dead;
+  for (auto& [identity, s] : sessions) {
+    if (s.watch.valid() && s.watch.Exited()) {
+      dead.emplace_back(identity, "exited");
+    } else if (now - s.last_heard_ns > uint64_t{opts.heartbeat_timeout_ms} * 1000000) {
+      dead.emplace_back(identity, "went silent (heartbeat timeout)");
+    } else if (now - s.last_sent_ns > uint64_t{opts.heartbeat_ms} * 1000000) {
+      SendToSession(s, Heartbeat{});
+    }
+  }
+  for (auto& [identity, why] : dead) {
+    const bool silent = why[0] == 'w';
+    DropSession(identity, why,
+                silent ? std::optional<Bye>(Bye{ByeReason::kDetached,
+                                                "no heartbeat for " + std::to_string(opts.heartbeat_timeout_ms) +
+                                                    " ms; you were detached and your slots reclaimed"})
+                       : std::nullopt);
+  }
+}
+
+StatusReply Producer::Impl::MakeStatus() const {
+  StatusReply r;
+  r.name = opts.name;
+  r.pid = static_cast<uint32_t>(::getpid());
+  r.state = stop_requested ? 3 : !started ? 0 : (all_submitted && done.empty() && pipeline->in_flight() == 0) ? 2 : 1;
+  r.epoch = published_epoch;
+  r.position = published_position;
+  r.epoch_samples = sampler->epoch_size();
+  r.batches_published = batches_published;
+  r.samples_published = samples_published;
+  r.batches_per_s = rate_batches;
+  r.images_per_s = rate_images;
+  r.cpu_seconds = ProcessCpuSeconds();
+  r.uptime_seconds = start_ns ? static_cast<double>(MonotonicNs() - start_ns) * 1e-9 : 0.0;
+  r.num_slots = ring.num_slots();
+  r.slots_in_use = ring.in_use();
+  r.bad_files = bad_indices.size();
+  r.rejected_messages = rejected_messages;
+  for (const auto& [identity, s] : sessions) {
+    ConsumerStatus c;
+    c.id = s.id;
+    c.pid = s.pid;
+    c.batch_size = s.batch_size;
+    c.received = s.received;
+    c.acked = s.acked;
+    c.held = ring.HeldBy(s.id);
+    auto oldest = ring.OldestHeldBy(s.id);
+    c.lag = oldest ? next_publish_seq - *oldest : 0;
+    c.name = s.name;
+    r.consumers.push_back(std::move(c));
+  }
+  return r;
+}
+
+void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
+  const double dt = static_cast<double>(now - rate_mark_ns) * 1e-9;
+  if (dt >= 1.0 || final_line) {
+    rate_batches = dt > 0 ? static_cast<double>(batches_published - rate_mark_batches) / dt : 0;
+    rate_images = dt > 0 ? static_cast<double>(samples_published - rate_mark_samples) / dt : 0;
+    rate_mark_ns = now;
+    rate_mark_batches = batches_published;
+    rate_mark_samples = samples_published;
+  }
+  if (opts.progress_interval_ms <= 0) return;
+  // On a terminal the line is redrawn every interval; in a log, one line every 10 intervals.
+  const uint64_t interval = uint64_t(opts.progress_interval_ms) * 1000000 * (progress_tty ? 1 : 10);
+  if (!final_line && now - last_progress_ns < interval) return;
+  last_progress_ns = now;
+  uint64_t slowest = 0;
+  for (const auto& [id, s] : sessions) {
+    auto oldest = ring.OldestHeldBy(s.id);
+    if (oldest) slowest = std::max<uint64_t>(slowest, next_publish_seq - *oldest);
+  }
+  const double pct = 100.0 * static_cast<double>(published_position) / static_cast<double>(epoch_samples());
+  std::fprintf(stderr,
+               "%s[coloader %s] %s epoch %llu %5.1f%% | %6.1f batches/s %8.0f images/s | consumers %zu | "
+               "slowest lag %llu | slots %u/%u | bad files %zu%s",
+               progress_tty && !final_line ? "\r" : "", opts.name.c_str(),
+               started ? "" : "waiting for consumers |", static_cast<unsigned long long>(published_epoch), pct,
+               rate_batches, rate_images, sessions.size(), static_cast<unsigned long long>(slowest),
+               ring.in_use(), ring.num_slots(), bad_indices.size(), progress_tty && !final_line ? "   " : "\n");
+  std::fflush(stderr);
+}
+
+Status Producer::Impl::Loop() {
+  last_progress_ns = MonotonicNs();
+  rate_mark_ns = last_progress_ns;
+  for (;;) {
+    SubmitWork();
+    PublishReady();
+    if (!fatal.ok()) {
+      Shutdown(ByeReason::kStopping, fatal.message());
+      return fatal;
+    }
+    if (all_submitted && done.empty() && pipeline->in_flight() == 0 && ring.in_use() == 0) {
+      ReportProgress(MonotonicNs(), true);
+      Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
+      return Status::OK();
+    }
+    if (stop_requested.load()) {
+      ReportProgress(MonotonicNs(), true);
+      Shutdown(ByeReason::kStopping, "the producer was asked to stop");
+      return Status::Cancelled("stopped by signal");
+    }
+
+    std::vector<zmq::pollitem_t> items = {
+        {router.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, pipeline->event_fd(), ZMQ_POLLIN, 0},
+        {nullptr, stop_fd, ZMQ_POLLIN, 0},
+    };
+    for (const auto& [id, s] : sessions)
+      if (s.watch.valid()) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
+    const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return Status::IOError(std::string("poll: ") + e.what());
+    }
+    // Drain the socket: each message is [routing id][payload].
+    for (int budget = 0; budget < 10000; ++budget) {
+      zmq::message_t identity, payload;
+      if (!router.recv(identity, zmq::recv_flags::dontwait)) break;
+      if (!identity.more()) continue;
+      (void)router.recv(payload, zmq::recv_flags::none);
+      bool extra = payload.more();
+      while (extra) {  // frames beyond the one we expect: swallow them and count the message
+        zmq::message_t junk;
+        (void)router.recv(junk, zmq::recv_flags::none);
+        extra = junk.more();
+        if (!extra) ++rejected_messages;
+      }
+      HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size());
+    }
+    const uint64_t now = MonotonicNs();
+    CheckLiveness(now);
+    ReportProgress(now, false);
+  }
+}
+
+void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
+  for (auto& [identity, s] : sessions) Send(identity, Bye{reason, message});
+  // Give the goodbyes a moment to leave: consumers mapped the ring and keep reading what they
+  // hold after we unlink it, so only the messages need to get out.
+  router.set(zmq::sockopt::linger, 1000);
+  sessions.clear();
+}
+
+Status Producer::Run() { return impl_->Loop(); }
+
+}  // namespace coloader

@@ -1,0 +1,66 @@
+// The producer: one process that reads, decodes and augments every batch once and serves it
+// to any number of consumers through a ring of shared-memory slots and one ZeroMQ ROUTER.
+//
+// Threads: the caller's thread runs the session loop (socket, consumer liveness, ring
+// accounting, publishing in order); the pipeline's workers fill slots. Nothing else touches
+// the socket.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "server/augment.h"
+#include "server/normalize.h"
+
+namespace coloader {
+
+enum class OnBadFile { kSkip, kFail };
+
+struct ProducerOptions {
+  std::string name;
+  std::string data;         // ImageFolder directory or file list
+  uint32_t batch_size = 256;
+  int image_size = 224;
+  int workers = 0;          // 0: one per online CPU
+  uint32_t window = 4;      // K: slots in the ring
+  uint64_t epochs = 1;      // 0 with forever
+  bool forever = false;
+  uint64_t seed = 0;
+  bool shuffle = true;
+  AugmentMode augment = AugmentMode::kTrain;
+  OutputType output = OutputType::kFloat32;
+  Layout layout = Layout::kNCHW;
+  bool dct_scaling = true;
+  OnBadFile on_bad_file = OnBadFile::kSkip;
+  uint32_t min_consumers = 1;
+  int rank = 0;
+  int world_size = 1;
+  uint32_t heartbeat_ms = 500;
+  uint32_t heartbeat_timeout_ms = 5000;
+  int progress_interval_ms = 1000;  // 0: no progress lines
+};
+
+class Producer {
+ public:
+  // Validates the options, opens the dataset, claims the name, creates the ring and binds
+  // the socket. Every failure is a Status naming the value or path at fault.
+  static Result<std::unique_ptr<Producer>> Make(ProducerOptions opts);
+  ~Producer();
+
+  // Serves until every epoch is delivered and released, or Stop() is called.
+  // Returns an error when --on-bad-file fail met a bad file.
+  Status Run();
+  // Async-signal-safe: asks Run() to tell the consumers and return.
+  void Stop();
+
+  const std::string& endpoint() const;
+
+ private:
+  struct Impl;
+  explicit Producer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace coloader

@@ -1,0 +1,444 @@
+// Integration tests: a real `coloader serve` process, real `coloader consume` processes (or
+// the client library in this process), real ZeroMQ sockets and real shared memory. Each test
+// gets its own run directory, so tests never see each other's producers.
+//
+// What a consumer saw is read from `consume --json`: per epoch the number of samples, how
+// many were distinct, and the sum and xor of their dataset indices. For a dataset of N images
+// an exact epoch has samples == unique == N and index_sum == N(N-1)/2.
+#include <signal.h>
+#include <sys/stat.h>
+#include <zmq.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "client/consumer.h"
+#include "common/endpoint.h"
+#include "common/protocol.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Child;
+using testing::Coloader;
+using testing::JsonLine;
+using testing::ParseJsonLines;
+using testing::U64;
+
+constexpr int kImages = 103;  // a prime: no batch size used below divides it
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_dir_ = tmp_.path() + "/run";
+    data_ = tmp_.path() + "/data";
+    testing::MakeImageFolder(data_, kImages, 5);
+    env_ = {{"COLOADER_RUN_DIR", run_dir_}};
+    ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
+
+  // A producer over the test dataset with small, fast images.
+  std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra = {},
+                               const std::string& data = "") {
+    std::vector<std::string> args = {"serve", "--data", data.empty() ? data_ : data, "--name", name,
+                                     "--image-size", "32", "--workers", "2", "--quiet",
+                                     "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto child = std::make_unique<Child>(Coloader(args), env_);
+    EXPECT_TRUE(child->WaitForStderr("serving", 20000)) << child->Stderr();
+    return child;
+  }
+  std::unique_ptr<Child> Consume(const std::string& name, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"consume", "--name", name, "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<Child>(Coloader(args), env_);
+  }
+  // Runs `coloader status --json` and returns its one line.
+  JsonLine StatusOf(const std::string& name) {
+    Child status(Coloader({"status", "--name", name, "--json"}), env_);
+    EXPECT_EQ(status.Wait(10000), 0) << status.Stderr();
+    auto lines = ParseJsonLines(status.Stdout());
+    return lines.empty() ? JsonLine{} : lines[0];
+  }
+  // Polls the producer's status (an explicit readiness signal) until `pred` holds.
+  template <typename Pred>
+  bool WaitForStatus(const std::string& name, Pred pred, int timeout_ms = 20000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      JsonLine s = StatusOf(name);
+      if (!s.empty() && pred(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static void ExpectExactEpoch(const JsonLine& e, uint64_t n = kImages) {
+    EXPECT_EQ(e.at("partial"), "false");
+    EXPECT_EQ(U64(e, "samples"), n);
+    EXPECT_EQ(U64(e, "unique_samples"), n);
+    EXPECT_EQ(U64(e, "index_sum"), n * (n - 1) / 2);
+  }
+
+  testing::TempDir tmp_;
+  std::string run_dir_, data_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(IntegrationTest, OneConsumerSeesEveryEpochExactlyOnce) {
+  auto producer = Serve("p", {"--batch-size", "16", "--epochs", "3"});
+  auto consumer = Consume("p", {"--batch-size", "16"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  auto epochs = ParseJsonLines(consumer->Stdout());
+  ASSERT_EQ(epochs.size(), 3u) << consumer->Stdout();
+  for (size_t e = 0; e < epochs.size(); ++e) {
+    ExpectExactEpoch(epochs[e]);
+    EXPECT_EQ(U64(epochs[e], "epoch"), e);
+    EXPECT_EQ(U64(epochs[e], "batches"), 7u);  // ceil(103 / 16), the last one short
+    EXPECT_EQ(U64(epochs[e], "expected_batches"), 7u);
+  }
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, ConsumersWithAnyBatchSizeAreExactAndSeeTheSamePixels) {
+  // Producer batches of 16; consumers of 1, 5, 16 and 40 (straddling up to four slots).
+  auto producer = Serve("p", {"--batch-size", "16", "--epochs", "2", "--min-consumers", "4",
+                              "--output", "uint8"});
+  std::vector<std::unique_ptr<Child>> consumers;
+  for (const char* b : {"1", "5", "16", "40"}) consumers.push_back(Consume("p", {"--batch-size", b, "--checksum"}));
+  std::vector<std::vector<JsonLine>> seen;
+  for (auto& c : consumers) {
+    ASSERT_EQ(c->Wait(), 0) << c->Stderr();
+    seen.push_back(ParseJsonLines(c->Stdout()));
+    ASSERT_EQ(seen.back().size(), 2u) << c->Stdout();
+    for (const auto& e : seen.back()) ExpectExactEpoch(e);
+  }
+  const uint64_t expected_batches[] = {103, 21, 7, 3};
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(U64(seen[i][0], "batches"), expected_batches[i]);
+    // Same samples, same pixels, whether viewed in place or gathered across slots.
+    for (size_t e = 0; e < 2; ++e) EXPECT_EQ(seen[i][e].at("content_hash"), seen[0][e].at("content_hash"));
+  }
+  // A different epoch is a different augmentation of the same images.
+  EXPECT_NE(seen[0][0].at("content_hash"), seen[0][1].at("content_hash"));
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, DropLastDropsOnlyTheShortTail) {
+  auto producer = Serve("p", {"--batch-size", "16", "--epochs", "1"});
+  auto consumer = Consume("p", {"--batch-size", "10", "--drop-last"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  auto epochs = ParseJsonLines(consumer->Stdout());
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(U64(epochs[0], "batches"), 10u);
+  EXPECT_EQ(U64(epochs[0], "samples"), 100u);
+  EXPECT_EQ(U64(epochs[0], "unique_samples"), 100u);
+  EXPECT_EQ(U64(epochs[0], "expected_batches"), 10u);
+}
+
+TEST_F(IntegrationTest, LateJoinerGetsTheRestThenWholeEpochs) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3"});
+  auto first = Consume("p", {"--step-ms", "15"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
+    return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
+  }));
+  auto late = Consume("p");
+  ASSERT_EQ(late->Wait(), 0) << late->Stderr();
+  ASSERT_EQ(first->Wait(), 0) << first->Stderr();
+  auto late_epochs = ParseJsonLines(late->Stdout());
+  ASSERT_EQ(late_epochs.size(), 3u) << late->Stdout();
+  EXPECT_EQ(late_epochs[0].at("partial"), "true");
+  EXPECT_EQ(U64(late_epochs[0], "epoch"), 0u);
+  EXPECT_LT(U64(late_epochs[0], "samples"), static_cast<uint64_t>(kImages));
+  EXPECT_GT(U64(late_epochs[0], "samples"), 0u);
+  EXPECT_EQ(U64(late_epochs[0], "samples"), U64(late_epochs[0], "unique_samples"));
+  ExpectExactEpoch(late_epochs[1]);
+  ExpectExactEpoch(late_epochs[2]);
+  for (const auto& e : ParseJsonLines(first->Stdout())) ExpectExactEpoch(e);
+}
+
+TEST_F(IntegrationTest, WaitForEpochJoinsAtTheNextBoundary) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3"});
+  auto first = Consume("p", {"--step-ms", "15"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
+    return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
+  }));
+  auto waiter = Consume("p", {"--wait-for-epoch"});
+  ASSERT_EQ(waiter->Wait(), 0) << waiter->Stderr();
+  auto epochs = ParseJsonLines(waiter->Stdout());
+  ASSERT_EQ(epochs.size(), 2u) << waiter->Stdout();
+  EXPECT_EQ(U64(epochs[0], "epoch"), 1u);
+  ExpectExactEpoch(epochs[0]);
+  ExpectExactEpoch(epochs[1]);
+}
+
+TEST_F(IntegrationTest, ProducerNeverRunsMoreThanTheWindowAhead) {
+  const uint64_t window = 3;
+  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "1", "--window", std::to_string(window)});
+  auto slow = Consume("p", {"--step-ms", "30"});
+  int checks = 0;
+  for (int i = 0; i < 15 && slow->running(); ++i) {
+    JsonLine s = StatusOf("p");
+    if (s.empty() || s.count("slots_in_use") == 0) continue;
+    EXPECT_LE(U64(s, "slots_in_use"), window);
+    // Every slot in use is held by the one consumer, so published - acked <= window.
+    ++checks;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  EXPECT_GT(checks, 3);
+  ASSERT_EQ(slow->Wait(), 0);
+  ExpectExactEpoch(ParseJsonLines(slow->Stdout()).at(0));
+}
+
+TEST_F(IntegrationTest, ClientLibraryLeasesHoldTheSlotUntilReleased) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--window", "2"});
+  ConsumerOptions o;
+  o.name = "p";
+  ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
+  ASSERT_OK_AND_ASSIGN(bool more, consumer->NextEpoch());
+  ASSERT_TRUE(more);
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> a, consumer->Next());
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, consumer->Next());
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(a->gathered());
+  // Both slots of the window are leased: the producer must stay at 2 published batches.
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "slots_in_use") == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // give a wrong producer time to overrun
+  JsonLine s = StatusOf("p");
+  EXPECT_EQ(U64(s, "batches_published"), 2u);
+  // The data under a lease is stable while held.
+  std::vector<int64_t> indices(a->indices(), a->indices() + a->size());
+  a->Release();
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") == 3; }));
+  EXPECT_EQ(std::vector<int64_t>(b->indices(), b->indices() + 1)[0], b->indices()[0]);
+  EXPECT_EQ(indices.size(), 8u);
+}
+
+TEST_F(IntegrationTest, KilledConsumerIsDetectedAndOthersStayExact) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "3"});
+  auto victim = Consume("p", {"--step-ms", "1000"});  // holds its slots and never lets go
+  auto a = Consume("p", {"--batch-size", "5"});
+  auto b = Consume("p", {"--batch-size", "13"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 2; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  victim->Signal(SIGKILL);
+  ASSERT_EQ(a->Wait(), 0) << a->Stderr();
+  ASSERT_EQ(b->Wait(), 0) << b->Stderr();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (auto* c : {a.get(), b.get()}) {
+    auto epochs = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(epochs.size(), 2u);
+    for (const auto& e : epochs) ExpectExactEpoch(e);
+  }
+  // pidfd notices at once; far below the 1.5 s heartbeat timeout plus the work itself.
+  EXPECT_LT(secs, 10.0);
+  EXPECT_NE(producer->Stderr().find("exited"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(producer->Wait(), 0);
+}
+
+TEST_F(IntegrationTest, SigtermTellsConsumersWhoEndCleanly) {
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "3"});
+  auto consumer = Consume("p", {"--step-ms", "5"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 20; }));
+  producer->Signal(SIGTERM);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+  EXPECT_EQ(consumer->Wait(10000), 0) << consumer->Stderr();
+  auto epochs = ParseJsonLines(consumer->Stdout());
+  ASSERT_FALSE(epochs.empty());
+  // Everything delivered before the stop was distinct within its epoch.
+  for (const auto& e : epochs) EXPECT_EQ(U64(e, "samples"), U64(e, "unique_samples"));
+}
+
+TEST_F(IntegrationTest, SigkillOfProducerGivesConsumersAClearErrorNotAHang) {
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "3"});
+  auto c1 = Consume("p", {"--step-ms", "5"});
+  auto c2 = Consume("p", {"--step-ms", "5", "--batch-size", "3"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return s.count("consumers") && U64(s, "batches_published") >= 10; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  producer->Signal(SIGKILL);
+  EXPECT_EQ(c1->Wait(5000), 1);
+  EXPECT_EQ(c2->Wait(5000), 1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 1.5 + 1.0);  // within the heartbeat timeout (pidfd makes it immediate)
+  EXPECT_NE(c1->Stderr().find("exited without saying goodbye"), std::string::npos) << c1->Stderr();
+  // The crashed producer's ring and socket are left behind, and the next start reclaims them.
+  auto again = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  auto consumer = Consume("p");
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ExpectExactEpoch(ParseJsonLines(consumer->Stdout()).at(0));
+  EXPECT_EQ(again->Wait(), 0);
+}
+
+TEST_F(IntegrationTest, TwoProducersSideBySide) {
+  auto p1 = Serve("one", {"--batch-size", "8", "--epochs", "1"});
+  auto p2 = Serve("two", {"--batch-size", "16", "--epochs", "1"});
+  auto c1 = Consume("one");
+  auto c2 = Consume("two");
+  ASSERT_EQ(c1->Wait(), 0) << c1->Stderr();
+  ASSERT_EQ(c2->Wait(), 0) << c2->Stderr();
+  ExpectExactEpoch(ParseJsonLines(c1->Stdout()).at(0));
+  ExpectExactEpoch(ParseJsonLines(c2->Stdout()).at(0));
+  EXPECT_EQ(U64(ParseJsonLines(c1->Stdout()).at(0), "batches"), 13u);
+  EXPECT_EQ(U64(ParseJsonLines(c2->Stdout()).at(0), "batches"), 7u);
+  // The same name twice is refused, naming the holder.
+  Child dup(Coloader({"serve", "--data", data_, "--name", "one", "--quiet"}), env_);
+  EXPECT_EQ(dup.Wait(), 1);
+  EXPECT_NE(dup.Stderr().find("already running"), std::string::npos) << dup.Stderr();
+}
+
+TEST_F(IntegrationTest, CleansUpSharedMemoryAndKeepsTheRunDirPrivate) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  struct stat st {};
+  ASSERT_EQ(::stat(run_dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((run_dir_ + "/p.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
+  EXPECT_TRUE(fs::exists("/dev/shm/" + paths.shm_name));
+  auto consumer = Consume("p");
+  ASSERT_EQ(consumer->Wait(), 0);
+  ASSERT_EQ(producer->Wait(), 0);
+  EXPECT_FALSE(fs::exists("/dev/shm/" + paths.shm_name));
+  EXPECT_FALSE(fs::exists(run_dir_ + "/p.sock"));
+  EXPECT_FALSE(fs::exists(run_dir_ + "/p.lock"));
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+TEST_F(IntegrationTest, BadDataPathsAreNamed) {
+  const std::string empty = tmp_.path() + "/empty";
+  fs::create_directories(empty);
+  const std::string no_images = tmp_.path() + "/noimg";
+  fs::create_directories(no_images + "/cls");
+  testing::WriteFile(no_images + "/cls/readme.txt", "hello");
+  for (const std::string& path : {tmp_.path() + "/missing", empty, no_images}) {
+    Child serve(Coloader({"serve", "--data", path, "--name", "p", "--quiet"}), env_);
+    EXPECT_NE(serve.Wait(), 0);
+    EXPECT_NE(serve.Stderr().find(path), std::string::npos) << serve.Stderr();
+  }
+}
+
+TEST_F(IntegrationTest, WrongFlagsAreRejectedWithUsage) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"serve", "--data", data_, "--name", "p", "--batch-size", "abc"},
+      {"serve", "--data", data_, "--name", "p", "--augment", "sideways"},
+      {"serve", "--data", data_, "--name", "p", "--bogus"},
+      {"serve", "--data", data_},
+      {"serve", "--data", data_, "--name", "bad/name"},
+      {"serve", "--data", data_, "--name", "p", "--window", "1"},
+      {"consume"},
+      {"frobnicate"},
+  };
+  for (const auto& args : bad) {
+    Child c(Coloader(args), env_);
+    EXPECT_EQ(c.Wait(), 2) << args.back() << ": " << c.Stderr();
+    EXPECT_FALSE(c.Stderr().empty());
+  }
+}
+
+TEST_F(IntegrationTest, ConsumerOfAMissingProducerFailsClearly) {
+  Child c(Coloader({"consume", "--name", "nobody"}), env_);
+  EXPECT_EQ(c.Wait(10000), 1);
+  EXPECT_NE(c.Stderr().find("no producer named 'nobody'"), std::string::npos) << c.Stderr();
+  Child s(Coloader({"status", "--name", "nobody"}), env_);
+  EXPECT_EQ(s.Wait(10000), 1);
+}
+
+TEST_F(IntegrationTest, CorruptFilesAreSkippedAndCountedOrFailTheRun) {
+  const std::string data = tmp_.path() + "/withbad";
+  testing::MakeImageFolder(data, 40, 2);
+  testing::WriteFile(data + "/class0/zz_text.jpg", "this is not an image");
+  std::string jpeg = testing::ReadFile(data + "/class1/img00001.jpg");
+  testing::WriteFile(data + "/class1/zz_truncated.jpg", jpeg.substr(0, jpeg.size() / 2));
+  {
+    auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2"}, data);
+    auto consumer = Consume("p", {"--batch-size", "7"});
+    ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+    ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+    for (const auto& e : ParseJsonLines(consumer->Stdout())) {
+      EXPECT_EQ(U64(e, "samples"), 40u);
+      EXPECT_EQ(U64(e, "unique_samples"), 40u);
+    }
+    EXPECT_NE(producer->Stderr().find("zz_text.jpg"), std::string::npos) << producer->Stderr();
+    EXPECT_NE(producer->Stderr().find("zz_truncated.jpg"), std::string::npos) << producer->Stderr();
+  }
+  {
+    auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--on-bad-file", "fail"}, data);
+    auto consumer = Consume("p");
+    EXPECT_EQ(producer->Wait(), 1);
+    EXPECT_NE(producer->Stderr().find("zz_t"), std::string::npos) << producer->Stderr();
+    EXPECT_EQ(consumer->Wait(), 0) << consumer->Stderr();  // told the producer stopped
+  }
+}
+
+// Sends raw frames to the producer's socket as a hostile or outdated peer would.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& endpoint) : sock_(ctx_, zmq::socket_type::dealer) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.connect(endpoint);
+  }
+  void Send(const std::vector<uint8_t>& bytes) { sock_.send(zmq::buffer(bytes), zmq::send_flags::none); }
+  std::optional<std::vector<uint8_t>> Receive(int timeout_ms) {
+    zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+    zmq::message_t m;
+    if (!(item.revents & ZMQ_POLLIN) || !sock_.recv(m, zmq::recv_flags::dontwait)) return std::nullopt;
+    return std::vector<uint8_t>(m.data<uint8_t>(), m.data<uint8_t>() + m.size());
+  }
+
+ private:
+  zmq::context_t ctx_{1};
+  zmq::socket_t sock_;
+};
+
+TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
+  RawPeer peer(paths.endpoint);
+  peer.Send({1, 2, 3});                                   // shorter than a header
+  peer.Send(std::vector<uint8_t>(64, 0xAB));              // bad magic
+  std::vector<uint8_t> hello = Encode(Hello{1, 8, 0, "x"});
+  hello.resize(hello.size() - 1);                         // truncated Hello
+  peer.Send(hello);
+  std::vector<uint8_t> future = Encode(Hello{1, 8, 0, "from the future"});
+  future[4] = 99;                                         // another protocol version
+  peer.Send(future);
+  auto reply = peer.Receive(5000);
+  ASSERT_TRUE(reply.has_value());
+  auto m = Decode(reply->data(), reply->size());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto* reject = std::get_if<Reject>(&*m);
+  ASSERT_NE(reject, nullptr);
+  EXPECT_EQ(reject->code, RejectCode::kVersion);
+  EXPECT_NE(reject->reason.find("99"), std::string::npos);
+  // The producer carries on and serves a well-behaved consumer exactly.
+  auto consumer = Consume("p");
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ExpectExactEpoch(ParseJsonLines(consumer->Stdout()).at(0));
+  EXPECT_EQ(producer->Wait(), 0);
+  EXPECT_NE(producer->Stderr().find("rejected a message"), std::string::npos);
+}
+
+TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3"});
+  auto consumer = Consume("p", {"--step-ms", "20", "--batch-size", "6"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 3; }));
+  Child status(Coloader({"status", "--name", "p", "--json"}), env_);
+  ASSERT_EQ(status.Wait(), 0);
+  const std::string out = status.Stdout();
+  EXPECT_NE(out.find("\"consumers\":[{"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"batch_size\":6"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"pid\":" + std::to_string(consumer->pid())), std::string::npos) << out;
+  EXPECT_NE(out.find("\"state\":\"running\""), std::string::npos) << out;
+  Child table(Coloader({"status", "--name", "p"}), env_);
+  ASSERT_EQ(table.Wait(), 0);
+  EXPECT_NE(table.Stdout().find("images/s"), std::string::npos);
+  consumer->Signal(SIGKILL);
+}
+
+}  // namespace
+}  // namespace coloader

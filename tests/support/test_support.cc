@@ -1,0 +1,194 @@
+#include "tests/support/test_support.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+extern char** environ;
+
+namespace coloader::testing {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "coloader-test-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) std::abort();
+  path_ = tmpl;
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+Child::Child(std::vector<std::string> argv, std::map<std::string, std::string> env) {
+  out_path_ = dir_.path() + "/stdout";
+  err_path_ = dir_.path() + "/stderr";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  for (auto& s : argv) args.push_back(s.data());
+  args.push_back(nullptr);
+  if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+  posix_spawn_file_actions_destroy(&actions);
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, &status_, 0);
+  }
+}
+
+bool Child::running() {
+  if (pid_ <= 0 || reaped_) return false;
+  pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+void Child::Signal(int sig) {
+  if (pid_ > 0 && !reaped_) ::kill(pid_, sig);
+}
+
+int Child::Wait(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!reaped_) {
+    pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status_, 0);
+      reaped_ = true;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (WIFEXITED(status_)) return WEXITSTATUS(status_);
+  if (WIFSIGNALED(status_)) return 128 + WTERMSIG(status_);
+  return -1;
+}
+
+bool Child::WaitFor(const std::string& file, const std::string& needle, int timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (ReadFile(file).find(needle) != std::string::npos) return true;
+    if (!running()) return ReadFile(file).find(needle) != std::string::npos;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+bool Child::WaitForStderr(const std::string& needle, int timeout_ms) { return WaitFor(err_path_, needle, timeout_ms); }
+bool Child::WaitForStdout(const std::string& needle, int timeout_ms) { return WaitFor(out_path_, needle, timeout_ms); }
+std::string Child::Stdout() const { return ReadFile(out_path_); }
+std::string Child::Stderr() const { return ReadFile(err_path_); }
+
+std::vector<std::string> Coloader(std::vector<std::string> args) {
+  args.insert(args.begin(), COLOADER_BINARY);
+  return args;
+}
+
+std::vector<JsonLine> ParseJsonLines(const std::string& text) {
+  std::vector<JsonLine> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    JsonLine obj;
+    size_t i = 1;
+    while (i < line.size()) {
+      size_t k0 = line.find('"', i);
+      if (k0 == std::string::npos) break;
+      size_t k1 = line.find('"', k0 + 1);
+      std::string key = line.substr(k0 + 1, k1 - k0 - 1);
+      size_t v0 = line.find(':', k1) + 1;
+      std::string value;
+      size_t next;
+      if (line[v0] == '"') {
+        size_t v1 = line.find('"', v0 + 1);
+        value = line.substr(v0 + 1, v1 - v0 - 1);
+        next = v1 + 1;
+      } else {
+        next = line.find_first_of(",}", v0);
+        value = line.substr(v0, next - v0);
+      }
+      obj[key] = value;
+      i = next + 1;
+    }
+    out.push_back(std::move(obj));
+  }
+  return out;
+}
+
+uint64_t U64(const JsonLine& line, const std::string& key) {
+  auto it = line.find(key);
+  if (it == line.end()) {
+    ADD_FAILURE() << "missing key " << key;
+    return 0;
+  }
+  return std::strtoull(it->second.c_str(), nullptr, 10);
+}
+
+int MakeImageFolder(const std::string& root, int count, int classes, int width, int height) {
+  fs::create_directories(root);
+  for (int c = 0; c < classes; ++c) fs::create_directories(root + "/class" + std::to_string(c));
+  cv::RNG rng(12345);
+  for (int i = 0; i < count; ++i) {
+    cv::Mat img(height, width, CV_8UC3);
+    rng.fill(img, cv::RNG::UNIFORM, 0, 255);
+    cv::rectangle(img, {i % width, 0}, {width - 1, (i * 7) % height}, cv::Scalar(i % 256, 255 - i % 256, 128), -1);
+    std::vector<uint8_t> bytes;
+    cv::imencode(".jpg", img, bytes, {cv::IMWRITE_JPEG_QUALITY, 90});
+    char name[64];
+    std::snprintf(name, sizeof(name), "/class%d/img%05d.jpg", i % classes, i);
+    WriteFile(root + name, std::string(bytes.begin(), bytes.end()));
+  }
+  return count;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+
+}  // namespace coloader::testing
