@@ -72,12 +72,18 @@ struct ConsumerState {
   void IoLoop();
 };
 
-// One producer slot this consumer was given. Its destruction is the ack.
+// One producer slot this consumer was given. Its destruction is the ack, so exactly one
+// exists per announcement: not copyable, only ever made by MakeLease.
 struct SlotLease {
+  SlotLease(std::shared_ptr<ConsumerState> s, const BatchAnnouncement& ann, const uint8_t* b)
+      : state(std::move(s)), a(ann), base(b) {}
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease() { state->QueueAck(a.seq); }
+
   std::shared_ptr<ConsumerState> state;
   BatchAnnouncement a;
   const uint8_t* base = nullptr;
-  ~SlotLease() { state->QueueAck(a.seq); }
 };
 
 void ConsumerState::IoLoop() {
@@ -359,7 +365,7 @@ Status Consumer::SkipRestOfEpoch() {
       pending_ = a;
       break;
     }
-    current_ = std::make_shared<SlotLease>(SlotLease{state_, *a, nullptr});
+    current_ = std::make_shared<SlotLease>(state_, *a, nullptr);
   }
   current_.reset();
   epoch_ended_ = true;
@@ -415,7 +421,7 @@ Result<std::optional<Batch>> Consumer::Next() {
         break;
       }
       const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
-      current_ = std::make_shared<SlotLease>(SlotLease{state_, *a, base});
+      current_ = std::make_shared<SlotLease>(state_, *a, base);
       offset_ = 0;
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what coloader needs on Debian 12 (apt) and builds it into build/.
+#   scripts/setup.sh            build dependencies + the build
+#   scripts/setup.sh --bench    also what the benchmarks compare against (PIL, torchvision)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake pkg-config libgtest-dev
+          cppzmq-dev libzmq3-dev libturbojpeg0-dev libboost-dev
+          libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+          gnome-backgrounds python3 python3-pil)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(python3-torchvision python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=OFF >/dev/null
+cmake --build build -j "$jobs"
+echo "setup: built build/server/coloader"
