@@ -432,6 +432,9 @@ Result<std::optional<Batch>> Consumer::Next() {
       last = true;
       break;
     }
+    // A slot sliced to its end belongs to the batches taken from it alone: drop the cursor's
+    // reference, so that releasing them acks the slot at once (not at the next Next()).
+    if (offset_ == current_->a.count) current_.reset();
   }
   if (last) {
     epoch_ended_ = true;

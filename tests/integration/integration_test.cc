@@ -189,7 +189,7 @@ TEST_F(IntegrationTest, ProducerNeverRunsMoreThanTheWindowAhead) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
   }
   EXPECT_GT(checks, 3);
-  ASSERT_EQ(slow->Wait(), 0);
+  ASSERT_EQ(slow->Wait(), 0) << slow->Stderr();
   ExpectExactEpoch(ParseJsonLines(slow->Stdout()).at(0));
 }
 
@@ -300,8 +300,8 @@ TEST_F(IntegrationTest, CleansUpSharedMemoryAndKeepsTheRunDirPrivate) {
   ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
   EXPECT_TRUE(fs::exists("/dev/shm/" + paths.shm_name));
   auto consumer = Consume("p");
-  ASSERT_EQ(consumer->Wait(), 0);
-  ASSERT_EQ(producer->Wait(), 0);
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
   EXPECT_FALSE(fs::exists("/dev/shm/" + paths.shm_name));
   EXPECT_FALSE(fs::exists(run_dir_ + "/p.sock"));
   EXPECT_FALSE(fs::exists(run_dir_ + "/p.lock"));

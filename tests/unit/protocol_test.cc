@@ -77,7 +77,9 @@ TEST(ProtocolTest, EveryTruncationIsRejected) {
       std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<long>(n));
       Result<Message> r = Decode(cut.data(), cut.size());
       EXPECT_FALSE(r.ok()) << MessageTypeName(m) << " cut to " << n << " bytes";
-      if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kProtocolError);
+      if (!r.ok()) {
+        EXPECT_EQ(r.status().code(), StatusCode::kProtocolError);
+      }
     }
   }
 }

@@ -1,0 +1,218 @@
+// The C ABI over coloader::Consumer. Every exported function runs its body inside Guard(),
+// which catches everything (nothing may unwind into C or Python), maps a Status or exception
+// to a coloader_error code and keeps the message in this thread's last-error string.
+#include "client/c_api.h"
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "client/consumer.h"
+
+#ifndef COLOADER_VERSION
+#define COLOADER_VERSION "unknown"
+#endif
+
+struct coloader_consumer {
+  std::unique_ptr<coloader::Consumer> impl;
+};
+
+struct coloader_batch {
+  explicit coloader_batch(coloader::Batch b) : batch(std::move(b)) {}
+  coloader::Batch batch;  // the lease; destroying it acks the producer (never blocks)
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+int SetError(int code, std::string message) {
+  // Assigning may allocate; if even that fails, the old message stays. Never throws out.
+  try {
+    t_last_error = std::move(message);
+  } catch (...) {
+  }
+  return code;
+}
+
+int CodeFor(coloader::StatusCode code) {
+  using coloader::StatusCode;
+  switch (code) {
+    case StatusCode::kOk:
+      return COLOADER_OK;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kAlreadyExists:
+      return COLOADER_E_INVALID;
+    case StatusCode::kNotFound:
+      return COLOADER_E_NOT_FOUND;
+    case StatusCode::kIOError:
+      return COLOADER_E_IO;
+    case StatusCode::kProtocolError:
+      return COLOADER_E_PROTOCOL;
+    case StatusCode::kTimeout:
+      return COLOADER_E_TIMEOUT;
+    case StatusCode::kDisconnected:
+    case StatusCode::kCancelled:
+      return COLOADER_E_DISCONNECTED;
+    case StatusCode::kInternal:
+      return COLOADER_E_INTERNAL;
+  }
+  return COLOADER_E_INTERNAL;
+}
+
+int Fail(const coloader::Status& st) { return SetError(CodeFor(st.code()), st.message()); }
+
+// Runs `body` (which returns a coloader_error code) and turns any exception into one.
+template <typename Fn>
+int Guard(const char* what, Fn&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": out of memory");
+  } catch (const std::exception& e) {
+    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": " + e.what());
+  } catch (...) {
+    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": unknown exception");
+  }
+}
+
+int NullArgument(const char* what, const char* arg) {
+  return SetError(COLOADER_E_INVALID, std::string(what) + ": " + arg + " is NULL");
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* coloader_last_error(void) { return t_last_error.c_str(); }
+
+const char* coloader_version(void) { return COLOADER_VERSION; }
+
+int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out) {
+  constexpr const char* kWhat = "coloader_consumer_open";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    *out = nullptr;
+    if (options == nullptr) return NullArgument(kWhat, "options");
+    const bool has_name = options->name != nullptr && options->name[0] != '\0';
+    const bool has_endpoint = options->endpoint != nullptr && options->endpoint[0] != '\0';
+    if (!has_name && !has_endpoint) {
+      return SetError(COLOADER_E_INVALID, "give a producer name or an endpoint to connect to");
+    }
+    if (options->connect_timeout_ms < 0 || options->timeout_ms < 0) {
+      return SetError(COLOADER_E_INVALID, "timeouts must be >= 0 ms (connect_timeout_ms " +
+                                              std::to_string(options->connect_timeout_ms) +
+                                              ", timeout_ms " + std::to_string(options->timeout_ms) + ")");
+    }
+    coloader::ConsumerOptions o;
+    if (has_name) o.name = options->name;
+    if (has_endpoint) o.endpoint = options->endpoint;
+    o.batch_size = options->batch_size;
+    o.drop_last = options->drop_last != 0;
+    o.wait_for_epoch = options->wait_for_epoch != 0;
+    if (options->connect_timeout_ms > 0) o.connect_timeout_ms = options->connect_timeout_ms;
+    o.timeout_ms = options->timeout_ms;
+    if (options->client_name != nullptr) o.client_name = options->client_name;
+
+    auto consumer = std::make_unique<coloader_consumer>();
+    auto connected = coloader::Consumer::Connect(std::move(o));
+    if (!connected.ok()) return Fail(connected.status());
+    consumer->impl = std::move(*connected);
+    *out = consumer.release();
+    return COLOADER_OK;
+  });
+}
+
+int coloader_consumer_next_epoch(coloader_consumer* c) {
+  constexpr const char* kWhat = "coloader_consumer_next_epoch";
+  return Guard(kWhat, [&]() -> int {
+    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
+    auto more = c->impl->NextEpoch();
+    if (!more.ok()) return Fail(more.status());
+    return *more ? COLOADER_OK : COLOADER_END;
+  });
+}
+
+int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out) {
+  constexpr const char* kWhat = "coloader_consumer_next_batch";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    *out = nullptr;
+    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
+    auto next = c->impl->Next();
+    if (!next.ok()) return Fail(next.status());
+    if (!next->has_value()) return COLOADER_END;
+    // If this allocation throws, the Batch is destroyed on unwinding: its lease is acked.
+    *out = new coloader_batch(std::move(**next));
+    return COLOADER_OK;
+  });
+}
+
+uint64_t coloader_consumer_epoch(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->epoch() : 0;
+}
+
+int32_t coloader_consumer_partial(const coloader_consumer* c) {
+  return c != nullptr && c->impl && c->impl->partial() ? 1 : 0;
+}
+
+uint64_t coloader_consumer_len(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->size() : 0;
+}
+
+uint64_t coloader_consumer_dataset_size(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().dataset_size : 0;
+}
+
+uint64_t coloader_consumer_epoch_samples(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().epoch_samples : 0;
+}
+
+uint32_t coloader_consumer_batch_size(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->batch_size() : 0;
+}
+
+void coloader_consumer_close(coloader_consumer* c) {
+  if (c == nullptr) return;
+  (void)Guard("coloader_consumer_close", [&]() -> int {
+    if (c->impl) c->impl->Close();  // says goodbye; leases still alive keep their mapping
+    return COLOADER_OK;
+  });
+  delete c;  // ~Consumer only repeats Close(), which is idempotent
+}
+
+int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out) {
+  constexpr const char* kWhat = "coloader_batch_info_get";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    if (b == nullptr) return NullArgument(kWhat, "batch");
+    std::memset(out, 0, sizeof(*out));
+    const coloader::Batch& batch = b->batch;
+    out->data = batch.data();
+    out->indices = batch.indices();
+    out->labels = batch.labels();
+    out->size = batch.size();
+    out->dtype = static_cast<uint32_t>(batch.dtype());
+    out->layout = static_cast<uint32_t>(batch.layout());
+    const std::vector<int64_t> shape = batch.shape();
+    out->ndim = static_cast<uint32_t>(shape.size());
+    for (size_t i = 0; i < shape.size() && i < 4; ++i) out->shape[i] = shape[i];
+    out->bytes = batch.bytes();
+    out->epoch = batch.epoch();
+    out->device = -1;  // the host shared-memory path; CUDA IPC comes later
+    out->gathered = batch.gathered() ? 1 : 0;
+    return COLOADER_OK;
+  });
+}
+
+void coloader_batch_release(coloader_batch* b) {
+  if (b == nullptr) return;
+  // ~Batch queues the ack for the I/O thread (an eventfd write) and never blocks.
+  delete b;
+}
+
+}  // extern "C"

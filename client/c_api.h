@@ -1,0 +1,90 @@
+/* The C ABI of the coloader consumer, for languages other than C++ (Python uses it through
+ * ctypes). Nothing throws across it: every function returns 0 on success or a negative
+ * coloader_error code, and coloader_last_error() gives this thread's last message.
+ *
+ * Lifetimes: a coloader_consumer* is owned by the caller until coloader_consumer_close().
+ * A coloader_batch* is a lease on producer memory, owned by the caller until
+ * coloader_batch_release(), which never blocks and may be called from any thread (a garbage
+ * collector's) and after the consumer was closed. */
+#ifndef COLOADER_C_API_H_
+#define COLOADER_C_API_H_
+
+#include <stdint.h>
+
+/* The library is built with hidden visibility; only what is marked here is exported. */
+#if defined(__GNUC__) || defined(__clang__)
+#define COLOADER_C_EXPORT __attribute__((visibility("default")))
+#else
+#define COLOADER_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum coloader_error {
+  COLOADER_OK = 0,
+  COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch) */
+  COLOADER_E_INVALID = -1,
+  COLOADER_E_NOT_FOUND = -2,
+  COLOADER_E_IO = -3,
+  COLOADER_E_PROTOCOL = -4,
+  COLOADER_E_TIMEOUT = -5,
+  COLOADER_E_DISCONNECTED = -6,
+  COLOADER_E_INTERNAL = -7,
+};
+
+typedef struct coloader_consumer coloader_consumer;
+typedef struct coloader_batch coloader_batch;
+
+typedef struct coloader_consumer_options {
+  const char* name;       /* producer name, or NULL when endpoint is given */
+  const char* endpoint;   /* explicit ZeroMQ endpoint, or NULL */
+  uint32_t batch_size;    /* 0: the producer's */
+  int32_t drop_last;
+  int32_t wait_for_epoch;
+  int32_t connect_timeout_ms; /* 0: default (5000) */
+  int32_t timeout_ms;         /* 0: wait as long as the producer lives */
+  const char* client_name;    /* shown by `coloader status`, may be NULL */
+} coloader_consumer_options;
+
+/* Describes a batch; pointers stay valid until the batch is released. */
+typedef struct coloader_batch_info {
+  const void* data;
+  const int64_t* indices;
+  const int64_t* labels;
+  uint32_t size;         /* samples */
+  uint32_t dtype;        /* 0 uint8, 1 float32 */
+  uint32_t layout;       /* 0 NHWC, 1 NCHW */
+  uint32_t ndim;         /* 4 */
+  int64_t shape[4];
+  uint64_t bytes;
+  uint64_t epoch;
+  int32_t device;        /* -1: host memory; >= 0: CUDA device ordinal */
+  int32_t gathered;      /* 1 when copied because it straddled producer slots */
+} coloader_batch_info;
+
+COLOADER_C_EXPORT const char* coloader_last_error(void);
+COLOADER_C_EXPORT const char* coloader_version(void);
+
+COLOADER_C_EXPORT int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out);
+/* 0 when an epoch began; COLOADER_END when the producer has no more epochs. */
+COLOADER_C_EXPORT int coloader_consumer_next_epoch(coloader_consumer* c);
+/* 0 with *out set, or COLOADER_END at the end of the epoch. */
+COLOADER_C_EXPORT int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out);
+COLOADER_C_EXPORT uint64_t coloader_consumer_epoch(const coloader_consumer* c);
+COLOADER_C_EXPORT int32_t coloader_consumer_partial(const coloader_consumer* c);
+COLOADER_C_EXPORT uint64_t coloader_consumer_len(const coloader_consumer* c);        /* batches per whole epoch */
+COLOADER_C_EXPORT uint64_t coloader_consumer_dataset_size(const coloader_consumer* c);
+COLOADER_C_EXPORT uint64_t coloader_consumer_epoch_samples(const coloader_consumer* c);
+COLOADER_C_EXPORT uint32_t coloader_consumer_batch_size(const coloader_consumer* c);
+COLOADER_C_EXPORT void coloader_consumer_close(coloader_consumer* c);               /* NULL is fine */
+
+COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out);
+COLOADER_C_EXPORT void coloader_batch_release(coloader_batch* b);                   /* NULL is fine */
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* COLOADER_C_API_H_ */

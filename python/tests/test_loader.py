@@ -1,0 +1,616 @@
+"""coloader.Loader against a real producer process, through the build tree.
+
+Runs with: /usr/bin/python3 -m pytest -q python/tests
+It builds nothing: it expects build/server/coloader and build/client/libcoloader_c.so (or
+$COLOADER_BUILD_DIR/..., or $COLOADER_BINARY and $COLOADER_LIBRARY). Every test gets its own
+COLOADER_RUN_DIR and a producer name unique to this run (the shared-memory ring is named after
+the producer, machine-wide). Readiness is always explicit: the producer's "serving" line, a
+child's "ready" line, or the producer's status; the only waits are bounded polls of status.
+"""
+
+import gc
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+PYTHON_DIR = Path(__file__).resolve().parents[1]
+REPO = PYTHON_DIR.parent
+sys.path.insert(0, str(PYTHON_DIR))  # test the source tree, not an installed copy
+
+import coloader  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+BUILD = Path(os.environ.get("COLOADER_BUILD_DIR", REPO / "build"))
+BINARY = Path(os.environ.get("COLOADER_BINARY", BUILD / "server" / "coloader"))
+LIBRARY = Path(os.environ.get("COLOADER_LIBRARY", BUILD / "client" / "libcoloader_c.so"))
+
+NUM_IMAGES = 103
+NUM_CLASSES = 3
+PRODUCER_BATCH = 16
+STEP_TIMEOUT = 10  # seconds: every Loader gets one, so a bug fails a test instead of hanging it
+
+_names = itertools.count()
+
+
+def _missing_build():
+    missing = [str(p) for p in (BINARY, LIBRARY) if not p.is_file()]
+    return ("build the tree first (cmake -S . -B build && cmake --build build); missing: " +
+            ", ".join(missing)) if missing else None
+
+
+pytestmark = pytest.mark.skipif(_missing_build() is not None, reason=_missing_build() or "")
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory):
+    """A small ImageFolder of real JPEG files: NUM_CLASSES classes, NUM_IMAGES images."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("imagefolder")
+    rng = np.random.default_rng(0)
+    for i in range(NUM_IMAGES):
+        cls = root / ("class%d" % (i % NUM_CLASSES))
+        cls.mkdir(exist_ok=True)
+        h, w = int(rng.integers(40, 72)), int(rng.integers(40, 72))
+        # Smooth gradients plus noise: compresses like a photo more than pure noise does.
+        y, x = np.mgrid[0:h, 0:w]
+        base = np.stack([(x * 255 // w), (y * 255 // h), ((x + y) * 127 // (w + h))], axis=-1)
+        pixels = np.clip(base + rng.integers(-40, 40, size=(h, w, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(cls / ("img%03d.jpg" % i), quality=90)
+    return root
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """A private run directory, for this process and the children it starts."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("COLOADER_RUN_DIR", str(run_dir))
+    monkeypatch.setenv("COLOADER_LIBRARY", str(LIBRARY))
+    return run_dir
+
+
+class Producer:
+    """A `coloader serve` subprocess, started and waited for by its "serving" line."""
+
+    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4):
+        self.name = "pytest-%d-%d" % (os.getpid(), next(_names))
+        epoch_args = ["--forever"] if epochs is None else ["--epochs", str(epochs)]
+        cmd = [str(BINARY), "serve", "--data", str(data), "--name", self.name,
+               "--batch-size", str(batch_size), "--window", str(window), *epoch_args,
+               "--quiet", "--image-size", "32", "--workers", "2",
+               "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500", *args]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.lines = []
+        self._serving = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        if not self._serving.wait(STEP_TIMEOUT) or self.proc.poll() is not None:
+            self.stop()
+            raise AssertionError("producer did not start serving:\n" + "".join(self.lines))
+
+    def _read(self):
+        for line in self.proc.stderr:  # drained to the end, so the producer never blocks on it
+            self.lines.append(line)
+            if "serving" in line:
+                self._serving.set()
+        self._serving.set()
+
+    def status(self):
+        out = subprocess.run([str(BINARY), "status", "--name", self.name, "--json"],
+                             capture_output=True, text=True, timeout=STEP_TIMEOUT)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    def consumer(self, pid=None):
+        consumers = [c for c in self.status()["consumers"] if pid is None or c["pid"] == pid]
+        assert len(consumers) == 1, consumers
+        return consumers[0]
+
+    def wait_for(self, predicate, what, timeout=STEP_TIMEOUT):
+        """Polls the producer's status until predicate(status) holds; returns that status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if predicate(st):
+                return st
+            if time.monotonic() > deadline:
+                raise AssertionError("timed out waiting for %s; last status: %s" % (what, st))
+            time.sleep(0.02)
+
+    def wait(self, timeout=STEP_TIMEOUT):
+        rc = self.proc.wait(timeout)
+        self._reader.join(timeout)
+        return rc
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(STEP_TIMEOUT)
+
+
+@pytest.fixture
+def serve(dataset, env):
+    started = []
+
+    def start(*args, **kwargs):
+        p = Producer(dataset, *args, **kwargs)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+def loader_for(producer, **kwargs):
+    kwargs.setdefault("timeout", STEP_TIMEOUT)
+    return coloader.Loader(producer.name, **kwargs)
+
+
+def run_epoch(loader):
+    """One epoch: (list of batch sizes, list of dataset indices, {index: label})."""
+    sizes, indices, labels = [], [], {}
+    for images, lbl in loader:
+        assert images.shape[0] == lbl.shape[0] == loader.indices.shape[0]
+        sizes.append(images.shape[0])
+        for i, l in zip(loader.indices.tolist(), lbl.tolist()):
+            indices.append(i)
+            labels[i] = l
+    return sizes, indices, labels
+
+
+def in_thread(fn, *args):
+    """Runs fn in a thread; returns a callable that joins it and returns (or raises) its result."""
+    result = {}
+
+    def body():
+        try:
+            result["value"] = fn(*args)
+        except BaseException as e:  # re-raised in the joining thread
+            result["error"] = e
+
+    t = threading.Thread(target=body, daemon=True)
+    t.start()
+
+    def join(timeout=3 * STEP_TIMEOUT):
+        t.join(timeout)
+        assert not t.is_alive(), "thread still running after %s s" % timeout
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
+
+    return join
+
+
+def expected_sizes(batch, drop_last=False, n=NUM_IMAGES):
+    full, rest = divmod(n, batch)
+    return [batch] * full + ([] if drop_last or rest == 0 else [rest])
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_missing_producer_raises_producer_not_found(env):
+    with pytest.raises(coloader.ProducerNotFound) as e:
+        coloader.Loader("no-such-producer-here")
+    assert "no-such-producer-here" in str(e.value)
+    assert isinstance(e.value, coloader.ColoaderError)
+    assert e.value.code == -2
+
+
+def test_bad_arguments_raise_invalid_argument(env):
+    with pytest.raises(coloader.InvalidArgument):
+        coloader.Loader()
+    with pytest.raises(ValueError):
+        coloader.Loader("x", batch_size=0)
+
+
+def test_python_m_coloader_runs_the_binary(serve):
+    p = serve(epochs=None)
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), COLOADER_BINARY=str(BINARY))
+    out = subprocess.run([sys.executable, "-m", "coloader", "status", "--name", p.name, "--json"],
+                         capture_output=True, text=True, timeout=STEP_TIMEOUT, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["name"] == p.name
+    env["COLOADER_BINARY"] = "/nonexistent/coloader"
+    out = subprocess.run([sys.executable, "-m", "coloader", "status"], capture_output=True, text=True,
+                         timeout=STEP_TIMEOUT, env=env)
+    assert out.returncode == 127 and "COLOADER_BINARY" in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Epochs
+
+
+def test_exact_epochs_for_any_batch_size(serve):
+    epochs = 2
+    configs = [dict(batch_size=5), dict(batch_size=16), dict(batch_size=40),
+               dict(batch_size=40, drop_last=True), dict()]
+    p = serve("--min-consumers", str(len(configs)), epochs=epochs)
+    loaders = [loader_for(p, **c) for c in configs]
+    for loader, c in zip(loaders, configs):
+        batch = c.get("batch_size", PRODUCER_BATCH)
+        assert loader.batch_size == batch
+        assert len(loader) == len(expected_sizes(batch, c.get("drop_last", False)))
+        assert loader.epoch_samples == NUM_IMAGES and loader.dataset_size == NUM_IMAGES
+
+    def consume(loader):
+        return [(run_epoch(loader), loader.epoch, loader.partial) for _ in range(epochs)]
+
+    joins = [in_thread(consume, loader) for loader in loaders]
+    results = [join() for join in joins]
+
+    label_of = {}
+    for loader, c, result in zip(loaders, configs, results):
+        batch = c.get("batch_size", PRODUCER_BATCH)
+        drop_last = c.get("drop_last", False)
+        for epoch, ((sizes, indices, labels), number, partial) in enumerate(result):
+            assert number == epoch and not partial
+            assert sizes == expected_sizes(batch, drop_last), c
+            if drop_last:
+                assert len(set(indices)) == len(indices) == sum(sizes)
+                assert set(indices) <= set(range(NUM_IMAGES))
+            else:
+                assert sorted(indices) == list(range(NUM_IMAGES)), c
+            for i, l in labels.items():  # the same sample has the same label everywhere
+                assert label_of.setdefault(i, l) == l
+    assert set(label_of.values()) == set(range(NUM_CLASSES))
+
+    # The producer delivered every epoch: a further epoch is empty, not an error or a hang.
+    for loader in loaders:
+        assert list(loader) == []
+        assert list(loader) == []
+        loader.close()
+    assert p.wait() == 0
+
+
+def test_new_iter_skips_the_rest_of_an_unfinished_epoch(serve):
+    p = serve(epochs=3)
+    with loader_for(p, batch_size=10) as loader:
+        it = iter(loader)
+        next(it), next(it)
+        assert loader.epoch == 0
+        sizes, indices, _ = run_epoch(loader)  # epoch 0's rest is released unread
+        assert loader.epoch == 1
+        assert sorted(indices) == list(range(NUM_IMAGES))
+        with pytest.raises(StopIteration):  # the abandoned iterator is finished
+            next(it)
+        sizes, indices, _ = run_epoch(loader)
+        assert loader.epoch == 2 and sorted(indices) == list(range(NUM_IMAGES))
+        assert list(loader) == []
+    assert p.wait() == 0
+
+
+def test_late_join_gets_a_partial_epoch_then_whole_ones(serve):
+    p = serve(epochs=3, window=2)
+    first = loader_for(p, batch_size=PRODUCER_BATCH)
+    go = threading.Event()
+
+    def run_first():
+        it = iter(first)
+        head = [next(it)[1].shape[0] for _ in range(2)]
+        go.wait(STEP_TIMEOUT)  # holds the producer mid-epoch 0 (window 2) while `late` joins
+        rest = run_epoch_from(it, first)
+        return [head + rest] + [run_epoch(first)[0] for _ in range(2)]
+
+    def run_epoch_from(it, loader):
+        return [images.shape[0] for images, _ in it]
+
+    join_first = in_thread(run_first)
+    p.wait_for(lambda st: st["batches_published"] >= 2, "the first batches")
+    late = loader_for(p, batch_size=7)
+    waiting = loader_for(p, batch_size=7, wait_for_epoch=True)
+    go.set()
+
+    def three_epochs(loader):
+        return [(run_epoch(loader), loader.epoch, loader.partial) for _ in range(3)]
+
+    # Every consumer must keep moving (back-pressure), so each runs in its own thread.
+    join_late, join_waiting = in_thread(three_epochs, late), in_thread(three_epochs, waiting)
+    late_epochs, waiting_epochs = join_late(), join_waiting()
+
+    (sizes, indices, _), epoch, partial = late_epochs[0]
+    assert partial and epoch == 0
+    assert 0 < len(indices) < NUM_IMAGES and len(set(indices)) == len(indices)
+    for n, ((sizes, indices, _), epoch, partial) in enumerate(late_epochs[1:], start=1):
+        assert not partial and epoch == n
+        assert sorted(indices) == list(range(NUM_IMAGES)) and sizes == expected_sizes(7)
+    # wait_for_epoch: the first epoch it sees is epoch 1, whole; after epoch 2 the stream ends.
+    (sizes, indices, _), epoch, partial = waiting_epochs[0]
+    assert not partial and epoch == 1 and sorted(indices) == list(range(NUM_IMAGES))
+    (sizes, indices, _), epoch, partial = waiting_epochs[1]
+    assert not partial and epoch == 2 and sorted(indices) == list(range(NUM_IMAGES))
+    assert waiting_epochs[2][0] == ([], [], {})
+    assert join_first() == [expected_sizes(PRODUCER_BATCH)] * 3
+    for loader in (first, late, waiting):
+        assert list(loader) == []
+        loader.close()
+
+
+CHILD = r"""
+import sys, time, coloader
+loader = coloader.Loader(sys.argv[1], batch_size=5, timeout=10)
+for epoch in range(100):
+    for images, labels in loader:
+        print("ready", flush=True)
+        time.sleep(0.05)
+"""
+
+
+def test_killed_consumer_does_not_stall_the_others(serve):
+    p = serve("--min-consumers", "2", epochs=2, window=3)
+    survivor = loader_for(p, batch_size=PRODUCER_BATCH, timeout=5)
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
+    child = subprocess.Popen([sys.executable, "-c", CHILD, p.name], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "ready"  # mid-epoch 0, holding a batch
+        assert p.consumer(child.pid)["held"] >= 1
+        child.send_signal(signal.SIGKILL)
+        child.wait(STEP_TIMEOUT)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    start = time.monotonic()
+    for epoch in range(2):
+        sizes, indices, _ = run_epoch(survivor)
+        assert survivor.epoch == epoch and not survivor.partial
+        assert sorted(indices) == list(range(NUM_IMAGES))
+    assert time.monotonic() - start < STEP_TIMEOUT
+    assert list(survivor) == []
+    survivor.close()
+    assert p.wait() == 0
+
+
+def test_producer_killed_raises_producer_gone_quickly(serve):
+    p = serve(epochs=None)
+    loader = loader_for(p, batch_size=10, timeout=30)  # longer than the 3 s allowed below
+    it = iter(loader)
+    held_images, held_labels = next(it)
+    copy = held_images.numpy().tobytes()
+    p.proc.send_signal(signal.SIGKILL)
+    p.proc.wait()
+    start = time.monotonic()
+    with pytest.raises(coloader.ProducerGone) as e:
+        for _ in range(1000):
+            next(it)
+    assert time.monotonic() - start < 3.0
+    assert "pid %d" % p.proc.pid in str(e.value)
+    # The batch held before the kill is still mapped and readable.
+    assert held_images.numpy().tobytes() == copy
+    with pytest.raises(coloader.ProducerGone):
+        iter(loader)
+    loader.close()
+    del held_images, held_labels
+    gc.collect()
+
+
+def test_producer_stopped_ends_the_stream_cleanly(serve):
+    p = serve(epochs=None)
+    loader = loader_for(p, batch_size=16)
+    it = iter(loader)
+    next(it)
+    p.proc.send_signal(signal.SIGTERM)
+    for _ in it:  # the epoch ends where the producer stopped
+        pass
+    assert list(loader) == []
+    assert p.wait() == 0
+    loader.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifetime: a slot is released when its last tensor goes, exactly once, and not before.
+
+
+def test_tensors_keep_their_slot_until_the_last_one_goes(serve):
+    p = serve(epochs=1, window=3)
+    loader = loader_for(p, batch_size=PRODUCER_BATCH)  # one consumer batch per slot: views
+    pid = os.getpid()
+    acked = lambda: p.consumer(pid)["acked"]  # noqa: E731
+    it = iter(loader)
+
+    images0, labels0 = next(it)
+    p.wait_for(lambda st: st["consumers"][0]["received"] >= 1, "an announcement")
+    assert acked() == 0 and p.status()["slots_in_use"] >= 1
+
+    # Batch 1 released entirely; batch 0's images dropped, but its labels are still alive.
+    images1, labels1 = next(it)
+    del images0, images1, labels1
+    gc.collect()
+    st = p.wait_for(lambda st: st["consumers"][0]["acked"] >= 1, "the ack of batch 1")
+    # Acks travel in order of release: had batch 0 gone with its images, it would be counted.
+    assert st["consumers"][0]["acked"] == 1 and st["consumers"][0]["held"] >= 1
+    assert labels0.tolist() == labels0.clone().tolist()  # still readable
+
+    del labels0
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"][0]["acked"] == 2, "the ack of batch 0")
+
+    # An array viewing the batch (numpy, a slice, a reshape) holds it as well.
+    images2, labels2 = next(it)
+    view = images2[1:3].reshape(-1).numpy()
+    del images2, labels2
+    gc.collect()
+    images3, labels3 = next(it)
+    del images3, labels3
+    gc.collect()
+    st = p.wait_for(lambda st: st["consumers"][0]["acked"] >= 3, "the ack of batch 3")
+    assert st["consumers"][0]["acked"] == 3
+    del view
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"][0]["acked"] == 4, "the ack of batch 2")
+
+    # The rest of the epoch; the last batch stays bound to the loop variables.
+    for images, labels in it:
+        pass
+    st = p.wait_for(lambda st: st["consumers"][0]["received"] == 7 and st["consumers"][0]["acked"] == 6,
+                    "every batch but the last acked")
+    assert st["consumers"][0]["held"] == 1
+    # Exactly one ack per lease: the producer finishes only when every slot came back once
+    # (an extra ack would get this consumer dropped, a missing one would keep it waiting).
+    del images, labels
+    gc.collect()
+    assert p.wait() == 0
+    assert any("every epoch delivered" in line for line in p.lines), p.lines
+    assert list(loader) == []
+    loader.close()
+
+
+def test_tensors_outlive_the_loader(serve):
+    """Closing the Loader leaves the producer only once no tensor of it is left."""
+    p = serve(epochs=None, window=3)
+    loader = loader_for(p, batch_size=5)
+    it = iter(loader)
+    kept = [next(it) for _ in range(4)]  # batch 3 straddles producer slots: a gathered copy
+    copies = [(i.numpy().tobytes(), l.tolist()) for i, l in kept]
+    loader.close()
+    with pytest.raises(coloader.ColoaderError):
+        iter(loader)
+    # Still attached and holding the slots: the producer cannot have reused them.
+    st = p.status()
+    assert len(st["consumers"]) == 1 and st["consumers"][0]["held"] >= 1
+    for (images, labels), (ci, cl) in zip(kept, copies):
+        assert images.numpy().tobytes() == ci and labels.tolist() == cl
+    del kept, images, labels, it
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
+
+
+def test_held_batch_past_the_window_stalls_the_whole_group(serve):
+    """What holding a batch does today: back-pressure stalls every consumer, not just the holder.
+
+    With --window 2 the producer can publish only two batches beyond the oldest unacked one.
+    While `holder` keeps its first batch (and has not taken its second), no slot comes back,
+    so `other` receives the two published batches and then waits: the group moves at the pace
+    of its slowest member, as the design's back-pressure rule says. Only when the holder lets
+    go does `other` continue. (A holder stuck forever is detached only if it stops
+    heartbeating, which a live process holding tensors does not.)
+    """
+    p = serve("--min-consumers", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
+    holder = loader_for(p, batch_size=PRODUCER_BATCH)
+    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=1.0)
+    holder_it = iter(holder)
+    held = next(holder_it)
+
+    it = iter(other)
+    got = [next(it)[0].shape[0] for _ in range(2)]
+    with pytest.raises(coloader.Timeout):
+        next(it)
+    assert got == [PRODUCER_BATCH] * 2
+    st = p.status()
+    assert st["slots_in_use"] == 2 and st["batches_published"] == 2
+
+    del held
+    gc.collect()
+    holder_join = in_thread(lambda: [images.shape[0] for images, _ in holder_it])
+    rest = [images.shape[0] for images, _ in it]  # the iterator survives a Timeout
+    assert got + rest == expected_sizes(PRODUCER_BATCH)
+    assert [PRODUCER_BATCH] + holder_join() == expected_sizes(PRODUCER_BATCH)
+    for loader in (holder, other):
+        loader.close()
+    assert p.wait() == 0
+
+
+@pytest.mark.xfail(strict=True, reason="client/consumer.cc: a Timeout in Consumer::Next() while it gathers a "
+                   "batch that straddles producer slots drops the samples already sliced from the first slot")
+def test_timeout_while_gathering_a_straddling_batch_loses_nothing(serve):
+    p = serve("--min-consumers", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
+    holder = loader_for(p, batch_size=PRODUCER_BATCH)
+    other = loader_for(p, batch_size=5, timeout=1.0)
+    holder_it = iter(holder)
+    held = next(holder_it)
+    it = iter(other)
+    indices = []
+    with pytest.raises(coloader.Timeout):  # 6 batches of 5 fit in the 2 published slots
+        while True:
+            next(it)
+            indices += other.indices.tolist()
+    assert len(indices) == 30
+    del held
+    gc.collect()
+    holder_join = in_thread(lambda: [images.shape[0] for images, _ in holder_it])
+    for _ in it:
+        indices += other.indices.tolist()
+    holder_join()
+    for loader in (holder, other):
+        loader.close()
+    assert sorted(indices) == list(range(NUM_IMAGES))
+
+
+# ---------------------------------------------------------------------------------------------
+# Torch
+
+
+def test_float32_nchw_tensors_work_with_torch_ops(serve):
+    p = serve(epochs=1)
+    with loader_for(p, batch_size=8) as loader:
+        images, labels = next(iter(loader))
+        assert images.shape == (8, 3, 32, 32) and images.dtype == torch.float32
+        assert labels.shape == (8,) and labels.dtype == torch.int64
+        assert 0 <= int(labels.min()) and int(labels.max()) < NUM_CLASSES
+        assert torch.isfinite(images).all()
+        assert abs(float(images.mean())) < 1.0 and 0.2 < float(images.std()) < 3.0
+        flipped = torch.flip(images, dims=[3]) * 2 + 1  # out-of-place ops make new tensors
+        assert flipped.shape == images.shape and flipped.is_contiguous()
+        one_hot = torch.nn.functional.one_hot(labels, NUM_CLASSES)
+        assert one_hot.sum() == 8
+        del images, labels
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, NUM_CLASSES))
+
+
+def test_training_loop_with_autocast_bfloat16(serve):
+    p = serve(epochs=2)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    steps = 0
+    with loader_for(p, batch_size=16) as loader:
+        for epoch in range(2):
+            for images, labels in loader:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    logits = model(images)
+                    loss = torch.nn.functional.cross_entropy(logits, labels)
+                assert logits.dtype == torch.bfloat16
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                assert torch.isfinite(loss)
+                steps += 1
+    assert steps == 2 * len(expected_sizes(16))
+    # The loop variables still hold the last batch, and with it the last slot: the producer
+    # finishes only once they are gone.
+    del images, labels
+    assert p.wait() == 0
+
+
+def test_torch_compile(serve):
+    if not hasattr(torch, "compile"):
+        pytest.skip("torch.compile needs PyTorch 2.x; this is PyTorch %s (Debian 12 ships 1.13)" % torch.__version__)
+    p = serve(epochs=1)
+    model = make_model()
+    try:
+        compiled = torch.compile(model)
+        compiled(torch.zeros(2, 3, 32, 32))
+    except Exception as e:  # inductor needs a working C++ toolchain and Triton/OpenMP setup
+        pytest.skip("torch.compile does not work on this CPU build: %s" % str(e).splitlines()[0])
+    with loader_for(p, batch_size=16) as loader:
+        for images, labels in loader:
+            assert compiled(images).shape == (images.shape[0], NUM_CLASSES)

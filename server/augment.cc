@@ -1,0 +1,165 @@
+#include "server/augment.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <opencv2/imgproc.hpp>
+
+namespace coloader {
+
+Result<AugmentMode> ParseAugmentMode(const std::string& s) {
+  if (s == "train") return AugmentMode::kTrain;
+  if (s == "eval") return AugmentMode::kEval;
+  if (s == "none") return AugmentMode::kNone;
+  return Status::Invalid("--augment must be train, eval or none, got '" + s + "'");
+}
+
+const char* AugmentModeName(AugmentMode mode) {
+  switch (mode) {
+    case AugmentMode::kTrain: return "train";
+    case AugmentMode::kEval: return "eval";
+    case AugmentMode::kNone: return "none";
+  }
+  return "?";
+}
+
+namespace {
+
+uint64_t SplitMix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+}  // namespace
+
+SampleRng::SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) {
+  // Each input goes through its own splitmix round before mixing, so (seed, epoch, index)
+  // triples that differ in one coordinate give unrelated streams.
+  uint64_t x = seed;
+  uint64_t h = SplitMix64(x);
+  x = h ^ epoch;
+  h = SplitMix64(x);
+  x = h ^ index;
+  for (uint64_t& s : s_) s = SplitMix64(x);
+}
+
+uint64_t SampleRng::NextU64() {  // xoshiro256**
+  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+double SampleRng::Uniform(double lo, double hi) {
+  const double unit = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;  // [0, 1)
+  return lo + (hi - lo) * unit;
+}
+
+int64_t SampleRng::UniformInt(int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+  // Rejection keeps the draw unbiased for spans that do not divide 2^64.
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % span;
+  uint64_t r;
+  do {
+    r = NextU64();
+  } while (r >= limit);
+  return lo + static_cast<int64_t>(r % span);
+}
+
+CropBox SampleTrainCrop(int width, int height, const AugmentOptions& o, SampleRng& rng) {
+  CropBox box;
+  const double area = static_cast<double>(width) * height;
+  const double log_lo = std::log(o.ratio_min), log_hi = std::log(o.ratio_max);
+  bool found = false;
+  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+    const double target_area = area * rng.Uniform(o.scale_min, o.scale_max);
+    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+    const int w = static_cast<int>(std::lround(std::sqrt(target_area * aspect)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target_area / aspect)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      box.y = static_cast<int>(rng.UniformInt(0, height - h));
+      box.x = static_cast<int>(rng.UniformInt(0, width - w));
+      box.width = w;
+      box.height = h;
+      found = true;
+    }
+  }
+  if (!found) {
+    // torchvision's fallback: the largest centred box whose ratio is clamped into range.
+    const double in_ratio = static_cast<double>(width) / height;
+    int w = width, h = height;
+    if (in_ratio < o.ratio_min) {
+      h = static_cast<int>(std::lround(w / o.ratio_min));
+    } else if (in_ratio > o.ratio_max) {
+      w = static_cast<int>(std::lround(h * o.ratio_max));
+    }
+    box.width = std::max(1, std::min(w, width));
+    box.height = std::max(1, std::min(h, height));
+    box.x = (width - box.width) / 2;
+    box.y = (height - box.height) / 2;
+  }
+  box.flip = rng.Uniform(0.0, 1.0) < o.flip_probability;
+  return box;
+}
+
+CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
+  // Resize(int(size * ratio)) scales the shorter side to `resize`, then CenterCrop(size)
+  // takes size x size from the middle; as a box of the source that is size / scale wide.
+  const int resize = static_cast<int>(o.size * o.eval_resize_ratio);
+  const int shorter = std::min(width, height);
+  const double scale = static_cast<double>(resize) / shorter;
+  const int resized_w = width <= height ? resize : static_cast<int>(resize * static_cast<double>(width) / height);
+  const int resized_h = height <= width ? resize : static_cast<int>(resize * static_cast<double>(height) / width);
+  const int top = static_cast<int>(std::lround((resized_h - o.size) / 2.0));
+  const int left = static_cast<int>(std::lround((resized_w - o.size) / 2.0));
+  CropBox box;
+  box.x = std::max(0, static_cast<int>(std::lround(left / scale)));
+  box.y = std::max(0, static_cast<int>(std::lround(top / scale)));
+  box.width = std::min(width - box.x, std::max(1, static_cast<int>(std::lround(o.size / scale))));
+  box.height = std::min(height - box.y, std::max(1, static_cast<int>(std::lround(o.size / scale))));
+  return box;
+}
+
+CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rng) {
+  switch (o.mode) {
+    case AugmentMode::kTrain: return SampleTrainCrop(width, height, o, rng);
+    case AugmentMode::kEval: return EvalCrop(width, height, o);
+    case AugmentMode::kNone: break;
+  }
+  CropBox whole;
+  whole.width = width;
+  whole.height = height;
+  return whole;
+}
+
+void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst) {
+  // The box is in full-resolution coordinates; src may be the image decoded at 1/2, 1/4, 1/8.
+  const double sx = static_cast<double>(src.cols) / full_width;
+  const double sy = static_cast<double>(src.rows) / full_height;
+  int x0 = static_cast<int>(std::floor(box.x * sx)), y0 = static_cast<int>(std::floor(box.y * sy));
+  int x1 = static_cast<int>(std::ceil((box.x + box.width) * sx));
+  int y1 = static_cast<int>(std::ceil((box.y + box.height) * sy));
+  x0 = std::clamp(x0, 0, src.cols - 1);
+  y0 = std::clamp(y0, 0, src.rows - 1);
+  x1 = std::clamp(x1, x0 + 1, src.cols);
+  y1 = std::clamp(y1, y0 + 1, src.rows);
+  const cv::Mat roi = src(cv::Rect(x0, y0, x1 - x0, y1 - y0));
+  // Area interpolation when shrinking is antialiased like PIL's resize; bilinear when growing.
+  const bool shrinking = roi.cols >= dst.cols && roi.rows >= dst.rows;
+  cv::Mat out = dst;  // shares dst's memory: cv::resize writes in place when size and type match
+  cv::resize(roi, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
+  if (box.flip) cv::flip(out, out, 1);
+  if (out.data != dst.data) out.copyTo(dst);
+}
+
+}  // namespace coloader

@@ -1,0 +1,179 @@
+#include "server/decode.h"
+
+#include <dlfcn.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include <opencv2/imgproc.hpp>
+
+#include "server/imgcodecs_plugin.h"
+
+namespace coloader {
+
+namespace {
+
+std::string FirstBytes(const uint8_t* data, size_t size) {
+  std::string out;
+  char buf[4];
+  for (size_t i = 0; i < size && i < 4; ++i) {
+    std::snprintf(buf, sizeof(buf), "%s%02x", i ? " " : "", data[i]);
+    out += buf;
+  }
+  return out.empty() ? "none" : out;
+}
+
+ImageKind Sniff(const uint8_t* data, size_t size) {
+  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) return ImageKind::kJpeg;
+  if (size >= 8 && std::memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0) return ImageKind::kPng;
+  return ImageKind::kOther;
+}
+
+uint32_t BigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+using PluginDecode = int (*)(const uint8_t*, size_t, void*);
+
+// Finds the imgcodecs plugin once: $COLOADER_IMGCODECS_PLUGIN, the library search path
+// (the binary's RUNPATH), then the binary's own directory.
+PluginDecode LoadPlugin(std::string* where) {
+  static std::once_flag once;
+  static PluginDecode fn = nullptr;
+  static std::string tried;
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("COLOADER_IMGCODECS_PLUGIN"); env && *env) candidates.push_back(env);
+    candidates.push_back("libcoloader_imgcodecs.so");
+    char exe[PATH_MAX] = {};
+    ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      std::string dir(exe, static_cast<size_t>(n));
+      dir = dir.substr(0, dir.rfind('/'));
+      candidates.push_back(dir + "/libcoloader_imgcodecs.so");
+      candidates.push_back(dir + "/../server/libcoloader_imgcodecs.so");  // tests in the build tree
+    }
+    for (const std::string& c : candidates) {
+      if (void* h = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+        fn = reinterpret_cast<PluginDecode>(::dlsym(h, "coloader_imgcodecs_decode_rgb"));
+        if (fn) return;
+      }
+      tried += (tried.empty() ? "" : ", ") + c;
+    }
+  });
+  *where = tried;
+  return fn;
+}
+
+// Adobe writes CMYK JPEGs inverted (0 = full ink), which is what libjpeg hands back; with
+// K also inverted, R = C * K / 255 on the stored values.
+void InvertedCmykToRgb(const uint8_t* cmyk, int pixels, uint8_t* rgb) {
+  for (int i = 0; i < pixels; ++i) {
+    const int c = cmyk[4 * i], m = cmyk[4 * i + 1], y = cmyk[4 * i + 2], k = cmyk[4 * i + 3];
+    rgb[3 * i] = static_cast<uint8_t>((c * k + 127) / 255);
+    rgb[3 * i + 1] = static_cast<uint8_t>((m * k + 127) / 255);
+    rgb[3 * i + 2] = static_cast<uint8_t>((y * k + 127) / 255);
+  }
+}
+
+}  // namespace
+
+Decoder::Decoder() : tj_(tjInitDecompress()) {}
+Decoder::~Decoder() {
+  if (tj_) tjDestroy(static_cast<tjhandle>(tj_));
+}
+
+Result<ImageInfo> Decoder::Peek(const uint8_t* data, size_t size, const std::string& path) {
+  ImageInfo info;
+  info.kind = Sniff(data, size);
+  if (info.kind == ImageKind::kJpeg) {
+    int w = 0, h = 0, subsamp = 0, colorspace = 0;
+    if (tjDecompressHeader3(static_cast<tjhandle>(tj_), data, static_cast<unsigned long>(size), &w, &h, &subsamp,
+                            &colorspace) != 0) {
+      return Status::Invalid(path + ": corrupt JPEG header (" + tjGetErrorStr2(static_cast<tjhandle>(tj_)) + ")");
+    }
+    info.width = w;
+    info.height = h;
+  } else if (info.kind == ImageKind::kPng) {
+    // IHDR is always the first chunk: 8-byte signature, length, "IHDR", width, height.
+    if (size < 24 || std::memcmp(data + 12, "IHDR", 4) != 0) return Status::Invalid(path + ": corrupt PNG header");
+    info.width = static_cast<int>(BigEndian32(data + 16));
+    info.height = static_cast<int>(BigEndian32(data + 20));
+  } else {
+    // Rare formats (BMP, TIFF, WebP...): decode once to learn the size.
+    ASSIGN_OR_RETURN(cv::Mat m, DecodeRgb(data, size, 1, path));
+    info.width = m.cols;
+    info.height = m.rows;
+  }
+  if (info.width <= 0 || info.height <= 0 || info.width > 65535 || info.height > 65535) {
+    return Status::Invalid(path + ": implausible image size " + std::to_string(info.width) + "x" +
+                           std::to_string(info.height));
+  }
+  return info;
+}
+
+Result<cv::Mat> Decoder::DecodeRgb(const uint8_t* data, size_t size, int scale_denom, const std::string& path) {
+  const ImageKind kind = Sniff(data, size);
+  if (kind != ImageKind::kJpeg) {
+    std::string tried;
+    PluginDecode decode = LoadPlugin(&tried);
+    if (!decode) {
+      return Status::Invalid(path + ": not a JPEG (first bytes " + FirstBytes(data, size) +
+                             ") and no decoder for other formats: the imgcodecs plugin was not found (tried " +
+                             tried + ")");
+    }
+    cv::Mat rgb;
+    if (decode(data, size, &rgb) != 0 || rgb.empty()) {
+      return Status::Invalid(path + (kind == ImageKind::kPng ? ": corrupt PNG data"
+                                                             : ": not a readable image (first bytes " +
+                                                                   FirstBytes(data, size) + ")"));
+    }
+    return rgb;
+  }
+  auto* tj = static_cast<tjhandle>(tj_);
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0) {
+    return Status::Invalid(path + ": corrupt JPEG header (" + tjGetErrorStr2(tj) + ")");
+  }
+  tjscalingfactor sf{1, scale_denom > 0 ? scale_denom : 1};
+  const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  cv::Mat rgb(sh, sw, CV_8UC3);
+  cv::Mat cmyk_buf;
+  uint8_t* dst = rgb.data;
+  int pixel_format = TJPF_RGB, pitch = sw * 3;
+  if (cmyk) {
+    // libjpeg-turbo will not convert CMYK to RGB itself; take CMYK and convert here.
+    cmyk_buf.create(sh, sw, CV_8UC4);
+    dst = cmyk_buf.data;
+    pixel_format = TJPF_CMYK;
+    pitch = sw * 4;
+  }
+  if (tjDecompress2(tj, data, static_cast<unsigned long>(size), dst, sw, pitch, sh, pixel_format, 0) != 0) {
+    const std::string err = tjGetErrorStr2(tj);
+    // Warnings (stray bytes before a marker) leave a usable image, as PIL accepts it;
+    // a file that ends early does not: part of it is grey.
+    if (tjGetErrorCode(tj) != TJERR_WARNING || err.find("Premature end") != std::string::npos) {
+      return Status::Invalid(path + (err.find("Premature end") != std::string::npos
+                                         ? ": truncated JPEG data"
+                                         : ": corrupt JPEG data (" + err + ")"));
+    }
+  }
+  if (cmyk) InvertedCmykToRgb(cmyk_buf.data, sw * sh, rgb.data);
+  return rgb;
+}
+
+int ChooseScaleDenom(const CropBox& box, int out_size, bool enabled) {
+  if (!enabled) return 1;
+  for (int d : {8, 4, 2}) {
+    // libjpeg rounds scaled sizes up; requiring floor(box / d) >= out keeps a margin.
+    if (box.width / d >= out_size && box.height / d >= out_size) return d;
+  }
+  return 1;
+}
+
+}  // namespace coloader

@@ -1,0 +1,66 @@
+#include "server/transform.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace coloader {
+
+SampleTransform::SampleTransform(TransformOptions opts) : opts_(std::move(opts)) {
+  hwc_.create(opts_.augment.size, opts_.augment.size, CV_8UC3);
+}
+
+size_t SampleTransform::sample_bytes() const {
+  const size_t s = static_cast<size_t>(opts_.augment.size);
+  return s * s * 3 * OutputElementSize(opts_.output);
+}
+
+Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(path + ": cannot open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno(path + ": cannot stat", err);
+  }
+  file_buf_.resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < file_buf_.size()) {
+    const ssize_t n = ::read(fd, file_buf_.data() + got, file_buf_.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      return err ? Status::FromErrno(path + ": read failed", err)
+                 : Status::IOError(path + ": file shrank while being read");
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (file_buf_.empty()) return Status::Invalid(path + ": empty file");
+  return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
+}
+
+Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
+                                 uint64_t epoch, uint64_t index, void* dst) {
+  ASSIGN_OR_RETURN(ImageInfo info, decoder_.Peek(data, size, path));
+  SampleRng rng(seed, epoch, index);
+  const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
+  const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
+  ++scale_hist_[denom];
+  ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
+  const int s = opts_.augment.size;
+  if (opts_.output == OutputType::kUInt8 && opts_.layout == Layout::kNHWC) {
+    cv::Mat out(s, s, CV_8UC3, dst);  // the slot itself: no copy after the resize
+    ResizeCrop(decoded, info.width, info.height, box, out);
+    return Status::OK();
+  }
+  ResizeCrop(decoded, info.width, info.height, box, hwc_);
+  WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  return Status::OK();
+}
+
+}  // namespace coloader
