@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "client/device_mapper.h"
 #include "common/endpoint.h"
 #include "common/process.h"
 #include "common/shm.h"
@@ -27,6 +28,8 @@ struct ConsumerState {
   std::string endpoint;
   Welcome welcome;
   SharedMemory shm;
+  std::unique_ptr<DeviceMapper> mapper;  // set on the device path
+  std::string fallback_reason;
   ProcessWatch producer_watch;
   zmq::context_t ctx{1};
   zmq::socket_t sock{ctx, zmq::socket_type::dealer};
@@ -73,17 +76,29 @@ struct ConsumerState {
 };
 
 // One producer slot this consumer was given. Its destruction is the ack, so exactly one
-// exists per announcement: not copyable, only ever made by MakeLease.
+// exists per announcement (not copyable). On the device path the ack waits until the work
+// enqueued on the consumer's stream by then has finished: the producer may overwrite the
+// slot as soon as it has every ack, so no kernel of ours may still be reading it.
 struct SlotLease {
   SlotLease(std::shared_ptr<ConsumerState> s, const BatchAnnouncement& ann, const uint8_t* b)
       : state(std::move(s)), a(ann), base(b) {}
   SlotLease(const SlotLease&) = delete;
   SlotLease& operator=(const SlotLease&) = delete;
-  ~SlotLease() { state->QueueAck(a.seq); }
+  ~SlotLease() {
+    if (state->mapper && on_stream) {
+      const uint64_t seq = a.seq;
+      state->mapper->WhenStreamDone(stream, [st = state, seq] { st->QueueAck(seq); });
+    } else {
+      state->QueueAck(a.seq);
+    }
+  }
 
   std::shared_ptr<ConsumerState> state;
   BatchAnnouncement a;
-  const uint8_t* base = nullptr;
+  const uint8_t* base = nullptr;         // host slot
+  const uint8_t* device_base = nullptr;  // device slot (device path)
+  void* stream = nullptr;                // the consumer stream that reads it
+  bool on_stream = false;
 };
 
 void ConsumerState::IoLoop() {
@@ -186,7 +201,24 @@ using internal::SlotLease;
 // ---------------------------------------------------------------------------------------------
 // Batch
 
-Batch::Batch(Batch&&) noexcept = default;
+Batch::Batch(Batch&& o) noexcept
+    : state_(std::move(o.state_)),
+      leases_(std::move(o.leases_)),
+      owned_(std::move(o.owned_)),
+      owned_indices_(std::move(o.owned_indices_)),
+      owned_labels_(std::move(o.owned_labels_)),
+      owned_device_(o.owned_device_),
+      stream_(o.stream_),
+      device_(o.device_),
+      device_labels_(o.device_labels_),
+      data_(o.data_),
+      indices_(o.indices_),
+      labels_(o.labels_),
+      count_(o.count_),
+      epoch_(o.epoch_),
+      ready_ns_(o.ready_ns_) {
+  o.owned_device_ = nullptr;
+}
 Batch& Batch::operator=(Batch&& o) noexcept {
   if (this != &o) {
     Release();
@@ -195,6 +227,11 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     owned_ = std::move(o.owned_);
     owned_indices_ = std::move(o.owned_indices_);
     owned_labels_ = std::move(o.owned_labels_);
+    owned_device_ = o.owned_device_;
+    o.owned_device_ = nullptr;
+    stream_ = o.stream_;
+    device_ = o.device_;
+    device_labels_ = o.device_labels_;
     data_ = o.data_;
     indices_ = o.indices_;
     labels_ = o.labels_;
@@ -207,12 +244,23 @@ Batch& Batch::operator=(Batch&& o) noexcept {
 Batch::~Batch() { Release(); }
 
 void Batch::Release() {
+  if (owned_device_) {
+    state_->mapper->Free(owned_device_, stream_);  // stream-ordered: after our reads
+    owned_device_ = nullptr;
+  }
   leases_.clear();  // the last reference to a slot acks it
   owned_.clear();
   owned_.shrink_to_fit();
   data_ = nullptr;
-  indices_ = labels_ = nullptr;
+  indices_ = labels_ = device_labels_ = nullptr;
   count_ = 0;
+}
+
+Status Batch::CopyTo(void* host_dst) const {
+  if (!data_) return Status::Invalid("the batch was released");
+  if (device_ >= 0) return state_->mapper->CopyToHost(host_dst, data_, bytes(), stream_);
+  std::memcpy(host_dst, data_, bytes());
+  return Status::OK();
 }
 
 DType Batch::dtype() const { return state_->welcome.slots.dtype; }
@@ -238,6 +286,7 @@ void Consumer::Close() {
     state_->io.join();
   }
   state_->sock.close();
+  // The mapper (and its IPC mapping) stays with the state while leases are alive.
 }
 
 Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
@@ -308,6 +357,28 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   if (state->endpoint.rfind("ipc://", 0) == 0 && welcome->producer_pid > 0) {
     if (auto w = ProcessWatch::Open(static_cast<int>(welcome->producer_pid)); w.ok())
       state->producer_watch = std::move(*w);
+  }
+  if (state->opts.device) {
+    std::string reason;
+    if (!welcome->has_device) {
+      reason = "the producer has no device ring (start it with --device cuda:N)";
+    } else if (auto mapper = DeviceMapper::Open(welcome->device); mapper.ok()) {
+      state->mapper = std::move(*mapper);
+    } else {
+      reason = "cannot map the producer's GPU memory: " + mapper.status().message();
+    }
+    if (!state->mapper && welcome->has_device) {
+      // The producer counts us as a device consumer: leave and come back on the host path.
+      std::vector<uint8_t> bye = Encode(Bye{ByeReason::kLeaving, "falling back to the host path"});
+      sock.send(zmq::buffer(bye), zmq::send_flags::dontwait);
+      sock.close();
+      ConsumerOptions host = state->opts;
+      host.device = false;
+      ASSIGN_OR_RETURN(auto consumer, Connect(host));
+      consumer->state_->fallback_reason = reason;
+      return consumer;
+    }
+    state->fallback_reason = reason;
   }
   if (state->opts.batch_size == 0) state->opts.batch_size = t.batch_size;
   ConsumerState* raw = state.get();
@@ -391,7 +462,7 @@ Result<bool> Consumer::NextEpoch() {
   return true;
 }
 
-Result<std::optional<Batch>> Consumer::Next() {
+Result<std::optional<Batch>> Consumer::Next(void* stream) {
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
@@ -423,9 +494,17 @@ Result<std::optional<Batch>> Consumer::Next() {
       const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
       current_ = std::make_shared<SlotLease>(state_, *a, base);
       offset_ = 0;
+      if (state_->mapper) {
+        current_->device_base = state_->mapper->slot_base(a->slot);
+        RETURN_NOT_OK(state_->mapper->StreamWaitSlot(a->slot, stream));
+      }
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
-    if (take > 0) pieces.push_back({current_, offset_, take});
+    if (take > 0) {
+      pieces.push_back({current_, offset_, take});
+      current_->stream = stream;  // its release is ordered after this stream's reads
+      current_->on_stream = true;
+    }
     offset_ += take;
     collected += take;
     if (offset_ == current_->a.count && (current_->a.flags & kBatchLastInEpoch)) {
@@ -452,6 +531,45 @@ Result<std::optional<Batch>> Consumer::Next() {
   b.count_ = collected;
   b.epoch_ = epoch_;
   b.ready_ns_ = pieces.front().lease->a.ready_ns;
+  b.stream_ = stream;
+  if (state_->mapper) {
+    // Device path: the tensor and labels are device pointers; indices and labels are also
+    // readable on the host from the host slot.
+    DeviceMapper& m = *state_->mapper;
+    const DeviceTable& d = state_->welcome.device;
+    b.device_ = m.device();
+    if (pieces.size() == 1) {
+      const Piece& p = pieces.front();
+      b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+      b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
+      b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+      b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+      b.leases_.push_back(p.lease);
+      return std::optional<Batch>(std::move(b));
+    }
+    // Straddles slots: gather on the device, in stream order; the sources are released right
+    // after, and their acks wait for these copies to finish.
+    const uint64_t labels_bytes = (uint64_t{collected} * 8 + 255) / 256 * 256;
+    ASSIGN_OR_RETURN(b.owned_device_, m.Allocate(labels_bytes + uint64_t{collected} * sample_bytes, stream));
+    uint64_t done = 0;
+    for (const Piece& p : pieces) {
+      RETURN_NOT_OK(m.CopyAsync(b.owned_device_ + 8 * done,
+                                p.lease->device_base + d.labels_offset + 8ull * p.offset, 8ull * p.count, stream));
+      RETURN_NOT_OK(m.CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
+                                p.lease->device_base + d.data_offset + p.offset * sample_bytes,
+                                p.count * sample_bytes, stream));
+      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
+      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
+      done += p.count;
+    }
+    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_);
+    b.data_ = b.owned_device_ + labels_bytes;
+    b.indices_ = b.owned_indices_.data();
+    b.labels_ = b.owned_labels_.data();
+    return std::optional<Batch>(std::move(b));
+  }
   if (pieces.size() == 1) {
     const Piece& p = pieces.front();
     b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
@@ -486,6 +604,8 @@ uint32_t Consumer::batch_size() const { return state_->opts.batch_size; }
 const SlotTable& Consumer::slots() const { return state_->welcome.slots; }
 const Welcome& Consumer::welcome() const { return state_->welcome; }
 uint64_t Consumer::consumer_id() const { return state_->welcome.consumer_id; }
+bool Consumer::on_device() const { return state_->mapper != nullptr; }
+const std::string& Consumer::fallback_reason() const { return state_->fallback_reason; }
 uint64_t Consumer::size() const {
   const uint64_t n = state_->welcome.epoch_samples, b = state_->opts.batch_size;
   return state_->opts.drop_last ? n / b : (n + b - 1) / b;

@@ -40,6 +40,8 @@ struct ConsumerOptions {
   bool wait_for_epoch = false;     // join at the next epoch boundary, not mid-epoch
   int connect_timeout_ms = 5000;   // for the handshake
   int timeout_ms = 0;              // max wait for one batch; 0 waits as long as the producer lives
+  bool device = false;             // batches in the producer's GPU memory when it has a device
+                                   // ring and this process can map it; otherwise the host path
   std::string client_name;         // shown by `coloader status`
 };
 
@@ -57,7 +59,11 @@ class Batch {
   ~Batch();
 
   uint32_t size() const { return count_; }  // samples
+  // The tensor: host memory, or device memory of device() when device() >= 0.
   const void* data() const { return data_; }
+  int device() const { return device_; }
+  // Labels in device memory (device path only; nullptr on the host path).
+  const int64_t* device_labels() const { return device_labels_; }
   const int64_t* indices() const { return indices_; }  // dataset index of each sample
   const int64_t* labels() const { return labels_; }
   uint64_t epoch() const { return epoch_; }
@@ -66,9 +72,13 @@ class Batch {
   // {size, C, H, W} for NCHW, {size, H, W, C} for NHWC.
   std::vector<int64_t> shape() const;
   uint64_t bytes() const;
-  bool gathered() const { return !owned_.empty(); }  // copied because it straddled slots
+  bool gathered() const { return !owned_.empty() || owned_device_ != nullptr; }  // copied: it straddled slots
   // CLOCK_MONOTONIC ns at which the producer published the (first) slot of this batch.
   uint64_t ready_ns() const { return ready_ns_; }
+
+  // Copies the tensor into host memory (bytes() bytes), from either path; on the device path
+  // it is ordered on the batch's stream and waits for it.
+  Status CopyTo(void* host_dst) const;
 
   // Ends the lease now (the destructor does it otherwise). Safe to call twice.
   void Release();
@@ -80,6 +90,10 @@ class Batch {
   std::vector<std::shared_ptr<internal::SlotLease>> leases_;
   std::vector<uint8_t> owned_;
   std::vector<int64_t> owned_indices_, owned_labels_;
+  uint8_t* owned_device_ = nullptr;  // gathered on the device (stream-ordered allocation)
+  void* stream_ = nullptr;
+  int device_ = -1;
+  const int64_t* device_labels_ = nullptr;
   const void* data_ = nullptr;
   const int64_t* indices_ = nullptr;
   const int64_t* labels_ = nullptr;
@@ -98,8 +112,10 @@ class Consumer {
   // Waits for the next epoch to begin. False when there will be no more (the producer
   // finished every epoch, or stopped). An error when the producer died or broke the protocol.
   Result<bool> NextEpoch();
-  // The next batch of the current epoch, or nullopt at its end.
-  Result<std::optional<Batch>> Next();
+  // The next batch of the current epoch, or nullopt at its end. On the device path, `stream`
+  // (a cudaStream_t; nullptr is the default stream) is made to wait for the batch, and the
+  // batch's release is ordered after the work enqueued on it by then.
+  Result<std::optional<Batch>> Next(void* stream = nullptr);
 
   uint64_t epoch() const;      // the current epoch's number (the producer's count)
   bool partial() const;        // this epoch began mid-way (late join)
@@ -108,6 +124,9 @@ class Consumer {
   const SlotTable& slots() const;
   const Welcome& welcome() const;
   uint64_t consumer_id() const;
+  // Device path in use, and why not when it was asked for but is not.
+  bool on_device() const;
+  const std::string& fallback_reason() const;
 
   // Ends the session now (the destructor does it otherwise).
   void Close();

@@ -9,11 +9,21 @@ const char* DTypeName(DType t) {
   switch (t) {
     case DType::kUInt8: return "uint8";
     case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
   }
   return "?";
 }
 const char* TensorLayoutName(TensorLayout l) { return l == TensorLayout::kNHWC ? "nhwc" : "nchw"; }
-size_t DTypeSize(DType t) { return t == DType::kFloat32 ? 4 : 1; }
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kUInt8: return 1;
+    case DType::kFloat32: return 4;
+    case DType::kBFloat16:
+    case DType::kFloat16: return 2;
+  }
+  return 1;
+}
 
 const char* ByeReasonName(ByeReason r) {
   switch (r) {
@@ -131,7 +141,7 @@ bool GetSlotTable(Reader& r, SlotTable* t) {
         r.Get(&t->data_offset) && r.Get(&t->height) && r.Get(&t->width) && r.Get(&t->channels) &&
         r.Get(&dtype) && r.Get(&layout)))
     return false;
-  if (dtype > static_cast<uint8_t>(DType::kFloat32)) {
+  if (dtype > static_cast<uint8_t>(DType::kFloat16)) {
     r.SetError("unknown dtype " + std::to_string(dtype));
     return false;
   }
@@ -163,6 +173,56 @@ bool DecodeBody(Reader& r, Hello* m) {
   return r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name);
 }
 
+void PutDeviceTable(Writer& w, const DeviceTable& d) {
+  w.Put(d.device);
+  w.PutString(d.device_uuid);
+  w.PutString(d.mem_handle);
+  w.Put(static_cast<uint32_t>(d.event_handles.size()));
+  for (const std::string& e : d.event_handles) w.PutString(e);
+  w.Put(d.slot_bytes);
+  w.Put(d.labels_offset);
+  w.Put(d.data_offset);
+  w.Put(static_cast<uint8_t>(d.dtype));
+  w.Put(static_cast<uint8_t>(d.layout));
+}
+
+bool GetDeviceTable(Reader& r, const SlotTable& host, DeviceTable* d) {
+  uint32_t events = 0;
+  uint8_t dtype = 0, layout = 0;
+  if (!(r.Get(&d->device) && r.GetString(&d->device_uuid) && r.GetString(&d->mem_handle) && r.Get(&events)))
+    return false;
+  if (events != host.num_slots) {
+    r.SetError("device table has " + std::to_string(events) + " events for " + std::to_string(host.num_slots) + " slots");
+    return false;
+  }
+  d->event_handles.resize(events);
+  for (std::string& e : d->event_handles)
+    if (!r.GetString(&e)) return false;
+  if (!(r.Get(&d->slot_bytes) && r.Get(&d->labels_offset) && r.Get(&d->data_offset) && r.Get(&dtype) &&
+        r.Get(&layout)))
+    return false;
+  if (dtype > static_cast<uint8_t>(DType::kFloat16) || layout > static_cast<uint8_t>(TensorLayout::kNCHW)) {
+    r.SetError("unknown device dtype or layout");
+    return false;
+  }
+  d->dtype = static_cast<DType>(dtype);
+  d->layout = static_cast<TensorLayout>(layout);
+  const uint64_t p = host.batch_size;
+  const uint64_t sample = uint64_t{host.height} * host.width * host.channels * DTypeSize(d->dtype);
+  if (d->mem_handle.size() != kCudaIpcHandleBytes || d->device < 0 ||
+      d->labels_offset + 8 * p > d->slot_bytes || d->data_offset + p * sample > d->slot_bytes) {
+    r.SetError("inconsistent device table");
+    return false;
+  }
+  for (const std::string& e : d->event_handles) {
+    if (e.size() != kCudaIpcHandleBytes) {
+      r.SetError("event handle of " + std::to_string(e.size()) + " bytes");
+      return false;
+    }
+  }
+  return true;
+}
+
 void Encode(Writer& w, const Welcome& m) {
   w.Put(m.consumer_id);
   w.Put(m.producer_pid);
@@ -171,11 +231,21 @@ void Encode(Writer& w, const Welcome& m) {
   w.Put(m.dataset_size);
   w.Put(m.epoch_samples);
   PutSlotTable(w, m.slots);
+  w.Put(static_cast<uint8_t>(m.has_device ? 1 : 0));
+  if (m.has_device) PutDeviceTable(w, m.device);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
-  return r.Get(&m->consumer_id) && r.Get(&m->producer_pid) && r.Get(&m->heartbeat_ms) &&
-         r.Get(&m->heartbeat_timeout_ms) && r.Get(&m->dataset_size) && r.Get(&m->epoch_samples) &&
-         GetSlotTable(r, &m->slots);
+  uint8_t has_device = 0;
+  if (!(r.Get(&m->consumer_id) && r.Get(&m->producer_pid) && r.Get(&m->heartbeat_ms) &&
+        r.Get(&m->heartbeat_timeout_ms) && r.Get(&m->dataset_size) && r.Get(&m->epoch_samples) &&
+        GetSlotTable(r, &m->slots) && r.Get(&has_device)))
+    return false;
+  if (has_device > 1) {
+    r.SetError("bad device flag");
+    return false;
+  }
+  m->has_device = has_device == 1;
+  return !m->has_device || GetDeviceTable(r, m->slots, &m->device);
 }
 
 void Encode(Writer& w, const Reject& m) {

@@ -43,7 +43,7 @@ enum class MessageType : uint16_t {
 };
 
 // Element type and layout of the batch tensor as it lies in a slot.
-enum class DType : uint8_t { kUInt8 = 0, kFloat32 = 1 };
+enum class DType : uint8_t { kUInt8 = 0, kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3 };
 enum class TensorLayout : uint8_t { kNHWC = 0, kNCHW = 1 };
 const char* DTypeName(DType t);
 const char* TensorLayoutName(TensorLayout l);
@@ -51,6 +51,7 @@ size_t DTypeSize(DType t);
 
 enum HelloFlags : uint8_t {
   kHelloWaitForEpoch = 1 << 0,  // start at the next epoch boundary, not mid-epoch
+  kHelloDevice = 1 << 1,        // wants batches in the producer's GPU memory (CUDA IPC)
 };
 
 struct Hello {
@@ -75,6 +76,22 @@ struct SlotTable {
   uint64_t sample_bytes() const { return uint64_t{height} * width * channels * DTypeSize(dtype); }
 };
 
+// The ring's GPU side, sent to consumers that asked for device delivery. One allocation
+// holds every slot (one IPC handle); each slot has an interprocess event that the producer
+// records after the slot's batch is complete on the GPU.
+inline constexpr size_t kCudaIpcHandleBytes = 64;
+struct DeviceTable {
+  int32_t device = -1;            // the producer's CUDA device ordinal
+  std::string device_uuid;        // 16 bytes: consumers match it against their own devices
+  std::string mem_handle;         // cudaIpcMemHandle_t, 64 bytes
+  std::vector<std::string> event_handles;  // cudaIpcEventHandle_t per slot, 64 bytes each
+  uint64_t slot_bytes = 0;        // stride between device slots
+  uint64_t labels_offset = 0;     // within a device slot: int64 labels [P]
+  uint64_t data_offset = 0;       // within a device slot: the tensor
+  DType dtype = DType::kFloat32;
+  TensorLayout layout = TensorLayout::kNCHW;
+};
+
 struct Welcome {
   uint64_t consumer_id = 0;
   uint32_t producer_pid = 0;
@@ -82,7 +99,9 @@ struct Welcome {
   uint32_t heartbeat_timeout_ms = 0;  // silence longer than this means the peer is gone
   uint64_t dataset_size = 0;
   uint64_t epoch_samples = 0;         // samples per epoch (nominal; bad files may reduce it)
-  SlotTable slots;
+  SlotTable slots;                    // host memory: indices, labels, and the host tensor
+  bool has_device = false;            // device delivery: the tensor (and labels) on the GPU
+  DeviceTable device;
 };
 
 enum class RejectCode : uint16_t { kVersion = 1, kBadHello = 2, kFull = 3 };

@@ -18,7 +18,7 @@ namespace {
 
 constexpr const char* kConsumeUsage =
     "coloader consume --name NAME | --endpoint EP [--batch-size B] [--epochs N] [--drop-last]\n"
-    "                 [--wait-for-epoch] [--json] [--checksum] [--step-ms MS] [--timeout-ms MS]";
+    "                 [--wait-for-epoch] [--json] [--checksum] [--step-ms MS] [--timeout-ms MS] [--device]";
 
 uint64_t Fnv1a(const uint8_t* p, uint64_t n, uint64_t h) {
   for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
@@ -45,6 +45,7 @@ int Consume(const std::vector<std::string>& args) {
   f.AddUInt("epochs", &epochs);
   f.AddBool("drop-last", &o.drop_last);
   f.AddBool("wait-for-epoch", &o.wait_for_epoch);
+  f.AddBool("device", &o.device);
   f.AddBool("json", &json);
   f.AddBool("checksum", &checksum);
   f.AddInt("step-ms", &step_ms);
@@ -68,6 +69,10 @@ int Consume(const std::vector<std::string>& args) {
     return 1;
   }
   Consumer& c = **consumer;
+  if (o.device && !c.on_device()) {
+    std::fprintf(stderr, "coloader consume: using the host path: %s\n", c.fallback_reason().c_str());
+  }
+  std::vector<uint8_t> host_copy;
   const uint64_t dataset_size = c.welcome().dataset_size;
   uint64_t done_epochs = 0;
   while (epochs == 0 || done_epochs < epochs) {
@@ -97,6 +102,15 @@ int Consume(const std::vector<std::string>& args) {
       ++batches;
       samples += b.size();
       const uint64_t sample_bytes = b.bytes() / std::max<uint32_t>(1, b.size());
+      const uint8_t* pixels = static_cast<const uint8_t*>(b.data());
+      if (checksum && b.device() >= 0) {  // hash what the GPU holds, byte for byte
+        host_copy.resize(b.bytes());
+        if (Status st = b.CopyTo(host_copy.data()); !st.ok()) {
+          std::fprintf(stderr, "coloader consume: %s\n", st.message().c_str());
+          return 1;
+        }
+        pixels = host_copy.data();
+      }
       for (uint32_t i = 0; i < b.size(); ++i) {
         const auto idx = static_cast<uint64_t>(b.indices()[i]);
         index_sum += idx;
@@ -108,7 +122,7 @@ int Consume(const std::vector<std::string>& args) {
         if (checksum) {
           // Order-independent: a sum over samples of a hash of (index, label, pixels), so
           // consumers with different batch sizes can be compared sample for sample.
-          const auto* px = static_cast<const uint8_t*>(b.data()) + i * sample_bytes;
+          const uint8_t* px = pixels + i * sample_bytes;
           uint64_t h = Fnv1a(reinterpret_cast<const uint8_t*>(&b.indices()[i]), 8, 1469598103934665603ull);
           h = Fnv1a(reinterpret_cast<const uint8_t*>(&b.labels()[i]), 8, h);
           content += Fnv1a(px, sample_bytes, h);
@@ -132,7 +146,8 @@ int Consume(const std::vector<std::string>& args) {
           .Field("expected_batches", c.size())
           .Field("handoff_p50_us", Percentile(handoff_us, 0.5))
           .Field("handoff_p99_us", Percentile(handoff_us, 0.99))
-          .Field("handoff_samples", static_cast<uint64_t>(handoff_us.size()));
+          .Field("handoff_samples", static_cast<uint64_t>(handoff_us.size()))
+          .Field("path", c.on_device() ? "device" : "host");
       if (checksum) w.Field("content_hash", content);
       w.EndObject();
       std::printf("%s\n", w.str().c_str());

@@ -1,6 +1,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "common/process.h"
@@ -20,7 +21,8 @@ void OnSignal(int) {
 constexpr const char* kServeUsage =
     "coloader serve --data DIR --name NAME [--batch-size 256] [--image-size 224] [--workers N]\n"
     "               [--window K] [--epochs N | --forever] [--seed S] [--no-shuffle]\n"
-    "               [--augment train|eval|none] [--output uint8|float32] [--layout nchw|nhwc]\n"
+    "               [--augment train|eval|none] [--output uint8|float32|bfloat16|float16]\n"
+    "               [--layout nchw|nhwc] [--device cpu|cuda:N]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
     "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]";
 
@@ -28,7 +30,7 @@ constexpr const char* kServeUsage =
 
 int Serve(const std::vector<std::string>& args) {
   ProducerOptions o;
-  std::string augment = "train", output = "float32", layout, on_bad = "skip";
+  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu";
   bool no_shuffle = false, quiet = false, no_dct = false, help = false;
   Flags f("serve", kServeUsage);
   f.AddString("data", &o.data);
@@ -44,6 +46,7 @@ int Serve(const std::vector<std::string>& args) {
   f.AddString("augment", &augment);
   f.AddString("output", &output);
   f.AddString("layout", &layout);
+  f.AddString("device", &device);
   f.AddString("on-bad-file", &on_bad);
   f.AddU32("min-consumers", &o.min_consumers);
   f.AddInt("rank", &o.rank);
@@ -67,13 +70,28 @@ int Serve(const std::vector<std::string>& args) {
     if (auto a = ParseAugmentMode(augment); a.ok()) o.augment = *a; else st = f.Error(a.status().message());
   }
   if (st.ok()) {
-    if (auto t = ParseOutputType(output); t.ok()) o.output = *t; else st = f.Error(t.status().message());
+    if (output == "uint8") o.output = DType::kUInt8;
+    else if (output == "float32") o.output = DType::kFloat32;
+    else if (output == "bfloat16") o.output = DType::kBFloat16;
+    else if (output == "float16") o.output = DType::kFloat16;
+    else st = f.Error("--output must be uint8, float32, bfloat16 or float16, got '" + output + "'");
   }
   if (st.ok()) {
     // uint8 is what a GPU-side normalisation wants (NHWC, as decoded); float32 is what a
     // model wants (NCHW, normalised). Either can be overridden.
-    if (layout.empty()) layout = o.output == OutputType::kUInt8 ? "nhwc" : "nchw";
-    if (auto l = ParseLayout(layout); l.ok()) o.layout = *l; else st = f.Error(l.status().message());
+    if (layout.empty()) layout = o.output == DType::kUInt8 ? "nhwc" : "nchw";
+    if (layout == "nhwc") o.layout = TensorLayout::kNHWC;
+    else if (layout == "nchw") o.layout = TensorLayout::kNCHW;
+    else st = f.Error("--layout must be nchw or nhwc, got '" + layout + "'");
+  }
+  if (st.ok() && device != "cpu") {
+    char* end = nullptr;
+    const long ordinal = device.rfind("cuda:", 0) == 0 ? std::strtol(device.c_str() + 5, &end, 10) : -1;
+    if (ordinal < 0 || ordinal > 1024 || end == device.c_str() + 5 || *end != '\0') {
+      st = f.Error("--device must be cpu or cuda:N (e.g. cuda:0), got '" + device + "'");
+    } else {
+      o.device = static_cast<int>(ordinal);
+    }
   }
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", st.message().c_str());

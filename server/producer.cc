@@ -20,6 +20,7 @@
 #include "common/protocol.h"
 #include "common/shm.h"
 #include "server/dataset.h"
+#include "server/device_ring.h"
 #include "server/pipeline.h"
 #include "server/ring.h"
 #include "server/sampler.h"
@@ -31,8 +32,14 @@ namespace {
 constexpr uint64_t kPageBytes = 4096;
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
-// The slot layout: dataset indices, labels, then the tensor on its own page.
-SlotTable MakeSlotTable(const ProducerOptions& o, const std::string& shm_name) {
+// The host slot layout: dataset indices, labels, then the tensor on its own page. With a
+// device, the workers' uint8 NHWC staging area follows (uploaded from there), and the tensor
+// area is filled only for consumers on the host path.
+struct SlotLayouts {
+  SlotTable table;    // what consumers map
+  SlotTable staging;  // what the workers write: the same slots, uint8 NHWC at the staging offset
+};
+SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_name) {
   SlotTable t;
   t.shm_name = shm_name;
   t.num_slots = o.window;
@@ -40,13 +47,21 @@ SlotTable MakeSlotTable(const ProducerOptions& o, const std::string& shm_name) {
   t.height = static_cast<uint32_t>(o.image_size);
   t.width = static_cast<uint32_t>(o.image_size);
   t.channels = 3;
-  t.dtype = o.output == OutputType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
-  t.layout = o.layout == Layout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  t.dtype = o.output;
+  t.layout = o.layout;
   t.indices_offset = 0;
   t.labels_offset = 8ull * o.batch_size;
   t.data_offset = RoundUp(16ull * o.batch_size, kPageBytes);
-  t.slot_bytes = RoundUp(t.data_offset + uint64_t{o.batch_size} * t.sample_bytes(), kPageBytes);
-  return t;
+  uint64_t end = t.data_offset + uint64_t{o.batch_size} * t.sample_bytes();
+  SlotTable staging = t;
+  if (o.device >= 0) {
+    staging.dtype = DType::kUInt8;
+    staging.layout = TensorLayout::kNHWC;
+    staging.data_offset = RoundUp(end, kPageBytes);
+    end = staging.data_offset + uint64_t{o.batch_size} * staging.sample_bytes();
+  }
+  t.slot_bytes = staging.slot_bytes = RoundUp(end, kPageBytes);
+  return {t, staging};
 }
 
 struct Session {
@@ -56,6 +71,7 @@ struct Session {
   uint32_t batch_size = 0;
   std::string name;
   bool waiting_for_epoch = false;
+  bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
@@ -72,7 +88,9 @@ struct Producer::Impl {
   Dataset dataset;
   std::optional<Sampler> sampler;
   SlotTable table;
+  SlotTable staging;
   SharedMemory shm;
+  std::unique_ptr<DeviceRing> device_ring;
   std::unique_ptr<Pipeline> pipeline;
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
@@ -129,7 +147,8 @@ Producer::Producer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Producer::~Producer() {
   if (!impl_) return;
-  impl_->pipeline.reset();  // join workers before the memory they write goes
+  impl_->pipeline.reset();     // join workers before the memory they write goes
+  impl_->device_ring.reset();  // unregisters the host ring before it is unmapped
   if (!impl_->shm.name().empty()) SharedMemory::Remove(impl_->shm.name());
   impl_->router.close();
   ::unlink(impl_->paths.socket.c_str());
@@ -160,6 +179,9 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     return Status::Invalid("--heartbeat-timeout-ms must be at least twice --heartbeat-ms (got " +
                            std::to_string(opts.heartbeat_timeout_ms) + " and " +
                            std::to_string(opts.heartbeat_ms) + ")");
+  const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
+  if (half && opts.device < 0)
+    return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
   if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(opts);
@@ -183,17 +205,37 @@ Status Producer::Impl::Setup() {
   ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
   lock.emplace(std::move(l));
 
-  table = MakeSlotTable(opts, paths.shm_name);
+  SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
+  table = layouts.table;
+  staging = layouts.staging;
   ASSIGN_OR_RETURN(shm, SharedMemory::Create(paths.shm_name, table.slot_bytes * table.num_slots));
   ring = RingAccounting(table.num_slots);
 
   TransformOptions to;
   to.augment.mode = opts.augment;
   to.augment.size = opts.image_size;
-  to.output = opts.output;
-  to.layout = opts.layout;
+  to.output = staging.dtype == DType::kUInt8 ? OutputType::kUInt8 : OutputType::kFloat32;
+  to.layout = staging.layout == TensorLayout::kNHWC ? Layout::kNHWC : Layout::kNCHW;
   to.dct_scaling = opts.dct_scaling;
-  ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, table));
+  if (opts.device >= 0) {
+    DeviceRingOptions d;
+    d.device = opts.device;
+    d.num_slots = table.num_slots;
+    d.batch_size = table.batch_size;
+    d.height = table.height;
+    d.width = table.width;
+    d.dtype = table.dtype;
+    d.layout = table.layout;
+    d.normalize = to.normalize;
+    d.host_base = shm.data();
+    d.host_bytes = shm.size();
+    d.host_slot_bytes = table.slot_bytes;
+    d.host_labels_offset = table.labels_offset;
+    d.host_staging_offset = staging.data_offset;
+    d.host_output_offset = table.data_offset;
+    ASSIGN_OR_RETURN(device_ring, DeviceRing::Make(d));
+  }
+  ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging));
 
   stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd < 0) return Status::FromErrno("eventfd", errno);
@@ -254,6 +296,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
+  s.device = (hello.flags & kHelloDevice) != 0 && device_ring != nullptr;
   s.last_heard_ns = MonotonicNs();
   if (hello.pid > 0) {
     // Local consumers are watched through a pidfd, so their death is seen at once. A pid we
@@ -268,11 +311,15 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   w.dataset_size = dataset.size();
   w.epoch_samples = epoch_samples();
   w.slots = table;
+  if (s.device) {
+    w.has_device = true;
+    w.device = device_ring->table();
+  }
   if (!Send(identity, w)) return;
   s.last_sent_ns = MonotonicNs();
-  std::fprintf(stderr, "[coloader %s] consumer %llu attached (pid %u, batch size %u%s)\n",
+  std::fprintf(stderr, "[coloader %s] consumer %llu attached (pid %u, batch size %u, %s path%s)\n",
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
-               s.waiting_for_epoch ? ", waits for the next epoch" : "");
+               s.device ? "device" : "host", s.waiting_for_epoch ? ", waits for the next epoch" : "");
   sessions.emplace(identity, std::move(s));
   if (all_submitted && done.empty() && pipeline->in_flight() == 0) {
     // Nothing more will be produced: say so at once rather than let it wait.
@@ -341,6 +388,14 @@ void Producer::Impl::SubmitWork() {
   while (!all_submitted && fatal.ok()) {
     std::optional<uint32_t> slot = ring.Acquire();
     if (!slot) break;
+    if (device_ring) {
+      // The slot's previous upload may still be reading its staging area.
+      if (Status st = device_ring->WaitIdle(*slot); !st.ok()) {
+        fatal = st;
+        ring.Abandon(*slot);
+        break;
+      }
+    }
     auto job = std::make_unique<BatchJob>();
     job->seq = next_submit_seq++;
     job->slot = *slot;
@@ -392,6 +447,18 @@ void Producer::Impl::PublishReady() {
         return;
       }
       count = pipeline->Compact(*job);
+    }
+
+    if (device_ring) {
+      Status st = device_ring->Upload(job->slot, count);
+      const bool host_readers = std::any_of(sessions.begin(), sessions.end(),
+                                            [](const auto& kv) { return !kv.second.device; });
+      if (st.ok() && host_readers) st = device_ring->DownloadToHost(job->slot, count);
+      if (!st.ok()) {
+        fatal = st;
+        ring.Abandon(job->slot);
+        return;
+      }
     }
 
     BatchAnnouncement a;
@@ -470,6 +537,7 @@ StatusReply Producer::Impl::MakeStatus() const {
     auto oldest = ring.OldestHeldBy(s.id);
     c.lag = oldest ? next_publish_seq - *oldest : 0;
     c.name = s.name;
+    c.path = s.device ? 1 : 0;
     r.consumers.push_back(std::move(c));
   }
   return r;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "common/protocol.h"
 #include "common/status.h"
 #include "server/augment.h"
 #include "server/normalize.h"
@@ -30,8 +31,9 @@ struct ProducerOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   AugmentMode augment = AugmentMode::kTrain;
-  OutputType output = OutputType::kFloat32;
-  Layout layout = Layout::kNCHW;
+  DType output = DType::kFloat32;  // bfloat16 and float16 need a device
+  TensorLayout layout = TensorLayout::kNCHW;
+  int device = -1;                 // >= 0: the ring lives on this CUDA device (--device cuda:N)
   bool dct_scaling = true;
   OnBadFile on_bad_file = OnBadFile::kSkip;
   uint32_t min_consumers = 1;

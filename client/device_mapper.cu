@@ -1,0 +1,99 @@
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+
+#include "client/device_mapper.h"
+#include "common/cuda_internal.h"
+
+namespace coloader {
+
+Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::NotFound("no CUDA device is visible to this process");
+  }
+  int device = -1;
+  for (int d = 0; d < count && device < 0; ++d) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess &&
+        t.device_uuid.size() == sizeof(prop.uuid.bytes) &&
+        std::memcmp(prop.uuid.bytes, t.device_uuid.data(), sizeof(prop.uuid.bytes)) == 0)
+      device = d;
+  }
+  if (device < 0) return Status::NotFound("the producer's GPU is not visible to this process");
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device));
+  std::unique_ptr<DeviceMapper> m(new DeviceMapper());
+  m->device_ = device;
+  m->slot_bytes_ = t.slot_bytes;
+  cudaIpcMemHandle_t mem;
+  std::memcpy(&mem, t.mem_handle.data(), sizeof(mem));
+  void* base = nullptr;
+  CUDA_RETURN_NOT_OK(cudaIpcOpenMemHandle(&base, mem, cudaIpcMemLazyEnablePeerAccess));
+  m->base_ = static_cast<uint8_t*>(base);
+  for (const std::string& h : t.event_handles) {
+    cudaIpcEventHandle_t eh;
+    std::memcpy(&eh, h.data(), sizeof(eh));
+    cudaEvent_t e = nullptr;
+    CUDA_RETURN_NOT_OK(cudaIpcOpenEventHandle(&e, eh));
+    m->events_.push_back(e);
+  }
+  return Result<std::unique_ptr<DeviceMapper>>(std::move(m));
+}
+
+DeviceMapper::~DeviceMapper() {
+  cudaSetDevice(device_);
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (base_) cudaIpcCloseMemHandle(base_);
+}
+
+Status DeviceMapper::StreamWaitSlot(uint32_t slot, void* stream) {
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  CUDA_RETURN_NOT_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(events_[slot]), 0));
+  return Status::OK();
+}
+
+namespace {
+void CUDART_CB RunCallback(void* data) {
+  auto* fn = static_cast<std::function<void()>*>(data);
+  (*fn)();
+  delete fn;
+}
+}  // namespace
+
+void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
+  auto* fn = new std::function<void()>(std::move(done));
+  if (cudaSetDevice(device_) != cudaSuccess ||
+      cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), RunCallback, fn) != cudaSuccess) {
+    cudaGetLastError();
+    RunCallback(fn);
+  }
+}
+
+Result<uint8_t*> DeviceMapper::Allocate(uint64_t bytes, void* stream) {
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  void* p = nullptr;
+  CUDA_RETURN_NOT_OK(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)));
+  return static_cast<uint8_t*>(p);
+}
+
+void DeviceMapper::Free(uint8_t* ptr, void* stream) {
+  if (!ptr) return;
+  cudaSetDevice(device_);
+  if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
+}
+
+Status DeviceMapper::CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
+  CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+  return Status::OK();
+}
+
+Status DeviceMapper::CopyToHost(void* dst, const void* src, uint64_t bytes, void* stream) {
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  auto s = static_cast<cudaStream_t>(stream);
+  CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  CUDA_RETURN_NOT_OK(cudaStreamSynchronize(s));
+  return Status::OK();
+}
+
+}  // namespace coloader

@@ -1,0 +1,51 @@
+// The consumer's view of a producer's device ring: the IPC allocation opened once, one
+// interprocess event per slot, and the stream-ordered operations a Batch needs. No CUDA types
+// in this header; streams are cudaStream_t passed as void*. A build without CUDA links the
+// stub, whose Open fails (and the consumer falls back to the host path).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "common/protocol.h"
+#include "common/status.h"
+
+namespace coloader {
+
+class DeviceMapper {
+ public:
+  // Finds the local device with the table's UUID, opens the memory handle and the events.
+  // Fails when this process cannot map it (no such device visible, a MIG instance, another
+  // container): the caller then uses the host path.
+  static Result<std::unique_ptr<DeviceMapper>> Open(const DeviceTable& table);
+  ~DeviceMapper();
+  DeviceMapper(const DeviceMapper&) = delete;
+  DeviceMapper& operator=(const DeviceMapper&) = delete;
+
+  int device() const { return device_; }
+  uint8_t* slot_base(uint32_t slot) const { return base_ + slot * slot_bytes_; }
+
+  // Makes `stream` wait for the producer's work on `slot` (no host synchronisation).
+  Status StreamWaitSlot(uint32_t slot, void* stream);
+  // Runs `done` on a CUDA thread once everything enqueued on `stream` so far has finished.
+  // `done` must not call CUDA. If the stream cannot take it (the context is going away), runs
+  // `done` now.
+  void WhenStreamDone(void* stream, std::function<void()> done);
+  // Stream-ordered private buffers, for batches gathered across slots.
+  Result<uint8_t*> Allocate(uint64_t bytes, void* stream);
+  void Free(uint8_t* ptr, void* stream);
+  Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
+  // Device to host, then waits for the stream.
+  Status CopyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
+
+ private:
+  DeviceMapper() = default;
+  int device_ = -1;
+  uint8_t* base_ = nullptr;
+  uint64_t slot_bytes_ = 0;
+  std::vector<void*> events_;  // cudaEvent_t
+};
+
+}  // namespace coloader

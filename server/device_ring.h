@@ -1,0 +1,72 @@
+// The GPU side of the producer's ring (with --device cuda:N): one device allocation holding
+// every slot, exported once through CUDA IPC, and one interprocess event per slot.
+//
+// Per batch: the workers have written uint8 NHWC samples into the host slot's staging area
+// (pinned: the shared memory is registered with CUDA); Upload enqueues one host-to-device
+// copy, the normalise/cast/layout kernel into the device slot, and records the slot's event.
+// Nothing waits on the host: consumers order their own stream after the event.
+//
+// No CUDA types here: a build without CUDA compiles this header and gets an error at Make.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "common/protocol.h"
+#include "common/status.h"
+#include "server/normalize.h"
+
+namespace coloader {
+
+struct DeviceRingOptions {
+  int device = 0;
+  uint32_t num_slots = 0;
+  uint32_t batch_size = 0;
+  uint32_t height = 0, width = 0;  // channels are 3
+  DType dtype = DType::kFloat32;
+  TensorLayout layout = TensorLayout::kNCHW;
+  NormalizeParams normalize;
+  // The host ring (shared memory) and where each slot keeps its parts.
+  uint8_t* host_base = nullptr;
+  uint64_t host_bytes = 0;
+  uint64_t host_slot_bytes = 0;
+  uint64_t host_labels_offset = 0;
+  uint64_t host_staging_offset = 0;  // uint8 NHWC samples from the workers
+  uint64_t host_output_offset = 0;   // the tensor for host-path consumers (DownloadToHost)
+};
+
+class DeviceRing {
+ public:
+  static Result<std::unique_ptr<DeviceRing>> Make(const DeviceRingOptions& opts);
+  ~DeviceRing();
+  DeviceRing(const DeviceRing&) = delete;
+  DeviceRing& operator=(const DeviceRing&) = delete;
+
+  // What consumers need to map the ring (sent once, in Welcome).
+  const DeviceTable& table() const { return table_; }
+  uint64_t device_bytes() const;
+
+  // Enqueues the upload and conversion of `count` staged samples of `slot`, then records the
+  // slot's event. Returns at once.
+  Status Upload(uint32_t slot, uint32_t count);
+  // Copies the slot's finished tensor back to the host slot's output area and waits: the
+  // path for consumers that cannot map device memory.
+  Status DownloadToHost(uint32_t slot, uint32_t count);
+  // Waits until the slot's last upload no longer reads its host staging (before refilling it).
+  Status WaitIdle(uint32_t slot);
+
+  struct Impl;
+
+ private:
+  explicit DeviceRing(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  DeviceTable table_;
+};
+
+// The device variant of WriteSample over a whole batch (normalize.cu): uint8 NHWC in,
+// `dtype` in `layout` out, (x - mean) / std rounded exactly as the host path rounds it.
+// `stream` is a cudaStream_t.
+Status NormalizeBatchOnDevice(const uint8_t* src, uint32_t count, uint32_t height, uint32_t width, DType dtype,
+                              TensorLayout layout, const NormalizeParams& params, void* dst, void* stream);
+
+}  // namespace coloader
