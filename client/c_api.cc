@@ -203,7 +203,7 @@ int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out) {
     for (size_t i = 0; i < shape.size() && i < 4; ++i) out->shape[i] = shape[i];
     out->bytes = batch.bytes();
     out->epoch = batch.epoch();
-    out->device = -1;  // the host shared-memory path; CUDA IPC comes later
+    out->device = batch.device();  // -1: host memory (the only path this ABI asks for today)
     out->gathered = batch.gathered() ? 1 : 0;
     return COLOADER_OK;
   });

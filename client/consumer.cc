@@ -283,6 +283,8 @@ void Consumer::Close() {
   current_.reset();
   if (state_->io.joinable()) {
     state_->stopping.store(true);
+    uint64_t one = 1;
+    (void)!::write(state_->ack_fd, &one, sizeof(one));  // wake it now, not at its next poll timeout
     state_->io.join();
   }
   state_->sock.close();
@@ -319,7 +321,7 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   Hello hello;
   hello.pid = static_cast<uint32_t>(::getpid());
   hello.batch_size = o.batch_size;
-  hello.flags = o.wait_for_epoch ? kHelloWaitForEpoch : 0;
+  hello.flags = static_cast<uint8_t>((o.wait_for_epoch ? kHelloWaitForEpoch : 0) | (o.device ? kHelloDevice : 0));
   hello.client_name = o.client_name;
   std::vector<uint8_t> bytes = Encode(hello);
   sock.send(zmq::buffer(bytes), zmq::send_flags::none);
@@ -359,26 +361,19 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
       state->producer_watch = std::move(*w);
   }
   if (state->opts.device) {
-    std::string reason;
     if (!welcome->has_device) {
-      reason = "the producer has no device ring (start it with --device cuda:N)";
+      state->fallback_reason = "the producer has no device ring (start it with --device cuda:N)";
     } else if (auto mapper = DeviceMapper::Open(welcome->device); mapper.ok()) {
       state->mapper = std::move(*mapper);
     } else {
-      reason = "cannot map the producer's GPU memory: " + mapper.status().message();
+      state->fallback_reason = "cannot map the producer's GPU memory: " + mapper.status().message();
     }
-    if (!state->mapper && welcome->has_device) {
-      // The producer counts us as a device consumer: leave and come back on the host path.
-      std::vector<uint8_t> bye = Encode(Bye{ByeReason::kLeaving, "falling back to the host path"});
-      sock.send(zmq::buffer(bye), zmq::send_flags::dontwait);
-      sock.close();
-      ConsumerOptions host = state->opts;
-      host.device = false;
-      ASSIGN_OR_RETURN(auto consumer, Connect(host));
-      consumer->state_->fallback_reason = reason;
-      return consumer;
-    }
-    state->fallback_reason = reason;
+  }
+  if (welcome->has_device) {
+    // Tell the producer which path we read; it sends no batch before this, so falling back
+    // to the host path loses nothing.
+    std::vector<uint8_t> attach = Encode(Attach{static_cast<uint8_t>(state->mapper ? 1 : 0)});
+    sock.send(zmq::buffer(attach), zmq::send_flags::none);
   }
   if (state->opts.batch_size == 0) state->opts.batch_size = t.batch_size;
   ConsumerState* raw = state.get();
@@ -463,15 +458,16 @@ Result<bool> Consumer::NextEpoch() {
 }
 
 Result<std::optional<Batch>> Consumer::Next(void* stream) {
+  if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
-  struct Piece {
-    std::shared_ptr<SlotLease> lease;
-    uint32_t offset, count;
-  };
-  std::vector<Piece> pieces;
+  using internal::Piece;
+  // Resume a batch whose assembly a timeout interrupted: its samples are not lost.
+  std::vector<Piece> pieces = std::move(gathering_);
+  gathering_.clear();
   uint32_t collected = 0;
+  for (const Piece& p : pieces) collected += p.count;
   bool last = false;
   while (collected < want) {
     if (!current_ || offset_ == current_->a.count) {
@@ -480,7 +476,12 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
         break;
       }
       current_.reset();
-      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+      Result<std::optional<BatchAnnouncement>> taken = Take();
+      if (!taken.ok()) {
+        gathering_ = std::move(pieces);
+        return taken.status();
+      }
+      std::optional<BatchAnnouncement> a = std::move(*taken);
       if (!a) {  // the producer finished or stopped: this epoch ends here
         stream_ended_ = true;
         last = true;
@@ -496,7 +497,10 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       offset_ = 0;
       if (state_->mapper) {
         current_->device_base = state_->mapper->slot_base(a->slot);
-        RETURN_NOT_OK(state_->mapper->StreamWaitSlot(a->slot, stream));
+        if (Status st = state_->mapper->StreamWaitSlot(a->slot, stream); !st.ok()) {
+          gathering_ = std::move(pieces);
+          return st;
+        }
       }
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);

@@ -48,6 +48,11 @@ struct ConsumerOptions {
 namespace internal {
 struct ConsumerState;
 struct SlotLease;
+// Samples [offset, offset + count) of one producer slot, part of the batch being assembled.
+struct Piece {
+  std::shared_ptr<SlotLease> lease;
+  uint32_t offset = 0, count = 0;
+};
 }  // namespace internal
 
 class Batch {
@@ -142,6 +147,7 @@ class Consumer {
   std::optional<BatchAnnouncement> pending_;       // read ahead, belongs to a later epoch
   std::shared_ptr<internal::SlotLease> current_;   // the slot being sliced
   uint32_t offset_ = 0;                            // samples of current_ already handed out
+  std::vector<internal::Piece> gathering_;         // a batch in assembly, kept across a timeout
   uint64_t epoch_ = 0;
   bool partial_ = false;
   bool in_epoch_ = false;

@@ -115,7 +115,8 @@ MessageType TypeOf(const Message& m) {
   static constexpr MessageType kTypes[] = {
       MessageType::kHello,     MessageType::kWelcome, MessageType::kReject,
       MessageType::kBatch,     MessageType::kAck,     MessageType::kHeartbeat,
-      MessageType::kBye,       MessageType::kStatusRequest, MessageType::kStatusReply};
+      MessageType::kBye,       MessageType::kStatusRequest, MessageType::kStatusReply,
+      MessageType::kAttach};
   return kTypes[m.index()];
 }
 
@@ -277,6 +278,16 @@ bool DecodeBody(Reader& r, BatchAnnouncement* m) {
          r.Get(&m->count) && r.Get(&m->flags) && r.Get(&m->ready_ns);
 }
 
+void Encode(Writer& w, const Attach& m) { w.Put(m.device); }
+bool DecodeBody(Reader& r, Attach* m) {
+  if (!r.Get(&m->device)) return false;
+  if (m->device > 1) {
+    r.SetError("bad device flag " + std::to_string(m->device));
+    return false;
+  }
+  return true;
+}
+
 void Encode(Writer& w, const Ack& m) { w.Put(m.seq); }
 bool DecodeBody(Reader& r, Ack* m) { return r.Get(&m->seq); }
 
@@ -371,7 +382,8 @@ Result<Message> DecodeAs(Reader& r, const char* type_name) {
 const char* MessageTypeName(const Message& m) {
   static constexpr const char* kNames[] = {"Hello", "Welcome",   "Reject",
                                            "Batch", "Ack",       "Heartbeat",
-                                           "Bye",   "StatusRequest", "StatusReply"};
+                                           "Bye",   "StatusRequest", "StatusReply",
+                                           "Attach"};
   return kNames[m.index()];
 }
 
@@ -416,6 +428,7 @@ Result<Message> Decode(const uint8_t* data, size_t size) {
     case MessageType::kBye: return DecodeAs<Bye>(r, "Bye");
     case MessageType::kStatusRequest: return DecodeAs<StatusRequest>(r, "StatusRequest");
     case MessageType::kStatusReply: return DecodeAs<StatusReply>(r, "StatusReply");
+    case MessageType::kAttach: return DecodeAs<Attach>(r, "Attach");
   }
   return Status::Protocol("unknown message type " + std::to_string(type));
 }

@@ -7,6 +7,8 @@
 // Conversation:
 //   consumer -> Hello                    (protocol version, pid, batch size, flags)
 //   producer -> Welcome | Reject         (slot table once: shared memory name and layout)
+//   consumer -> Attach                   (only after a Welcome offering device memory: which
+//                                         path it will read; until then it gets no batches)
 //   producer -> Batch ...                (one small announcement per producer batch)
 //   consumer -> Ack ...                  (one per Batch, when the consumer no longer reads it)
 //   both     -> Heartbeat                (when idle; a missing peer is detected by timeout)
@@ -40,6 +42,7 @@ enum class MessageType : uint16_t {
   kBye = 7,
   kStatusRequest = 8,
   kStatusReply = 9,
+  kAttach = 10,
 };
 
 // Element type and layout of the batch tensor as it lies in a slot.
@@ -128,6 +131,12 @@ struct Ack {
   uint64_t seq = 0;
 };
 
+// The consumer's choice after a Welcome that offered the device ring: true if it mapped it,
+// false to be served from host memory (it could not open the IPC handle).
+struct Attach {
+  uint8_t device = 0;
+};
+
 struct Heartbeat {};
 
 enum class ByeReason : uint16_t {
@@ -177,7 +186,7 @@ struct StatusReply {
 const char* ProducerStateName(uint8_t state);
 
 using Message = std::variant<Hello, Welcome, Reject, BatchAnnouncement, Ack, Heartbeat, Bye,
-                             StatusRequest, StatusReply>;
+                             StatusRequest, StatusReply, Attach>;
 
 std::vector<uint8_t> Encode(const Message& m);
 // Any byte string in, a message or a kProtocolError naming what was wrong out.

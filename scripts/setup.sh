@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake pkg-config libgtest-dev
           cppzmq-dev libzmq3-dev libturbojpeg0-dev libboost-dev
           libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
-          gnome-backgrounds python3 python3-pil)
+          gnome-backgrounds mate-backgrounds python3 python3-pil)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torchvision python3-numpy)
 fi

@@ -72,6 +72,7 @@ struct Session {
   std::string name;
   bool waiting_for_epoch = false;
   bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
+  bool pending = false; // offered the device ring, has not said (Attach) which path it takes
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
@@ -131,6 +132,10 @@ struct Producer::Impl {
   Status Loop();
   void Shutdown(ByeReason reason, const std::string& message);
 
+  size_t ActiveSessions() const {
+    return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(),
+                                             [](const auto& kv) { return !kv.second.pending; }));
+  }
   void SubmitWork();
   void PublishReady();
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size);
@@ -297,6 +302,9 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
   s.device = (hello.flags & kHelloDevice) != 0 && device_ring != nullptr;
+  // A consumer offered device memory first tries to map it; it is not counted, and gets no
+  // batches, until it says which path it will read (so a fallback loses nothing).
+  s.pending = s.device;
   s.last_heard_ns = MonotonicNs();
   if (hello.pid > 0) {
     // Local consumers are watched through a pidfd, so their death is seen at once. A pid we
@@ -366,6 +374,16 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
       DropSession(identity, "acked a batch it did not hold",
                   Bye{ByeReason::kRejected, "ack for batch " + std::to_string(ack->seq) + " that you do not hold"});
     }
+  } else if (auto* attach = std::get_if<Attach>(&m)) {
+    if (!it->second.pending) {
+      ++rejected_messages;
+      DropSession(identity, "sent Attach twice", Bye{ByeReason::kRejected, "unexpected Attach"});
+    } else {
+      it->second.pending = false;
+      it->second.device = attach->device != 0;
+      std::fprintf(stderr, "[coloader %s] consumer %llu reads the %s path\n", opts.name.c_str(),
+                   static_cast<unsigned long long>(it->second.id), it->second.device ? "device" : "host");
+    }
   } else if (std::holds_alternative<Heartbeat>(m)) {
     // last_heard_ns is already updated
   } else if (std::holds_alternative<Bye>(m)) {
@@ -379,7 +397,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
 
 void Producer::Impl::SubmitWork() {
   if (!started) {
-    if (sessions.size() < opts.min_consumers) return;
+    if (ActiveSessions() < opts.min_consumers) return;
     started = true;
     start_ns = rate_mark_ns = MonotonicNs();
     epoch_indices = sampler->EpochIndices(0);
@@ -424,7 +442,7 @@ void Producer::Impl::PublishReady() {
   for (auto& job : pipeline->TakeCompleted()) done.emplace(job->seq, std::move(job));
   // Publish strictly in sequence order, and only when someone is there to take it: a batch
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
-  while (!done.empty() && done.begin()->first == next_publish_seq && !sessions.empty()) {
+  while (!done.empty() && done.begin()->first == next_publish_seq && ActiveSessions() > 0) {
     std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
     done.erase(done.begin());
     ++next_publish_seq;
@@ -452,7 +470,7 @@ void Producer::Impl::PublishReady() {
     if (device_ring) {
       Status st = device_ring->Upload(job->slot, count);
       const bool host_readers = std::any_of(sessions.begin(), sessions.end(),
-                                            [](const auto& kv) { return !kv.second.device; });
+                                            [](const auto& kv) { return !kv.second.device && !kv.second.pending; });
       if (st.ok() && host_readers) st = device_ring->DownloadToHost(job->slot, count);
       if (!st.ok()) {
         fatal = st;
@@ -471,6 +489,7 @@ void Producer::Impl::PublishReady() {
     a.ready_ns = MonotonicNs();
     std::vector<uint64_t> holders;
     for (auto& [identity, s] : sessions) {
+      if (s.pending) continue;
       if (s.waiting_for_epoch) {
         if (job->first != 0) continue;
         s.waiting_for_epoch = false;  // joins at this epoch's start

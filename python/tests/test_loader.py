@@ -524,8 +524,6 @@ def test_held_batch_past_the_window_stalls_the_whole_group(serve):
     assert p.wait() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="client/consumer.cc: a Timeout in Consumer::Next() while it gathers a "
-                   "batch that straddles producer slots drops the samples already sliced from the first slot")
 def test_timeout_while_gathering_a_straddling_batch_loses_nothing(serve):
     p = serve("--min-consumers", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
     holder = loader_for(p, batch_size=PRODUCER_BATCH)

@@ -9,6 +9,19 @@
 namespace coloader {
 namespace {
 
+Welcome WelcomeWithDevice(Welcome w) {
+  w.has_device = true;
+  w.device.device = 0;
+  w.device.device_uuid = std::string(16, 'u');
+  w.device.mem_handle = std::string(kCudaIpcHandleBytes, 'm');
+  for (uint32_t i = 0; i < w.slots.num_slots; ++i) w.device.event_handles.push_back(std::string(kCudaIpcHandleBytes, 'e'));
+  w.device.labels_offset = 0;
+  w.device.data_offset = 2048;
+  w.device.dtype = DType::kBFloat16;
+  w.device.slot_bytes = 2048 + 256ull * 224 * 224 * 3 * 2;
+  return w;
+}
+
 std::vector<Message> Samples() {
   Welcome w;
   w.consumer_id = 7;
@@ -43,7 +56,9 @@ std::vector<Message> Samples() {
           Heartbeat{},
           Bye{ByeReason::kStopping, "asked to stop"},
           StatusRequest{},
-          r};
+          r,
+          Attach{1},
+          WelcomeWithDevice(w)};
 }
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {

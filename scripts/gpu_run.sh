@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, over a copy of the repository that carries .device/ (made by
+# scripts/gpu_bundle.sh). Writes logs and results under $OUT (default ./out).
+#   scripts/gpu_run.sh tests     the GPU test suite, then the host-path integration tests
+#   scripts/gpu_run.sh bench     the GPU benchmarks
+#   scripts/gpu_run.sh all       both
+set -uo pipefail
+cd "$(dirname "$0")/.."
+here=$(pwd)
+out=${OUT:-$here/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export COLOADER_BINARY="$here/.device/bin/coloader"
+export PYTHONUNBUFFERED=1
+what=${1:-all}
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+
+if [[ $what == tests || $what == all ]]; then
+  echo "== gpu_test"
+  .device/bin/gpu_test --gtest_output=json:"$out/gpu_test.json" 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |memory|tests? ran|Failure|Expected|Which|actual' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== integration_test (host path, on this machine)"
+  .device/bin/integration_test 2>&1 | tee "$out/integration_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+
+if [[ $what == bench || $what == all ]]; then
+  data=/tmp/coloader-imagenet-like
+  [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images "${BENCH_IMAGES:-6000}" --classes 100 2>/dev/null
+  echo "== producer throughput, host path vs GPU path, $(nproc) workers"
+  python3 benchmarks/producer_throughput.py --data "$data" --binary "$COLOADER_BINARY" --device cuda:0 | tee "$out/producer_throughput.txt"
+  echo "== hand-off latency, GPU path"
+  python3 benchmarks/handoff.py --data "$data" --binary "$COLOADER_BINARY" --device | tee "$out/handoff_gpu.txt"
+  echo "== hand-off latency, torch.multiprocessing queue of CUDA tensors"
+  python3 benchmarks/torch_queue_handoff.py | tee "$out/handoff_torch_queue.txt"
+fi
+exit $status

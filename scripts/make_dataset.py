@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Builds an ImageNet-like dataset from real photographs: an ImageFolder tree
+OUT/<class>/<name>.JPEG of ~500x375 JPEGs of 60-150 KB, each a random crop of a random source
+photo at a random scale, re-encoded at a quality chosen so its size lands in that range.
+
+Flat synthetic images decode several times faster than photographs and flatter every number;
+these are real photo content at ImageNet's typical size. Deterministic for a seed.
+
+    scripts/make_dataset.py --out /tmp/imagenet-like --images 20000 --classes 1000
+    scripts/make_dataset.py --out DIR --source photos/ --images 5000      # photos from elsewhere
+    --with-oddities   add CMYK, grayscale and progressive JPEGs and a PNG named .JPEG
+    --with-bad        add a truncated JPEG and a text file named .JPEG
+Needs only Pillow.
+"""
+import argparse
+import glob
+import io
+import multiprocessing
+import os
+import random
+import sys
+
+from PIL import Image
+
+# Debian's mate-backgrounds ships twelve photographs under nature/ (the rest are drawings).
+DEFAULT_SOURCES = ["/usr/share/backgrounds/mate/nature"]
+SIZES = [(500, 375)] * 6 + [(375, 500)] * 2 + [(500, 333), (640, 480), (400, 400), (500, 500)]
+LO_KB, HI_KB = 60, 150
+
+_photos = []
+
+
+def load_sources(dirs):
+    paths = []
+    for d in dirs:
+        for ext in ("jpg", "jpeg", "png", "webp", "JPG", "JPEG", "PNG"):
+            paths += glob.glob(os.path.join(d, "**", f"*.{ext}"), recursive=True)
+    return sorted(set(paths))
+
+
+def init_worker(paths):
+    # Each worker keeps the sources decoded once, reduced to at most 2000 px.
+    global _photos
+    _photos = []
+    for p in paths:
+        try:
+            im = Image.open(p).convert("RGB")
+            im.thumbnail((2000, 2000))
+            _photos.append(im)
+        except OSError:
+            pass
+
+
+def encode_in_range(img, rng):
+    """JPEG bytes between LO_KB and HI_KB when some quality gives that (binary search)."""
+    lo, hi, best = 40, 100, None
+    target = rng.uniform(LO_KB + 10, HI_KB - 10) * 1024
+    while lo <= hi:
+        q = (lo + hi) // 2
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=q)
+        data = buf.getvalue()
+        best = data
+        if len(data) < target:
+            lo = q + 1
+        else:
+            hi = q - 1
+    return best
+
+
+def make_one(job):
+    index, out_path, seed = job
+    rng = random.Random(seed * 1_000_003 + index)
+    src = _photos[rng.randrange(len(_photos))]
+    w, h = rng.choice(SIZES)
+    # A random crop covering 20-60% of the shorter side, at the output's aspect ratio.
+    scale = rng.uniform(0.2, 0.6)  # downsampled crops keep photographic detail (and JPEG size)
+    cw = min(src.width, int(min(src.width, src.height * w / h) * scale))
+    ch = min(src.height, int(cw * h / w))
+    x = rng.randrange(0, src.width - cw + 1)
+    y = rng.randrange(0, src.height - ch + 1)
+    img = src.crop((x, y, x + cw, y + ch)).resize((w, h), Image.BICUBIC)
+    if rng.random() < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+    data = encode_in_range(img, rng)
+    with open(out_path, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+def add_oddities(out, classes, rng):
+    """The kinds of files real datasets hold that a decoder must still turn into RGB."""
+    photo = _photos[0].resize((500, 375))
+    made = []
+    c = lambda: os.path.join(out, classes[rng.randrange(len(classes))])
+    p = os.path.join(c(), "odd_cmyk.JPEG"); photo.convert("CMYK").save(p, "JPEG", quality=90); made.append(p)
+    p = os.path.join(c(), "odd_gray.JPEG"); photo.convert("L").save(p, "JPEG", quality=90); made.append(p)
+    p = os.path.join(c(), "odd_progressive.JPEG"); photo.save(p, "JPEG", quality=90, progressive=True); made.append(p)
+    p = os.path.join(c(), "odd_png.JPEG"); photo.save(p, "PNG"); made.append(p)
+    return made
+
+
+def add_bad(out, classes):
+    buf = io.BytesIO()
+    _photos[0].resize((500, 375)).save(buf, "JPEG", quality=90)
+    data = buf.getvalue()
+    trunc = os.path.join(out, classes[0], "bad_truncated.JPEG")
+    with open(trunc, "wb") as f:
+        f.write(data[: len(data) // 2])
+    text = os.path.join(out, classes[-1], "bad_text.JPEG")
+    with open(text, "w") as f:
+        f.write("this is not an image\n")
+    return [trunc, text]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--classes", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--source", action="append", help="folder of photos (repeatable); default: Debian's backgrounds")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--with-oddities", action="store_true")
+    ap.add_argument("--with-bad", action="store_true")
+    args = ap.parse_args()
+
+    sources = load_sources(args.source or DEFAULT_SOURCES)
+    if not sources:
+        sys.exit(f"make_dataset: no photos found in {args.source or DEFAULT_SOURCES}; "
+                 "install gnome-backgrounds (apt-get install gnome-backgrounds) or pass --source DIR")
+    if args.images < 1 or args.classes < 1:
+        sys.exit("make_dataset: --images and --classes must be at least 1")
+    classes = [f"n{c:08d}" for c in range(args.classes)]
+    for c in classes:
+        os.makedirs(os.path.join(args.out, c), exist_ok=True)
+    jobs = [(i, os.path.join(args.out, classes[i % args.classes], f"img_{i:07d}.JPEG"), args.seed)
+            for i in range(args.images)]
+    sizes = []
+    with multiprocessing.Pool(args.jobs, initializer=init_worker, initargs=(sources,)) as pool:
+        for n, size in enumerate(pool.imap_unordered(make_one, jobs, chunksize=16), 1):
+            sizes.append(size)
+            if n % 500 == 0 or n == len(jobs):
+                print(f"\rmake_dataset: {n}/{len(jobs)} images", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    init_worker(sources[:1])
+    rng = random.Random(args.seed)
+    extra = (add_oddities(args.out, classes, rng) if args.with_oddities else []) + \
+            (add_bad(args.out, classes) if args.with_bad else [])
+    kb = sorted(s / 1024 for s in sizes)
+    print(f"make_dataset: {len(sizes)} images in {args.classes} classes under {args.out} from {len(sources)} photos; "
+          f"size mean {sum(kb) / len(kb):.0f} KB, min {kb[0]:.0f} KB, median {kb[len(kb) // 2]:.0f} KB, "
+          f"max {kb[-1]:.0f} KB" + (f"; plus {len(extra)} special files" if extra else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+// GPU tests: the device path across real processes (a `coloader serve --device cuda:0`
+// producer and `coloader consume --device` consumers, or the client library in this process).
+// Every test skips cleanly where no CUDA device is visible; they run on the GPU machine
+// through scripts/gpu_run.sh.
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "client/consumer.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+using testing::Child;
+using testing::Coloader;
+using testing::JsonLine;
+using testing::ParseJsonLines;
+using testing::U64;
+
+constexpr int kImages = 103;
+
+bool HaveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+class GpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible";
+    run_dir_ = tmp_.path() + "/run";
+    data_ = tmp_.path() + "/data";
+    testing::MakeImageFolder(data_, kImages, 5, 64, 48);
+    env_ = {{"COLOADER_RUN_DIR", run_dir_}};
+    ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
+  }
+  void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
+
+  std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra,
+                               std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> args = {"serve", "--data", data_, "--name", name, "--image-size", "32",
+                                     "--workers", "4", "--quiet", "--seed", "7",
+                                     "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (auto& kv : env_) env.emplace(kv);
+    auto child = std::make_unique<Child>(Coloader(args), env);
+    EXPECT_TRUE(child->WaitForStderr("serving", 30000)) << child->Stderr();
+    return child;
+  }
+  std::unique_ptr<Child> Consume(const std::string& name, std::vector<std::string> extra,
+                                 std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> args = {"consume", "--name", name, "--json", "--checksum"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    for (auto& kv : env_) env.emplace(kv);
+    return std::make_unique<Child>(Coloader(args), env);
+  }
+  // The per-epoch lines of one producer run with one consumer.
+  std::vector<JsonLine> RunOne(const std::string& name, std::vector<std::string> serve_args,
+                               std::vector<std::string> consume_args) {
+    auto p = Serve(name, serve_args);
+    auto c = Consume(name, consume_args);
+    EXPECT_EQ(c->Wait(120000), 0) << c->Stderr();
+    EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+    return ParseJsonLines(c->Stdout());
+  }
+  static void ExpectExactEpoch(const JsonLine& e, uint64_t n = kImages) {
+    EXPECT_EQ(e.at("partial"), "false");
+    EXPECT_EQ(U64(e, "samples"), n);
+    EXPECT_EQ(U64(e, "unique_samples"), n);
+    EXPECT_EQ(U64(e, "index_sum"), n * (n - 1) / 2);
+  }
+
+  testing::TempDir tmp_;
+  std::string run_dir_, data_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(GpuTest, DeviceOutputIsExactAndBitwiseEqualToTheHostPath) {
+  // The same seed gives the same crops; the device kernel rounds as the host loop does, so
+  // uint8 and float32 batches are equal byte for byte, whatever the path.
+  for (const char* output : {"uint8", "float32"}) {
+    SCOPED_TRACE(output);
+    auto host = RunOne("host", {"--batch-size", "16", "--epochs", "2", "--output", output}, {});
+    auto dev = RunOne("dev", {"--batch-size", "16", "--epochs", "2", "--output", output, "--device", "cuda:0"},
+                      {"--device"});
+    ASSERT_EQ(host.size(), 2u);
+    ASSERT_EQ(dev.size(), 2u);
+    for (size_t e = 0; e < 2; ++e) {
+      ExpectExactEpoch(dev[e]);
+      EXPECT_EQ(dev[e].at("path"), "device");
+      EXPECT_EQ(host[e].at("path"), "host");
+      EXPECT_EQ(dev[e].at("content_hash"), host[e].at("content_hash")) << "epoch " << e;
+    }
+  }
+}
+
+TEST_F(GpuTest, HalfPrecisionOutputsAreExactEpochs) {
+  for (const char* output : {"bfloat16", "float16"}) {
+    auto dev = RunOne("dev", {"--batch-size", "16", "--output", output, "--device", "cuda:0", "--layout", "nhwc"},
+                      {"--device", "--batch-size", "7"});
+    ASSERT_EQ(dev.size(), 1u) << output;
+    ExpectExactEpoch(dev[0]);
+  }
+}
+
+TEST_F(GpuTest, TwoDeviceConsumersWithDifferentBatchSizesSeeTheSameSamples) {
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0", "--min-consumers", "2"});
+  auto a = Consume("p", {"--device", "--batch-size", "5"});
+  auto b = Consume("p", {"--device", "--batch-size", "40"});
+  ASSERT_EQ(a->Wait(120000), 0) << a->Stderr();
+  ASSERT_EQ(b->Wait(120000), 0) << b->Stderr();
+  auto ea = ParseJsonLines(a->Stdout()), eb = ParseJsonLines(b->Stdout());
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(ea[e]);
+    ExpectExactEpoch(eb[e]);
+    EXPECT_EQ(ea[e].at("content_hash"), eb[e].at("content_hash"));  // views and device gathers agree
+  }
+  EXPECT_EQ(p->Wait(60000), 0);
+}
+
+TEST_F(GpuTest, LateJoinOnTheDevice) {
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--device", "cuda:0"});
+  auto first = Consume("p", {"--device", "--step-ms", "15"});
+  // Wait until the first consumer is mid-epoch: its own batches, read from the status.
+  for (int i = 0; i < 2000; ++i) {
+    Child s(Coloader({"status", "--name", "p", "--json"}), env_);
+    s.Wait(10000);
+    auto lines = ParseJsonLines(s.Stdout());
+    if (!lines.empty() && U64(lines[0], "batches_published") >= 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto late = Consume("p", {"--device"});
+  ASSERT_EQ(late->Wait(120000), 0) << late->Stderr();
+  auto epochs = ParseJsonLines(late->Stdout());
+  ASSERT_EQ(epochs.size(), 3u);
+  EXPECT_EQ(epochs[0].at("partial"), "true");
+  ExpectExactEpoch(epochs[1]);
+  ExpectExactEpoch(epochs[2]);
+  ASSERT_EQ(first->Wait(120000), 0);
+}
+
+TEST_F(GpuTest, KilledDeviceConsumerIsReclaimedAndOthersStayExact) {
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--device", "cuda:0",
+                       "--min-consumers", "2"});
+  auto victim = Consume("p", {"--device", "--step-ms", "1000"});
+  auto other = Consume("p", {"--device", "--batch-size", "13"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let the victim hold slots
+  victim->Signal(SIGKILL);
+  ASSERT_EQ(other->Wait(120000), 0) << other->Stderr();
+  for (const auto& e : ParseJsonLines(other->Stdout())) ExpectExactEpoch(e);
+  EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+}
+
+TEST_F(GpuTest, ProducerKilledWhileConsumersHoldDeviceBatchesGivesAClearError) {
+  auto p = Serve("p", {"--batch-size", "8", "--forever", "--window", "3", "--device", "cuda:0"});
+  auto a = Consume("p", {"--device", "--step-ms", "20"});
+  auto b = Consume("p", {"--device", "--step-ms", "20", "--batch-size", "3"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  const auto t0 = std::chrono::steady_clock::now();
+  p->Signal(SIGKILL);
+  EXPECT_EQ(a->Wait(10000), 1);  // an error exit, not a crash (139) or a hang (-1)
+  EXPECT_EQ(b->Wait(10000), 1);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 2.5);
+  EXPECT_NE(a->Stderr().find("exited without saying goodbye"), std::string::npos) << a->Stderr();
+}
+
+TEST_F(GpuTest, ConsumerThatCannotMapTheDeviceFallsBackToTheHostPath) {
+  auto p = Serve("p", {"--batch-size", "16", "--device", "cuda:0", "--output", "uint8"});
+  // No GPU visible to this consumer: as in another container or a MIG instance.
+  auto c = Consume("p", {"--device"}, {{"CUDA_VISIBLE_DEVICES", ""}});
+  ASSERT_EQ(c->Wait(120000), 0) << c->Stderr();
+  auto epochs = ParseJsonLines(c->Stdout());
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0].at("path"), "host");
+  ExpectExactEpoch(epochs[0]);
+  EXPECT_NE(c->Stderr().find("using the host path"), std::string::npos) << c->Stderr();
+  EXPECT_EQ(p->Wait(60000), 0);
+}
+
+// A kernel that takes its time before reading the slot: if the producer could overwrite a
+// slot once the consumer released it on the host, this kernel would hash new data.
+__global__ void SlowHash(const uint8_t* data, uint64_t n, unsigned long long* out) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  const long long start = clock64();
+  while (clock64() - start < 20'000'000) {
+  }  // ~10 ms
+  unsigned long long h = 1469598103934665603ull;
+  for (uint64_t i = 0; i < n; ++i) h = (h ^ data[i]) * 1099511628211ull;
+  *out = h;
+}
+
+uint64_t HostHash(const std::vector<uint8_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t b : v) h = (h ^ b) * 1099511628211ull;
+  return h;
+}
+
+TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) {
+  // Window 2: the producer wants every slot back at once. Each batch is released right after
+  // a slow kernel reading it was enqueued; the kernel must still see the batch it was given.
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--device", "cuda:0", "--output", "uint8"});
+  ConsumerOptions o;
+  o.name = "p";
+  o.device = true;
+  ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
+  ASSERT_TRUE(consumer->on_device()) << consumer->fallback_reason();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  unsigned long long* hashes = nullptr;
+  ASSERT_EQ(cudaMalloc(&hashes, 64 * sizeof(unsigned long long)), cudaSuccess);
+  std::vector<uint64_t> expected;
+  while (true) {
+    ASSERT_OK_AND_ASSIGN(bool more, consumer->NextEpoch());
+    if (!more) break;
+    while (true) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, consumer->Next(stream));
+      if (!b) break;
+      ASSERT_GE(b->device(), 0);
+      std::vector<uint8_t> copy(b->bytes());
+      ASSERT_OK(b->CopyTo(copy.data()));  // what the batch holds now
+      expected.push_back(HostHash(copy));
+      SlowHash<<<1, 1, 0, stream>>>(static_cast<const uint8_t*>(b->data()), b->bytes(), hashes + expected.size() - 1);
+      b->Release();  // at once: the ack must wait for SlowHash
+    }
+  }
+  std::vector<unsigned long long> got(expected.size());
+  ASSERT_EQ(cudaMemcpy(got.data(), hashes, got.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(expected.size(), 2u * 13u);
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "batch " << i;
+  EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+}
+
+TEST_F(GpuTest, ConsumersShareOneAllocationAndMakeNoDeviceCopy) {
+  // Four device consumers and one producer: every consumer's device pointers are in the
+  // producer's ring, and a consumer's own GPU memory is its context, not a copy of the ring.
+  auto p = Serve("p", {"--batch-size", "256", "--window", "4", "--device", "cuda:0", "--forever",
+                       "--image-size", "224", "--min-consumers", "4"});
+  std::vector<std::unique_ptr<Child>> consumers;
+  for (int i = 0; i < 4; ++i) consumers.push_back(Consume("p", {"--device", "--step-ms", "50"}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  FILE* smi = ::popen("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits", "r");
+  ASSERT_NE(smi, nullptr);
+  std::map<int, long> used;
+  int pid;
+  long mib;
+  while (std::fscanf(smi, "%d, %ld", &pid, &mib) == 2) used[pid] = mib;
+  ::pclose(smi);
+  const long ring_mib = 4L * 256 * 224 * 224 * 3 * 4 / (1 << 20);  // float32 slots
+  ASSERT_TRUE(used.count(p->pid())) << "producer not listed by nvidia-smi";
+  std::printf("[ memory   ] ring %ld MiB; producer %ld MiB", ring_mib, used[p->pid()]);
+  for (auto& c : consumers) {
+    ASSERT_TRUE(used.count(c->pid()));
+    std::printf("; consumer %ld MiB", used[c->pid()]);
+    EXPECT_LT(used[c->pid()], ring_mib) << "a consumer holds as much as the ring: a copy?";
+  }
+  std::printf("\n");
+  EXPECT_GT(used[p->pid()], ring_mib);
+  p->Signal(SIGTERM);
+  EXPECT_EQ(p->Wait(30000), 0);
+  for (auto& c : consumers) EXPECT_EQ(c->Wait(30000), 0) << c->Stderr();
+}
+
+TEST_F(GpuTest, ProducerAndConsumersUnderMps) {
+  // Our own MPS control daemon, with its own pipe and log directories, stopped afterwards.
+  const std::string pipes = tmp_.path() + "/mps-pipe", logs = tmp_.path() + "/mps-log";
+  std::filesystem::create_directories(pipes);
+  std::filesystem::create_directories(logs);
+  std::map<std::string, std::string> mps = {{"CUDA_MPS_PIPE_DIRECTORY", pipes}, {"CUDA_MPS_LOG_DIRECTORY", logs}};
+  Child daemon({"/bin/sh", "-c", "exec nvidia-cuda-mps-control -d"}, mps);
+  ASSERT_EQ(daemon.Wait(20000), 0) << daemon.Stderr();
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0", "--min-consumers", "2"}, mps);
+  auto a = Consume("p", {"--device", "--batch-size", "10"}, mps);
+  auto b = Consume("p", {"--device", "--batch-size", "16"}, mps);
+  const int ra = a->Wait(120000), rb = b->Wait(120000), rp = p->Wait(60000);
+  Child stop({"/bin/sh", "-c", "echo quit | nvidia-cuda-mps-control"}, mps);
+  EXPECT_EQ(stop.Wait(30000), 0);
+  ASSERT_EQ(ra, 0) << a->Stderr();
+  ASSERT_EQ(rb, 0) << b->Stderr();
+  EXPECT_EQ(rp, 0) << p->Stderr();
+  for (auto* c : {a.get(), b.get()}) {
+    auto epochs = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(epochs.size(), 2u);
+    for (const auto& e : epochs) {
+      ExpectExactEpoch(e);
+      EXPECT_EQ(e.at("path"), "device");
+    }
+  }
+  // The daemon really served them: its control log names the clients it started.
+  EXPECT_NE(testing::ReadFile(logs + "/control.log").find("NEW CLIENT"), std::string::npos)
+      << testing::ReadFile(logs + "/control.log");
+}
+
+}  // namespace
+}  // namespace coloader
