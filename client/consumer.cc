@@ -11,6 +11,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <tuple>
 #include <zmq.hpp>
 
 #include "client/device_mapper.h"
@@ -42,6 +43,30 @@ struct ConsumerState {
   std::deque<BatchAnnouncement> queue;
   std::optional<Bye> bye;
   Status error;
+
+  // Host buffers of gathered batches, reused: a consumer whose batches straddle slots gathers
+  // every one, and fresh allocations would page-fault and zero-fill each time.
+  std::mutex pool_mu;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, uint64_t>> pool;
+  static constexpr size_t kPoolMax = 4;
+
+  std::pair<std::unique_ptr<uint8_t[]>, uint64_t> TakeBuffer(uint64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      for (auto it = pool.begin(); it != pool.end(); ++it) {
+        if (it->second >= bytes) {
+          auto out = std::move(*it);
+          pool.erase(it);
+          return out;
+        }
+      }
+    }
+    return {std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};  // uninitialised on purpose
+  }
+  void GiveBuffer(std::unique_ptr<uint8_t[]> buf, uint64_t capacity) {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (pool.size() < kPoolMax) pool.emplace_back(std::move(buf), capacity);
+  }
 
   // Acks from any thread to the I/O thread.
   std::mutex ack_mu;
@@ -205,6 +230,7 @@ Batch::Batch(Batch&& o) noexcept
     : state_(std::move(o.state_)),
       leases_(std::move(o.leases_)),
       owned_(std::move(o.owned_)),
+      owned_capacity_(o.owned_capacity_),
       owned_indices_(std::move(o.owned_indices_)),
       owned_labels_(std::move(o.owned_labels_)),
       owned_device_(o.owned_device_),
@@ -225,6 +251,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     state_ = std::move(o.state_);
     leases_ = std::move(o.leases_);
     owned_ = std::move(o.owned_);
+    owned_capacity_ = o.owned_capacity_;
     owned_indices_ = std::move(o.owned_indices_);
     owned_labels_ = std::move(o.owned_labels_);
     owned_device_ = o.owned_device_;
@@ -249,8 +276,7 @@ void Batch::Release() {
     owned_device_ = nullptr;
   }
   leases_.clear();  // the last reference to a slot acks it
-  owned_.clear();
-  owned_.shrink_to_fit();
+  if (owned_) state_->GiveBuffer(std::move(owned_), owned_capacity_);
   data_ = nullptr;
   indices_ = labels_ = device_labels_ = nullptr;
   count_ = 0;
@@ -582,12 +608,12 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
     b.leases_.push_back(p.lease);
   } else {
     // Straddles slots: gather into a private buffer; the source slots go back at once.
-    b.owned_.resize(uint64_t{collected} * sample_bytes);
+    std::tie(b.owned_, b.owned_capacity_) = state_->TakeBuffer(uint64_t{collected} * sample_bytes);
     b.owned_indices_.reserve(collected);
     b.owned_labels_.reserve(collected);
     uint64_t out = 0;
     for (const Piece& p : pieces) {
-      std::memcpy(b.owned_.data() + out, p.lease->base + t.data_offset + p.offset * sample_bytes,
+      std::memcpy(b.owned_.get() + out, p.lease->base + t.data_offset + p.offset * sample_bytes,
                   p.count * sample_bytes);
       out += p.count * sample_bytes;
       const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
@@ -595,7 +621,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
       b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
     }
-    b.data_ = b.owned_.data();
+    b.data_ = b.owned_.get();
     b.indices_ = b.owned_indices_.data();
     b.labels_ = b.owned_labels_.data();
   }

@@ -77,7 +77,7 @@ class Batch {
   // {size, C, H, W} for NCHW, {size, H, W, C} for NHWC.
   std::vector<int64_t> shape() const;
   uint64_t bytes() const;
-  bool gathered() const { return !owned_.empty() || owned_device_ != nullptr; }  // copied: it straddled slots
+  bool gathered() const { return owned_ != nullptr || owned_device_ != nullptr; }  // copied: it straddled slots
   // CLOCK_MONOTONIC ns at which the producer published the (first) slot of this batch.
   uint64_t ready_ns() const { return ready_ns_; }
 
@@ -93,7 +93,8 @@ class Batch {
   Batch() = default;
   std::shared_ptr<internal::ConsumerState> state_;
   std::vector<std::shared_ptr<internal::SlotLease>> leases_;
-  std::vector<uint8_t> owned_;
+  std::unique_ptr<uint8_t[]> owned_;  // gathered on the host; recycled through the consumer's pool
+  uint64_t owned_capacity_ = 0;
   std::vector<int64_t> owned_indices_, owned_labels_;
   uint8_t* owned_device_ = nullptr;  // gathered on the device (stream-ordered allocation)
   void* stream_ = nullptr;
