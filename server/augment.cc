@@ -34,6 +34,9 @@ uint64_t SplitMix64(uint64_t& x) {
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+// Python's round() takes halves to even, as std::nearbyint does in the default rounding mode.
+int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
+
 }  // namespace
 
 SampleRng::SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) {
@@ -113,20 +116,29 @@ CropBox SampleTrainCrop(int width, int height, const AugmentOptions& o, SampleRn
 }
 
 CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
-  // Resize(int(size * ratio)) scales the shorter side to `resize`, then CenterCrop(size)
-  // takes size x size from the middle; as a box of the source that is size / scale wide.
-  const int resize = static_cast<int>(o.size * o.eval_resize_ratio);
-  const int shorter = std::min(width, height);
-  const double scale = static_cast<double>(resize) / shorter;
-  const int resized_w = width <= height ? resize : static_cast<int>(resize * static_cast<double>(width) / height);
-  const int resized_h = height <= width ? resize : static_cast<int>(resize * static_cast<double>(height) / width);
-  const int top = static_cast<int>(std::lround((resized_h - o.size) / 2.0));
-  const int left = static_cast<int>(std::lround((resized_w - o.size) / 2.0));
+  // torchvision Resize(s) with an int s: the shorter side becomes s, the longer
+  // int(s * long / short) (truncated). Users write Resize(256), an integer, so round here:
+  // size * (256.0 / 224.0) need not come out exactly 256 in floating point.
+  const int s = std::max(1, static_cast<int>(std::lround(o.size * o.eval_resize_ratio)));
+  const bool wide = width >= height;
+  const int shorter = wide ? height : width, longer = wide ? width : height;
+  const int new_long = static_cast<int>(static_cast<double>(s) * longer / shorter);
+  const int resized_w = wide ? new_long : s;
+  const int resized_h = wide ? s : new_long;
+  // CenterCrop(size): top = int(round((H' - size) / 2.0)), with Python's round (halves to
+  // even: 500x375 gives left = round(58.5) = 58, not 59).
+  const int crop_w = std::min(o.size, resized_w), crop_h = std::min(o.size, resized_h);
+  const int left = RoundHalfEven((resized_w - crop_w) / 2.0);
+  const int top = RoundHalfEven((resized_h - crop_h) / 2.0);
+  // Back to source pixels through each axis's own factor: the truncated long side makes the
+  // two factors differ slightly (500 / 341 vs 375 / 256).
+  const double fx = static_cast<double>(width) / resized_w;
+  const double fy = static_cast<double>(height) / resized_h;
   CropBox box;
-  box.x = std::max(0, static_cast<int>(std::lround(left / scale)));
-  box.y = std::max(0, static_cast<int>(std::lround(top / scale)));
-  box.width = std::min(width - box.x, std::max(1, static_cast<int>(std::lround(o.size / scale))));
-  box.height = std::min(height - box.y, std::max(1, static_cast<int>(std::lround(o.size / scale))));
+  box.x = std::clamp(static_cast<int>(std::lround(left * fx)), 0, width - 1);
+  box.y = std::clamp(static_cast<int>(std::lround(top * fy)), 0, height - 1);
+  box.width = std::clamp(static_cast<int>(std::lround(crop_w * fx)), 1, width - box.x);
+  box.height = std::clamp(static_cast<int>(std::lround(crop_h * fy)), 1, height - box.y);
   return box;
 }
 
@@ -144,11 +156,22 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rn
 
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst) {
   // The box is in full-resolution coordinates; src may be the image decoded at 1/2, 1/4, 1/8.
-  const double sx = static_cast<double>(src.cols) / full_width;
-  const double sy = static_cast<double>(src.rows) / full_height;
-  int x0 = static_cast<int>(std::floor(box.x * sx)), y0 = static_cast<int>(std::floor(box.y * sy));
-  int x1 = static_cast<int>(std::ceil((box.x + box.width) * sx));
-  int y1 = static_cast<int>(std::ceil((box.y + box.height) * sy));
+  // libjpeg's scaled pixel x covers full pixels [x * d, (x + 1) * d) and the scaled size is
+  // ceil(full / d), the last pixel standing for a partial block. So when src has exactly that
+  // size the map is 1 / d; src.cols / full_width would drift by up to half a scaled pixel
+  // (4 full pixels at 1/8) towards the right and bottom edges. Any other size: the plain ratio.
+  double sx = static_cast<double>(src.cols) / full_width;
+  double sy = static_cast<double>(src.rows) / full_height;
+  for (int d : {1, 2, 4, 8}) {
+    if ((full_width + d - 1) / d == src.cols && (full_height + d - 1) / d == src.rows) {
+      sx = sy = 1.0 / d;
+      break;
+    }
+  }
+  // Nearest whole scaled pixels: at most half a scaled pixel off on each edge, either way.
+  int x0 = static_cast<int>(std::lround(box.x * sx)), y0 = static_cast<int>(std::lround(box.y * sy));
+  int x1 = static_cast<int>(std::lround((box.x + box.width) * sx));
+  int y1 = static_cast<int>(std::lround((box.y + box.height) * sy));
   x0 = std::clamp(x0, 0, src.cols - 1);
   y0 = std::clamp(y0, 0, src.rows - 1);
   x1 = std::clamp(x1, x0 + 1, src.cols);

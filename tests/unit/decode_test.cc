@@ -1,0 +1,408 @@
+// Decoder: JPEG (baseline, progressive, grayscale, CMYK/YCCK, DCT scaling), PNG and other
+// formats through the imgcodecs plugin, and every kind of broken input as an error naming the
+// file. Images are encoded here with TurboJPEG (no OpenCV imgcodecs in the test, as in the
+// decoder itself); the Pillow-made fixtures under tests/data/ (scripts/make_test_fixtures.py)
+// cover what TurboJPEG cannot write: Adobe CMYK as Pillow writes it.
+#include "server/decode.h"
+
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "tests/support/test_support.h"
+
+#ifndef COLOADER_SOURCE_DIR
+#define COLOADER_SOURCE_DIR "."
+#endif
+
+namespace coloader {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+// Smooth colour gradients with a gentle ripple: JPEG keeps them within a few levels, and
+// every region of the image differs from the others (a shifted decode would show).
+cv::Mat TestImage(int w, int h) {
+  cv::Mat m(h, w, CV_8UC3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      m.at<cv::Vec3b>(y, x) =
+          cv::Vec3b(cv::saturate_cast<uint8_t>(30 + 200.0 * x / w),
+                    cv::saturate_cast<uint8_t>(220 - 180.0 * y / h),
+                    cv::saturate_cast<uint8_t>(128 + 60 * std::sin((x + 2 * y) / 23.0)));
+    }
+  }
+  return m;
+}
+
+// Encodes `img` (CV_8UC3 RGB, CV_8UC1 gray or CV_8UC4 CMYK) with TurboJPEG.
+Bytes EncodeJpeg(const cv::Mat& img, int quality, int flags = 0, int subsamp = TJSAMP_420) {
+  int pf = TJPF_RGB;
+  if (img.channels() == 1) {
+    pf = TJPF_GRAY;
+    subsamp = TJSAMP_GRAY;
+  } else if (img.channels() == 4) {
+    pf = TJPF_CMYK;  // TurboJPEG writes these as YCCK JPEGs
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  const int rc = tjCompress2(tj, img.data, img.cols, static_cast<int>(img.step), img.rows, pf, &out,
+                             &size, subsamp, quality, flags);
+  EXPECT_EQ(rc, 0) << tjGetErrorStr2(tj);
+  Bytes bytes(out, out + size);
+  tjFree(out);
+  tjDestroy(tj);
+  return bytes;
+}
+
+// A PNG built by hand (deflate "stored" blocks, no compression), so the expected pixels are
+// known exactly without an encoder library.
+uint32_t Crc32(const uint8_t* p, size_t n, uint32_t crc = 0) {
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) {
+    crc ^= p[i];
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+void PutBe32(Bytes& b, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
+}
+
+void PutChunk(Bytes& png, const char* type, const Bytes& data) {
+  PutBe32(png, static_cast<uint32_t>(data.size()));
+  Bytes body(type, type + 4);
+  body.insert(body.end(), data.begin(), data.end());
+  png.insert(png.end(), body.begin(), body.end());
+  PutBe32(png, Crc32(body.data(), body.size()));
+}
+
+Bytes EncodeStoredPng(const cv::Mat& rgb) {
+  Bytes raw;  // filter byte 0 (none) before each row
+  for (int y = 0; y < rgb.rows; ++y) {
+    raw.push_back(0);
+    raw.insert(raw.end(), rgb.ptr<uint8_t>(y), rgb.ptr<uint8_t>(y) + rgb.cols * 3);
+  }
+  Bytes z = {0x78, 0x01};  // zlib header, no compression
+  for (size_t off = 0; off < raw.size() || off == 0;) {
+    const size_t n = std::min<size_t>(65535, raw.size() - off);
+    const bool last = off + n == raw.size();
+    z.push_back(last ? 1 : 0);
+    z.push_back(static_cast<uint8_t>(n));
+    z.push_back(static_cast<uint8_t>(n >> 8));
+    z.push_back(static_cast<uint8_t>(~n));
+    z.push_back(static_cast<uint8_t>(~n >> 8));
+    z.insert(z.end(), raw.begin() + static_cast<long>(off), raw.begin() + static_cast<long>(off + n));
+    off += n;
+    if (last) break;
+  }
+  uint32_t a = 1, b = 0;  // Adler-32 of the uncompressed data
+  for (uint8_t v : raw) {
+    a = (a + v) % 65521;
+    b = (b + a) % 65521;
+  }
+  PutBe32(z, (b << 16) | a);
+
+  Bytes png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  Bytes ihdr;
+  PutBe32(ihdr, static_cast<uint32_t>(rgb.cols));
+  PutBe32(ihdr, static_cast<uint32_t>(rgb.rows));
+  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8-bit RGB, deflate, no filter, no interlace
+  PutChunk(png, "IHDR", ihdr);
+  PutChunk(png, "IDAT", z);
+  PutChunk(png, "IEND", {});
+  return png;
+}
+
+double MeanAbsDiff(const cv::Mat& a, const cv::Mat& b) {
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_EQ(a.type(), b.type());
+  if (a.size() != b.size() || a.type() != b.type()) return 1e9;
+  const cv::Scalar m = cv::mean(cv::abs(a - b) + cv::abs(b - a));  // saturating |a - b|
+  return (m[0] + m[1] + m[2]) / 3;
+}
+
+Bytes Fixture(const std::string& name) {
+  const std::string s = testing::ReadFile(std::string(COLOADER_SOURCE_DIR) + "/tests/data/" + name);
+  EXPECT_FALSE(s.empty()) << "missing fixture tests/data/" << name
+                          << " (regenerate with scripts/make_test_fixtures.py)";
+  return Bytes(s.begin(), s.end());
+}
+
+class DecoderTest : public ::testing::Test {
+ protected:
+  Result<cv::Mat> Decode(const Bytes& b, int denom = 1, const std::string& path = "/data/x.jpg") {
+    return dec_.DecodeRgb(b.data(), b.size(), denom, path);
+  }
+  Result<ImageInfo> Peek(const Bytes& b, const std::string& path = "/data/x.jpg") {
+    return dec_.Peek(b.data(), b.size(), path);
+  }
+  // Peek and decode must both fail or both succeed; returns the first error, or OK.
+  Status PeekAndDecode(const Bytes& b, const std::string& path) {
+    auto info = Peek(b, path);
+    if (!info.ok()) return info.status();
+    auto img = Decode(b, 1, path);
+    if (!img.ok()) return img.status();
+    EXPECT_EQ(img->type(), CV_8UC3);
+    return Status::OK();
+  }
+  Decoder dec_;
+};
+
+TEST_F(DecoderTest, BaselineJpegMatchesTheSource) {
+  const cv::Mat src = TestImage(160, 120);
+  for (int subsamp : {TJSAMP_444, TJSAMP_422, TJSAMP_420}) {
+    const Bytes jpeg = EncodeJpeg(src, 95, 0, subsamp);
+    ASSERT_OK_AND_ASSIGN(ImageInfo info, Peek(jpeg));
+    EXPECT_EQ(info.kind, ImageKind::kJpeg);
+    EXPECT_EQ(info.width, 160);
+    EXPECT_EQ(info.height, 120);
+    ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(jpeg));
+    EXPECT_EQ(rgb.type(), CV_8UC3);
+    EXPECT_LT(MeanAbsDiff(rgb, src), 2.5) << "subsampling " << subsamp;
+  }
+}
+
+TEST_F(DecoderTest, ChannelOrderIsRgb) {
+  cv::Mat red(16, 16, CV_8UC3, cv::Scalar(250, 10, 10));  // R, G, B in memory order
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(EncodeJpeg(red, 95, 0, TJSAMP_444)));
+  const cv::Scalar m = cv::mean(rgb);
+  EXPECT_GT(m[0], 230);
+  EXPECT_LT(m[2], 30);
+}
+
+TEST_F(DecoderTest, DctScalingGivesLibjpegScaledSizes) {
+  // 401x301 does not divide by 8: libjpeg rounds the scaled size up.
+  const cv::Mat src = TestImage(401, 301);
+  const Bytes jpeg = EncodeJpeg(src, 95);
+  const int want_w[] = {0, 401, 201, 0, 101, 0, 0, 0, 51};
+  const int want_h[] = {0, 301, 151, 0, 76, 0, 0, 0, 38};
+  for (int d : {1, 2, 4, 8}) {
+    ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(jpeg, d));
+    EXPECT_EQ(rgb.cols, want_w[d]) << "1/" << d;
+    EXPECT_EQ(rgb.rows, want_h[d]) << "1/" << d;
+    // The content is the source averaged over d x d blocks (compare away from the partial
+    // last block).
+    const int fw = (401 / d) * d, fh = (301 / d) * d;
+    cv::Mat ref;
+    cv::resize(src(cv::Rect(0, 0, fw, fh)), ref, cv::Size(fw / d, fh / d), 0, 0, cv::INTER_AREA);
+    EXPECT_LT(MeanAbsDiff(rgb(cv::Rect(0, 0, fw / d, fh / d)), ref), 3.0) << "1/" << d;
+  }
+}
+
+TEST_F(DecoderTest, GrayscaleJpegComesOutAsRgb) {
+  cv::Mat gray;
+  cv::cvtColor(TestImage(96, 64), gray, cv::COLOR_RGB2GRAY);
+  const Bytes jpeg = EncodeJpeg(gray, 95);
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(jpeg));
+  ASSERT_EQ(rgb.type(), CV_8UC3);
+  cv::Mat gray3;
+  cv::cvtColor(gray, gray3, cv::COLOR_GRAY2RGB);
+  EXPECT_LT(MeanAbsDiff(rgb, gray3), 1.5);
+  ASSERT_OK_AND_ASSIGN(cv::Mat half, Decode(jpeg, 2));
+  EXPECT_EQ(half.cols, 48);
+  EXPECT_EQ(half.channels(), 3);
+}
+
+TEST_F(DecoderTest, ProgressiveJpegMatchesBaseline) {
+  const cv::Mat src = TestImage(200, 150);
+  ASSERT_OK_AND_ASSIGN(cv::Mat base, Decode(EncodeJpeg(src, 90)));
+  const Bytes prog = EncodeJpeg(src, 90, TJFLAG_PROGRESSIVE);
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(prog));
+  EXPECT_LT(MeanAbsDiff(rgb, base), 1.0);
+  ASSERT_OK_AND_ASSIGN(cv::Mat quarter, Decode(prog, 4));
+  EXPECT_EQ(quarter.cols, 50);
+  EXPECT_EQ(quarter.rows, 38);
+}
+
+TEST_F(DecoderTest, YcckJpegComesOutAsRgb) {
+  // Store the image as Adobe-style inverted CMYK (255 = no ink), with real black in K:
+  // K' = max(R, G, B), C' = R * 255 / K', so that R = C' * K' / 255.
+  const cv::Mat src = TestImage(64, 48);
+  cv::Mat cmyk(src.rows, src.cols, CV_8UC4);
+  for (int y = 0; y < src.rows; ++y) {
+    for (int x = 0; x < src.cols; ++x) {
+      const cv::Vec3b p = src.at<cv::Vec3b>(y, x);
+      const int k = std::max({p[0], p[1], p[2], uint8_t{1}});
+      cmyk.at<cv::Vec4b>(y, x) = cv::Vec4b(static_cast<uint8_t>(p[0] * 255 / k),
+                                           static_cast<uint8_t>(p[1] * 255 / k),
+                                           static_cast<uint8_t>(p[2] * 255 / k),
+                                           static_cast<uint8_t>(k));
+    }
+  }
+  const Bytes jpeg = EncodeJpeg(cmyk, 95, 0, TJSAMP_444);
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(jpeg));
+  ASSERT_EQ(rgb.type(), CV_8UC3);
+  EXPECT_LT(MeanAbsDiff(rgb, src), 3.0);
+  ASSERT_OK_AND_ASSIGN(cv::Mat half, Decode(jpeg, 2));
+  EXPECT_EQ(half.cols, 32);
+}
+
+TEST_F(DecoderTest, PngDecodesExactly) {
+  const cv::Mat src = TestImage(37, 23);
+  const Bytes png = EncodeStoredPng(src);
+  ASSERT_OK_AND_ASSIGN(ImageInfo info, Peek(png, "/data/a.png"));
+  EXPECT_EQ(info.kind, ImageKind::kPng);
+  EXPECT_EQ(info.width, 37);
+  EXPECT_EQ(info.height, 23);
+  // Scaling applies to JPEG only: a PNG always comes back at full size.
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(png, 4, "/data/a.png"));
+  EXPECT_EQ(MeanAbsDiff(rgb, src), 0.0);
+}
+
+TEST_F(DecoderTest, TruncatedJpegIsAnErrorNamingThePath) {
+  const Bytes jpeg = EncodeJpeg(TestImage(160, 120), 90);
+  const Bytes half(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() / 2));
+  ASSERT_TRUE(Peek(half, "/data/y.jpg").ok());  // the header is intact...
+  auto r = Decode(half, 1, "/data/y.jpg");       // ...the data is not
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "/data/y.jpg: truncated JPEG data");
+  // At any cut, even one that loses only the end marker, decoding fails cleanly.
+  for (size_t n = 0; n < jpeg.size(); n += (n < 700 ? 1 : 37)) {
+    const Bytes cut(jpeg.begin(), jpeg.begin() + static_cast<long>(n));
+    const Status st = PeekAndDecode(cut, "/data/cut.jpg");
+    ASSERT_FALSE(st.ok()) << "prefix of " << n << " of " << jpeg.size() << " bytes decoded";
+    EXPECT_EQ(st.message().rfind("/data/cut.jpg: ", 0), 0u) << st.message();
+  }
+  const Bytes no_eoi(jpeg.begin(), jpeg.end() - 2);
+  EXPECT_FALSE(PeekAndDecode(no_eoi, "/data/cut.jpg").ok());
+}
+
+TEST_F(DecoderTest, NonImagesAreErrorsNamingThePathAndTheBytes) {
+  const std::string html = "<html>not found</html>";
+  const Status st = PeekAndDecode(Bytes(html.begin(), html.end()), "/data/x.jpg");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().rfind("/data/x.jpg: ", 0), 0u) << st.message();
+  EXPECT_NE(st.message().find("3c 68 74 6d"), std::string::npos) << st.message();
+
+  const std::vector<Bytes> junk = {
+      {},                                   // empty
+      {0xFF},                               // one byte
+      {0xFF, 0xD8},                         // SOI only
+      {0xFF, 0xD8, 0xFF},                   // JPEG magic only
+      {0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x10},  // magic and a segment length, nothing more
+      {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'},  // PNG signature only
+      {0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00},
+  };
+  for (const Bytes& b : junk) {
+    const Status s = PeekAndDecode(b, "/data/junk.JPEG");
+    EXPECT_FALSE(s.ok()) << b.size() << " bytes";
+    EXPECT_EQ(s.message().rfind("/data/junk.JPEG: ", 0), 0u) << s.message();
+  }
+}
+
+TEST_F(DecoderTest, BrokenPngIsAnError) {
+  Bytes png = EncodeStoredPng(TestImage(40, 30));
+  const Bytes cut(png.begin(), png.begin() + static_cast<long>(png.size() / 2));
+  EXPECT_FALSE(PeekAndDecode(cut, "/data/p.png").ok());
+  // A PNG claiming 0 x 0 pixels.
+  Bytes zero = png;
+  for (int i = 16; i < 24; ++i) zero[static_cast<size_t>(i)] = 0;
+  EXPECT_FALSE(PeekAndDecode(zero, "/data/p.png").ok());
+}
+
+TEST_F(DecoderTest, CorruptedJpegsNeverCrash) {
+  // Random byte flips in a valid JPEG, and random bytes behind the JPEG and PNG magic: each
+  // must decode or fail with an error, never crash or hang.
+  const Bytes jpeg = EncodeJpeg(TestImage(64, 48), 85);
+  std::mt19937 gen(1234);
+  int failures = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    Bytes b = jpeg;
+    const int flips = 1 + static_cast<int>(gen() % 8);
+    for (int f = 0; f < flips; ++f) b[gen() % b.size()] = static_cast<uint8_t>(gen());
+    failures += !PeekAndDecode(b, "/data/flip.jpg").ok();
+  }
+  EXPECT_GT(failures, 0);
+  for (int trial = 0; trial < 300; ++trial) {
+    Bytes b(gen() % 400);
+    for (uint8_t& v : b) v = static_cast<uint8_t>(gen());
+    const Bytes magic = trial % 2 ? Bytes{0xFF, 0xD8, 0xFF} : Bytes{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    b.insert(b.begin(), magic.begin(), magic.end());
+    EXPECT_FALSE(PeekAndDecode(b, "/data/random.jpg").ok());
+  }
+}
+
+// Fixtures written by Pillow (scripts/make_test_fixtures.py) from one crop of a photograph.
+class FixtureTest : public DecoderTest {
+ protected:
+  void SetUp() override {
+    const Bytes png = Fixture("reference.png");
+    auto ref = Decode(png, 1, "reference.png");
+    ASSERT_TRUE(ref.ok()) << ref.status().ToString();
+    ref_ = *ref;
+    ASSERT_EQ(ref_.cols, 96);
+    ASSERT_EQ(ref_.rows, 72);
+  }
+  cv::Mat ref_;
+};
+
+TEST_F(FixtureTest, PillowCmykJpegDecodesToTheOriginalColours) {
+  const Bytes jpeg = Fixture("cmyk.jpg");
+  ASSERT_OK_AND_ASSIGN(ImageInfo info, Peek(jpeg, "cmyk.jpg"));
+  EXPECT_EQ(info.kind, ImageKind::kJpeg);
+  ASSERT_OK_AND_ASSIGN(cv::Mat rgb, Decode(jpeg, 1, "cmyk.jpg"));
+  const cv::Scalar got = cv::mean(rgb), want = cv::mean(ref_);
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(got[c], want[c], 3.0) << "channel " << c;
+  // Not only the means: an uninverted conversion would give the negative image.
+  EXPECT_LT(MeanAbsDiff(rgb, ref_), 6.0);
+}
+
+TEST_F(FixtureTest, GrayscaleProgressiveAndMisnamedPng) {
+  ASSERT_OK_AND_ASSIGN(cv::Mat gray, Decode(Fixture("gray.jpg"), 1, "gray.jpg"));
+  cv::Mat ref_gray, ref_gray3;
+  cv::cvtColor(ref_, ref_gray, cv::COLOR_RGB2GRAY);
+  cv::cvtColor(ref_gray, ref_gray3, cv::COLOR_GRAY2RGB);
+  EXPECT_LT(MeanAbsDiff(gray, ref_gray3), 4.0);
+
+  ASSERT_OK_AND_ASSIGN(cv::Mat prog, Decode(Fixture("progressive.jpg"), 1, "progressive.jpg"));
+  EXPECT_LT(MeanAbsDiff(prog, ref_), 6.0);
+
+  // The name says JPEG, the bytes say PNG: the bytes win.
+  const Bytes misnamed = Fixture("png_named.JPEG");
+  ASSERT_OK_AND_ASSIGN(ImageInfo info, Peek(misnamed, "png_named.JPEG"));
+  EXPECT_EQ(info.kind, ImageKind::kPng);
+  ASSERT_OK_AND_ASSIGN(cv::Mat png, Decode(misnamed, 2, "png_named.JPEG"));
+  EXPECT_EQ(MeanAbsDiff(png, ref_), 0.0);
+}
+
+TEST_F(FixtureTest, BadFilesAreErrorsNamingThePath) {
+  Status st = PeekAndDecode(Fixture("truncated.jpg"), "/data/truncated.jpg");
+  EXPECT_EQ(st.message(), "/data/truncated.jpg: truncated JPEG data");
+  st = PeekAndDecode(Fixture("not_an_image.jpg"), "/data/not_an_image.jpg");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message().rfind("/data/not_an_image.jpg: ", 0), 0u) << st.message();
+  EXPECT_NE(st.message().find("3c 68 74 6d"), std::string::npos) << st.message();
+}
+
+CropBox Box(int w, int h) {
+  CropBox b;
+  b.width = w;
+  b.height = h;
+  return b;
+}
+
+TEST(ChooseScaleDenomTest, LargestScaleThatKeepsTheOutputResolution) {
+  EXPECT_EQ(ChooseScaleDenom(Box(500, 375), 224, true), 1);
+  EXPECT_EQ(ChooseScaleDenom(Box(448, 448), 224, true), 2);
+  EXPECT_EQ(ChooseScaleDenom(Box(447, 448), 224, true), 1);
+  EXPECT_EQ(ChooseScaleDenom(Box(900, 1000), 224, true), 4);
+  EXPECT_EQ(ChooseScaleDenom(Box(1792, 1792), 224, true), 8);
+  EXPECT_EQ(ChooseScaleDenom(Box(4000, 1791), 224, true), 4);
+  EXPECT_EQ(ChooseScaleDenom(Box(1792, 1792), 224, false), 1);
+  EXPECT_EQ(ChooseScaleDenom(Box(10, 10), 224, true), 1);
+  EXPECT_EQ(ChooseScaleDenom(Box(1, 1), 1, true), 1);
+  EXPECT_EQ(ChooseScaleDenom(Box(8, 8), 1, true), 8);
+}
+
+}  // namespace
+}  // namespace coloader
