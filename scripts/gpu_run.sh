@@ -31,6 +31,8 @@ if [[ $what == bench || $what == all ]]; then
   [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images "${BENCH_IMAGES:-6000}" --classes 100 2>/dev/null
   echo "== producer throughput, host path vs GPU path, $(nproc) workers"
   python3 benchmarks/producer_throughput.py --data "$data" --binary "$COLOADER_BINARY" --device cuda:0 | tee "$out/producer_throughput.txt"
+  echo "== hand-off latency, host path (same machine, for comparison)"
+  python3 benchmarks/handoff.py --data "$data" --binary "$COLOADER_BINARY" | tee "$out/handoff_host.txt"
   echo "== hand-off latency, GPU path"
   python3 benchmarks/handoff.py --data "$data" --binary "$COLOADER_BINARY" --device | tee "$out/handoff_gpu.txt"
   echo "== hand-off latency, torch.multiprocessing queue of CUDA tensors"
