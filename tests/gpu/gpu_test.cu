@@ -127,14 +127,14 @@ TEST_F(GpuTest, TwoDeviceConsumersWithDifferentBatchSizesSeeTheSameSamples) {
 }
 
 TEST_F(GpuTest, LateJoinOnTheDevice) {
-  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--device", "cuda:0"});
-  auto first = Consume("p", {"--device", "--step-ms", "15"});
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0"});
+  auto first = Consume("p", {"--device", "--step-ms", "40"});
   // Wait until the first consumer is mid-epoch: its own batches, read from the status.
   for (int i = 0; i < 2000; ++i) {
     Child s(Coloader({"status", "--name", "p", "--json"}), env_);
     s.Wait(10000);
     auto lines = ParseJsonLines(s.Stdout());
-    if (!lines.empty() && U64(lines[0], "batches_published") >= 3) break;
+    if (!lines.empty() && U64(lines[0], "batches_published") >= 3 && U64(lines[0], "epoch") == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   auto late = Consume("p", {"--device"});
