@@ -16,6 +16,7 @@
 
 #include "client/device_mapper.h"
 #include "common/endpoint.h"
+#include "common/mailbox.h"
 #include "common/process.h"
 #include "common/shm.h"
 
@@ -30,6 +31,8 @@ struct ConsumerState {
   Welcome welcome;
   SharedMemory shm;
   std::unique_ptr<DeviceMapper> mapper;  // set on the device path
+  MailboxArea mailboxes;                 // local consumers: announcements arrive here
+  std::optional<Mailbox> mailbox;
   std::string fallback_reason;
   ProcessWatch producer_watch;
   zmq::context_t ctx{1};
@@ -87,9 +90,12 @@ struct ConsumerState {
   }
 
   void Fail(Status st) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (error.ok()) error = std::move(st);
-    cv.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (error.ok()) error = std::move(st);
+      cv.notify_all();
+    }
+    if (mailbox) mailbox->Wake();
   }
 
   std::string Who() const {
@@ -180,10 +186,13 @@ void ConsumerState::IoLoop() {
         queue.push_back(*a);
         cv.notify_all();
       } else if (auto* bye_msg = std::get_if<Bye>(&*m)) {
-        std::lock_guard<std::mutex> lock(mu);
-        bye = *bye_msg;
-        said_bye = true;
-        cv.notify_all();
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          bye = *bye_msg;
+          said_bye = true;
+          cv.notify_all();
+        }
+        if (mailbox) mailbox->Wake();
       } else if (!std::holds_alternative<Heartbeat>(*m)) {
         Fail(Status::Protocol(Who() + " sent an unexpected " + MessageTypeName(*m) + " message"));
         return;
@@ -382,6 +391,11 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   state->welcome = *welcome;
   const SlotTable& t = welcome->slots;
   ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  if (!welcome->mailbox_name.empty()) {
+    ASSIGN_OR_RETURN(state->mailboxes, MailboxArea::Open(welcome->mailbox_name, welcome->mailbox_count,
+                                                         welcome->mailbox_capacity));
+    state->mailbox.emplace(state->mailboxes.at(welcome->mailbox_index));
+  }
   if (state->endpoint.rfind("ipc://", 0) == 0 && welcome->producer_pid > 0) {
     if (auto w = ProcessWatch::Open(static_cast<int>(welcome->producer_pid)); w.ok())
       state->producer_watch = std::move(*w);
@@ -416,7 +430,42 @@ Result<std::optional<BatchAnnouncement>> Consumer::Take() {
   ConsumerState& s = *state_;
   std::unique_lock<std::mutex> lock(s.mu);
   auto ready = [&s] { return !s.queue.empty() || s.bye || !s.error.ok(); };
-  if (s.opts.timeout_ms > 0) {
+  if (s.mailbox) {
+    // The mailbox road: wait on its doorbell, which the producer rings for a batch and our
+    // I/O thread for a goodbye or an error. Announcements pushed before a goodbye are all
+    // taken before the goodbye is acted on.
+    lock.unlock();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.opts.timeout_ms);
+    for (;;) {
+      const uint32_t seen = s.mailbox->doorbell();
+      if (auto a = s.mailbox->Pop(s.welcome.consumer_id)) return std::optional<BatchAnnouncement>(*a);
+      lock.lock();
+      if (!s.error.ok()) return s.error;
+      if (ready()) {
+        // A goodbye (or a Batch message). Announcements pushed before the goodbye may have
+        // become visible only after our Pop above: take them first.
+        if (!s.mailbox->Empty() && s.mailbox->Owned(s.welcome.consumer_id) && s.queue.empty()) {
+          lock.unlock();
+          continue;
+        }
+        break;
+      }
+      lock.unlock();
+      if (!s.mailbox->Owned(s.welcome.consumer_id)) {
+        return Status::Disconnected(s.Who() + " gave this consumer's mailbox to another: it was detached");
+      }
+      int slice = 100;  // ms; the I/O thread rings on any change, this only bounds the wait
+      if (s.opts.timeout_ms > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+        if (left <= 0) {
+          return Status::Timeout("no batch from " + s.Who() + " within " + std::to_string(s.opts.timeout_ms) +
+                                 " ms (--timeout); it is alive but slow, or waiting for more consumers");
+        }
+        slice = static_cast<int>(std::min<long long>(slice, left));
+      }
+      s.mailbox->Wait(seen, slice);
+    }
+  } else if (s.opts.timeout_ms > 0) {
     if (!s.cv.wait_for(lock, std::chrono::milliseconds(s.opts.timeout_ms), ready)) {
       return Status::Timeout("no batch from " + s.Who() + " within " + std::to_string(s.opts.timeout_ms) +
                              " ms (--timeout); it is alive but slow, or waiting for more consumers");

@@ -234,6 +234,10 @@ void Encode(Writer& w, const Welcome& m) {
   PutSlotTable(w, m.slots);
   w.Put(static_cast<uint8_t>(m.has_device ? 1 : 0));
   if (m.has_device) PutDeviceTable(w, m.device);
+  w.PutString(m.mailbox_name);
+  w.Put(m.mailbox_index);
+  w.Put(m.mailbox_count);
+  w.Put(m.mailbox_capacity);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
@@ -246,7 +250,17 @@ bool DecodeBody(Reader& r, Welcome* m) {
     return false;
   }
   m->has_device = has_device == 1;
-  return !m->has_device || GetDeviceTable(r, m->slots, &m->device);
+  if (m->has_device && !GetDeviceTable(r, m->slots, &m->device)) return false;
+  if (!(r.GetString(&m->mailbox_name) && r.Get(&m->mailbox_index) && r.Get(&m->mailbox_count) &&
+        r.Get(&m->mailbox_capacity)))
+    return false;
+  if (!m->mailbox_name.empty() &&
+      (m->mailbox_index >= m->mailbox_count || m->mailbox_capacity == 0 || m->mailbox_count > 65536 ||
+       m->mailbox_capacity > 65536)) {
+    r.SetError("inconsistent mailbox table");
+    return false;
+  }
+  return true;
 }
 
 void Encode(Writer& w, const Reject& m) {

@@ -105,6 +105,10 @@ struct Welcome {
   SlotTable slots;                    // host memory: indices, labels, and the host tensor
   bool has_device = false;            // device delivery: the tensor (and labels) on the GPU
   DeviceTable device;
+  // Local consumers get announcements through a shared-memory mailbox (common/mailbox.h)
+  // rather than as Batch messages; empty name: Batch messages.
+  std::string mailbox_name;
+  uint32_t mailbox_index = 0, mailbox_count = 0, mailbox_capacity = 0;
 };
 
 enum class RejectCode : uint16_t { kVersion = 1, kBadHello = 2, kFull = 3 };

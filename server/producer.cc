@@ -16,6 +16,7 @@
 #include <zmq.hpp>
 
 #include "common/endpoint.h"
+#include "common/mailbox.h"
 #include "common/process.h"
 #include "common/protocol.h"
 #include "common/shm.h"
@@ -30,6 +31,7 @@ namespace coloader {
 namespace {
 
 constexpr uint64_t kPageBytes = 4096;
+constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // The host slot layout: dataset indices, labels, then the tensor on its own page. With a
@@ -73,6 +75,7 @@ struct Session {
   bool waiting_for_epoch = false;
   bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
   bool pending = false; // offered the device ring, has not said (Attach) which path it takes
+  int mailbox = -1;     // its shared-memory mailbox, or -1: announcements go as Batch messages
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
@@ -92,6 +95,8 @@ struct Producer::Impl {
   SlotTable staging;
   SharedMemory shm;
   std::unique_ptr<DeviceRing> device_ring;
+  MailboxArea mailboxes;
+  std::vector<bool> mailbox_used;
   std::unique_ptr<Pipeline> pipeline;
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
@@ -155,6 +160,7 @@ Producer::~Producer() {
   impl_->pipeline.reset();     // join workers before the memory they write goes
   impl_->device_ring.reset();  // unregisters the host ring before it is unmapped
   if (!impl_->shm.name().empty()) SharedMemory::Remove(impl_->shm.name());
+  if (!impl_->mailboxes.name().empty()) SharedMemory::Remove(impl_->mailboxes.name());
   impl_->router.close();
   ::unlink(impl_->paths.socket.c_str());
   if (impl_->lock) impl_->lock->Release();
@@ -215,6 +221,11 @@ Status Producer::Impl::Setup() {
   staging = layouts.staging;
   ASSIGN_OR_RETURN(shm, SharedMemory::Create(paths.shm_name, table.slot_bytes * table.num_slots));
   ring = RingAccounting(table.num_slots);
+  // A consumer never has more than `window` announcements outstanding; twice that is slack.
+  uint32_t capacity = 8;
+  while (capacity < 2 * table.num_slots) capacity *= 2;
+  ASSIGN_OR_RETURN(mailboxes, MailboxArea::Create(paths.shm_name + ".mbox", kMailboxes, capacity));
+  mailbox_used.assign(kMailboxes, false);
 
   TransformOptions to;
   to.augment.mode = opts.augment;
@@ -283,6 +294,10 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
   Session& s = it->second;
   if (bye) Send(identity, *bye);
   uint32_t freed = ring.DropConsumer(s.id);
+  if (s.mailbox >= 0) {
+    mailboxes.at(static_cast<uint32_t>(s.mailbox)).Reset(0);
+    mailbox_used[static_cast<size_t>(s.mailbox)] = false;
+  }
   std::fprintf(stderr, "[coloader %s] consumer %llu (pid %u) %s; %u slot(s) reclaimed\n",
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, why, freed);
   sessions.erase(it);
@@ -323,7 +338,24 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     w.has_device = true;
     w.device = device_ring->table();
   }
-  if (!Send(identity, w)) return;
+  if (s.watch.valid()) {
+    // A local process (we could open its pidfd): give it a mailbox.
+    for (uint32_t i = 0; i < kMailboxes; ++i) {
+      if (mailbox_used[i]) continue;
+      mailbox_used[i] = true;
+      mailboxes.at(i).Reset(s.id);
+      s.mailbox = static_cast<int>(i);
+      w.mailbox_name = mailboxes.name();
+      w.mailbox_index = i;
+      w.mailbox_count = mailboxes.count();
+      w.mailbox_capacity = mailboxes.capacity();
+      break;
+    }
+  }
+  if (!Send(identity, w)) {
+    if (s.mailbox >= 0) mailbox_used[static_cast<size_t>(s.mailbox)] = false;
+    return;
+  }
   s.last_sent_ns = MonotonicNs();
   std::fprintf(stderr, "[coloader %s] consumer %llu attached (pid %u, batch size %u, %s path%s)\n",
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
@@ -488,17 +520,24 @@ void Producer::Impl::PublishReady() {
     a.flags = job->last_in_epoch ? kBatchLastInEpoch : 0;
     a.ready_ns = MonotonicNs();
     std::vector<uint64_t> holders;
+    std::vector<std::string> stuck;
     for (auto& [identity, s] : sessions) {
       if (s.pending) continue;
       if (s.waiting_for_epoch) {
         if (job->first != 0) continue;
         s.waiting_for_epoch = false;  // joins at this epoch's start
       }
+      if (s.mailbox >= 0 && !mailboxes.at(static_cast<uint32_t>(s.mailbox)).Push(a)) {
+        stuck.push_back(identity);  // more outstanding than the window allows: not ours to fix
+        continue;
+      }
       holders.push_back(s.id);
       ++s.received;
-      SendToSession(s, a);
+      if (s.mailbox < 0) SendToSession(s, a);
     }
     ring.Publish(job->slot, job->seq, holders);
+    for (const std::string& identity : stuck)
+      DropSession(identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
     ++batches_published;
     samples_published += count;
     published_epoch = job->epoch;

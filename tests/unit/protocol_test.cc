@@ -41,6 +41,10 @@ std::vector<Message> Samples() {
   w.slots.dtype = DType::kFloat32;
   w.slots.layout = TensorLayout::kNCHW;
   w.slots.slot_bytes = 4096 + 256ull * 224 * 224 * 3 * 4;
+  w.mailbox_name = "coloader-0-1-imagenet.mbox";
+  w.mailbox_index = 3;
+  w.mailbox_count = 256;
+  w.mailbox_capacity = 16;
   StatusReply r;
   r.name = "imagenet";
   r.pid = 99;

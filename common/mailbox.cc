@@ -1,0 +1,107 @@
+#include "common/mailbox.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+
+namespace coloader {
+
+namespace {
+
+// Shared (not FUTEX_PRIVATE): the word lives in memory mapped by two processes.
+void FutexWake(std::atomic<uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
+  timespec ts{timeout_ms / 1000, static_cast<long>(timeout_ms % 1000) * 1000000};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+}  // namespace
+
+void Mailbox::Reset(uint64_t owner) {
+  h_->head.store(0);
+  h_->tail.store(0);
+  h_->owner.store(owner);
+  Wake();  // a previous owner still waiting here re-checks, sees it is no longer its own
+}
+
+bool Mailbox::Push(const BatchAnnouncement& a) {
+  const uint64_t tail = h_->tail.load();
+  if (tail - h_->head.load() >= capacity_) return false;
+  MailboxEntry& e = entries_[tail % capacity_];
+  e.seq = a.seq;
+  e.epoch = a.epoch;
+  e.first = a.first;
+  e.ready_ns = a.ready_ns;
+  e.slot = a.slot;
+  e.count = a.count;
+  e.flags = a.flags;
+  e.pad = 0;
+  h_->tail.store(tail + 1);
+  h_->doorbell.fetch_add(1);
+  if (h_->sleeping.load()) FutexWake(&h_->doorbell);
+  return true;
+}
+
+void Mailbox::Wake() {
+  h_->doorbell.fetch_add(1);
+  FutexWake(&h_->doorbell);
+}
+
+std::optional<BatchAnnouncement> Mailbox::Pop(uint64_t owner) {
+  if (h_->owner.load() != owner) return std::nullopt;
+  const uint64_t head = h_->head.load();
+  if (head == h_->tail.load()) return std::nullopt;
+  const MailboxEntry& e = entries_[head % capacity_];
+  BatchAnnouncement a;
+  a.seq = e.seq;
+  a.epoch = e.epoch;
+  a.first = e.first;
+  a.ready_ns = e.ready_ns;
+  a.slot = e.slot;
+  a.count = e.count;
+  a.flags = static_cast<uint8_t>(e.flags);
+  h_->head.store(head + 1);
+  return a;
+}
+
+bool Mailbox::Empty() const { return h_->head.load() == h_->tail.load(); }
+
+void Mailbox::Wait(uint32_t seen, int timeout_ms) {
+  h_->sleeping.store(1);
+  if (Empty() && h_->doorbell.load() == seen) FutexWait(&h_->doorbell, seen, timeout_ms);
+  h_->sleeping.store(0);
+}
+
+uint64_t MailboxArea::BytesFor(uint32_t count, uint32_t capacity) {
+  return uint64_t{count} * (sizeof(MailboxHeader) + uint64_t{capacity} * sizeof(MailboxEntry));
+}
+
+Result<MailboxArea> MailboxArea::Create(const std::string& name, uint32_t count, uint32_t capacity) {
+  MailboxArea a;
+  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Create(name, BytesFor(count, capacity)));
+  a.count_ = count;
+  a.capacity_ = capacity;
+  return a;  // fresh shared memory is zero: every mailbox is free and empty
+}
+
+Result<MailboxArea> MailboxArea::Open(const std::string& name, uint32_t count, uint32_t capacity) {
+  MailboxArea a;
+  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Open(name, BytesFor(count, capacity), true));
+  a.count_ = count;
+  a.capacity_ = capacity;
+  return a;
+}
+
+Mailbox MailboxArea::at(uint32_t i) const {
+  uint8_t* base = shm_.data() + uint64_t{i} * (sizeof(MailboxHeader) + uint64_t{capacity_} * sizeof(MailboxEntry));
+  return Mailbox(reinterpret_cast<MailboxHeader*>(base), reinterpret_cast<MailboxEntry*>(base + sizeof(MailboxHeader)),
+                 capacity_);
+}
+
+}  // namespace coloader
