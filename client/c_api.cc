@@ -117,6 +117,7 @@ int coloader_consumer_open(const coloader_consumer_options* options, coloader_co
     if (options->connect_timeout_ms > 0) o.connect_timeout_ms = options->connect_timeout_ms;
     o.timeout_ms = options->timeout_ms;
     if (options->client_name != nullptr) o.client_name = options->client_name;
+    o.device = options->device != 0;
 
     auto consumer = std::make_unique<coloader_consumer>();
     auto connected = coloader::Consumer::Connect(std::move(o));
@@ -137,19 +138,30 @@ int coloader_consumer_next_epoch(coloader_consumer* c) {
   });
 }
 
-int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out) {
-  constexpr const char* kWhat = "coloader_consumer_next_batch";
-  return Guard(kWhat, [&]() -> int {
-    if (out == nullptr) return NullArgument(kWhat, "out");
+namespace {
+
+int NextBatch(const char* what, coloader_consumer* c, void* stream, coloader_batch** out) {
+  return Guard(what, [&]() -> int {
+    if (out == nullptr) return NullArgument(what, "out");
     *out = nullptr;
-    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
-    auto next = c->impl->Next();
+    if (c == nullptr || !c->impl) return NullArgument(what, "consumer");
+    auto next = c->impl->Next(stream);
     if (!next.ok()) return Fail(next.status());
     if (!next->has_value()) return COLOADER_END;
     // If this allocation throws, the Batch is destroyed on unwinding: its lease is acked.
     *out = new coloader_batch(std::move(**next));
     return COLOADER_OK;
   });
+}
+
+}  // namespace
+
+int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out) {
+  return NextBatch("coloader_consumer_next_batch", c, nullptr, out);
+}
+
+int coloader_consumer_next_batch_on_stream(coloader_consumer* c, void* stream, coloader_batch** out) {
+  return NextBatch("coloader_consumer_next_batch_on_stream", c, stream, out);
 }
 
 uint64_t coloader_consumer_epoch(const coloader_consumer* c) {
@@ -174,6 +186,15 @@ uint64_t coloader_consumer_epoch_samples(const coloader_consumer* c) {
 
 uint32_t coloader_consumer_batch_size(const coloader_consumer* c) {
   return c != nullptr && c->impl ? c->impl->batch_size() : 0;
+}
+
+int32_t coloader_consumer_on_device(const coloader_consumer* c) {
+  return c != nullptr && c->impl && c->impl->on_device() ? 1 : 0;
+}
+
+const char* coloader_consumer_fallback_reason(const coloader_consumer* c) {
+  // The string lives in the consumer's state; returning its buffer neither allocates nor throws.
+  return c != nullptr && c->impl ? c->impl->fallback_reason().c_str() : "";
 }
 
 void coloader_consumer_close(coloader_consumer* c) {
@@ -203,8 +224,9 @@ int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out) {
     for (size_t i = 0; i < shape.size() && i < 4; ++i) out->shape[i] = shape[i];
     out->bytes = batch.bytes();
     out->epoch = batch.epoch();
-    out->device = batch.device();  // -1: host memory (the only path this ABI asks for today)
+    out->device = batch.device();  // -1: host memory
     out->gathered = batch.gathered() ? 1 : 0;
+    out->device_labels = batch.device_labels();  // nullptr on the host path
     return COLOADER_OK;
   });
 }

@@ -46,15 +46,22 @@ typedef struct coloader_consumer_options {
   int32_t connect_timeout_ms; /* 0: default (5000) */
   int32_t timeout_ms;         /* 0: wait as long as the producer lives */
   const char* client_name;    /* shown by `coloader status`, may be NULL */
+  /* Appended after the fields above, which keep their offsets. Nonzero: ask for the device
+   * path, i.e. batches in the producer's GPU memory, mapped through CUDA IPC (zero-copy).
+   * It is a request: when the producer has no device ring or this process cannot map it, the
+   * consumer uses the host path and says why in coloader_consumer_fallback_reason(). 0: the
+   * host path. Zero-initialise the struct (memset or `= {0}`) so that a caller that does not
+   * know this field gets the host path. */
+  int32_t device;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */
 typedef struct coloader_batch_info {
-  const void* data;
-  const int64_t* indices;
-  const int64_t* labels;
+  const void* data;      /* the tensor: host memory, or device memory of `device` when >= 0 */
+  const int64_t* indices; /* host memory: the dataset index of each sample */
+  const int64_t* labels;  /* host memory (on both paths) */
   uint32_t size;         /* samples */
-  uint32_t dtype;        /* 0 uint8, 1 float32 */
+  uint32_t dtype;        /* 0 uint8, 1 float32, 2 bfloat16, 3 float16 */
   uint32_t layout;       /* 0 NHWC, 1 NCHW */
   uint32_t ndim;         /* 4 */
   int64_t shape[4];
@@ -62,6 +69,9 @@ typedef struct coloader_batch_info {
   uint64_t epoch;
   int32_t device;        /* -1: host memory; >= 0: CUDA device ordinal */
   int32_t gathered;      /* 1 when copied because it straddled producer slots */
+  /* Appended after the fields above, which keep their offsets. The labels in device memory
+   * of `device` (int64, `size` of them) on the device path; NULL on the host path. */
+  const int64_t* device_labels;
 } coloader_batch_info;
 
 COLOADER_C_EXPORT const char* coloader_last_error(void);
@@ -70,14 +80,32 @@ COLOADER_C_EXPORT const char* coloader_version(void);
 COLOADER_C_EXPORT int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out);
 /* 0 when an epoch began; COLOADER_END when the producer has no more epochs. */
 COLOADER_C_EXPORT int coloader_consumer_next_epoch(coloader_consumer* c);
-/* 0 with *out set, or COLOADER_END at the end of the epoch. */
+/* 0 with *out set, or COLOADER_END at the end of the epoch. The same as
+ * coloader_consumer_next_batch_on_stream(c, NULL, out). */
 COLOADER_C_EXPORT int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out);
+/* The next batch, for work on `stream` (a cudaStream_t; NULL is the default stream). On the
+ * device path `stream` is made to wait for the producer's work on the batch (no host
+ * synchronisation): the batch is ready for work enqueued on `stream` after this call; work on
+ * another stream must first wait for `stream`. The batch's release is ordered after the work
+ * enqueued on `stream` by the time coloader_batch_release() is called: the producer gets the
+ * memory back only once that work has finished. A batch gathered across slots is copied on
+ * `stream`. On the host path `stream` is ignored. Keep to one stream per consumer (known issue
+ * in client/consumer.cc: when a call names another stream than the previous call while the
+ * batch is sliced from the same producer slot, the new stream is not made to wait for that
+ * slot, and the slot's release is ordered after the latest stream only). */
+COLOADER_C_EXPORT int coloader_consumer_next_batch_on_stream(coloader_consumer* c, void* stream,
+                                                             coloader_batch** out);
 COLOADER_C_EXPORT uint64_t coloader_consumer_epoch(const coloader_consumer* c);
 COLOADER_C_EXPORT int32_t coloader_consumer_partial(const coloader_consumer* c);
 COLOADER_C_EXPORT uint64_t coloader_consumer_len(const coloader_consumer* c);        /* batches per whole epoch */
 COLOADER_C_EXPORT uint64_t coloader_consumer_dataset_size(const coloader_consumer* c);
 COLOADER_C_EXPORT uint64_t coloader_consumer_epoch_samples(const coloader_consumer* c);
 COLOADER_C_EXPORT uint32_t coloader_consumer_batch_size(const coloader_consumer* c);
+/* 1 when batches come in device memory (the device path), 0 on the host path or for NULL. */
+COLOADER_C_EXPORT int32_t coloader_consumer_on_device(const coloader_consumer* c);
+/* Why the device path was asked for but is not used ("" when it is, or was not asked for).
+ * Owned by the consumer, valid until coloader_consumer_close(); never NULL. */
+COLOADER_C_EXPORT const char* coloader_consumer_fallback_reason(const coloader_consumer* c);
 COLOADER_C_EXPORT void coloader_consumer_close(coloader_consumer* c);               /* NULL is fine */
 
 COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out);

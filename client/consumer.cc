@@ -358,6 +358,9 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   hello.batch_size = o.batch_size;
   hello.flags = static_cast<uint8_t>((o.wait_for_epoch ? kHelloWaitForEpoch : 0) | (o.device ? kHelloDevice : 0));
   hello.client_name = o.client_name;
+  if (o.device) {
+    if (auto uuid = DeviceMapper::CurrentDeviceUuid(); uuid.ok()) hello.device_uuid = *uuid;
+  }
   std::vector<uint8_t> bytes = Encode(hello);
   sock.send(zmq::buffer(bytes), zmq::send_flags::none);
 

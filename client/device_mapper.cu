@@ -41,6 +41,18 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
   return Result<std::unique_ptr<DeviceMapper>>(std::move(m));
 }
 
+Result<std::string> DeviceMapper::CurrentDeviceUuid() {
+  int device = 0, count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return Status::NotFound("no CUDA device is visible to this process");
+  }
+  CUDA_RETURN_NOT_OK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  CUDA_RETURN_NOT_OK(cudaGetDeviceProperties(&prop, device));
+  return std::string(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+}
+
 DeviceMapper::~DeviceMapper() {
   cudaSetDevice(device_);
   for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));

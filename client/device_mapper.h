@@ -20,6 +20,9 @@ class DeviceMapper {
   // Fails when this process cannot map it (no such device visible, a MIG instance, another
   // container): the caller then uses the host path.
   static Result<std::unique_ptr<DeviceMapper>> Open(const DeviceTable& table);
+  // The UUID (16 bytes) of this thread's current CUDA device: the GPU the consumer computes
+  // on, so that a producer with rings on several GPUs serves it from that one's.
+  static Result<std::string> CurrentDeviceUuid();
   ~DeviceMapper();
   DeviceMapper(const DeviceMapper&) = delete;
   DeviceMapper& operator=(const DeviceMapper&) = delete;

@@ -6,6 +6,9 @@ namespace coloader {
 Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable&) {
   return Status::NotFound("this coloader client was built without CUDA");
 }
+Result<std::string> DeviceMapper::CurrentDeviceUuid() {
+  return Status::NotFound("this coloader client was built without CUDA");
+}
 DeviceMapper::~DeviceMapper() = default;
 Status DeviceMapper::StreamWaitSlot(uint32_t, void*) { return Status::Internal("built without CUDA"); }
 void DeviceMapper::WhenStreamDone(void*, std::function<void()> done) { done(); }

@@ -169,9 +169,11 @@ void Encode(Writer& w, const Hello& m) {
   w.Put(m.batch_size);
   w.Put(m.flags);
   w.PutString(m.client_name);
+  w.PutString(m.device_uuid);
 }
 bool DecodeBody(Reader& r, Hello* m) {
-  return r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name);
+  return r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name) &&
+         r.GetString(&m->device_uuid);
 }
 
 void PutDeviceTable(Writer& w, const DeviceTable& d) {

@@ -62,6 +62,7 @@ struct Hello {
   uint32_t batch_size = 0;  // the consumer's own batch size (for status; slicing is client-side)
   uint8_t flags = 0;
   std::string client_name;
+  std::string device_uuid;  // with kHelloDevice: the GPU the consumer computes on (16 bytes)
 };
 
 // Where the ring lives and how a slot is laid out. Sent once, in Welcome.
@@ -166,7 +167,7 @@ struct ConsumerStatus {
   uint64_t acked = 0;     // batches it released
   uint64_t lag = 0;       // producer batches published since the oldest it still holds
   uint32_t held = 0;      // slots it holds now
-  uint8_t path = 0;       // 0 host shared memory (1 device, later)
+  uint8_t path = 0;       // 0: host shared memory; 1 + N: the device ring on cuda:N
   std::string name;
 };
 

@@ -1,6 +1,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -22,7 +23,7 @@ constexpr const char* kServeUsage =
     "coloader serve --data DIR --name NAME [--batch-size 256] [--image-size 224] [--workers N]\n"
     "               [--window K] [--epochs N | --forever] [--seed S] [--no-shuffle]\n"
     "               [--augment train|eval|none] [--output uint8|float32|bfloat16|float16]\n"
-    "               [--layout nchw|nhwc] [--device cpu|cuda:N]\n"
+    "               [--layout nchw|nhwc] [--device cpu|cuda:N[,cuda:M...]]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
     "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]";
 
@@ -85,12 +86,22 @@ int Serve(const std::vector<std::string>& args) {
     else st = f.Error("--layout must be nchw or nhwc, got '" + layout + "'");
   }
   if (st.ok() && device != "cpu") {
-    char* end = nullptr;
-    const long ordinal = device.rfind("cuda:", 0) == 0 ? std::strtol(device.c_str() + 5, &end, 10) : -1;
-    if (ordinal < 0 || ordinal > 1024 || end == device.c_str() + 5 || *end != '\0') {
-      st = f.Error("--device must be cpu or cuda:N (e.g. cuda:0), got '" + device + "'");
-    } else {
-      o.device = static_cast<int>(ordinal);
+    // cuda:N, or a comma-separated list of them: one ring per GPU.
+    size_t start = 0;
+    while (st.ok() && start <= device.size()) {
+      const size_t comma = device.find(',', start);
+      const std::string one = device.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      char* end = nullptr;
+      const long ordinal = one.rfind("cuda:", 0) == 0 ? std::strtol(one.c_str() + 5, &end, 10) : -1;
+      if (ordinal < 0 || ordinal > 1024 || end == one.c_str() + 5 || *end != '\0') {
+        st = f.Error("--device must be cpu or cuda:N[,cuda:M...] (e.g. cuda:0), got '" + device + "'");
+      } else if (std::find(o.devices.begin(), o.devices.end(), ordinal) != o.devices.end()) {
+        st = f.Error("--device names " + one + " twice");
+      } else {
+        o.devices.push_back(static_cast<int>(ordinal));
+      }
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
   }
   if (!st.ok()) {

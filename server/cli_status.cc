@@ -39,6 +39,8 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));
 }
 
+std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::to_string(path - 1); }
+
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& args) {
@@ -96,7 +98,7 @@ int StatusCommand(const std::vector<std::string>& args) {
           .Field("acked", c.acked)
           .Field("held", c.held)
           .Field("lag", c.lag)
-          .Field("path", c.path == 0 ? "host" : "device")
+          .Field("path", PathName(c.path))
           .EndObject();
     }
     w.EndArray().EndObject();
@@ -116,7 +118,7 @@ int StatusCommand(const std::vector<std::string>& args) {
   for (const ConsumerStatus& c : r->consumers) {
     std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,
                 c.batch_size, static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.acked),
-                c.held, static_cast<unsigned long long>(c.lag), c.path == 0 ? "host" : "device");
+                c.held, static_cast<unsigned long long>(c.lag), PathName(c.path).c_str());
   }
   return 0;
 }

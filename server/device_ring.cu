@@ -64,8 +64,11 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   CUDA_RETURN_NOT_OK(cudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
   CUDA_RETURN_NOT_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
-  CUDA_RETURN_NOT_OK(cudaHostRegister(o.host_base, o.host_bytes, cudaHostRegisterDefault));
-  r.host_registered = true;
+  if (o.register_host) {
+    // Portable: every device's uploads read it as pinned memory.
+    CUDA_RETURN_NOT_OK(cudaHostRegister(o.host_base, o.host_bytes, cudaHostRegisterPortable));
+    r.host_registered = true;
+  }
 
   DeviceTable t;
   t.device = o.device;

@@ -33,6 +33,8 @@ struct DeviceRingOptions {
   uint64_t host_labels_offset = 0;
   uint64_t host_staging_offset = 0;  // uint8 NHWC samples from the workers
   uint64_t host_output_offset = 0;   // the tensor for host-path consumers (DownloadToHost)
+  // Pin the host ring (once per process: the first ring registers it for every device).
+  bool register_host = true;
 };
 
 class DeviceRing {
@@ -44,6 +46,7 @@ class DeviceRing {
 
   // What consumers need to map the ring (sent once, in Welcome).
   const DeviceTable& table() const { return table_; }
+  int device() const { return table_.device; }
   uint64_t device_bytes() const;
 
   // Enqueues the upload and conversion of `count` staged samples of `slot`, then records the

@@ -56,7 +56,7 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   t.data_offset = RoundUp(16ull * o.batch_size, kPageBytes);
   uint64_t end = t.data_offset + uint64_t{o.batch_size} * t.sample_bytes();
   SlotTable staging = t;
-  if (o.device >= 0) {
+  if (!o.devices.empty()) {
     staging.dtype = DType::kUInt8;
     staging.layout = TensorLayout::kNHWC;
     staging.data_offset = RoundUp(end, kPageBytes);
@@ -76,6 +76,7 @@ struct Session {
   bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
   bool pending = false; // offered the device ring, has not said (Attach) which path it takes
   int mailbox = -1;     // its shared-memory mailbox, or -1: announcements go as Batch messages
+  size_t ring = 0;      // with `device`: which of the device rings it maps
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
@@ -94,7 +95,7 @@ struct Producer::Impl {
   SlotTable table;
   SlotTable staging;
   SharedMemory shm;
-  std::unique_ptr<DeviceRing> device_ring;
+  std::vector<std::unique_ptr<DeviceRing>> device_rings;  // one per --device GPU
   MailboxArea mailboxes;
   std::vector<bool> mailbox_used;
   std::unique_ptr<Pipeline> pipeline;
@@ -158,7 +159,8 @@ Producer::Producer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Producer::~Producer() {
   if (!impl_) return;
   impl_->pipeline.reset();     // join workers before the memory they write goes
-  impl_->device_ring.reset();  // unregisters the host ring before it is unmapped
+  // Last to first: the first ring pinned the host memory and unregisters it before it is unmapped.
+  while (!impl_->device_rings.empty()) impl_->device_rings.pop_back();
   if (!impl_->shm.name().empty()) SharedMemory::Remove(impl_->shm.name());
   if (!impl_->mailboxes.name().empty()) SharedMemory::Remove(impl_->mailboxes.name());
   impl_->router.close();
@@ -191,7 +193,7 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
                            std::to_string(opts.heartbeat_timeout_ms) + " and " +
                            std::to_string(opts.heartbeat_ms) + ")");
   const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
-  if (half && opts.device < 0)
+  if (half && opts.devices.empty())
     return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
   if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
@@ -233,9 +235,10 @@ Status Producer::Impl::Setup() {
   to.output = staging.dtype == DType::kUInt8 ? OutputType::kUInt8 : OutputType::kFloat32;
   to.layout = staging.layout == TensorLayout::kNHWC ? Layout::kNHWC : Layout::kNCHW;
   to.dct_scaling = opts.dct_scaling;
-  if (opts.device >= 0) {
+  for (size_t i = 0; i < opts.devices.size(); ++i) {
     DeviceRingOptions d;
-    d.device = opts.device;
+    d.device = opts.devices[i];
+    d.register_host = i == 0;
     d.num_slots = table.num_slots;
     d.batch_size = table.batch_size;
     d.height = table.height;
@@ -249,7 +252,8 @@ Status Producer::Impl::Setup() {
     d.host_labels_offset = table.labels_offset;
     d.host_staging_offset = staging.data_offset;
     d.host_output_offset = table.data_offset;
-    ASSIGN_OR_RETURN(device_ring, DeviceRing::Make(d));
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
+    device_rings.push_back(std::move(r));
   }
   ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging));
 
@@ -316,7 +320,16 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
-  s.device = (hello.flags & kHelloDevice) != 0 && device_ring != nullptr;
+  if ((hello.flags & kHelloDevice) != 0) {
+    // The ring on the consumer's own GPU; with no UUID given, the first ring.
+    for (size_t i = 0; i < device_rings.size(); ++i) {
+      if (hello.device_uuid.empty() || device_rings[i]->table().device_uuid == hello.device_uuid) {
+        s.device = true;
+        s.ring = i;
+        break;
+      }
+    }
+  }
   // A consumer offered device memory first tries to map it; it is not counted, and gets no
   // batches, until it says which path it will read (so a fallback loses nothing).
   s.pending = s.device;
@@ -336,7 +349,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   w.slots = table;
   if (s.device) {
     w.has_device = true;
-    w.device = device_ring->table();
+    w.device = device_rings[s.ring]->table();
   }
   if (s.watch.valid()) {
     // A local process (we could open its pidfd): give it a mailbox.
@@ -413,8 +426,9 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
     } else {
       it->second.pending = false;
       it->second.device = attach->device != 0;
-      std::fprintf(stderr, "[coloader %s] consumer %llu reads the %s path\n", opts.name.c_str(),
-                   static_cast<unsigned long long>(it->second.id), it->second.device ? "device" : "host");
+      std::fprintf(stderr, "[coloader %s] consumer %llu reads the %s path%s\n", opts.name.c_str(),
+                   static_cast<unsigned long long>(it->second.id), it->second.device ? "device" : "host",
+                   it->second.device ? (" (cuda:" + std::to_string(device_rings[it->second.ring]->device()) + ")").c_str() : "");
     }
   } else if (std::holds_alternative<Heartbeat>(m)) {
     // last_heard_ns is already updated
@@ -438,13 +452,14 @@ void Producer::Impl::SubmitWork() {
   while (!all_submitted && fatal.ok()) {
     std::optional<uint32_t> slot = ring.Acquire();
     if (!slot) break;
-    if (device_ring) {
-      // The slot's previous upload may still be reading its staging area.
-      if (Status st = device_ring->WaitIdle(*slot); !st.ok()) {
-        fatal = st;
-        ring.Abandon(*slot);
-        break;
-      }
+    // The slot's previous uploads may still be reading its staging area.
+    Status idle;
+    for (auto& r : device_rings)
+      if (idle.ok()) idle = r->WaitIdle(*slot);
+    if (!idle.ok()) {
+      fatal = idle;
+      ring.Abandon(*slot);
+      break;
     }
     auto job = std::make_unique<BatchJob>();
     job->seq = next_submit_seq++;
@@ -499,11 +514,20 @@ void Producer::Impl::PublishReady() {
       count = pipeline->Compact(*job);
     }
 
-    if (device_ring) {
-      Status st = device_ring->Upload(job->slot, count);
-      const bool host_readers = std::any_of(sessions.begin(), sessions.end(),
-                                            [](const auto& kv) { return !kv.second.device && !kv.second.pending; });
-      if (st.ok() && host_readers) st = device_ring->DownloadToHost(job->slot, count);
+    if (!device_rings.empty()) {
+      // One upload per GPU that has a consumer now; a host copy if anyone reads the host path.
+      std::vector<bool> in_use(device_rings.size(), false);
+      bool host_readers = false;
+      for (const auto& [id, s] : sessions) {
+        if (s.pending) continue;
+        if (s.device) in_use[s.ring] = true;
+        else host_readers = true;
+      }
+      if (host_readers) in_use[0] = true;  // the host copy comes down from the first ring
+      Status st;
+      for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
+        if (in_use[i]) st = device_rings[i]->Upload(job->slot, count);
+      if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
       if (!st.ok()) {
         fatal = st;
         ring.Abandon(job->slot);
@@ -595,7 +619,7 @@ StatusReply Producer::Impl::MakeStatus() const {
     auto oldest = ring.OldestHeldBy(s.id);
     c.lag = oldest ? next_publish_seq - *oldest : 0;
     c.name = s.name;
-    c.path = s.device ? 1 : 0;
+    c.path = s.device ? static_cast<uint8_t>(1 + device_rings[s.ring]->device()) : 0;
     r.consumers.push_back(std::move(c));
   }
   return r;

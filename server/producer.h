@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/protocol.h"
 #include "common/status.h"
@@ -33,7 +34,7 @@ struct ProducerOptions {
   AugmentMode augment = AugmentMode::kTrain;
   DType output = DType::kFloat32;  // bfloat16 and float16 need a device
   TensorLayout layout = TensorLayout::kNCHW;
-  int device = -1;                 // >= 0: the ring lives on this CUDA device (--device cuda:N)
+  std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
   bool dct_scaling = true;
   OnBadFile on_bad_file = OnBadFile::kSkip;
   uint32_t min_consumers = 1;

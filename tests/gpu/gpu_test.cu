@@ -299,5 +299,31 @@ TEST_F(GpuTest, ProducerAndConsumersUnderMps) {
       << testing::ReadFile(logs + "/control.log");
 }
 
+TEST_F(GpuTest, EachGpuIsServedFromARingOnItself) {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) GTEST_SKIP() << "needs two GPUs, " << n << " visible";
+  // One decode, one upload per GPU in use: a consumer on GPU 1 maps the ring on GPU 1.
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0,cuda:1", "--min-consumers", "2",
+                       "--output", "uint8"});
+  auto a = Consume("p", {"--device", "--batch-size", "10"}, {{"CUDA_VISIBLE_DEVICES", "0"}});
+  auto b = Consume("p", {"--device", "--batch-size", "16"}, {{"CUDA_VISIBLE_DEVICES", "1"}});
+  ASSERT_EQ(a->Wait(120000), 0) << a->Stderr();
+  ASSERT_EQ(b->Wait(120000), 0) << b->Stderr();
+  auto ea = ParseJsonLines(a->Stdout()), eb = ParseJsonLines(b->Stdout());
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(ea[e]);
+    ExpectExactEpoch(eb[e]);
+    EXPECT_EQ(ea[e].at("path"), "device");
+    EXPECT_EQ(eb[e].at("path"), "device");
+    EXPECT_EQ(ea[e].at("content_hash"), eb[e].at("content_hash"));  // the same batches on both GPUs
+  }
+  EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+  // The producer says which ring each consumer reads.
+  EXPECT_NE(p->Stderr().find("device path"), std::string::npos) << p->Stderr();
+}
+
 }  // namespace
 }  // namespace coloader

@@ -402,10 +402,10 @@ TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
   RawPeer peer(paths.endpoint);
   peer.Send({1, 2, 3});                                   // shorter than a header
   peer.Send(std::vector<uint8_t>(64, 0xAB));              // bad magic
-  std::vector<uint8_t> hello = Encode(Hello{1, 8, 0, "x"});
+  std::vector<uint8_t> hello = Encode(Hello{1, 8, 0, "x", ""});
   hello.resize(hello.size() - 1);                         // truncated Hello
   peer.Send(hello);
-  std::vector<uint8_t> future = Encode(Hello{1, 8, 0, "from the future"});
+  std::vector<uint8_t> future = Encode(Hello{1, 8, 0, "from the future", ""});
   future[4] = 99;                                         // another protocol version
   peer.Send(future);
   auto reply = peer.Receive(5000);

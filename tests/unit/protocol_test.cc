@@ -52,7 +52,7 @@ std::vector<Message> Samples() {
   r.images_per_s = 1234.5;
   r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a"});
   r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b"});
-  return {Hello{4321, 128, kHelloWaitForEpoch, "trainer"},
+  return {Hello{4321, 128, kHelloWaitForEpoch | kHelloDevice, "trainer", std::string(16, 'g')},
           w,
           Reject{RejectCode::kVersion, "version 2 is not supported"},
           BatchAnnouncement{42, 3, 1, 4096, 256, kBatchLastInEpoch, 123456789},
