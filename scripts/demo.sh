@@ -9,7 +9,7 @@ scripts/setup.sh
 
 data=${COLOADER_DEMO_DATA:-/tmp/coloader-demo-data}
 if [[ ! -d "$data" ]]; then
-  python3 scripts/make_dataset.py --out "$data" --images 600 --classes 10 --seed 0
+  /usr/bin/python3 scripts/make_dataset.py --out "$data" --images 600 --classes 10 --seed 0
 fi
 bin=build/server/coloader
 export COLOADER_RUN_DIR=$(mktemp -d /tmp/coloader-demo-run.XXXXXX)

@@ -128,7 +128,7 @@ def main():
     sources = load_sources(args.source or DEFAULT_SOURCES)
     if not sources:
         sys.exit(f"make_dataset: no photos found in {args.source or DEFAULT_SOURCES}; "
-                 "install gnome-backgrounds (apt-get install gnome-backgrounds) or pass --source DIR")
+                 "install mate-backgrounds (apt-get install mate-backgrounds) or pass --source DIR")
     if args.images < 1 or args.classes < 1:
         sys.exit("make_dataset: --images and --classes must be at least 1")
     classes = [f"n{c:08d}" for c in range(args.classes)]

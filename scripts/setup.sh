@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs what coloader needs on Debian 12 (apt) and builds it into build/.
-#   scripts/setup.sh            build dependencies + the build
-#   scripts/setup.sh --bench    also what the benchmarks compare against (PIL, torchvision)
+#   scripts/setup.sh            build and test dependencies + the build
+#   scripts/setup.sh --bench    also what the benchmarks compare against (torchvision)
+# The CUDA code is compiled wherever nvcc is installed (COLOADER_WITH_CUDA=AUTO); it runs only
+# on a machine with a GPU, and the GPU tests skip elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libgtest-dev
           cppzmq-dev libzmq3-dev libturbojpeg0-dev libboost-dev
           libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
-          gnome-backgrounds mate-backgrounds python3 python3-pil)
+          mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torchvision python3-numpy)
+  packages+=(python3-torchvision)
 fi
 
 missing=()
@@ -26,6 +28,6 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=OFF >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=AUTO >/dev/null
 cmake --build build -j "$jobs"
 echo "setup: built build/server/coloader"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds coloader with a sanitizer and runs the unit and integration tests under it.
+#   scripts/sanitize.sh address   ASan + UBSan (gcc), into build-asan/
+#   scripts/sanitize.sh thread    TSan (gcc), into build-tsan/
+# The integration tests spawn the (equally instrumented) `coloader` binary; a report in it
+# makes it exit with a non-zero code, which the tests check. Extra ctest arguments may follow
+# the sanitizer name (e.g. `scripts/sanitize.sh thread -R Integration`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kind=${1:-address}
+shift || true
+case "$kind" in
+  address) dir=build-asan ;;
+  thread) dir=build-tsan ;;
+  *) echo "usage: scripts/sanitize.sh address|thread [ctest args...]" >&2; exit 2 ;;
+esac
+
+# Reports halt the process with this exit code (distinct from a test's ordinary failure, and
+# from 128 + signal) and go to stderr, which ctest and the integration tests' Child capture.
+# ASan's abort_on_error would exit by SIGABRT instead; a fixed code is easier to read in a
+# test's "exit code" assertion, and a core dump of an ASan process is gigabytes.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:exitcode=66:abort_on_error=0:strict_string_checks=1:check_initialization_order=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=66"
+export LSAN_OPTIONS="exitcode=66"
+export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan.supp"
+
+jobs=$(nproc)
+start=$SECONDS
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=OFF \
+  -DCOLOADER_SANITIZE="$kind" -DCOLOADER_BUILD_BENCHMARKS=OFF >/dev/null
+cmake --build "$dir" -j "$jobs"
+echo "sanitize($kind): built in $((SECONDS - start)) s"
+
+start=$SECONDS
+cd "$dir"
+# Instrumented code runs several times slower: a longer per-test timeout than scripts/test.sh.
+status=0
+ctest --output-on-failure -j "$jobs" --timeout 600 -L 'unit|integration' "$@" || status=$?
+echo "sanitize($kind): tests ran in $((SECONDS - start)) s, ctest exit $status"
+exit "$status"
