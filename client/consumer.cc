@@ -23,6 +23,38 @@
 namespace coloader {
 namespace internal {
 
+// Where releases land: any thread (a garbage collector's, a CUDA callback's) queues an ack
+// without blocking, and the I/O thread sends them.
+struct AckSink {
+  std::mutex mu;
+  std::vector<uint64_t> acks;
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  std::atomic<int> pending{0};  // stream-ordered releases whose ack is not queued yet
+
+  ~AckSink() {
+    if (fd >= 0) ::close(fd);
+  }
+  void Queue(uint64_t seq) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      acks.push_back(seq);
+    }
+    Wake();
+  }
+  void Wake() {
+    uint64_t one = 1;
+    (void)!::write(fd, &one, sizeof(one));  // never blocks: the counter only grows
+  }
+  std::vector<uint64_t> Take() {
+    uint64_t counter = 0;
+    (void)!::read(fd, &counter, sizeof(counter));
+    std::vector<uint64_t> out;
+    std::lock_guard<std::mutex> lock(mu);
+    out.swap(acks);
+    return out;
+  }
+};
+
 // Everything the background thread and the leases share. Leases keep it (and so the mapping)
 // alive after the Consumer is gone.
 struct ConsumerState {
@@ -71,23 +103,11 @@ struct ConsumerState {
     if (pool.size() < kPoolMax) pool.emplace_back(std::move(buf), capacity);
   }
 
-  // Acks from any thread to the I/O thread.
-  std::mutex ack_mu;
-  std::vector<uint64_t> acks;
-  int ack_fd = -1;
+  // Acks from any thread to the I/O thread. A separate object, so that a CUDA callback
+  // queueing a late ack never holds (and never destroys) the whole state.
+  std::shared_ptr<AckSink> sink = std::make_shared<AckSink>();
 
-  ~ConsumerState() {
-    if (ack_fd >= 0) ::close(ack_fd);
-  }
-
-  void QueueAck(uint64_t seq) {
-    {
-      std::lock_guard<std::mutex> lock(ack_mu);
-      acks.push_back(seq);
-    }
-    uint64_t one = 1;
-    (void)!::write(ack_fd, &one, sizeof(one));  // never blocks: the counter only grows
-  }
+  void QueueAck(uint64_t seq) { sink->Queue(seq); }
 
   void Fail(Status st) {
     {
@@ -118,7 +138,14 @@ struct SlotLease {
   ~SlotLease() {
     if (state->mapper && on_stream) {
       const uint64_t seq = a.seq;
-      state->mapper->WhenStreamDone(stream, [st = state, seq] { st->QueueAck(seq); });
+      // The callback holds only the sink and the pending count: it must not be the one to
+      // destroy the consumer (no CUDA calls are allowed in a stream callback).
+      std::shared_ptr<AckSink> sink = state->sink;
+      sink->pending.fetch_add(1);
+      state->mapper->WhenStreamDone(stream, [sink, seq] {
+        sink->Queue(seq);
+        sink->pending.fetch_sub(1);
+      });
     } else {
       state->QueueAck(a.seq);
     }
@@ -128,8 +155,10 @@ struct SlotLease {
   BatchAnnouncement a;
   const uint8_t* base = nullptr;         // host slot
   const uint8_t* device_base = nullptr;  // device slot (device path)
-  void* stream = nullptr;                // the consumer stream that reads it
+  void* stream = nullptr;                // the consumer stream that reads it (the last one)
   bool on_stream = false;
+  void* waited_stream = nullptr;         // the stream last made to wait for the slot's event
+  bool waited = false;
 };
 
 void ConsumerState::IoLoop() {
@@ -147,7 +176,7 @@ void ConsumerState::IoLoop() {
   bool said_bye = false;
   while (!stopping.load()) {
     std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0},
-                                          {nullptr, ack_fd, ZMQ_POLLIN, 0}};
+                                          {nullptr, sink->fd, ZMQ_POLLIN, 0}};
     if (producer_watch.valid()) items.push_back({nullptr, producer_watch.fd(), ZMQ_POLLIN, 0});
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(std::min<uint32_t>(welcome.heartbeat_ms, 100)));
@@ -158,14 +187,7 @@ void ConsumerState::IoLoop() {
       }
     }
     // Acks first: they free the producer.
-    uint64_t counter = 0;
-    (void)!::read(ack_fd, &counter, sizeof(counter));
-    std::vector<uint64_t> to_send;
-    {
-      std::lock_guard<std::mutex> lock(ack_mu);
-      to_send.swap(acks);
-    }
-    for (uint64_t seq : to_send) send(Ack{seq});
+    for (uint64_t seq : sink->Take()) send(Ack{seq});
 
     for (;;) {
       zmq::message_t msg;
@@ -217,12 +239,7 @@ void ConsumerState::IoLoop() {
   if (!said_bye) {
     // Closing: flush the acks of what we still held, then say goodbye so the producer
     // reclaims our slots at once instead of waiting for the pidfd or the heartbeat.
-    std::vector<uint64_t> to_send;
-    {
-      std::lock_guard<std::mutex> lock(ack_mu);
-      to_send.swap(acks);
-    }
-    for (uint64_t seq : to_send) send(Ack{seq});
+    for (uint64_t seq : sink->Take()) send(Ack{seq});
     send(Bye{ByeReason::kLeaving, ""});
   }
 }
@@ -317,9 +334,13 @@ void Consumer::Close() {
   if (!state_) return;
   current_.reset();
   if (state_->io.joinable()) {
+    // Releases still waiting on GPU work would be lost to the goodbye (the producer reclaims
+    // everything of ours at once): give them a bounded time to land first.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (state_->sink->pending.load() > 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     state_->stopping.store(true);
-    uint64_t one = 1;
-    (void)!::write(state_->ack_fd, &one, sizeof(one));  // wake it now, not at its next poll timeout
+    state_->sink->Wake();  // wake it now, not at its next poll timeout
     state_->io.join();
   }
   state_->sock.close();
@@ -328,8 +349,7 @@ void Consumer::Close() {
 
 Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   auto state = std::make_shared<ConsumerState>();
-  state->ack_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (state->ack_fd < 0) return Status::FromErrno("eventfd", errno);
+  if (state->sink->fd < 0) return Status::FromErrno("eventfd", errno);
   if (!opts.endpoint.empty()) {
     state->endpoint = opts.endpoint;
   } else {
@@ -573,15 +593,18 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
       current_ = std::make_shared<SlotLease>(state_, *a, base);
       offset_ = 0;
-      if (state_->mapper) {
-        current_->device_base = state_->mapper->slot_base(a->slot);
-        if (Status st = state_->mapper->StreamWaitSlot(a->slot, stream); !st.ok()) {
-          gathering_ = std::move(pieces);
-          return st;
-        }
-      }
+      if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
+    if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
+      // Every stream that reads the slot waits for the producer's work on it first.
+      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) {
+        gathering_ = std::move(pieces);
+        return st;
+      }
+      current_->waited = true;
+      current_->waited_stream = stream;
+    }
     if (take > 0) {
       pieces.push_back({current_, offset_, take});
       current_->stream = stream;  // its release is ordered after this stream's reads
@@ -632,14 +655,24 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
     // Straddles slots: gather on the device, in stream order; the sources are released right
     // after, and their acks wait for these copies to finish.
     const uint64_t labels_bytes = (uint64_t{collected} * 8 + 255) / 256 * 256;
-    ASSIGN_OR_RETURN(b.owned_device_, m.Allocate(labels_bytes + uint64_t{collected} * sample_bytes, stream));
+    // A failure here keeps the pieces for the next call: their samples are not lost.
+    auto keep = [&](Status st) {
+      if (b.owned_device_) m.Free(b.owned_device_, stream);
+      b.owned_device_ = nullptr;
+      gathering_ = std::move(pieces);
+      return st;
+    };
+    auto buffer = m.Allocate(labels_bytes + uint64_t{collected} * sample_bytes, stream);
+    if (!buffer.ok()) return keep(buffer.status());
+    b.owned_device_ = *buffer;
     uint64_t done = 0;
     for (const Piece& p : pieces) {
-      RETURN_NOT_OK(m.CopyAsync(b.owned_device_ + 8 * done,
-                                p.lease->device_base + d.labels_offset + 8ull * p.offset, 8ull * p.count, stream));
-      RETURN_NOT_OK(m.CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
-                                p.lease->device_base + d.data_offset + p.offset * sample_bytes,
-                                p.count * sample_bytes, stream));
+      Status st = m.CopyAsync(b.owned_device_ + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
+                              8ull * p.count, stream);
+      if (st.ok())
+        st = m.CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
+                         p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes, stream);
+      if (!st.ok()) return keep(st);
       const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
       const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
       b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);

@@ -7,6 +7,31 @@
 
 namespace coloader {
 
+namespace {
+
+// Makes `device` current for a scope and restores the caller's: the consumer's calls must not
+// change which GPU the training code (torch's current device) works on.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) {
+      ok_ = cudaSetDevice(device) == cudaSuccess;
+      changed_ = previous_ >= 0;
+    }
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  int previous_ = -1;
+  bool ok_ = true, changed_ = false;
+};
+
+}  // namespace
+
 Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -22,7 +47,7 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
       device = d;
   }
   if (device < 0) return Status::NotFound("the producer's GPU is not visible to this process");
-  CUDA_RETURN_NOT_OK(cudaSetDevice(device));
+  DeviceGuard guard(device);
   std::unique_ptr<DeviceMapper> m(new DeviceMapper());
   m->device_ = device;
   m->slot_bytes_ = t.slot_bytes;
@@ -54,13 +79,13 @@ Result<std::string> DeviceMapper::CurrentDeviceUuid() {
 }
 
 DeviceMapper::~DeviceMapper() {
-  cudaSetDevice(device_);
+  DeviceGuard guard(device_);
   for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (base_) cudaIpcCloseMemHandle(base_);
 }
 
 Status DeviceMapper::StreamWaitSlot(uint32_t slot, void* stream) {
-  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  DeviceGuard guard(device_);
   CUDA_RETURN_NOT_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(events_[slot]), 0));
   return Status::OK();
 }
@@ -75,7 +100,8 @@ void CUDART_CB RunCallback(void* data) {
 
 void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
   auto* fn = new std::function<void()>(std::move(done));
-  if (cudaSetDevice(device_) != cudaSuccess ||
+  DeviceGuard guard(device_);
+  if (!guard.ok() ||
       cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), RunCallback, fn) != cudaSuccess) {
     cudaGetLastError();
     RunCallback(fn);
@@ -83,7 +109,7 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
 }
 
 Result<uint8_t*> DeviceMapper::Allocate(uint64_t bytes, void* stream) {
-  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  DeviceGuard guard(device_);
   void* p = nullptr;
   CUDA_RETURN_NOT_OK(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)));
   return static_cast<uint8_t*>(p);
@@ -91,7 +117,7 @@ Result<uint8_t*> DeviceMapper::Allocate(uint64_t bytes, void* stream) {
 
 void DeviceMapper::Free(uint8_t* ptr, void* stream) {
   if (!ptr) return;
-  cudaSetDevice(device_);
+  DeviceGuard guard(device_);
   if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
 }
 
@@ -101,7 +127,7 @@ Status DeviceMapper::CopyAsync(void* dst, const void* src, uint64_t bytes, void*
 }
 
 Status DeviceMapper::CopyToHost(void* dst, const void* src, uint64_t bytes, void* stream) {
-  CUDA_RETURN_NOT_OK(cudaSetDevice(device_));
+  DeviceGuard guard(device_);
   auto s = static_cast<cudaStream_t>(stream);
   CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
   CUDA_RETURN_NOT_OK(cudaStreamSynchronize(s));

@@ -24,12 +24,13 @@ from ._lib import (
     find_library,
     version as library_version,
 )
-from .loader import Loader
+from .loader import DeviceFallbackWarning, Loader
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Loader",
+    "DeviceFallbackWarning",
     "ColoaderError",
     "InvalidArgument",
     "LibraryNotFound",

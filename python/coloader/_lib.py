@@ -86,6 +86,7 @@ class ConsumerOptions(ctypes.Structure):
         ("connect_timeout_ms", ctypes.c_int32),
         ("timeout_ms", ctypes.c_int32),
         ("client_name", ctypes.c_char_p),
+        ("device", ctypes.c_int32),  # appended last in the C struct: nonzero asks for the device path
     ]
 
 
@@ -103,6 +104,7 @@ class BatchInfo(ctypes.Structure):
         ("epoch", ctypes.c_uint64),
         ("device", ctypes.c_int32),
         ("gathered", ctypes.c_int32),
+        ("device_labels", ctypes.c_void_p),  # appended last in the C struct; NULL on the host path
     ]
 
 
@@ -150,12 +152,16 @@ def _declare(lib):
                                                   ctypes.POINTER(c_consumer_p)]),
         "coloader_consumer_next_epoch": (ctypes.c_int, [c_consumer_p]),
         "coloader_consumer_next_batch": (ctypes.c_int, [c_consumer_p, ctypes.POINTER(c_batch_p)]),
+        "coloader_consumer_next_batch_on_stream": (ctypes.c_int, [c_consumer_p, ctypes.c_void_p,
+                                                                  ctypes.POINTER(c_batch_p)]),
         "coloader_consumer_epoch": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_partial": (ctypes.c_int32, [c_consumer_p]),
         "coloader_consumer_len": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_dataset_size": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_epoch_samples": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_batch_size": (ctypes.c_uint32, [c_consumer_p]),
+        "coloader_consumer_on_device": (ctypes.c_int32, [c_consumer_p]),
+        "coloader_consumer_fallback_reason": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_close": (None, [c_consumer_p]),
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
         "coloader_batch_release": (None, [c_batch_p]),

@@ -6,6 +6,11 @@
             images = images.to("cuda", non_blocking=True)
             ...
 
+    # Or, with a producer started with --device cuda:0, straight from its GPU memory:
+    loader = coloader.Loader("imagenet", batch_size=96, device="cuda")
+    for images, labels in loader:              # CUDA tensors, zero-copy (CUDA IPC)
+        ...
+
 Memory and lifetime
     `images` and `labels` are zero-copy views of a producer slot in shared memory (or, for a
     batch that straddles two producer slots, of a private buffer the C++ consumer gathered it
@@ -13,7 +18,10 @@ Memory and lifetime
     when the last one goes (the usual `del` or rebinding in the next loop iteration, or the
     garbage collector), the slot is released, exactly once. Each batch has one owner object
     (_BatchLease) that holds the C lease; the numpy arrays under both tensors are built on
-    ctypes arrays that carry a reference to it, so either tensor alone keeps the slot.
+    ctypes arrays that carry a reference to it, so either tensor alone keeps the slot. On the
+    device path the same holds with CUDA tensors: each is made by torch.as_tensor from a small
+    object exposing __cuda_array_interface__ that holds the lease, and torch keeps that object
+    alive for as long as the tensor's storage lives.
     Releasing never blocks, so it is safe from the garbage collector and from any thread.
     Closing the Loader (close(), the end of a `with` block, or its garbage collection) does
     not pull the memory from under tensors still alive: the consumer stays attached, holding
@@ -29,7 +37,38 @@ Read-only
     (`images.mul_(2)`, `images[0] = 0`, `torch.nn.functional.relu(images, inplace=True)`
     crash the process with SIGSEGV): normalise into new tensors or move to the device first,
     as a training step does anyway. The numpy arrays under them are marked non-writable;
-    torch.from_numpy's warning about that is silenced here, on purpose.
+    torch.from_numpy's warning about that is silenced here, on purpose. On the device path
+    nothing enforces it (CUDA IPC memory is writable, and torch refuses a read-only
+    __cuda_array_interface__), but the rule is the same and matters more: an in-place write
+    changes the batch that every other consumer of the producer is reading.
+
+The device path (device="cuda")
+    With a producer started with `--device cuda:N`, images and labels are CUDA tensors that
+    view the producer's GPU memory, mapped once per process through CUDA IPC; nothing is
+    copied per batch (a batch that straddles two producer slots is gathered on the GPU). The
+    tensors are on the producer's GPU: "cuda" and "cuda:N" both ask for CUDA tensors, and N
+    (or the current device for "cuda") is the GPU this consumer computes on, which a producer
+    with rings on several GPUs uses to choose one. The dtype is the producer's --output
+    (uint8 NHWC, float32, bfloat16 or float16 NCHW); labels are int64 on the same GPU;
+    `loader.indices` stays a CPU tensor.
+
+    Streams: next() makes the CUDA stream that is current at that moment (on the batch's
+    device) wait for the producer's work on the batch, without synchronising the host. The
+    tensors are therefore ready for work enqueued on that stream; to use them on another
+    stream, make it wait first (`other.wait_stream(torch.cuda.current_stream())`), or
+    synchronise. The slot is released when the last tensor goes, ordered after the work
+    enqueued on that same stream by then: the producer may overwrite it only once that work
+    has finished, so kernels already queued on it can still read the batch. Work queued on
+    other streams is not waited for: keep a batch's tensors alive until such work is done
+    (`tensor.record_stream()` does not help: the memory is not torch's allocator's). One
+    stream per Loader is the intended use; when the current stream changes between batches,
+    the new stream is made to wait for the previous one (one event), which keeps slices of
+    one producer slot taken on both streams correctly ordered.
+
+    Fallback: when the producer has no device ring, this process cannot map it (another
+    container, a MIG instance), or PyTorch has no CUDA, the Loader warns once
+    (DeviceFallbackWarning, with the reason) and yields CPU tensors from shared memory as
+    without `device`. `loader.on_device` and `loader.fallback_reason` tell which path is used.
 
 Epochs
     Each iter(loader) starts an epoch. Starting one before the previous finished skips the
@@ -59,7 +98,17 @@ import numpy as np
 
 from . import _lib
 
-_DTYPES = {0: np.uint8, 1: np.float32}
+# protocol.h DType codes -> numpy dtypes of the host views. numpy has no bfloat16: its bytes
+# are viewed as int16 and the tensor is reinterpreted as torch.bfloat16.
+_DTYPES = {0: np.uint8, 1: np.float32, 2: np.int16, 3: np.float16}
+_BFLOAT16 = 2
+# The same codes -> __cuda_array_interface__ typestrs (bfloat16 again as int16: no typestr
+# names it, and int16 is what every torch version accepts, unlike uint16).
+_TYPESTRS = {0: "|u1", 1: "<f4", 2: "<i2", 3: "<f2"}
+
+
+class DeviceFallbackWarning(RuntimeWarning):
+    """Loader(device="cuda") is using host memory, and yields CPU tensors (see the message)."""
 
 
 class _Session:
@@ -67,16 +116,27 @@ class _Session:
     the consumer leaves the producer only when the Loader is closed *and* no tensor is left:
     leaving earlier would let the producer reclaim, and overwrite, slots still in use."""
 
-    __slots__ = ("ptr", "__weakref__")
+    __slots__ = ("ptr", "streams", "__weakref__")
 
     def __init__(self, ptr):
         self.ptr = ptr
+        self.streams = {}  # device path: the torch streams batches were ordered on, by handle
 
     def close(self):
         ptr, self.ptr = self.ptr, None
         if ptr:
-            # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
-            _lib.lib().coloader_consumer_close(ptr)
+            streams, self.streams = self.streams, {}
+            try:
+                # The releases of the last batches are callbacks queued on these streams; they
+                # must have run (the GPU work reading those slots is done) before the goodbye,
+                # which hands every slot of this consumer back to the producer. Usually they
+                # have: this waits only for work still queued at the loader's end.
+                for stream in streams.values():
+                    if not stream.query():
+                        stream.synchronize()
+            finally:
+                # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
+                _lib.lib().coloader_consumer_close(ptr)
 
     def __del__(self):
         try:
@@ -88,17 +148,36 @@ class _Session:
 class _BatchLease:
     """Owns one coloader_batch*: the producer's slot stays held until this object goes."""
 
-    __slots__ = ("_ptr", "_session", "__weakref__")
+    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "__weakref__")
 
-    def __init__(self, ptr, session):
+    def __init__(self, ptr, session, cuda=None):
         self._ptr = ptr
         self._session = session  # released after the batch (attributes outlive __del__)
+        self._cuda = cuda        # torch.cuda on the device path
+        self._wait = None        # (stream the batch was ordered on, device whose current stream reads it)
 
     def release(self):
         ptr, self._ptr = self._ptr, None
-        if ptr:
-            # Non-blocking by design (it queues the ack for the consumer's I/O thread).
+        if not ptr:
+            return
+        cuda, device = self._cuda, None
+        try:
+            if cuda is not None:
+                # The C++ side calls cudaSetDevice(the producer's GPU) on this thread; the
+                # caller's current device is put back below.
+                device = cuda.current_device()
+                if self._wait is not None:
+                    # The batch was ordered on a stream of another device than its own; the
+                    # release (a callback on that stream) must also follow the work enqueued
+                    # on the batch's device's current stream.
+                    stream, batch_device = self._wait
+                    stream.wait_stream(cuda.current_stream(batch_device))
+        finally:
+            # Non-blocking by design: it queues the ack for the consumer's I/O thread, on the
+            # device path behind the work enqueued on the batch's stream (cudaLaunchHostFunc).
             _lib.lib().coloader_batch_release(ptr)
+            if device is not None:
+                cuda.set_device(device)
 
     def __del__(self):
         try:
@@ -114,6 +193,40 @@ def _view(lease, address, nbytes, dtype, shape):
     arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
     arr.flags.writeable = False
     return arr
+
+
+class _CudaArray:
+    """A batch's device memory as __cuda_array_interface__ (version 3), for torch.as_tensor.
+    torch keeps this object alive as long as the tensor's storage, and it holds the lease."""
+
+    __slots__ = ("__cuda_array_interface__", "_lease")
+
+    def __init__(self, lease, address, typestr, shape, stream):
+        self._lease = lease
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "strides": None,  # C-contiguous
+            # torch refuses read-only (TypeError "the read only flag is not supported"); the
+            # tensors must be treated as read-only all the same (see the module docstring).
+            "data": (address, False),
+            # The stream the data is ordered on (0, the legacy default stream, is spelt 1 in
+            # the interface). torch ignores it; it is right for any other reader.
+            "stream": stream if stream else 1,
+        }
+
+
+def _cuda_tensor(torch, lease, address, typestr, shape, device, stream, bfloat16=False):
+    """A zero-copy CUDA tensor over the batch memory at `address`, keeping `lease` alive."""
+    obj = _CudaArray(lease, address, typestr, shape, stream)
+    tensor = torch.as_tensor(obj, device=torch.device("cuda", device))
+    if tensor.data_ptr() != address:  # torch would copy only if the devices disagreed
+        raise _lib.ColoaderError("torch.as_tensor copied the batch instead of viewing it (cuda:%d, "
+                                 "pointer 0x%x); please report this" % (device, address))
+    if bfloat16:
+        tensor = tensor.view(torch.bfloat16)  # shares the storage, and with it the lease
+    return tensor
 
 
 def _from_numpy(torch, arr):
@@ -143,12 +256,11 @@ class _EpochIterator:
         if self._done or loader._generation != self._generation or session is None:
             self._done = True
             raise StopIteration
-        out = ctypes.c_void_p()
-        rc = _lib.check(_lib.lib().coloader_consumer_next_batch(session.ptr, ctypes.byref(out)))
-        if rc == _lib.END:
+        batch = loader._next(session)
+        if batch is None:
             self._done = True
             raise StopIteration
-        return loader._wrap(_BatchLease(out.value, session))
+        return batch
 
 
 class Loader:
@@ -164,10 +276,24 @@ class Loader:
         as the producer lives.
       wait_for_epoch: join at the next epoch boundary rather than mid-epoch.
       endpoint: an explicit ZeroMQ endpoint (e.g. tcp://host:port) instead of a name.
-      device: if given and not the CPU, each batch is copied there (torch `.to(device)`), and
-        the shared-memory slot is released as soon as the copy is made.
+      device: None or "cpu": CPU tensors viewing host shared memory. "cuda" or "cuda:N": CUDA
+        tensors viewing the producer's GPU memory (the device path: zero-copy, and no host
+        synchronisation). They are on the producer's GPU; N (default: the current device)
+        is the GPU this process computes on, which a producer with several GPUs uses to pick
+        the ring it serves from. If the device path is not possible (the producer runs
+        without --device, its GPU cannot be mapped from here, or PyTorch has no CUDA), a
+        DeviceFallbackWarning says why and the batches are CPU tensors; see on_device and
+        fallback_reason. Another device type (e.g. "xpu") gets each batch copied there with
+        `.to(device)`, the slot being released as soon as the copy is made.
       connect_timeout: seconds to wait for the producer's handshake.
       client_name: shown by `coloader status`.
+
+    Streams on the device path: the tensors returned by next() are ready for work enqueued
+    on the CUDA stream that was current (on their device) when next() was called: use them
+    on that stream, or make another stream wait for it (`s.wait_stream(...)`), or synchronise.
+    The batch's slot is released when its last tensor goes, and only after the work enqueued
+    on that stream by the time of the release has finished; work on other streams is not
+    waited for, so keep the tensors alive until it is done.
     """
 
     def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
@@ -187,9 +313,31 @@ class Loader:
         if timeout is None or timeout < 0:
             raise _lib.InvalidArgument("timeout must be >= 0 seconds (0: no limit), got %r" % (timeout,),
                                        _lib.E_INVALID)
-        self._device = None
-        if device is not None and torch.device(device).type != "cpu":
-            self._device = torch.device(device)
+        self._device = None         # another accelerator: batches are copied there
+        self._cuda = None           # torch.cuda, when the device path is in use
+        self._cuda_device = None    # the GPU whose current stream next() passes down
+        self._last_stream = None    # the stream the previous batch was ordered on
+        self._fallback = ""         # why CUDA was asked for and is not used
+        want_cuda = False
+        if device is not None:
+            try:
+                dev = torch.device(device)
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise _lib.InvalidArgument("device must be None, 'cpu', 'cuda' or 'cuda:N', got %r (%s)"
+                                           % (device, e), _lib.E_INVALID) from e
+            if dev.type == "cuda":
+                want_cuda = True
+                if not torch.cuda.is_available():
+                    self._fallback = ("PyTorch has no usable CUDA device (torch.cuda.is_available() is "
+                                      "False; torch %s)" % torch.__version__)
+                    want_cuda = False
+                else:
+                    self._cuda_device = dev.index if dev.index is not None else torch.cuda.current_device()
+                    if not 0 <= self._cuda_device < torch.cuda.device_count():
+                        raise _lib.InvalidArgument("device %r: this process sees %d CUDA device(s)"
+                                                   % (device, torch.cuda.device_count()), _lib.E_INVALID)
+            elif dev.type != "cpu":
+                self._device = dev
         self.name = name
 
         opts = _lib.ConsumerOptions()
@@ -203,9 +351,30 @@ class Loader:
         if timeout and opts.timeout_ms == 0:
             opts.timeout_ms = 1
         opts.client_name = client_name.encode() if client_name else None
+        opts.device = 1 if want_cuda else 0
         ptr = ctypes.c_void_p()
-        _lib.check(_lib.lib().coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+        if want_cuda:
+            cuda = torch.cuda
+            previous = cuda.current_device()
+            try:
+                # The consumer tells the producer the UUID of this thread's current device;
+                # mapping the producer's memory makes its GPU current: both are undone here.
+                cuda.set_device(self._cuda_device)
+                _lib.check(_lib.lib().coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+            finally:
+                cuda.set_device(previous)
+        else:
+            _lib.check(_lib.lib().coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._session = _Session(ptr.value)
+        if want_cuda:
+            if _lib.lib().coloader_consumer_on_device(ptr.value):
+                self._cuda = torch.cuda
+            else:
+                reason = _lib.lib().coloader_consumer_fallback_reason(ptr.value)
+                self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
+        if self._fallback:
+            warnings.warn("coloader.Loader(%r, device=%r) reads host memory and yields CPU tensors: %s"
+                          % (name or endpoint, device, self._fallback), DeviceFallbackWarning, stacklevel=2)
 
     # -- iteration -----------------------------------------------------------------------
 
@@ -220,7 +389,33 @@ class Loader:
         """Batches in a whole epoch for this consumer's batch size (and drop_last)."""
         return int(_lib.lib().coloader_consumer_len(self._require_open()))
 
-    def _wrap(self, lease):
+    def _next(self, session):
+        """The next batch as (images, labels), or None at the end of the epoch."""
+        out = ctypes.c_void_p()
+        lib = _lib.lib()
+        cuda = self._cuda
+        if cuda is None:
+            rc = _lib.check(lib.coloader_consumer_next_batch(session.ptr, ctypes.byref(out)))
+            return None if rc == _lib.END else self._wrap(_BatchLease(out.value, session))
+
+        previous = cuda.current_device()
+        try:
+            stream = cuda.current_stream(self._cuda_device)
+            last = self._last_stream
+            if last is not None and last.cuda_stream != stream.cuda_stream:
+                # The batch may come from the slot the previous one was sliced from, which
+                # only the previous stream was made to wait for.
+                stream.wait_stream(last)
+            self._last_stream = stream
+            session.streams.setdefault(stream.cuda_stream, stream)
+            rc = _lib.check(lib.coloader_consumer_next_batch_on_stream(
+                session.ptr, ctypes.c_void_p(stream.cuda_stream), ctypes.byref(out)))
+            lease = None if rc == _lib.END else _BatchLease(out.value, session, cuda)
+        finally:
+            cuda.set_device(previous)  # the C++ side makes the producer's GPU current
+        return None if lease is None else self._wrap(lease, stream)
+
+    def _wrap(self, lease, stream=None):
         # On an error below, the lease is released when the last view made so far goes.
         info = _lib.BatchInfo()
         _lib.check(_lib.lib().coloader_batch_info_get(lease._ptr, ctypes.byref(info)))
@@ -228,17 +423,33 @@ class Loader:
         if dtype is None:
             raise _lib.ProtocolError("the producer's batches have an unknown dtype code %d" % info.dtype,
                                      _lib.E_PROTOCOL)
-        if info.device >= 0:
-            raise _lib.ColoaderError("this build of the Python package reads host memory only, "
-                                     "but the batch is on CUDA device %d" % info.device)
         torch = self._torch
         n = info.size
         shape = tuple(info.shape[i] for i in range(info.ndim))
-        images = _from_numpy(torch, _view(lease, info.data, info.bytes, dtype, shape))
-        labels = _from_numpy(torch, _view(lease, info.labels, 8 * n, np.int64, (n,)))
         # A copy: loader.indices must not keep the slot held after the batch is dropped.
         self._indices = torch.from_numpy(np.ctypeslib.as_array(
             (ctypes.c_int64 * n).from_address(info.indices)).copy())
+        if info.device >= 0:
+            if stream is None or not info.device_labels:
+                raise _lib.ColoaderError("the batch is on CUDA device %d, but this Loader did not ask "
+                                         "for the device path" % info.device)
+            if stream.device.index != info.device:
+                # The producer's GPU is not the one this Loader computes on: the batch was
+                # ordered on a stream of the latter. Order the batch's device's current stream
+                # after it, and (at release) that stream's work before the release.
+                cuda = self._cuda
+                cuda.current_stream(info.device).wait_stream(stream)
+                lease._wait = (stream, info.device)
+                self._cuda_device = info.device  # later batches: that device's current stream
+            handle = stream.cuda_stream
+            images = _cuda_tensor(torch, lease, info.data, _TYPESTRS[info.dtype], shape, info.device,
+                                  handle, bfloat16=(info.dtype == _BFLOAT16))
+            labels = _cuda_tensor(torch, lease, info.device_labels, "<i8", (n,), info.device, handle)
+            return images, labels
+        images = _from_numpy(torch, _view(lease, info.data, info.bytes, dtype, shape))
+        if info.dtype == _BFLOAT16:
+            images = images.view(torch.bfloat16)
+        labels = _from_numpy(torch, _view(lease, info.labels, 8 * n, np.int64, (n,)))
         del lease
         if self._device is not None:
             # A synchronous copy from pageable memory: the views (and the slot) go right after.
@@ -275,6 +486,17 @@ class Loader:
     def epoch_samples(self):
         """Samples in a whole epoch (this producer's shard of the dataset)."""
         return int(_lib.lib().coloader_consumer_epoch_samples(self._require_open()))
+
+    @property
+    def on_device(self):
+        """True when batches come as CUDA tensors in the producer's GPU memory (device path)."""
+        self._require_open()
+        return self._cuda is not None
+
+    @property
+    def fallback_reason(self):
+        """Why device="cuda" was asked for but the batches are CPU tensors; "" otherwise."""
+        return self._fallback
 
     @property
     def closed(self):

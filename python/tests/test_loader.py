@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -612,3 +613,70 @@ def test_torch_compile(serve):
     with loader_for(p, batch_size=16) as loader:
         for images, labels in loader:
             assert compiled(images).shape == (images.shape[0], NUM_CLASSES)
+
+
+# ---------------------------------------------------------------------------------------------
+# The device path, as far as it can be tested without a GPU (test_loader_gpu.py has the rest)
+
+
+def test_c_api_device_request_against_a_host_producer_falls_back(serve):
+    """The C ABI's device fields: asked for, refused (no device ring), reported; the host path works."""
+    import ctypes
+
+    from coloader import _lib
+
+    p = serve(epochs=1)
+    lib = _lib.lib()
+    opts = _lib.ConsumerOptions()
+    opts.name = p.name.encode()
+    opts.batch_size = 5
+    opts.timeout_ms = STEP_TIMEOUT * 1000
+    opts.device = 1
+    ptr = ctypes.c_void_p()
+    _lib.check(lib.coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+    try:
+        assert lib.coloader_consumer_on_device(ptr) == 0
+        assert b"--device" in lib.coloader_consumer_fallback_reason(ptr)
+        assert lib.coloader_consumer_on_device(None) == 0
+        assert lib.coloader_consumer_fallback_reason(None) == b""
+        assert _lib.check(lib.coloader_consumer_next_epoch(ptr)) == _lib.OK
+        batch = ctypes.c_void_p()
+        # A stream is ignored on the host path; NULL is the default stream.
+        assert _lib.check(lib.coloader_consumer_next_batch_on_stream(ptr, None, ctypes.byref(batch))) == _lib.OK
+        info = _lib.BatchInfo()
+        _lib.check(lib.coloader_batch_info_get(batch, ctypes.byref(info)))
+        assert info.device == -1 and info.device_labels is None and info.size == 5
+        lib.coloader_batch_release(batch)
+        with pytest.raises(coloader.InvalidArgument):
+            _lib.check(lib.coloader_consumer_next_batch_on_stream(ptr, None, None))
+    finally:
+        lib.coloader_consumer_close(ptr)
+
+
+def test_cuda_requested_without_a_device_path_warns_and_yields_cpu_tensors(serve):
+    """Here either PyTorch has no CUDA or the producer has no device ring: both fall back."""
+    p = serve("--min-consumers", "2", epochs=1)
+    host = loader_for(p, batch_size=10)
+    assert not host.on_device and host.fallback_reason == ""
+    with pytest.warns(coloader.DeviceFallbackWarning) as caught:
+        loader = loader_for(p, batch_size=10, device="cuda")
+    assert len(caught) == 1
+    assert not loader.on_device and loader.fallback_reason
+    assert loader.fallback_reason in str(caught[0].message)
+    join_host = in_thread(run_epoch, host)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once, at construction: not per batch
+        for images, labels in loader:
+            assert images.device.type == "cpu" and labels.device.type == "cpu"
+            assert images.dtype == torch.float32 and images.shape[1:] == (3, 32, 32)
+    sizes, indices, _ = join_host()
+    assert sorted(indices) == list(range(NUM_IMAGES))
+    del images, labels  # the last batch's slot: the producer finishes once it is back
+    for each in (host, loader):
+        each.close()
+    assert p.wait() == 0
+
+
+def test_bad_device_raises_invalid_argument(env):
+    with pytest.raises(coloader.InvalidArgument):
+        coloader.Loader("x", device="no-such-device")

@@ -1,0 +1,345 @@
+"""coloader.Loader(device="cuda") against a real producer with a device ring (--device cuda:0).
+
+Runs with: python3 -m pytest -q python/tests/test_loader_gpu.py (on a machine with a CUDA GPU;
+everywhere else every test here is skipped). The producer, the build tree, the dataset and the
+status helpers are those of test_loader.py. The tensors these tests get view the producer's GPU
+memory through CUDA IPC; the host path of the same producer (a Loader without `device`) is the
+reference they are compared with.
+"""
+
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_loader import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
+    NUM_CLASSES,
+    NUM_IMAGES,
+    PRODUCER_BATCH,
+    _missing_build,
+    coloader,
+    dataset,
+    env,
+    expected_sizes,
+    in_thread,
+    loader_for,
+    run_epoch,
+    serve,
+    torch,
+)
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="needs a CUDA device (torch.cuda.is_available() is False)"),
+    pytest.mark.skipif(_missing_build() is not None, reason=_missing_build() or ""),
+]
+
+DEVICE = torch.device("cuda", 0)
+OUTPUTS = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+           "uint8": torch.uint8}
+
+
+def serve_gpu(serve, *args, output="float32", **kwargs):
+    return serve("--device", "cuda:0", "--output", output, *args, **kwargs)
+
+
+def image_shape(n, output):
+    return (n, 32, 32, 3) if output == "uint8" else (n, 3, 32, 32)  # uint8 is NHWC by default
+
+
+def check_batch(images, labels, loader, output):
+    n = images.shape[0]
+    assert images.is_cuda and images.device == DEVICE, images.device
+    assert images.dtype == OUTPUTS[output] and tuple(images.shape) == image_shape(n, output)
+    assert images.is_contiguous()
+    assert labels.is_cuda and labels.device == DEVICE and labels.dtype == torch.int64
+    assert tuple(labels.shape) == (n,)
+    assert loader.indices.device.type == "cpu" and tuple(loader.indices.shape) == (n,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact epochs, dtypes and shapes
+
+
+@pytest.mark.parametrize("output", ["float32", "bfloat16", "uint8"])
+@pytest.mark.parametrize("batch_size", [PRODUCER_BATCH, 5])  # views of a slot; gathered on the GPU
+def test_exact_epochs_of_cuda_tensors(serve, output, batch_size):
+    epochs = 2
+    p = serve_gpu(serve, output=output, epochs=epochs)
+    with loader_for(p, batch_size=batch_size, device="cuda") as loader:
+        assert loader.on_device and loader.fallback_reason == ""
+        label_of = {}
+        for epoch in range(epochs):
+            sizes, indices = [], []
+            for images, labels in loader:
+                check_batch(images, labels, loader, output)
+                if output == "uint8":
+                    assert 0 <= int(images.min()) and int(images.max()) <= 255
+                else:
+                    assert bool(torch.isfinite(images.float()).all())
+                sizes.append(images.shape[0])
+                for i, l in zip(loader.indices.tolist(), labels.tolist()):
+                    indices.append(i)
+                    assert label_of.setdefault(i, l) == l  # a sample keeps its label
+            assert loader.epoch == epoch and not loader.partial
+            assert sizes == expected_sizes(batch_size)
+            assert sorted(indices) == list(range(NUM_IMAGES))
+        assert set(label_of.values()) == set(range(NUM_CLASSES))
+        del images, labels  # the last batch's slot: the producer finishes once it comes back
+        assert list(loader) == []
+    assert p.wait() == 0
+
+
+def test_cuda_n_and_the_current_device_are_left_as_they_were(serve):
+    p = serve_gpu(serve, epochs=1)
+    before = torch.cuda.current_device()
+    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda:0") as loader:
+        assert loader.on_device
+        for images, labels in loader:
+            assert images.device == DEVICE
+            assert torch.cuda.current_device() == before
+        del images, labels
+        gc.collect()
+        assert torch.cuda.current_device() == before
+    assert p.wait() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero-copy, and the same content as the host path
+
+
+def host_and_device_batches(p, batch_size, streams=None):
+    """Reads one epoch through a host-path and a device-path Loader of the same producer, in
+    lock step (both fit in its window), and compares each pair of batches as it goes."""
+    host = loader_for(p, batch_size=batch_size)
+    device = loader_for(p, batch_size=batch_size, device="cuda")
+    assert device.on_device and not host.on_device
+    host_it, device_it = iter(host), iter(device)
+    allocated = torch.cuda.memory_allocated()
+    compared = []
+    for k, (host_images, host_labels) in enumerate(host_it):
+        stream = streams[k % len(streams)] if streams else torch.cuda.current_stream()
+        with torch.cuda.stream(stream):
+            images, labels = next(device_it)
+            if k == 0:
+                # Zero-copy: nothing was allocated through torch for the batch (a copy would be).
+                assert torch.cuda.memory_allocated() == allocated
+            assert device.indices.tolist() == host.indices.tolist()
+            got_images, got_labels = images.cpu(), labels.cpu()  # ordered on `stream`: waits for it
+        # Copies of the host batch: its views would hold the host slots, and the producer.
+        compared.append((host.indices.tolist(), host_images.clone(), got_images, host_labels.clone(),
+                         got_labels))
+        del images, labels, host_images, host_labels
+    with pytest.raises(StopIteration):
+        next(device_it)
+    host.close()
+    device.close()
+    return compared
+
+
+@pytest.mark.parametrize("output", ["uint8", "float32", "bfloat16", "float16"])
+def test_device_batches_equal_the_host_batches(serve, output):
+    p = serve_gpu(serve, "--min-consumers", "2", "--seed", "7", output=output, epochs=1)
+    compared = host_and_device_batches(p, PRODUCER_BATCH)
+    indices = [i for c in compared for i in c[0]]
+    assert sorted(indices) == list(range(NUM_IMAGES))
+    for _, host_images, device_images, host_labels, device_labels in compared:
+        assert device_images.dtype == host_images.dtype == OUTPUTS[output]
+        assert torch.equal(device_labels, host_labels)
+        if output == "uint8":
+            assert torch.equal(device_images, host_images)  # the same bytes, uploaded
+        else:
+            # Normalised on the GPU for the device ring and on the CPU for the host slots.
+            tolerance = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-3}[output]
+            torch.testing.assert_close(device_images.float(), host_images.float(),
+                                       rtol=tolerance, atol=tolerance)
+    assert p.wait() == 0
+
+
+def test_alternating_streams_see_the_same_data(serve):
+    """Batches of 5 slice producer slots of 16; each next() runs under another stream."""
+    p = serve_gpu(serve, "--min-consumers", "2", "--seed", "3", output="uint8", epochs=1)
+    streams = [torch.cuda.Stream(), torch.cuda.current_stream(), torch.cuda.Stream()]
+    compared = host_and_device_batches(p, 5, streams=streams)
+    assert sorted(i for c in compared for i in c[0]) == list(range(NUM_IMAGES))
+    for _, host_images, device_images, host_labels, device_labels in compared:
+        assert torch.equal(device_images, host_images) and torch.equal(device_labels, host_labels)
+    assert p.wait() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Lifetime: a slot is released when its last tensor goes (and its stream work is done), once
+
+
+def test_cuda_tensors_keep_their_slot_until_the_last_one_goes(serve):
+    p = serve_gpu(serve, epochs=1, window=3)
+    loader = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda")  # one batch per slot: views
+    assert loader.on_device
+    acked = lambda: p.consumer()["acked"]  # noqa: E731
+    it = iter(loader)
+
+    images0, labels0 = next(it)
+    p.wait_for(lambda st: st["consumers"][0]["received"] >= 1, "an announcement")
+    assert acked() == 0 and p.status()["slots_in_use"] >= 1
+
+    # Batch 1 released entirely; batch 0's images dropped, but its labels are still alive.
+    images1, labels1 = next(it)
+    del images0, images1, labels1
+    gc.collect()
+    st = p.wait_for(lambda st: st["consumers"][0]["acked"] >= 1, "the ack of batch 1")
+    assert st["consumers"][0]["acked"] == 1 and st["consumers"][0]["held"] >= 1
+    assert labels0.tolist() == labels0.clone().tolist()  # still readable
+    del labels0
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"][0]["acked"] == 2, "the ack of batch 0")
+
+    # A view of a view (slice, reshape, dtype view) holds the batch as well.
+    images2, labels2 = next(it)
+    view = images2[1:3].reshape(-1).view(torch.int32)
+    del images2, labels2
+    gc.collect()
+    images3, labels3 = next(it)
+    del images3, labels3
+    gc.collect()
+    st = p.wait_for(lambda st: st["consumers"][0]["acked"] >= 3, "the ack of batch 3")
+    assert st["consumers"][0]["acked"] == 3
+    del view
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"][0]["acked"] == 4, "the ack of batch 2")
+
+    # The release waits for the work queued on the batch's stream: with a kernel reading the
+    # batch behind a ~1 s spin, the ack cannot come before the stream gets there.
+    images4, labels4 = next(it)
+    spin = hasattr(torch.cuda, "_sleep")
+    if spin:
+        torch.cuda._sleep(2_000_000_000)  # GPU clock cycles: about a second on an H100/H200
+    total = images4.float().sum()
+    del images4, labels4
+    gc.collect()
+    if spin:
+        assert acked() == 4  # the host did not wait: the release is queued behind the spin
+    assert torch.isfinite(total)  # synchronises with the stream
+    p.wait_for(lambda st: st["consumers"][0]["acked"] == 5, "the ack of batch 4, after the kernel")
+
+    for images, labels in it:  # the rest; the last batch stays bound to the loop variables
+        pass
+    st = p.wait_for(lambda st: st["consumers"][0]["received"] == 7 and st["consumers"][0]["acked"] == 6,
+                    "every batch but the last acked")
+    assert st["consumers"][0]["held"] == 1
+    del images, labels
+    gc.collect()
+    assert p.wait() == 0  # exactly one ack per lease, or the producer would not finish
+    assert any("every epoch delivered" in line for line in p.lines), p.lines
+    assert list(loader) == []
+    loader.close()
+
+
+def test_cuda_tensors_outlive_the_loader(serve):
+    p = serve_gpu(serve, epochs=None, window=3)
+    loader = loader_for(p, batch_size=5, device="cuda")
+    it = iter(loader)
+    kept = [next(it) for _ in range(4)]  # batch 3 straddles producer slots: gathered on the GPU
+    copies = [(i.cpu(), l.cpu()) for i, l in kept]
+    loader.close()
+    with pytest.raises(coloader.ColoaderError):
+        iter(loader)
+    st = p.status()
+    assert len(st["consumers"]) == 1 and st["consumers"][0]["held"] >= 1
+    for (images, labels), (ci, cl) in zip(kept, copies):
+        assert torch.equal(images.cpu(), ci) and torch.equal(labels.cpu(), cl)
+    # Work still queued when the last tensor goes: the consumer leaves (and hands its slots
+    # back) only once it has run.
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(500_000_000)
+    sums = [images.float().sum() for images, _ in kept]
+    del kept, images, labels, it
+    gc.collect()
+    p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
+    expected = [float(ci.float().sum()) for ci, _ in copies]
+    assert [float(s) for s in sums] == pytest.approx(expected, rel=1e-5)
+
+
+def test_cuda_tensors_dropped_in_another_thread(serve):
+    p = serve_gpu(serve, epochs=1, window=3)
+    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda") as loader:
+        it = iter(loader)
+        box = [next(it)]
+        in_thread(lambda: (box.clear(), gc.collect()))()  # the last reference goes there
+        p.wait_for(lambda st: st["consumers"][0]["acked"] == 1, "the ack of batch 0")
+        for images, labels in it:
+            pass
+        del images, labels
+    assert p.wait() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Training on the tensors
+
+
+def make_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, NUM_CLASSES))
+
+
+@pytest.mark.parametrize("output", ["float32", "bfloat16", "uint8"])
+def test_training_step_channels_last_autocast_bfloat16(serve, output):
+    p = serve_gpu(serve, output=output, epochs=2)
+    model = make_model().to(DEVICE).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    steps = 0
+    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda") as loader:
+        for epoch in range(2):
+            for images, labels in loader:
+                if output == "uint8":
+                    # NHWC bytes: the permuted view is already channels_last; normalise into a
+                    # new tensor (the batch itself must not be written).
+                    x = images.permute(0, 3, 1, 2).float().div(255).sub(0.5)
+                    assert x.is_contiguous(memory_format=torch.channels_last)
+                else:
+                    x = images.contiguous(memory_format=torch.channels_last)
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    logits = model(x)
+                    loss = torch.nn.functional.cross_entropy(logits, labels)
+                assert logits.dtype == torch.bfloat16
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                steps += 1
+                assert torch.isfinite(loss)
+    assert steps == 2 * len(expected_sizes(PRODUCER_BATCH))
+    del images, labels, x, logits, loss
+    assert p.wait() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Fallback
+
+
+def test_host_only_producer_falls_back_with_a_warning(serve):
+    p = serve(epochs=1)  # no --device: no device ring
+    with pytest.warns(coloader.DeviceFallbackWarning, match="--device") as caught:
+        loader = loader_for(p, batch_size=10, device="cuda")
+    assert len(caught) == 1
+    assert not loader.on_device and "--device" in loader.fallback_reason
+    sizes, indices, _ = run_epoch(loader)
+    assert sizes == expected_sizes(10) and sorted(indices) == list(range(NUM_IMAGES))
+    loader.close()
+    assert p.wait() == 0
+
+
+def test_host_path_of_a_device_producer_needs_no_cuda_request(serve):
+    """A Loader without `device` reads a device producer's host slots, in any output dtype."""
+    p = serve_gpu(serve, output="bfloat16", epochs=1)
+    with loader_for(p, batch_size=PRODUCER_BATCH) as loader:
+        assert not loader.on_device and loader.fallback_reason == ""
+        for images, labels in loader:
+            assert images.device.type == "cpu" and images.dtype == torch.bfloat16
+            assert tuple(images.shape) == image_shape(images.shape[0], "bfloat16")
+        del images, labels
+    assert p.wait() == 0
