@@ -11,6 +11,7 @@ out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export COLOADER_BINARY="$here/.device/bin/coloader"
+export COLOADER_LIBRARY="$here/.device/lib/libcoloader_c.so"
 export PYTHONUNBUFFERED=1
 what=${1:-all}
 status=0
@@ -23,6 +24,9 @@ if [[ $what == tests || $what == all ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   echo "== integration_test (host path, on this machine)"
   .device/bin/integration_test 2>&1 | tee "$out/integration_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== python tests (torch $(python3 -c 'import torch; print(torch.__version__)'), GPU tests included)"
+  python3 -m pytest -q -p no:cacheprovider python/tests -rfEs 2>&1 | tee "$out/pytest.log" | tail -30
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 

@@ -4,6 +4,7 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -109,14 +110,29 @@ Result<ImageInfo> Decoder::Peek(const uint8_t* data, size_t size, const std::str
     info.width = m.cols;
     info.height = m.rows;
   }
-  if (info.width <= 0 || info.height <= 0 || info.width > 65535 || info.height > 65535) {
+  // A few hundred bytes can claim 65000x65000 pixels (12 GB decoded): refuse what no
+  // training image is, before anything is allocated for it.
+  if (info.width <= 0 || info.height <= 0 || info.width > kMaxImageSide || info.height > kMaxImageSide ||
+      uint64_t(info.width) * uint64_t(info.height) > kMaxImagePixels) {
     return Status::Invalid(path + ": implausible image size " + std::to_string(info.width) + "x" +
-                           std::to_string(info.height));
+                           std::to_string(info.height) + " (at most " + std::to_string(kMaxImagePixels >> 20) +
+                           " Mpixels are decoded)");
   }
   return info;
 }
 
 Result<cv::Mat> Decoder::DecodeRgb(const uint8_t* data, size_t size, int scale_denom, const std::string& path) {
+  try {
+    return DecodeRgbUnchecked(data, size, scale_denom, path);
+  } catch (const std::exception& e) {
+    // An allocation OpenCV could not make, or anything else thrown below: this file's
+    // problem, reported as such, never the producer's end.
+    return Status::Invalid(path + ": cannot decode (" + e.what() + ")");
+  }
+}
+
+Result<cv::Mat> Decoder::DecodeRgbUnchecked(const uint8_t* data, size_t size, int scale_denom,
+                                            const std::string& path) {
   const ImageKind kind = Sniff(data, size);
   if (kind != ImageKind::kJpeg) {
     std::string tried;
@@ -139,6 +155,9 @@ Result<cv::Mat> Decoder::DecodeRgb(const uint8_t* data, size_t size, int scale_d
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0) {
     return Status::Invalid(path + ": corrupt JPEG header (" + tjGetErrorStr2(tj) + ")");
   }
+  if (w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || uint64_t(w) * uint64_t(h) > kMaxImagePixels) {
+    return Status::Invalid(path + ": implausible image size " + std::to_string(w) + "x" + std::to_string(h));
+  }
   tjscalingfactor sf{1, scale_denom > 0 ? scale_denom : 1};
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
@@ -157,10 +176,13 @@ Result<cv::Mat> Decoder::DecodeRgb(const uint8_t* data, size_t size, int scale_d
     const std::string err = tjGetErrorStr2(tj);
     // Warnings (stray bytes before a marker) leave a usable image, as PIL accepts it;
     // a file that ends early does not: part of it is grey.
-    if (tjGetErrorCode(tj) != TJERR_WARNING || err.find("Premature end") != std::string::npos) {
-      return Status::Invalid(path + (err.find("Premature end") != std::string::npos
-                                         ? ": truncated JPEG data"
-                                         : ": corrupt JPEG data (" + err + ")"));
+    // libjpeg says "Premature end of JPEG file" for a file cut short and "premature end of
+    // data segment" for data that stops early at a marker: both leave most of the image grey.
+    std::string lower = err;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool truncated = lower.find("premature end") != std::string::npos;
+    if (tjGetErrorCode(tj) != TJERR_WARNING || truncated) {
+      return Status::Invalid(path + (truncated ? ": truncated JPEG data" : ": corrupt JPEG data (" + err + ")"));
     }
   }
   if (cmyk) InvertedCmykToRgb(cmyk_buf.data, sw * sh, rgb.data);

@@ -16,6 +16,11 @@ namespace coloader {
 
 enum class ImageKind { kJpeg, kPng, kOther };
 
+// Larger images are refused by Peek and DecodeRgb (a decompression bomb is a few hundred
+// bytes claiming gigapixels). 64 Mpixels is far above any training image.
+inline constexpr int kMaxImageSide = 32768;
+inline constexpr uint64_t kMaxImagePixels = uint64_t{64} << 20;
+
 struct ImageInfo {
   ImageKind kind = ImageKind::kOther;
   int width = 0;
@@ -40,6 +45,7 @@ class Decoder {
                             const std::string& path);
 
  private:
+  Result<cv::Mat> DecodeRgbUnchecked(const uint8_t* data, size_t size, int scale_denom, const std::string& path);
   void* tj_ = nullptr;  // tjhandle; kept out of the header's includes
 };
 

@@ -82,8 +82,13 @@ void Pipeline::WorkerLoop(int /*worker*/) {
     auto* lbl_out = reinterpret_cast<int64_t*>(job->slot_base + layout_.labels_offset);
     idx_out[pos] = index;
     lbl_out[pos] = sample.label;
-    Status st = transform.Run(sample.path, seed_, job->epoch, static_cast<uint64_t>(index),
-                              job->slot_base + layout_.data_offset + pos * sample_bytes);
+    Status st;
+    try {
+      st = transform.Run(sample.path, seed_, job->epoch, static_cast<uint64_t>(index),
+                         job->slot_base + layout_.data_offset + pos * sample_bytes);
+    } catch (const std::exception& e) {  // a bad file must never end the producer
+      st = Status::Invalid(sample.path + ": " + e.what());
+    }
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(job->failures_mu);
       job->failures.emplace_back(pos, st.message());

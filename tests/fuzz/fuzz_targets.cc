@@ -1,0 +1,129 @@
+#include "tests/fuzz/fuzz_targets.h"
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "common/protocol.h"
+#include "server/decode.h"
+#include "server/transform.h"
+
+namespace coloader::fuzz {
+
+namespace {
+
+// The harness's own bound on decoded images. The decoder accepts any size its header states
+// up to 65535 x 65535 (12.9 GB of RGB from a 200-byte file), so without a bound every run
+// would stop at the first oversized header with libFuzzer's out-of-memory report instead of
+// looking further. Images above the bound are peeked but not decoded; OpenCV gets the same
+// bound (it decodes whole formats other than JPEG and PNG inside Peek).
+constexpr uint64_t kMaxFuzzPixels = uint64_t{1} << 22;
+
+std::string Hex(const std::vector<uint8_t>& v, size_t limit = 64) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < v.size() && i < limit; ++i) {
+    out += kDigits[v[i] >> 4];
+    out += kDigits[v[i] & 15];
+  }
+  if (v.size() > limit) out += "...";
+  return out;
+}
+
+uint64_t Scaled(int full, int denom) { return (static_cast<uint64_t>(full) + denom - 1) / denom; }
+
+}  // namespace
+
+std::string ProtocolOne(const uint8_t* data, size_t size) {
+  // Only a successful decode has a property to check; any error value is a right answer.
+  Result<Message> first = Decode(data, size);
+  if (!first.ok()) {
+    if (first.status().ok()) return "Decode failed with an OK status";
+    return "";
+  }
+  const std::vector<uint8_t> encoded = Encode(*first);
+  Result<Message> second = Decode(encoded.data(), encoded.size());
+  if (!second.ok()) {
+    return std::string("the re-encoding of a decoded ") + MessageTypeName(*first) +
+           " does not decode: " + second.status().ToString();
+  }
+  if (second->index() != first->index()) {
+    return std::string("a ") + MessageTypeName(*first) + " re-decodes as a " + MessageTypeName(*second);
+  }
+  const std::vector<uint8_t> again = Encode(*second);
+  if (again != encoded) {
+    return std::string("the ") + MessageTypeName(*first) + " round trip changed the encoding: " + Hex(encoded) +
+           " -> " + Hex(again);
+  }
+  if (encoded != std::vector<uint8_t>(data, data + size)) {
+    return std::string("a ") + MessageTypeName(*first) + " has a second encoding: " +
+           Hex(std::vector<uint8_t>(data, data + size)) + " re-encodes as " + Hex(encoded);
+  }
+  return "";
+}
+
+void DecodeInit(const char* imgcodecs_plugin) {
+  if (imgcodecs_plugin && *imgcodecs_plugin) ::setenv("COLOADER_IMGCODECS_PLUGIN", imgcodecs_plugin, 0);
+  // Read by libopencv_imgcodecs when it is loaded, i.e. when the plugin is first needed.
+  ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(kMaxFuzzPixels).c_str(), 0);
+}
+
+std::string DecodeOne(const uint8_t* data, size_t size) {
+  // One decoder and two transforms for the whole run, as a producer worker keeps them: state
+  // left behind by a bad input (the TurboJPEG handle's error state) must not break the next.
+  static Decoder decoder;
+  static const std::unique_ptr<SampleTransform> transforms[] = {
+      [] {
+        TransformOptions o;
+        o.augment.mode = AugmentMode::kTrain;
+        o.augment.size = 16;
+        o.output = OutputType::kUInt8;
+        o.layout = Layout::kNHWC;
+        return std::make_unique<SampleTransform>(o);
+      }(),
+      [] {
+        TransformOptions o;
+        o.augment.mode = AugmentMode::kEval;
+        o.augment.size = 12;
+        o.output = OutputType::kFloat32;
+        o.layout = Layout::kNCHW;
+        return std::make_unique<SampleTransform>(o);
+      }(),
+  };
+  static std::vector<uint8_t> out;
+
+  const std::string path = "fuzz-input";
+  Result<ImageInfo> info = decoder.Peek(data, size, path);
+  if (!info.ok()) {
+    if (info.status().ok()) return "Peek failed with an OK status";
+    return "";
+  }
+  const uint64_t pixels = static_cast<uint64_t>(info->width) * static_cast<uint64_t>(info->height);
+  for (int denom : {1, 2, 4, 8}) {
+    const int d = info->kind == ImageKind::kJpeg ? denom : 1;  // other formats ignore it
+    const uint64_t w = Scaled(info->width, d), h = Scaled(info->height, d);
+    if (w * h > kMaxFuzzPixels) continue;
+    Result<cv::Mat> rgb = decoder.DecodeRgb(data, size, denom, path);
+    if (!rgb.ok()) {
+      if (rgb.status().ok()) return "DecodeRgb failed with an OK status";
+      continue;
+    }
+    if (rgb->type() != CV_8UC3 || static_cast<uint64_t>(rgb->cols) != w || static_cast<uint64_t>(rgb->rows) != h) {
+      return "DecodeRgb at 1/" + std::to_string(denom) + " gave " + std::to_string(rgb->cols) + "x" +
+             std::to_string(rgb->rows) + " (type " + std::to_string(rgb->type()) + ") where Peek said " +
+             std::to_string(info->width) + "x" + std::to_string(info->height);
+    }
+  }
+  // RunBytes decodes JPEGs at the DCT scale it picks for a small output (1/8 for a large
+  // image); anything else at full size.
+  if (pixels > (info->kind == ImageKind::kJpeg ? 64 * kMaxFuzzPixels : kMaxFuzzPixels)) return "";
+  uint64_t index = size;
+  for (const auto& t : transforms) {
+    out.assign(t->sample_bytes(), 0);
+    Status st = t->RunBytes(data, size, path, /*seed=*/size, /*epoch=*/0, index++, out.data());
+    (void)st;  // an error is a right answer for a bad file; returning at all is the property
+  }
+  return "";
+}
+
+}  // namespace coloader::fuzz
