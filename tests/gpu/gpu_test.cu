@@ -41,6 +41,7 @@ class GpuTest : public ::testing::Test {
     ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
   }
   void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
+  void ReleaseOrdered(bool default_stream);
 
   std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra,
                                std::map<std::string, std::string> env = {}) {
@@ -204,7 +205,10 @@ uint64_t HostHash(const std::vector<uint8_t>& v) {
   return h;
 }
 
-TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) {
+TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) { ReleaseOrdered(false); }
+TEST_F(GpuTest, ReleaseIsOrderedAfterWorkOnTheLegacyDefaultStream) { ReleaseOrdered(true); }
+
+void GpuTest::ReleaseOrdered(bool default_stream) {
   // Window 2: the producer wants every slot back at once. Each batch is released right after
   // a slow kernel reading it was enqueued; the kernel must still see the batch it was given.
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--device", "cuda:0", "--output", "uint8"});
@@ -213,8 +217,8 @@ TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) {
   o.device = true;
   ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
   ASSERT_TRUE(consumer->on_device()) << consumer->fallback_reason();
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaStream_t stream = nullptr;  // the legacy default stream, as PyTorch's default
+  if (!default_stream) ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   unsigned long long* hashes = nullptr;
   ASSERT_EQ(cudaMalloc(&hashes, 64 * sizeof(unsigned long long)), cudaSuccess);
   std::vector<uint64_t> expected;
