@@ -355,7 +355,12 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   } else {
     ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(opts.name));
     struct stat st {};
-    if (::stat(paths.socket.c_str(), &st) != 0 || !NameLock::IsHeld(paths.lock)) {
+    auto live = [&] { return ::stat(paths.socket.c_str(), &st) == 0 && NameLock::IsHeld(paths.lock); };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts.wait_for_producer_ms);
+    while (!live() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling a path: no event to wait on
+    }
+    if (!live()) {
       return Status::NotFound("no producer named '" + opts.name + "' is running (nothing live at " +
                               paths.socket + "); start one with: coloader serve --name " +
                               opts.name + " --data DIR");

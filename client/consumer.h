@@ -39,6 +39,8 @@ struct ConsumerOptions {
   bool drop_last = false;          // drop each epoch's last batch if it is short
   bool wait_for_epoch = false;     // join at the next epoch boundary, not mid-epoch
   int connect_timeout_ms = 5000;   // for the handshake
+  int wait_for_producer_ms = 0;    // a producer not (yet) running: wait this long for it to
+                                   // appear (jobs started together with it), 0: fail at once
   int timeout_ms = 0;              // max wait for one batch; 0 waits as long as the producer lives
   bool device = false;             // batches in the producer's GPU memory when it has a device
                                    // ring and this process can map it; otherwise the host path

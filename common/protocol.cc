@@ -42,6 +42,7 @@ const char* ProducerStateName(uint8_t state) {
     case 1: return "running";
     case 2: return "finished";
     case 3: return "stopping";
+    case 4: return "every batch published, waiting for consumers to release the last";
   }
   return "?";
 }

@@ -174,7 +174,7 @@ struct ConsumerStatus {
 struct StatusReply {
   std::string name;
   uint32_t pid = 0;
-  uint8_t state = 0;  // 0 waiting for consumers, 1 running, 2 finished, 3 stopping
+  uint8_t state = 0;  // 0 waiting for consumers, 1 running, 2 finished, 3 stopping, 4 draining
   uint64_t epoch = 0;
   uint64_t position = 0;  // samples produced in the current epoch
   uint64_t epoch_samples = 0;

@@ -16,13 +16,14 @@ export COLOADER_RUN_DIR=$(mktemp -d /tmp/coloader-demo-run.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$COLOADER_RUN_DIR"' EXIT
 
 echo
-echo "== one producer, three consumers (batch sizes 64, 100, 32), 2 epochs"
+echo "== one producer, three consumers (batch sizes 64, 100, 32; 60 ms per step), 2 epochs"
 $bin serve --data "$data" --name demo --batch-size 64 --epochs 2 --min-consumers 3 2> >(sed 's/^/  producer: /' >&2) &
 producer=$!
 for b in 64 100 32; do
-  $bin consume --name demo --batch-size "$b" --json > "$COLOADER_RUN_DIR/consumer-$b.json" 2>&1 &
+  # Started with the producer, as jobs launched together are: each waits for it to come up.
+  $bin consume --name demo --batch-size "$b" --json --wait-ms 10000 --step-ms 60 > "$COLOADER_RUN_DIR/consumer-$b.json" 2>&1 &
 done
-sleep 1.5
+sleep 2  # mid-run: each consumer pretends a training step takes 60 ms
 $bin status --name demo | sed 's/^/  /' || true
 wait
 

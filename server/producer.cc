@@ -594,7 +594,8 @@ StatusReply Producer::Impl::MakeStatus() const {
   StatusReply r;
   r.name = opts.name;
   r.pid = static_cast<uint32_t>(::getpid());
-  r.state = stop_requested ? 3 : !started ? 0 : (all_submitted && done.empty() && pipeline->in_flight() == 0) ? 2 : 1;
+  const bool produced_all = all_submitted && done.empty() && pipeline->in_flight() == 0;
+  r.state = stop_requested ? 3 : !started ? 0 : !produced_all ? 1 : ring.in_use() > 0 ? 4 : 2;
   r.epoch = published_epoch;
   r.position = published_position;
   r.epoch_samples = sampler->epoch_size();
@@ -627,7 +628,12 @@ StatusReply Producer::Impl::MakeStatus() const {
 
 void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
   const double dt = static_cast<double>(now - rate_mark_ns) * 1e-9;
-  if (dt >= 1.0 || final_line) {
+  if (final_line && start_ns > 0) {
+    // The closing line reports the whole run, not its last moments.
+    const double run = static_cast<double>(now - start_ns) * 1e-9;
+    rate_batches = run > 0 ? static_cast<double>(batches_published) / run : 0;
+    rate_images = run > 0 ? static_cast<double>(samples_published) / run : 0;
+  } else if (dt >= 1.0) {
     rate_batches = dt > 0 ? static_cast<double>(batches_published - rate_mark_batches) / dt : 0;
     rate_images = dt > 0 ? static_cast<double>(samples_published - rate_mark_samples) / dt : 0;
     rate_mark_ns = now;

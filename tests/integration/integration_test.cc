@@ -352,6 +352,15 @@ TEST_F(IntegrationTest, ConsumerOfAMissingProducerFailsClearly) {
   EXPECT_EQ(s.Wait(10000), 1);
 }
 
+TEST_F(IntegrationTest, ConsumerStartedBeforeItsProducerWaitsForIt) {
+  // Jobs launched together with their producer may come up first.
+  auto consumer = Consume("p", {"--wait-ms", "20000"});
+  auto producer = Serve("p", {"--batch-size", "16", "--epochs", "1"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ExpectExactEpoch(ParseJsonLines(consumer->Stdout()).at(0));
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, CorruptFilesAreSkippedAndCountedOrFailTheRun) {
   const std::string data = tmp_.path() + "/withbad";
   testing::MakeImageFolder(data, 40, 2);
