@@ -118,6 +118,7 @@ int coloader_consumer_open(const coloader_consumer_options* options, coloader_co
     o.timeout_ms = options->timeout_ms;
     if (options->client_name != nullptr) o.client_name = options->client_name;
     o.device = options->device != 0;
+    o.wait_for_producer_ms = options->wait_for_producer_ms > 0 ? options->wait_for_producer_ms : 0;
 
     auto consumer = std::make_unique<coloader_consumer>();
     auto connected = coloader::Consumer::Connect(std::move(o));

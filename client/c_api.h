@@ -53,6 +53,9 @@ typedef struct coloader_consumer_options {
    * host path. Zero-initialise the struct (memset or `= {0}`) so that a caller that does not
    * know this field gets the host path. */
   int32_t device;
+  /* Appended after `device`. A producer not (yet) running: wait this many ms for it to come
+   * up (jobs started together with it); 0 fails at once with COLOADER_E_NOT_FOUND. */
+  int32_t wait_for_producer_ms;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */

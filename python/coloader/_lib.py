@@ -86,7 +86,8 @@ class ConsumerOptions(ctypes.Structure):
         ("connect_timeout_ms", ctypes.c_int32),
         ("timeout_ms", ctypes.c_int32),
         ("client_name", ctypes.c_char_p),
-        ("device", ctypes.c_int32),  # appended last in the C struct: nonzero asks for the device path
+        ("device", ctypes.c_int32),  # appended in the C struct: nonzero asks for the device path
+        ("wait_for_producer_ms", ctypes.c_int32),  # appended after it
     ]
 
 

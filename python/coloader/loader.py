@@ -286,6 +286,8 @@ class Loader:
         fallback_reason. Another device type (e.g. "xpu") gets each batch copied there with
         `.to(device)`, the slot being released as soon as the copy is made.
       connect_timeout: seconds to wait for the producer's handshake.
+      wait_for_producer: seconds to wait for a producer of this name to come up (jobs
+        started together with it); 0 raises ProducerNotFound at once.
       client_name: shown by `coloader status`.
 
     Streams on the device path: the tensors returned by next() are ready for work enqueued
@@ -298,7 +300,7 @@ class Loader:
 
     def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
                  wait_for_epoch=False, endpoint=None, device=None, connect_timeout=5.0,
-                 client_name=None):
+                 client_name=None, wait_for_producer=0):
         import torch  # imported here so that `import coloader` works without torch
 
         self._torch = torch
@@ -352,6 +354,7 @@ class Loader:
             opts.timeout_ms = 1
         opts.client_name = client_name.encode() if client_name else None
         opts.device = 1 if want_cuda else 0
+        opts.wait_for_producer_ms = int(round(wait_for_producer * 1000)) if wait_for_producer else 0
         ptr = ctypes.c_void_p()
         if want_cuda:
             cuda = torch.cuda

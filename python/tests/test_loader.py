@@ -212,6 +212,27 @@ def test_missing_producer_raises_producer_not_found(env):
     assert e.value.code == -2
 
 
+def test_loader_started_before_its_producer_waits_for_it(dataset, env):
+    # Jobs launched together with the producer may come up first: the Loader waits for it.
+    started = []
+
+    def start_producer():
+        started.append(subprocess.Popen(
+            [BINARY, "serve", "--data", str(dataset), "--name", "late", "--batch-size", "16",
+             "--image-size", "32", "--workers", "2", "--quiet"], stderr=subprocess.DEVNULL))
+
+    timer = threading.Timer(0.3, start_producer)
+    timer.start()
+    try:
+        with coloader.Loader("late", batch_size=16, wait_for_producer=20) as loader:
+            seen = [i for _ in loader for i in loader.indices.tolist()]
+        assert sorted(seen) == list(range(NUM_IMAGES))
+    finally:
+        timer.join()
+        for p in started:
+            assert p.wait(timeout=30) == 0
+
+
 def test_bad_arguments_raise_invalid_argument(env):
     with pytest.raises(coloader.InvalidArgument):
         coloader.Loader()
