@@ -92,10 +92,9 @@ COLOADER_C_EXPORT int coloader_consumer_next_batch(coloader_consumer* c, coloade
  * another stream must first wait for `stream`. The batch's release is ordered after the work
  * enqueued on `stream` by the time coloader_batch_release() is called: the producer gets the
  * memory back only once that work has finished. A batch gathered across slots is copied on
- * `stream`. On the host path `stream` is ignored. Keep to one stream per consumer (known issue
- * in client/consumer.cc: when a call names another stream than the previous call while the
- * batch is sliced from the same producer slot, the new stream is not made to wait for that
- * slot, and the slot's release is ordered after the latest stream only). */
+ * `stream`. On the host path `stream` is ignored. Every stream that reads a slot is made to
+ * wait for it; a slot's release is ordered after the last stream that read it, so keep to one
+ * stream per consumer, or make the others finish before releasing. */
 COLOADER_C_EXPORT int coloader_consumer_next_batch_on_stream(coloader_consumer* c, void* stream,
                                                              coloader_batch** out);
 COLOADER_C_EXPORT uint64_t coloader_consumer_epoch(const coloader_consumer* c);
@@ -113,6 +112,41 @@ COLOADER_C_EXPORT void coloader_consumer_close(coloader_consumer* c);           
 
 COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out);
 COLOADER_C_EXPORT void coloader_batch_release(coloader_batch* b);                   /* NULL is fine */
+
+/* ---- A producer fed by the caller (the Python-fed producer) ---------------------------------
+ * The caller publishes batches it made itself (e.g. from a torch DataLoader): each sample is a
+ * tensor of one fixed shape and dtype plus an int64 label. The producer serves them through
+ * the same ring, protocol and semantics as `coloader serve`: consumers of any batch size see
+ * exact epochs. The session loop runs on a thread of its own; publish blocks while the ring is
+ * full (back-pressure) and is for one thread. */
+typedef struct coloader_producer coloader_producer;
+
+typedef struct coloader_producer_options {
+  const char* name;          /* consumers connect by it */
+  uint32_t batch_size;       /* the most samples one publish carries */
+  uint32_t ndim;             /* of one sample, 1 to 3 */
+  int64_t sample_shape[3];   /* e.g. {3, 224, 224} */
+  uint32_t dtype;            /* 0 uint8, 1 float32, 2 bfloat16, 3 float16 */
+  uint32_t window;           /* ring slots; 0: 4 */
+  uint32_t min_consumers;    /* 0: 1 */
+  uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
+  int32_t heartbeat_ms;      /* 0: 500 */
+  int32_t heartbeat_timeout_ms; /* 0: 5000 */
+} coloader_producer_options;
+
+COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* options,
+                                             coloader_producer** out);
+/* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
+ * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
+ * and no consumer releases one; COLOADER_E_DISCONNECTED if the producer stopped. `indices`
+ * may be NULL: the samples' positions in the epoch are used as their indices. */
+COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count,
+                                                const int64_t* labels, const int64_t* indices);
+/* Ends the current epoch: its last published batch is marked last-in-epoch. */
+COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
+/* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
+ * as long as any consumer lives), says goodbye to them, and frees the producer. */
+COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
 
 #ifdef __cplusplus
 }  /* extern "C" */

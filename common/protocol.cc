@@ -53,8 +53,8 @@ namespace {
 // static_assert keeps a big-endian port from silently speaking another protocol.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "protocol assumes little-endian hosts");
 
-// Bounds that keep the slot-table arithmetic far from 64-bit overflow: with these, every
-// offset and product below stays under 2^62.
+// Bounds that keep the slot-table arithmetic from 64-bit overflow: with these a sample is at
+// most 2^50 bytes, and sizes are compared by division, never by a product that could wrap.
 constexpr uint64_t kMaxSlots = 1u << 16, kMaxBatch = 1u << 20, kMaxSide = 1u << 16;
 constexpr uint64_t kMaxRingBytes = uint64_t{1} << 44;
 
@@ -162,11 +162,11 @@ bool GetSlotTable(Reader& r, SlotTable* t) {
   // and no sum or product below may wrap (each factor is bounded first).
   const uint64_t p = t->batch_size;
   if (t->num_slots == 0 || t->num_slots > kMaxSlots || p == 0 || p > kMaxBatch || t->channels == 0 ||
-      t->channels > 4 || t->height == 0 || t->height > kMaxSide || t->width == 0 || t->width > kMaxSide ||
+      t->channels > kMaxSide || t->height == 0 || t->height > kMaxSide || t->width == 0 || t->width > kMaxSide ||
       t->slot_bytes > kMaxRingBytes / t->num_slots || t->indices_offset > t->slot_bytes ||
       t->labels_offset > t->slot_bytes || t->data_offset > t->slot_bytes ||
       8 * p > t->slot_bytes - t->indices_offset || 8 * p > t->slot_bytes - t->labels_offset ||
-      p * t->sample_bytes() > t->slot_bytes - t->data_offset) {
+      t->sample_bytes() > (t->slot_bytes - t->data_offset) / p) {
     r.SetError("inconsistent slot table");
     return false;
   }
@@ -223,7 +223,7 @@ bool GetDeviceTable(Reader& r, const SlotTable& host, DeviceTable* d) {
   const uint64_t sample = uint64_t{host.height} * host.width * host.channels * DTypeSize(d->dtype);
   if (d->mem_handle.size() != kCudaIpcHandleBytes || d->device < 0 || d->slot_bytes > kMaxRingBytes ||
       d->labels_offset > d->slot_bytes || d->data_offset > d->slot_bytes ||
-      8 * p > d->slot_bytes - d->labels_offset || p * sample > d->slot_bytes - d->data_offset) {
+      8 * p > d->slot_bytes - d->labels_offset || sample > (d->slot_bytes - d->data_offset) / p) {
     r.SetError("inconsistent device table");
     return false;
   }

@@ -22,6 +22,7 @@
 #include "common/shm.h"
 #include "server/dataset.h"
 #include "server/device_ring.h"
+#include "server/external_source.h"
 #include "server/pipeline.h"
 #include "server/ring.h"
 #include "server/sampler.h"
@@ -49,6 +50,15 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   t.height = static_cast<uint32_t>(o.image_size);
   t.width = static_cast<uint32_t>(o.image_size);
   t.channels = 3;
+  if (o.external) {
+    // C,H,W from the sample shape, leading dimensions filled with 1.
+    int64_t chw[3] = {1, 1, 1};
+    const size_t n = o.sample_shape.size();
+    for (size_t i = 0; i < n; ++i) chw[3 - n + i] = o.sample_shape[i];
+    t.channels = static_cast<uint32_t>(chw[0]);
+    t.height = static_cast<uint32_t>(chw[1]);
+    t.width = static_cast<uint32_t>(chw[2]);
+  }
   t.dtype = o.output;
   t.layout = o.layout;
   t.indices_offset = 0;
@@ -99,6 +109,7 @@ struct Producer::Impl {
   MailboxArea mailboxes;
   std::vector<bool> mailbox_used;
   std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<ExternalSource> external;  // instead of the pipeline, with opts.external
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
   int stop_fd = -1;
@@ -132,7 +143,10 @@ struct Producer::Impl {
   Status fatal;  // set when --on-bad-file fail hits
 
   uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
-  uint64_t epoch_samples() const { return sampler->epoch_size(); }
+  uint64_t epoch_samples() const { return external ? opts.epoch_samples : sampler->epoch_size(); }
+  uint64_t dataset_size() const { return external ? opts.epoch_samples : dataset.size(); }
+  size_t InFlight() const { return pipeline ? pipeline->in_flight() : 0; }
+  int SourceFd() const { return external ? external->event_fd() : pipeline->event_fd(); }
 
   Status Setup();
   Status Loop();
@@ -170,6 +184,7 @@ Producer::~Producer() {
 }
 
 const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
+ExternalSource* Producer::external_source() const { return impl_->external.get(); }
 
 void Producer::Stop() {
   impl_->stop_requested.store(true);
@@ -193,8 +208,14 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
                            std::to_string(opts.heartbeat_timeout_ms) + " and " +
                            std::to_string(opts.heartbeat_ms) + ")");
   const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
-  if (half && opts.devices.empty())
+  if (half && opts.devices.empty() && !opts.external)
     return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
+  if (opts.external) {
+    if (opts.sample_shape.empty() || opts.sample_shape.size() > 3)
+      return Status::Invalid("a sample shape needs 1 to 3 dimensions, got " + std::to_string(opts.sample_shape.size()));
+    for (int64_t d : opts.sample_shape)
+      if (d < 1 || d > 65536) return Status::Invalid("sample dimension " + std::to_string(d) + " is out of range (1 to 65536)");
+  }
   if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(opts);
@@ -204,14 +225,16 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
 
 Status Producer::Impl::Setup() {
   ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
-  ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
-  SamplerOptions so;
-  so.shuffle = opts.shuffle;
-  so.seed = opts.seed;
-  so.rank = opts.rank;
-  so.world_size = opts.world_size;
-  ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
-  sampler.emplace(std::move(s));
+  if (!opts.external) {
+    ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+    SamplerOptions so;
+    so.shuffle = opts.shuffle;
+    so.seed = opts.seed;
+    so.rank = opts.rank;
+    so.world_size = opts.world_size;
+    ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
+    sampler.emplace(std::move(s));
+  }
 
   // Claim the name before touching the socket or ring, so a second producer of the same
   // name fails cleanly instead of stealing them; leftovers of a crashed one are replaced.
@@ -255,7 +278,11 @@ Status Producer::Impl::Setup() {
     ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
     device_rings.push_back(std::move(r));
   }
-  ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging));
+  if (opts.external) {
+    ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
+  } else {
+    ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging));
+  }
 
   stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (stop_fd < 0) return Status::FromErrno("eventfd", errno);
@@ -344,7 +371,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   w.producer_pid = static_cast<uint32_t>(::getpid());
   w.heartbeat_ms = opts.heartbeat_ms;
   w.heartbeat_timeout_ms = opts.heartbeat_timeout_ms;
-  w.dataset_size = dataset.size();
+  w.dataset_size = dataset_size();
   w.epoch_samples = epoch_samples();
   w.slots = table;
   if (s.device) {
@@ -374,7 +401,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
                s.device ? "device" : "host", s.waiting_for_epoch ? ", waits for the next epoch" : "");
   sessions.emplace(identity, std::move(s));
-  if (all_submitted && done.empty() && pipeline->in_flight() == 0) {
+  if (all_submitted && done.empty() && InFlight() == 0) {
     // Nothing more will be produced: say so at once rather than let it wait.
     DropSession(identity, "attached after the last epoch",
                 Bye{ByeReason::kFinished, "the producer has delivered every epoch"});
@@ -446,7 +473,17 @@ void Producer::Impl::SubmitWork() {
     if (ActiveSessions() < opts.min_consumers) return;
     started = true;
     start_ns = rate_mark_ns = MonotonicNs();
-    epoch_indices = sampler->EpochIndices(0);
+    if (!external) epoch_indices = sampler->EpochIndices(0);
+  }
+  if (external) {
+    // The caller fills the slots: grant it every free one, take back what it returns.
+    for (uint32_t slot : external->TakeReturned()) ring.Abandon(slot);
+    if (external->finished()) {
+      all_submitted = true;
+      return;
+    }
+    while (std::optional<uint32_t> slot = ring.Acquire()) external->Grant(*slot);
+    return;
   }
   // Keep the workers fed while there is a free slot; each batch is published in order later.
   while (!all_submitted && fatal.ok()) {
@@ -486,7 +523,8 @@ void Producer::Impl::SubmitWork() {
 }
 
 void Producer::Impl::PublishReady() {
-  for (auto& job : pipeline->TakeCompleted()) done.emplace(job->seq, std::move(job));
+  for (auto& job : external ? external->TakeCompleted() : pipeline->TakeCompleted())
+    done.emplace(job->seq, std::move(job));
   // Publish strictly in sequence order, and only when someone is there to take it: a batch
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
   while (!done.empty() && done.begin()->first == next_publish_seq && ActiveSessions() > 0) {
@@ -511,7 +549,7 @@ void Producer::Impl::PublishReady() {
         ring.Abandon(job->slot);
         return;
       }
-      count = pipeline->Compact(*job);
+      count = pipeline ? pipeline->Compact(*job) : count;
     }
 
     if (!device_rings.empty()) {
@@ -594,11 +632,11 @@ StatusReply Producer::Impl::MakeStatus() const {
   StatusReply r;
   r.name = opts.name;
   r.pid = static_cast<uint32_t>(::getpid());
-  const bool produced_all = all_submitted && done.empty() && pipeline->in_flight() == 0;
+  const bool produced_all = all_submitted && done.empty() && InFlight() == 0;
   r.state = stop_requested ? 3 : !started ? 0 : !produced_all ? 1 : ring.in_use() > 0 ? 4 : 2;
   r.epoch = published_epoch;
   r.position = published_position;
-  r.epoch_samples = sampler->epoch_size();
+  r.epoch_samples = epoch_samples();
   r.batches_published = batches_published;
   r.samples_published = samples_published;
   r.batches_per_s = rate_batches;
@@ -650,7 +688,7 @@ void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
     auto oldest = ring.OldestHeldBy(s.id);
     if (oldest) slowest = std::max<uint64_t>(slowest, next_publish_seq - *oldest);
   }
-  const double pct = 100.0 * static_cast<double>(published_position) / static_cast<double>(epoch_samples());
+  const double pct = epoch_samples() ? 100.0 * static_cast<double>(published_position) / static_cast<double>(epoch_samples()) : 0.0;
   std::fprintf(stderr,
                "%s[coloader %s] %s epoch %llu %5.1f%% | %6.1f batches/s %8.0f images/s | consumers %zu | "
                "slowest lag %llu | slots %u/%u | bad files %zu%s",
@@ -671,7 +709,7 @@ Status Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, fatal.message());
       return fatal;
     }
-    if (all_submitted && done.empty() && pipeline->in_flight() == 0 && ring.in_use() == 0) {
+    if (all_submitted && done.empty() && InFlight() == 0 && ring.in_use() == 0) {
       ReportProgress(MonotonicNs(), true);
       Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
       return Status::OK();
@@ -684,7 +722,7 @@ Status Producer::Impl::Loop() {
 
     std::vector<zmq::pollitem_t> items = {
         {router.handle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, pipeline->event_fd(), ZMQ_POLLIN, 0},
+        {nullptr, SourceFd(), ZMQ_POLLIN, 0},
         {nullptr, stop_fd, ZMQ_POLLIN, 0},
     };
     for (const auto& [id, s] : sessions)
@@ -717,6 +755,7 @@ Status Producer::Impl::Loop() {
 }
 
 void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
+  if (external) external->Stop();  // a caller blocked in Publish learns that it is over
   for (auto& [identity, s] : sessions) Send(identity, Bye{reason, message});
   // Give the goodbyes a moment to leave: consumers mapped the ring and keep reading what they
   // hold after we unlink it, so only the messages need to get out.

@@ -43,7 +43,16 @@ struct ProducerOptions {
   uint32_t heartbeat_ms = 500;
   uint32_t heartbeat_timeout_ms = 5000;
   int progress_interval_ms = 1000;  // 0: no progress lines
+
+  // Fed by the caller (ExternalSource) instead of `data`: samples of this shape (1 to 3
+  // dimensions, laid out as C,H,W with leading 1s) and `output` dtype; batch_size is the most
+  // one batch carries. epoch_samples, if known, lets consumers compute len().
+  bool external = false;
+  std::vector<int64_t> sample_shape;
+  uint64_t epoch_samples = 0;
 };
+
+class ExternalSource;
 
 class Producer {
  public:
@@ -59,6 +68,8 @@ class Producer {
   void Stop();
 
   const std::string& endpoint() const;
+  // With options.external: where the caller publishes batches (owned by the producer).
+  ExternalSource* external_source() const;
 
  private:
   struct Impl;

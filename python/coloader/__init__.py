@@ -25,11 +25,13 @@ from ._lib import (
     version as library_version,
 )
 from .loader import DeviceFallbackWarning, Loader
+from .producer import Producer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Loader",
+    "Producer",
     "DeviceFallbackWarning",
     "ColoaderError",
     "InvalidArgument",

@@ -109,6 +109,21 @@ class BatchInfo(ctypes.Structure):
     ]
 
 
+class ProducerOptions(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("batch_size", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("sample_shape", ctypes.c_int64 * 3),
+        ("dtype", ctypes.c_uint32),
+        ("window", ctypes.c_uint32),
+        ("min_consumers", ctypes.c_uint32),
+        ("epoch_samples", ctypes.c_uint64),
+        ("heartbeat_ms", ctypes.c_int32),
+        ("heartbeat_timeout_ms", ctypes.c_int32),
+    ]
+
+
 def _package_dir():
     return Path(__file__).resolve().parent
 
@@ -166,6 +181,11 @@ def _declare(lib):
         "coloader_consumer_close": (None, [c_consumer_p]),
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
         "coloader_batch_release": (None, [c_batch_p]),
+        "coloader_producer_open": (ctypes.c_int, [ctypes.POINTER(ProducerOptions), ctypes.POINTER(ctypes.c_void_p)]),
+        "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
+                                                     ctypes.c_void_p, ctypes.c_void_p]),
+        "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
+        "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)

@@ -1,0 +1,177 @@
+"""coloader.Producer: share the batches of your own PyTorch DataLoader.
+
+    import coloader, torch
+    loader = torch.utils.data.DataLoader(MyDataset(), batch_size=64, num_workers=8)
+    coloader.Producer(loader, name="mydata").run(epochs=10)     # in one process
+    ...
+    for images, labels in coloader.Loader("mydata", batch_size=32):  # in each training job
+        ...
+
+The producer keeps the user's dataset code (any Dataset, any transforms, any collate) and
+publishes each batch once, through the same ring and protocol as `coloader serve`: every
+consumer sees exact epochs with its own batch size, may join late, and may die without
+stalling the others.
+
+What a batch may be: a tensor of samples, or a (samples, labels) tuple or list, or a dict with
+one samples tensor and an optional "label"/"labels"/"target"/"targets" entry. Samples are one
+tensor [B, ...] of up to 3 dimensions per sample (uint8, float32, bfloat16 or float16); labels
+an integer tensor [B]. Consumers receive samples as [B, C, H, W] with leading 1s for fewer
+dimensions (a [B, D] batch arrives as [B, 1, 1, D]). The dataset indices that consumers see
+(loader.indices) are the samples' positions in the epoch.
+"""
+
+import ctypes
+
+from . import _lib
+
+_LABEL_KEYS = ("label", "labels", "target", "targets")
+
+
+def _dtype_codes(torch):
+    return {torch.uint8: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
+
+
+def _split(batch, torch):
+    """(samples, labels or None) from what a DataLoader yields."""
+    if isinstance(batch, torch.Tensor):
+        return batch, None
+    if isinstance(batch, (tuple, list)):
+        if len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
+            return batch[0], batch[1]
+        if len(batch) == 1 and isinstance(batch[0], torch.Tensor):
+            return batch[0], None
+        raise TypeError("coloader.Producer publishes (samples, labels) batches; got a %s of %d items (%s)"
+                        % (type(batch).__name__, len(batch), ", ".join(type(t).__name__ for t in batch)))
+    if isinstance(batch, dict):
+        labels = [k for k in batch if k in _LABEL_KEYS]
+        samples = [k for k in batch if k not in _LABEL_KEYS]
+        if len(samples) == 1 and len(labels) <= 1 and isinstance(batch[samples[0]], torch.Tensor):
+            return batch[samples[0]], batch[labels[0]] if labels else None
+        raise TypeError("coloader.Producer publishes one samples tensor and optional labels per batch; "
+                        "got a dict with keys %s" % sorted(batch))
+    raise TypeError("coloader.Producer publishes tensors or (samples, labels) batches; got %s"
+                    % type(batch).__name__)
+
+
+class Producer:
+    """Publishes the batches of `iterable` (e.g. a torch DataLoader) under `name`.
+
+    Args:
+      iterable: anything iterable once per epoch; each item a batch (see the module docstring).
+      name: what consumers connect to (coloader.Loader(name)).
+      batch_size: the most samples one batch carries; default: iterable.batch_size, else the
+        first batch's size.
+      window: ring slots: how far the producer may run ahead of the slowest consumer.
+      min_consumers: the first epoch starts when this many consumers are attached.
+      epoch_samples: samples per epoch, for len() on the consumers; default: len() of the
+        DataLoader's sampler (or dataset), when it has one.
+
+    run(epochs) publishes that many epochs and then waits until the consumers have released
+    every batch; publish() blocks while the ring is full (the slowest consumer sets the pace).
+    """
+
+    def __init__(self, iterable, name, batch_size=None, window=4, min_consumers=1, epoch_samples=None,
+                 heartbeat=None, heartbeat_timeout=None):
+        import torch
+
+        self._torch = torch
+        self._iterable = iterable
+        self._name = name
+        self._batch_size = batch_size or getattr(iterable, "batch_size", None)
+        self._window = int(window)
+        self._min_consumers = int(min_consumers)
+        self._epoch_samples = epoch_samples if epoch_samples is not None else self._guess_epoch_samples(iterable)
+        self._heartbeat = heartbeat
+        self._heartbeat_timeout = heartbeat_timeout
+        self._ptr = None
+        self._shape = None
+        self._dtype = None
+
+    @staticmethod
+    def _guess_epoch_samples(iterable):
+        for attr in ("sampler", "dataset"):
+            obj = getattr(iterable, attr, None)
+            try:
+                n = len(obj) if obj is not None else None
+            except TypeError:
+                n = None
+            if n is not None:
+                if getattr(iterable, "drop_last", False) and getattr(iterable, "batch_size", None):
+                    n -= n % iterable.batch_size
+                return n
+        return 0
+
+    def _open(self, samples):
+        torch = self._torch
+        codes = _dtype_codes(torch)
+        if samples.dtype not in codes:
+            raise TypeError("samples of dtype %s: coloader carries uint8, float32, bfloat16 and float16" % samples.dtype)
+        shape = tuple(samples.shape[1:])
+        if not 1 <= len(shape) <= 3:
+            raise ValueError("each sample must have 1 to 3 dimensions, got shape %s" % (shape,))
+        opts = _lib.ProducerOptions()
+        opts.name = self._name.encode()
+        opts.batch_size = int(self._batch_size or samples.shape[0])
+        opts.ndim = len(shape)
+        for i, d in enumerate(shape):
+            opts.sample_shape[i] = int(d)
+        opts.dtype = codes[samples.dtype]
+        opts.window = self._window
+        opts.min_consumers = self._min_consumers
+        opts.epoch_samples = int(self._epoch_samples or 0)
+        opts.heartbeat_ms = int(self._heartbeat * 1000) if self._heartbeat else 0
+        opts.heartbeat_timeout_ms = int(self._heartbeat_timeout * 1000) if self._heartbeat_timeout else 0
+        ptr = ctypes.c_void_p()
+        _lib.check(_lib.lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+        self._ptr = ptr
+        self._shape = shape
+        self._dtype = samples.dtype
+
+    def publish(self, batch):
+        """Publishes one batch (blocks while every slot is in use)."""
+        torch = self._torch
+        samples, labels = _split(batch, torch)
+        if self._ptr is None:
+            self._open(samples)
+        if tuple(samples.shape[1:]) != self._shape or samples.dtype != self._dtype:
+            raise ValueError("every batch must hold samples of shape %s and dtype %s; got %s and %s"
+                             % (self._shape, self._dtype, tuple(samples.shape[1:]), samples.dtype))
+        count = int(samples.shape[0])
+        samples = samples.detach().to("cpu").contiguous()
+        if labels is None:
+            labels = torch.full((count,), -1, dtype=torch.int64)
+        labels = torch.as_tensor(labels).detach().to("cpu", torch.int64).contiguous().reshape(-1)
+        if labels.numel() != count:
+            raise ValueError("%d labels for %d samples" % (labels.numel(), count))
+        _lib.check(_lib.lib().coloader_producer_publish(self._ptr, samples.data_ptr(), count,
+                                                        labels.data_ptr(), None))
+
+    def end_epoch(self):
+        if self._ptr is not None:
+            _lib.check(_lib.lib().coloader_producer_end_epoch(self._ptr))
+
+    def run(self, epochs=1):
+        """Publishes `epochs` epochs of the iterable, then close()s."""
+        try:
+            for _ in range(epochs):
+                for batch in self._iterable:
+                    self.publish(batch)
+                self.end_epoch()
+        except BaseException:
+            self.close(timeout=5.0)  # consumers are told; do not wait on them for long
+            raise
+        self.close()
+
+    def close(self, timeout=None):
+        """Waits until consumers released every batch (at most `timeout` seconds; None waits
+        while any consumer lives), tells them the producer is done, and frees it."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None:
+            _lib.check(_lib.lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(timeout=5.0 if exc[0] is not None else None)
+        return False

@@ -1,0 +1,86 @@
+"""coloader.Producer: a producer fed by the user's own torch DataLoader (custom Dataset), its
+batches consumed with other batch sizes by real consumer processes and by Loaders."""
+import json
+import subprocess
+import threading
+
+import pytest
+import torch
+
+from test_loader import BINARY, coloader, env  # noqa: F401  (env: a private run directory per test)
+
+N = 97  # a prime: no batch size below divides it
+
+
+class Squares(torch.utils.data.Dataset):
+    """Sample i is a 3x4x4 tensor filled with i, labelled i: what a consumer got can be checked
+    sample by sample."""
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.full((3, 4, 4), float(i)), i
+
+
+def start(producer, epochs):
+    t = threading.Thread(target=producer.run, args=(epochs,), daemon=True)
+    t.start()
+    return t
+
+
+def consume(name, *args):
+    return subprocess.Popen([str(BINARY), "consume", "--name", name, "--json", "--wait-ms", "20000", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_consumers_of_any_batch_size_see_exact_epochs(env):
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=10, shuffle=True, num_workers=2)
+    producer = coloader.Producer(loader, name="squares", min_consumers=3, heartbeat=0.1, heartbeat_timeout=1.5)
+    consumers = [consume("squares", "--batch-size", b) for b in ("3", "10", "25")]
+    thread = start(producer, epochs=2)
+    for c, batch in zip(consumers, (3, 10, 25)):
+        out, err = c.communicate(timeout=60)
+        assert c.returncode == 0, err
+        epochs = [json.loads(line) for line in out.splitlines()]
+        assert len(epochs) == 2
+        for e in epochs:
+            assert e["samples"] == e["unique_samples"] == N
+            assert e["index_sum"] == N * (N - 1) // 2
+            assert e["batches"] == e["expected_batches"] == -(-N // batch)
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_loader_gets_the_datasets_own_samples(env):
+    # Unshuffled: the consumer's dataset indices are positions in the epoch, here the samples'
+    # own indices, so every pixel and label can be checked against them.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, shuffle=False)
+    producer = coloader.Producer(loader, name="squares2")
+    thread = start(producer, epochs=1)
+    with coloader.Loader("squares2", batch_size=13, wait_for_producer=20) as consumer:
+        assert len(consumer) == -(-N // 13)
+        seen = []
+        for images, labels in consumer:
+            assert images.shape[1:] == (3, 4, 4) and images.dtype == torch.float32
+            idx = consumer.indices
+            assert torch.equal(labels, idx)
+            assert torch.equal(images[:, 0, 0, 0], idx.float())
+            assert torch.equal(images.amax(dim=(1, 2, 3)), images.amin(dim=(1, 2, 3)))
+            seen += idx.tolist()
+    assert seen == list(range(N))
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def test_batches_it_cannot_carry_are_refused_clearly(env):
+    bad = [(torch.zeros(4, 3), torch.zeros(4), torch.zeros(4))]  # three tensors: which is which?
+    with pytest.raises(TypeError, match="samples, labels"):
+        coloader.Producer(bad, name="bad").run()
+    mixed = [torch.zeros(4, 3), torch.zeros(4, 5)]  # the sample shape changes mid-epoch
+    p = coloader.Producer(mixed, name="mixed")
+    t = threading.Thread(target=lambda: coloader.Loader("mixed", wait_for_producer=20).__iter__().__next__())
+    t.start()
+    with pytest.raises(ValueError, match="every batch must hold samples of shape"):
+        p.run()
+    t.join(timeout=30)
