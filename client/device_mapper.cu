@@ -1,5 +1,7 @@
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "client/device_mapper.h"
@@ -101,9 +103,17 @@ void CUDART_CB RunCallback(void* data) {
 void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
   auto* fn = new std::function<void()>(std::move(done));
   DeviceGuard guard(device_);
-  if (!guard.ok() ||
-      cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), RunCallback, fn) != cudaSuccess) {
+  cudaError_t err = guard.ok() ? cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), RunCallback, fn)
+                               : cudaErrorInvalidDevice;
+  if (err != cudaSuccess) {
     cudaGetLastError();
+    // Not silently: an ack that does not wait for the stream lets the producer overwrite a
+    // slot that a kernel may still read.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      std::fprintf(stderr, "coloader: cannot order a release after the work on stream %p (%s); acking at once\n",
+                   stream, cudaGetErrorString(err));
+    }
     RunCallback(fn);
   }
 }
