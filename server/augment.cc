@@ -25,42 +25,26 @@ const char* AugmentModeName(AugmentMode mode) {
 
 namespace {
 
-uint64_t SplitMix64(uint64_t& x) {
-  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
 // Python's round() takes halves to even, as std::nearbyint does in the default rounding mode.
 int RoundHalfEven(double v) { return static_cast<int>(std::nearbyint(v)); }
 
 }  // namespace
 
-SampleRng::SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) {
+Xoshiro256StarStar SampleRng::Seeded(uint64_t seed, uint64_t epoch, uint64_t index) {
   // Each input goes through its own splitmix round before mixing, so (seed, epoch, index)
   // triples that differ in one coordinate give unrelated streams.
   uint64_t x = seed;
-  uint64_t h = SplitMix64(x);
+  uint64_t h = SplitMix64(&x);
   x = h ^ epoch;
-  h = SplitMix64(x);
+  h = SplitMix64(&x);
   x = h ^ index;
-  for (uint64_t& s : s_) s = SplitMix64(x);
+  const uint64_t s0 = SplitMix64(&x), s1 = SplitMix64(&x), s2 = SplitMix64(&x), s3 = SplitMix64(&x);
+  return Xoshiro256StarStar(s0, s1, s2, s3);
 }
 
-uint64_t SampleRng::NextU64() {  // xoshiro256**
-  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = Rotl(s_[3], 45);
-  return result;
-}
+SampleRng::SampleRng(uint64_t seed, uint64_t epoch, uint64_t index) : gen_(Seeded(seed, epoch, index)) {}
+
+uint64_t SampleRng::NextU64() { return gen_.Next(); }
 
 double SampleRng::Uniform(double lo, double hi) {
   const double unit = static_cast<double>(NextU64() >> 11) * 0x1.0p-53;  // [0, 1)

@@ -12,6 +12,7 @@
 
 #include <opencv2/core.hpp>
 
+#include "common/random.h"
 #include "common/status.h"
 
 namespace coloader {
@@ -43,7 +44,8 @@ class SampleRng {
   int64_t UniformInt(int64_t lo, int64_t hi);  // [lo, hi], inclusive as torch.randint(lo, hi + 1)
 
  private:
-  uint64_t s_[4];
+  static Xoshiro256StarStar Seeded(uint64_t seed, uint64_t epoch, uint64_t index);
+  Xoshiro256StarStar gen_;
 };
 
 // A crop box in source-image pixel coordinates plus the flip decision.

@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "common/random.h"
+
 namespace coloader {
 
 namespace {
@@ -11,8 +13,8 @@ namespace {
 // a run can be reproduced from (seed, epoch) alone: std::shuffle and the std distributions
 // are implementation-defined. Everything below is fixed and documented instead:
 //
-//   generator:  xoshiro256** (Blackman and Vigna, 2018), a 64-bit generator with 256 bits of
-//               state and good statistical quality;
+//   generator:  xoshiro256** (common/random.h), a 64-bit generator with 256 bits of state and
+//               good statistical quality;
 //   seeding:    with a0, a1 the first two outputs of splitmix64 started at `seed` and b0, b1
 //               those started at `epoch`, state = {a0, a1 ^ b1, b0, b1}. splitmix64's output is
 //               a bijection of its input, so a0 and b0 alone already tell (seed, epoch) apart:
@@ -26,43 +28,15 @@ namespace {
 //
 // Changing any of these changes every user's sample order: treat them as a file format.
 
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t RotateLeft(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-class Xoshiro256StarStar {
+// See the seeding note above. s[0] and s[2] carry seed and epoch alone, which keeps the
+// mapping injective; s[1] mixes both, because xoshiro256**'s first output is a function of
+// s[1] only (with s[1] from the seed alone, the first Fisher-Yates draw, i.e. the last
+// position of every epoch, would be the same in every epoch).
+class EpochRng {
  public:
-  // See the seeding note above. s_[0] and s_[2] carry seed and epoch alone, which keeps the
-  // mapping injective; s_[1] mixes both, because xoshiro256**'s first output is a function of
-  // s_[1] only (with s_[1] from the seed alone, the first Fisher-Yates draw, i.e. the last
-  // position of every epoch, would be the same in every epoch).
-  Xoshiro256StarStar(uint64_t seed, uint64_t epoch) {
-    const uint64_t a0 = SplitMix64(&seed);
-    const uint64_t a1 = SplitMix64(&seed);
-    const uint64_t b0 = SplitMix64(&epoch);
-    const uint64_t b1 = SplitMix64(&epoch);
-    s_[0] = a0;
-    s_[1] = a1 ^ b1;
-    s_[2] = b0;
-    s_[3] = b1;
-  }
+  EpochRng(uint64_t seed, uint64_t epoch) : gen_(Seeded(seed, epoch)) {}
 
-  uint64_t Next() {
-    const uint64_t result = RotateLeft(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = RotateLeft(s_[3], 45);
-    return result;
-  }
+  uint64_t Next() { return gen_.Next(); }
 
   // Uniform in [0, range), range > 0. The high half of Next() * range is the candidate; the
   // low half tells whether it fell into the few values that would over-represent some
@@ -83,7 +57,14 @@ class Xoshiro256StarStar {
   }
 
  private:
-  uint64_t s_[4];
+  static Xoshiro256StarStar Seeded(uint64_t seed, uint64_t epoch) {
+    const uint64_t a0 = SplitMix64(&seed);
+    const uint64_t a1 = SplitMix64(&seed);
+    const uint64_t b0 = SplitMix64(&epoch);
+    const uint64_t b1 = SplitMix64(&epoch);
+    return Xoshiro256StarStar(a0, a1 ^ b1, b0, b1);
+  }
+  Xoshiro256StarStar gen_;
 };
 
 }  // namespace
@@ -121,7 +102,7 @@ std::vector<int64_t> Sampler::EpochIndices(uint64_t epoch) const {
   std::vector<int64_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
   if (opts_.shuffle) {
-    Xoshiro256StarStar rng(opts_.seed, epoch);
+    EpochRng rng(opts_.seed, epoch);
     for (size_t i = n - 1; i > 0; --i) {
       const size_t j = static_cast<size_t>(rng.Below(static_cast<uint64_t>(i) + 1));
       std::swap(order[i], order[j]);
