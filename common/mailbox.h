@@ -61,6 +61,8 @@ class Mailbox {
   // Sleeps until the doorbell moves from `seen`, or `timeout_ms` passes; re-checks first.
   void Wait(uint32_t seen, int timeout_ms);
   bool Owned(uint64_t owner) const { return h_->owner.load() == owner; }
+  // Entries the consumer has taken since Reset: how far it has read (the producer reads it).
+  uint64_t taken() const { return h_->head.load(); }
 
  private:
   MailboxHeader* h_;

@@ -21,7 +21,7 @@ void OnSignal(int) {
 
 constexpr const char* kServeUsage =
     "coloader serve --data DIR --name NAME [--batch-size 256] [--image-size 224] [--workers N]\n"
-    "               [--window K] [--epochs N | --forever] [--seed S] [--no-shuffle]\n"
+    "               [--window K] [--spare-slots S] [--epochs N | --forever] [--seed S] [--no-shuffle]\n"
     "               [--augment train|eval|none] [--output uint8|float32|bfloat16|float16]\n"
     "               [--layout nchw|nhwc] [--device cpu|cuda:N[,cuda:M...]]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
@@ -40,6 +40,7 @@ int Serve(const std::vector<std::string>& args) {
   f.AddInt("image-size", &o.image_size);
   f.AddInt("workers", &o.workers);
   f.AddU32("window", &o.window);
+  f.AddInt("spare-slots", &o.spare_slots);
   f.AddUInt("epochs", &o.epochs);
   f.AddBool("forever", &o.forever);
   f.AddUInt("seed", &o.seed);

@@ -45,7 +45,9 @@ struct SlotLayouts {
 SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_name) {
   SlotTable t;
   t.shm_name = shm_name;
-  t.num_slots = o.window;
+  // K slots bound every consumer's lag; the spares let one keep old batches (tensors it
+  // holds on to) while it goes on reading, without stalling the others.
+  t.num_slots = o.window + static_cast<uint32_t>(o.spare_slots);
   t.batch_size = o.batch_size;
   t.height = static_cast<uint32_t>(o.image_size);
   t.width = static_cast<uint32_t>(o.image_size);
@@ -92,6 +94,8 @@ struct Session {
   uint64_t last_sent_ns = 0;
   uint64_t received = 0;
   uint64_t acked = 0;
+  uint64_t first_seq = 0;   // the first batch announced to it
+  uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
 };
 
 }  // namespace
@@ -152,6 +156,23 @@ struct Producer::Impl {
   Status Loop();
   void Shutdown(ByeReason reason, const std::string& message);
 
+  // The back-pressure rule: the producer runs at most `window` batches ahead of how far each
+  // live consumer has read: the announcements it has taken from its mailbox (batches go to a
+  // session with consecutive numbers from its first), or for one without a mailbox the newest
+  // batch it has released. A consumer that keeps an old batch (a tensor it holds on to) but
+  // reads on is not behind and does not hold back the others: the kept slot is one of the
+  // spares. One that stops reading stays behind, and the producer waits for it.
+  bool WithinWindow() const {
+    const uint64_t on_the_way = next_submit_seq - next_publish_seq;
+    for (const auto& [id, s] : sessions) {
+      if (s.pending || s.received == 0) continue;
+      const uint64_t read_upto = s.mailbox >= 0
+                                     ? s.first_seq + mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken()
+                                     : std::max(s.acked_upto, s.first_seq);
+      if (next_publish_seq - read_upto + on_the_way >= opts.window) return false;
+    }
+    return on_the_way < opts.window;
+  }
   size_t ActiveSessions() const {
     return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(),
                                              [](const auto& kv) { return !kv.second.pending; }));
@@ -199,6 +220,9 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(opts.image_size));
   if (opts.window < 2 || opts.window > 1024)
     return Status::Invalid("--window must be between 2 and 1024 slots, got " + std::to_string(opts.window));
+  if (opts.spare_slots < 0) opts.spare_slots = static_cast<int>(std::max(1u, opts.window / 2));
+  if (opts.spare_slots > 1024)
+    return Status::Invalid("--spare-slots must be between 0 and 1024, got " + std::to_string(opts.spare_slots));
   if (!opts.forever && opts.epochs == 0)
     return Status::Invalid("--epochs must be at least 1 (or use --forever)");
   if (opts.min_consumers < 1)
@@ -441,6 +465,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
   } else if (auto* ack = std::get_if<Ack>(&m)) {
     if (ring.Release(it->second.id, ack->seq)) {
       ++it->second.acked;
+      it->second.acked_upto = std::max(it->second.acked_upto, ack->seq + 1);
     } else {
       ++rejected_messages;
       DropSession(identity, "acked a batch it did not hold",
@@ -477,16 +502,24 @@ void Producer::Impl::SubmitWork() {
   }
   if (external) {
     // The caller fills the slots: grant it every free one, take back what it returns.
-    for (uint32_t slot : external->TakeReturned()) ring.Abandon(slot);
+    for (uint32_t slot : external->TakeReturned()) {
+      ring.Abandon(slot);
+      --next_submit_seq;  // granted, never filled
+    }
     if (external->finished()) {
       all_submitted = true;
       return;
     }
-    while (std::optional<uint32_t> slot = ring.Acquire()) external->Grant(*slot);
+    while (WithinWindow()) {
+      std::optional<uint32_t> slot = ring.Acquire();
+      if (!slot) break;
+      external->Grant(*slot);
+      ++next_submit_seq;  // counts as on its way until the caller's batch is published
+    }
     return;
   }
   // Keep the workers fed while there is a free slot; each batch is published in order later.
-  while (!all_submitted && fatal.ok()) {
+  while (!all_submitted && fatal.ok() && WithinWindow()) {
     std::optional<uint32_t> slot = ring.Acquire();
     if (!slot) break;
     // The slot's previous uploads may still be reading its staging area.
@@ -594,7 +627,7 @@ void Producer::Impl::PublishReady() {
         continue;
       }
       holders.push_back(s.id);
-      ++s.received;
+      if (s.received++ == 0) s.first_seq = job->seq;
       if (s.mailbox < 0) SendToSession(s, a);
     }
     ring.Publish(job->slot, job->seq, holders);

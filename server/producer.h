@@ -26,7 +26,9 @@ struct ProducerOptions {
   uint32_t batch_size = 256;
   int image_size = 224;
   int workers = 0;          // 0: one per online CPU
-  uint32_t window = 4;      // K: slots in the ring
+  uint32_t window = 4;      // K: the most batches a consumer may have unreleased (the lag window)
+  int spare_slots = -1;     // ring slots beyond K, for batches a consumer keeps while it reads
+                            // on (a held tensor): -1 means K / 2, at least 1
   uint64_t epochs = 1;      // 0 with forever
   bool forever = false;
   uint64_t seed = 0;

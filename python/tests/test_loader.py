@@ -511,29 +511,49 @@ def test_tensors_outlive_the_loader(serve):
     p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
 
 
-def test_held_batch_past_the_window_stalls_the_whole_group(serve):
-    """What holding a batch does today: back-pressure stalls every consumer, not just the holder.
+def test_holding_a_tensor_past_the_window_stalls_nobody_but_its_consumer(serve):
+    """A job that keeps a batch's tensor (for logging, say) and reads on does not hold back the
+    others: the ring has spare slots beyond the window for batches kept that way."""
+    p = serve("--min-consumers", "2", "--spare-slots", "1", epochs=1, window=2, batch_size=PRODUCER_BATCH)
+    keeper = loader_for(p, batch_size=PRODUCER_BATCH)
+    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=10.0)
+    keeper_it = iter(keeper)
+    kept = next(keeper_it)  # kept for the whole epoch, far past the window
+    first = kept[1].clone()
+    keeper_rest = in_thread(lambda: [images.shape[0] for images, _ in keeper_it])
+    sizes = [images.shape[0] for images, _ in other]  # a Timeout here would mean a stall
+    assert sizes == expected_sizes(PRODUCER_BATCH)
+    assert [PRODUCER_BATCH] + keeper_rest() == expected_sizes(PRODUCER_BATCH)
+    assert torch.equal(kept[1], first)  # the kept batch's slot was never reused under it
+    del kept
+    gc.collect()
+    for loader in (keeper, other):
+        loader.close()
+    assert p.wait() == 0
 
-    With --window 2 the producer can publish only two batches beyond the oldest unacked one.
-    While `holder` keeps its first batch (and has not taken its second), no slot comes back,
-    so `other` receives the two published batches and then waits: the group moves at the pace
-    of its slowest member, as the design's back-pressure rule says. Only when the holder lets
-    go does `other` continue. (A holder stuck forever is detached only if it stops
-    heartbeating, which a live process holding tensors does not.)
+
+def test_a_consumer_that_stops_reading_stalls_the_group(serve):
+    """Back-pressure, as the design says: a consumer that holds its batch and stops reading
+    reaches the window, and the group waits for it (it is detached only if it stops
+    heartbeating, which a live process holding tensors does not).
+
+    With --window 2 the producer runs at most two batches ahead of how far the holder has read
+    (one batch): `other` receives three and then waits, until the holder lets go and reads on.
+    The spare slots are not what stops it: there are enough of them.
     """
-    p = serve("--min-consumers", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
+    p = serve("--min-consumers", "2", "--spare-slots", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
     holder = loader_for(p, batch_size=PRODUCER_BATCH)
     other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=1.0)
     holder_it = iter(holder)
     held = next(holder_it)
 
     it = iter(other)
-    got = [next(it)[0].shape[0] for _ in range(2)]
+    got = [next(it)[0].shape[0] for _ in range(3)]
     with pytest.raises(coloader.Timeout):
         next(it)
-    assert got == [PRODUCER_BATCH] * 2
+    assert got == [PRODUCER_BATCH] * 3
     st = p.status()
-    assert st["slots_in_use"] == 2 and st["batches_published"] == 2
+    assert st["slots_in_use"] == 3 and st["batches_published"] == 3
 
     del held
     gc.collect()
@@ -547,7 +567,7 @@ def test_held_batch_past_the_window_stalls_the_whole_group(serve):
 
 
 def test_timeout_while_gathering_a_straddling_batch_loses_nothing(serve):
-    p = serve("--min-consumers", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
+    p = serve("--min-consumers", "2", "--spare-slots", "0", epochs=1, window=2, batch_size=PRODUCER_BATCH)
     holder = loader_for(p, batch_size=PRODUCER_BATCH)
     other = loader_for(p, batch_size=5, timeout=1.0)
     holder_it = iter(holder)

@@ -246,7 +246,7 @@ void GpuTest::ReleaseOrdered(bool default_stream) {
 TEST_F(GpuTest, ConsumersShareOneAllocationAndMakeNoDeviceCopy) {
   // Four device consumers and one producer: every consumer's device pointers are in the
   // producer's ring, and a consumer's own GPU memory is its context, not a copy of the ring.
-  auto p = Serve("p", {"--batch-size", "256", "--window", "4", "--device", "cuda:0", "--forever",
+  auto p = Serve("p", {"--batch-size", "256", "--window", "4", "--spare-slots", "0", "--device", "cuda:0", "--forever",
                        "--image-size", "224", "--min-consumers", "4"});
   std::vector<std::unique_ptr<Child>> consumers;
   for (int i = 0; i < 4; ++i) consumers.push_back(Consume("p", {"--device", "--step-ms", "50"}));

@@ -181,7 +181,8 @@ TEST_F(IntegrationTest, WaitForEpochJoinsAtTheNextBoundary) {
 
 TEST_F(IntegrationTest, ProducerNeverRunsMoreThanTheWindowAhead) {
   const uint64_t window = 3;
-  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "2", "--window", std::to_string(window)});
+  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "2", "--window", std::to_string(window),
+                              "--spare-slots", "0"});
   auto slow = Consume("p", {"--step-ms", "30"});
   int checks = 0;
   for (int i = 0; i < 15 && slow->running(); ++i) {
@@ -198,7 +199,8 @@ TEST_F(IntegrationTest, ProducerNeverRunsMoreThanTheWindowAhead) {
 }
 
 TEST_F(IntegrationTest, ClientLibraryLeasesHoldTheSlotUntilReleased) {
-  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--window", "2"});
+  // No spare slots: the two leases hold the whole ring.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--window", "2", "--spare-slots", "0"});
   ConsumerOptions o;
   o.name = "p";
   ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
