@@ -174,12 +174,14 @@ void ConsumerState::IoLoop() {
     }
   };
   bool said_bye = false;
+  uint64_t exit_seen_ns = 0;  // when the producer's pidfd fired
   while (!stopping.load()) {
     std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, sink->fd, ZMQ_POLLIN, 0}};
-    if (producer_watch.valid()) items.push_back({nullptr, producer_watch.fd(), ZMQ_POLLIN, 0});
+    if (producer_watch.valid() && exit_seen_ns == 0) items.push_back({nullptr, producer_watch.fd(), ZMQ_POLLIN, 0});
+    const uint32_t wait_ms = exit_seen_ns ? 10 : std::min<uint32_t>(welcome.heartbeat_ms, 100);
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(std::min<uint32_t>(welcome.heartbeat_ms, 100)));
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) {
         Fail(Status::IOError(std::string("poll: ") + e.what()));
@@ -224,9 +226,15 @@ void ConsumerState::IoLoop() {
 
     const uint64_t now = MonotonicNs();
     if (producer_watch.valid() && producer_watch.Exited()) {
-      Fail(Status::Disconnected(Who() + " exited without saying goodbye (killed or crashed); "
-                                "restart it and reconnect"));
-      return;
+      // What it sent before it went may still be on its way through libzmq (a goodbye, or
+      // that we were detached while stopped): give it a moment to arrive before concluding.
+      if (exit_seen_ns == 0) exit_seen_ns = now;
+      if (now - exit_seen_ns > 200'000'000) {
+        Fail(Status::Disconnected(Who() + " exited without saying goodbye (killed or crashed); "
+                                  "restart it and reconnect"));
+        return;
+      }
+      continue;
     }
     if (now - last_heard > timeout_ns) {
       Fail(Status::Disconnected(Who() + " has not been heard from for " +

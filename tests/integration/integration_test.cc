@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -352,6 +353,38 @@ TEST_F(IntegrationTest, ConsumerOfAMissingProducerFailsClearly) {
   EXPECT_NE(c.Stderr().find("no producer named 'nobody'"), std::string::npos) << c.Stderr();
   Child s(Coloader({"status", "--name", "nobody"}), env_);
   EXPECT_EQ(s.Wait(10000), 1);
+}
+
+TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItResumes) {
+  // SIGSTOP: alive (its pidfd stays quiet) but silent. The others wait at most the heartbeat
+  // timeout (1.5 s here), then it is detached; resumed, it learns so and exits with an error.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--min-consumers", "2"});
+  auto stopped = Consume("p", {"--step-ms", "20"});
+  auto other = Consume("p", {"--batch-size", "5"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 2; }));
+  stopped->Signal(SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(other->Wait(), 0) << other->Stderr();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto& e : ParseJsonLines(other->Stdout())) ExpectExactEpoch(e);
+  EXPECT_LT(secs, 1.5 + 5.0);  // the timeout, plus two epochs of work on a loaded machine
+  EXPECT_NE(producer->Stderr().find("went silent"), std::string::npos) << producer->Stderr();
+  stopped->Signal(SIGCONT);
+  EXPECT_EQ(stopped->Wait(), 1);
+  EXPECT_NE(stopped->Stderr().find("detached"), std::string::npos) << stopped->Stderr();
+}
+
+TEST_F(IntegrationTest, FileVanishingAfterTheListingIsSkippedAndNamed) {
+  const std::string data = tmp_.path() + "/vanishing";
+  testing::MakeImageFolder(data, 30, 2);
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"}, data);  // listed 30 files
+  const std::string gone = data + "/class1/img00007.jpg";
+  ASSERT_EQ(std::remove(gone.c_str()), 0);
+  auto consumer = Consume("p");
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  EXPECT_EQ(U64(ParseJsonLines(consumer->Stdout()).at(0), "samples"), 29u);
+  ASSERT_EQ(producer->Wait(), 0);
+  EXPECT_NE(producer->Stderr().find(gone), std::string::npos) << producer->Stderr();
 }
 
 TEST_F(IntegrationTest, ConsumerStartedBeforeItsProducerWaitsForIt) {
