@@ -360,6 +360,18 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   if (state->sink->fd < 0) return Status::FromErrno("eventfd", errno);
   if (!opts.endpoint.empty()) {
     state->endpoint = opts.endpoint;
+    if (opts.endpoint.rfind("ipc://", 0) == 0) {
+      // ZeroMQ would retry a socket it may not open forever, silently: say why now.
+      const std::string path = opts.endpoint.substr(6);
+      if (::access(path.c_str(), R_OK | W_OK) != 0) {
+        const int err = errno;
+        if (err == EACCES) {
+          return Status::Invalid("permission denied for " + path +
+                                 ": it belongs to another user's producer (run directories are private, mode 0700)");
+        }
+        return Status::NotFound("no producer socket at " + path + " (" + std::strerror(err) + ")");
+      }
+    }
   } else {
     ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(opts.name));
     struct stat st {};

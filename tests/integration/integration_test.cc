@@ -314,6 +314,34 @@ TEST_F(IntegrationTest, CleansUpSharedMemoryAndKeepsTheRunDirPrivate) {
   EXPECT_FALSE(fs::exists(run_dir_ + "/p.lock"));
 }
 
+TEST_F(IntegrationTest, AnotherUserCannotConnect) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create a second local user";
+  if (::system("id coloader-probe >/dev/null 2>&1 || useradd --system --no-create-home coloader-probe") != 0)
+    GTEST_SKIP() << "cannot create a second local user (useradd)";
+  // Let the other user reach the run directory's parent: only the run directory itself
+  // (0700) and the socket (0600) keep it out.
+  ::chmod(tmp_.path().c_str(), 0711);
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  auto as_other = [&](std::vector<std::string> args) {
+    args = Coloader(args);
+    args.insert(args.begin(), {"/usr/bin/setpriv", "--reuid=coloader-probe", "--regid=coloader-probe",
+                               "--clear-groups", "--"});
+    return std::make_unique<Child>(args, env_);
+  };
+  if (as_other({"help"})->Wait() != 0)
+    GTEST_SKIP() << "the second user cannot run " << Coloader({})[0] << " (its directories are private)";
+  auto by_name = as_other({"consume", "--name", "p"});
+  EXPECT_EQ(by_name->Wait(), 1);
+  EXPECT_NE(by_name->Stderr().find("belongs to uid 0"), std::string::npos) << by_name->Stderr();
+  auto by_path = as_other({"consume", "--endpoint", "ipc://" + run_dir_ + "/p.sock"});
+  EXPECT_EQ(by_path->Wait(), 1);
+  EXPECT_NE(by_path->Stderr().find("permission denied"), std::string::npos) << by_path->Stderr();
+  // The owner is served as usual.
+  auto mine = Consume("p");
+  ASSERT_EQ(mine->Wait(), 0) << mine->Stderr();
+  ExpectExactEpoch(ParseJsonLines(mine->Stdout()).at(0));
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST_F(IntegrationTest, BadDataPathsAreNamed) {
