@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what coloader needs on Debian 12 (apt) and builds it into build/.
 #   scripts/setup.sh            build and test dependencies + the build
-#   scripts/setup.sh --bench    also what the benchmarks compare against (torchvision)
+#   scripts/setup.sh --bench    also what the benchmarks compare against and plot with
 # The CUDA code is compiled wherever nvcc is installed (COLOADER_WITH_CUDA=AUTO); it runs only
 # on a machine with a GPU, and the GPU tests skip elsewhere.
 set -euo pipefail
@@ -12,7 +12,7 @@ packages=(build-essential cmake pkg-config libgtest-dev
           libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
           mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torchvision)
+  packages+=(python3-torchvision python3-matplotlib)
 fi
 
 missing=()
