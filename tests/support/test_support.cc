@@ -164,6 +164,14 @@ uint64_t U64(const JsonLine& line, const std::string& key) {
   return std::strtoull(it->second.c_str(), nullptr, 10);
 }
 
+void ExpectExactEpoch(const JsonLine& e, uint64_t n) {
+  auto partial = e.find("partial");
+  EXPECT_TRUE(partial != e.end() && partial->second == "false");
+  EXPECT_EQ(U64(e, "samples"), n);
+  EXPECT_EQ(U64(e, "unique_samples"), n);
+  EXPECT_EQ(U64(e, "index_sum"), n * (n - 1) / 2);
+}
+
 int MakeImageFolder(const std::string& root, int count, int classes, int width, int height) {
   // Encoded with TurboJPEG rather than OpenCV so the tests run where only the decoder's own
   // libraries are present (the GPU machine).
