@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Producer throughput with every core: images/s delivered to one consumer, and the producer's
 CPU time per image, host path vs GPU path (--device), on the same files in one run.
+With --gpu-decode, also the GPU path with `serve --decode gpu` (nvJPEG + GPU augmentation),
+with every core reading files and with only 2 worker threads: cores busy = producer CPU
+time / wall time.
 
 From the CPU seconds per image follows how many cores it takes to feed one ResNet-50 training
 job (~4,000 images/s on an H100 in bf16).
@@ -17,9 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET50_IMAGES_PER_S = 4000
 
 
-def run(binary, data, device, workers, batch, epochs, env, name):
+def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu"):
     serve = [binary, "serve", "--data", data, "--name", name, "--batch-size", str(batch), "--epochs", str(epochs),
-             "--workers", str(workers), "--window", "8", "--quiet"]
+             "--workers", str(workers), "--window", "8", "--quiet", "--decode", decode]
     consume = [binary, "consume", "--name", name, "--json"]
     if device:
         serve += ["--device", device]
@@ -27,12 +30,16 @@ def run(binary, data, device, workers, batch, epochs, env, name):
     t0 = time.monotonic()
     p = subprocess.Popen(serve, env=env, stderr=subprocess.PIPE, text=True)
     line = p.stderr.readline()
+    log = [line]
     while line and "serving" not in line:
         line = p.stderr.readline()
+        log.append(line)
     if not line:
         sys.exit(f"producer failed: {p.stderr.read()}")
     c = subprocess.run(consume, env=env, capture_output=True, text=True)
+    log += p.stderr.readlines()
     _, status, ru = os.wait4(p.pid, 0)
+    sys.stderr.write("".join(l for l in log if "decode" in l))
     wall = time.monotonic() - t0
     if c.returncode != 0 or os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"run failed: {c.stderr}")
@@ -40,7 +47,7 @@ def run(binary, data, device, workers, batch, epochs, env, name):
     images = sum(e["samples"] for e in epochs_out)
     ips = sorted(e["images_per_s"] for e in epochs_out)[len(epochs_out) // 2]
     cpu = ru.ru_utime + ru.ru_stime
-    return {"path": "device" if device else "host", "workers": workers, "images": images,
+    return {"path": "device" if device else "host", "decode": decode, "workers": workers, "images": images,
             "images_per_s": round(ips), "producer_cpu_s": round(cpu, 2), "cores_busy": round(cpu / wall, 1),
             "images_per_cpu_s": round(images / cpu), "cores_for_resnet50": round(RESNET50_IMAGES_PER_S * cpu / images, 1),
             "path_reported": epochs_out[0]["path"]}
@@ -54,15 +61,21 @@ def main():
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "server", "coloader"))
+    ap.add_argument("--gpu-decode", action="store_true", help="also --decode gpu on --device (all workers, then 2)")
     args = ap.parse_args()
     env = dict(os.environ, COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="coloader-tp-"))
     rows = [run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tphost")]
     if args.device:
         rows.append(run(args.binary, args.data, args.device, args.workers, args.batch_size, args.epochs, env, "tpdev"))
-    print(f"{'path':<8}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}{'cores for RN50':>16}")
+    if args.device and args.gpu_decode:
+        for workers in (args.workers, 2):
+            rows.append(run(args.binary, args.data, args.device, workers, args.batch_size, args.epochs, env,
+                            "tpgpu", decode="gpu"))
+    print(f"{'path':<8}{'decode':>7}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
+          f"{'cores for RN50':>16}")
     for r in rows:
-        print(f"{r['path']:<8}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}{r['cores_busy']:>12}"
-              f"{r['images_per_cpu_s']:>11}{r['cores_for_resnet50']:>16}")
+        print(f"{r['path']:<8}{r['decode']:>7}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}"
+              f"{r['cores_busy']:>12}{r['images_per_cpu_s']:>11}{r['cores_for_resnet50']:>16}")
     for r in rows:
         print(json.dumps(r))
 

@@ -5,33 +5,37 @@
 # built here (same x86-64, same nvcc) and travel with the shared libraries they load.
 #
 #   scripts/gpu_bundle.sh          build with CUDA, then pack .device/
+#   BUNDLE=DIR scripts/gpu_bundle.sh   pack into DIR instead (e.g. another checkout's ignored folder)
 # On the GPU machine: scripts/gpu_run.sh (reads .device/, writes results under $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
-cmake --build build -j "$(nproc)" >/dev/null
+[[ -n ${SKIP_BUILD:-} ]] || cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
+[[ -n ${SKIP_BUILD:-} ]] || cmake --build build -j "$(nproc)" >/dev/null
 
-rm -rf .device
-mkdir -p .device/bin .device/lib .device/photos
-cp build/server/coloader build/tests/gpu_test build/tests/integration_test .device/bin/
-[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so .device/lib/
+B=${BUNDLE:-.device}
+rm -rf "$B"
+mkdir -p "$B"/bin "$B"/lib "$B"/photos "$B"/data
+cp build/server/coloader build/tests/gpu_test build/tests/integration_test "$B"/bin/
+[[ -f build/tests/gpu_decode_test ]] && cp build/tests/gpu_decode_test "$B"/bin/
+[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$B"/lib/
+cp tests/data/* "$B"/data/  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
 
 # The shared-library closure, less what every Linux has (glibc, the C++ runtime: the GPU
 # machine's are newer) and the CUDA driver (it has its own; cudart is linked statically).
 skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
-for f in .device/bin/* .device/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
+for f in "$B"/bin/* "$B"/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
   while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $skip ]] && continue
-    cp -L "$lib" ".device/lib/$base"
+    cp -L "$lib" "$B/lib/$base"
   done
 
-strip --strip-debug .device/bin/* .device/lib/*.so*
+strip --strip-debug "$B"/bin/* "$B"/lib/*.so*
 
 # A few real photographs, downscaled, from which scripts/make_dataset.py builds an
 # ImageNet-like dataset on the GPU machine (carrying the dataset itself would not fit).
-/usr/bin/python3 - <<'PY'
+B="$B" /usr/bin/python3 - <<'PY'
 import glob, os
 from PIL import Image
 srcs = sorted(glob.glob('/usr/share/backgrounds/mate/nature/*.jpg'))
@@ -39,7 +43,7 @@ picked = srcs[:12]
 for i, path in enumerate(picked):
     im = Image.open(path).convert('RGB')
     im.thumbnail((1600, 1600))
-    im.save(f'.device/photos/photo{i:02d}.jpg', quality=92)
+    im.save(os.path.join(os.environ.get('B', '.device'), f'photos/photo{i:02d}.jpg'), quality=92)
 print(f'gpu_bundle: {len(picked)} photos')
 PY
-du -sh .device .device/lib | sed 's/^/gpu_bundle: /'
+du -sh "$B" "$B"/lib | sed 's/^/gpu_bundle: /'

@@ -27,6 +27,25 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# nvJPEG's header for `serve --decode gpu` (the library itself is loaded at run time from the
+# GPU machine's CUDA): CUDA toolkits from the network installer lack it, PyPI's CUDA 13 wheel
+# ships it. Skipped without nvcc; a build without it still works (--decode gpu says why not).
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  if [[ ! -f .deps/nvjpeg/include/nvjpeg.h ]]; then
+    tmp=$(mktemp -d)
+    if python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+         -d "$tmp" 'nvidia-nvjpeg>=13,<14' 2>/dev/null; then
+      mkdir -p .deps/nvjpeg
+      unzip -q -o "$tmp"/nvidia_nvjpeg-*.whl 'nvidia/cu13/*' -d "$tmp/x"
+      cp -r "$tmp"/x/nvidia/cu13/. .deps/nvjpeg/
+      echo "setup: nvJPEG header in .deps/nvjpeg"
+    else
+      echo "setup: could not fetch the nvidia-nvjpeg wheel; building without --decode gpu"
+    fi
+    rm -rf "$tmp"
+  fi
+fi
+
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=AUTO >/dev/null
 cmake --build build -j "$jobs"

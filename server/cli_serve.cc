@@ -25,13 +25,14 @@ constexpr const char* kServeUsage =
     "               [--augment train|eval|none] [--output uint8|float32|bfloat16|float16]\n"
     "               [--layout nchw|nhwc] [--device cpu|cuda:N[,cuda:M...]]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
-    "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]";
+    "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]\n"
+    "               [--decode cpu|gpu|auto]   (gpu: nvJPEG + GPU augmentation, needs --device)";
 
 }  // namespace
 
 int Serve(const std::vector<std::string>& args) {
   ProducerOptions o;
-  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu";
+  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "cpu";
   bool no_shuffle = false, quiet = false, no_dct = false, help = false;
   Flags f("serve", kServeUsage);
   f.AddString("data", &o.data);
@@ -49,6 +50,7 @@ int Serve(const std::vector<std::string>& args) {
   f.AddString("output", &output);
   f.AddString("layout", &layout);
   f.AddString("device", &device);
+  f.AddString("decode", &decode);
   f.AddString("on-bad-file", &on_bad);
   f.AddU32("min-consumers", &o.min_consumers);
   f.AddInt("rank", &o.rank);
@@ -85,6 +87,9 @@ int Serve(const std::vector<std::string>& args) {
     if (layout == "nhwc") o.layout = TensorLayout::kNHWC;
     else if (layout == "nchw") o.layout = TensorLayout::kNCHW;
     else st = f.Error("--layout must be nchw or nhwc, got '" + layout + "'");
+  }
+  if (st.ok()) {
+    if (auto d = ParseDecodeMode(decode); d.ok()) o.decode = *d; else st = f.Error(d.status().message());
   }
   if (st.ok() && device != "cpu") {
     // cuda:N, or a comma-separated list of them: one ring per GPU.

@@ -97,7 +97,7 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   return Result<std::unique_ptr<DeviceRing>>(std::move(ring));
 }
 
-Status DeviceRing::Upload(uint32_t slot, uint32_t count) {
+Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged, int staged_device) {
   Impl& r = *impl_;
   CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
   const uint8_t* host = r.host_slot(slot);
@@ -106,7 +106,16 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count) {
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.labels_offset, host + r.opts.host_labels_offset, 8ull * count,
                                        cudaMemcpyHostToDevice, r.stream));
     const uint64_t staged = uint64_t{count} * r.staged_sample_bytes();
-    if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
+    if (device_staged != nullptr) {
+      // Decoded and augmented on a GPU: convert from there, no host copy in between.
+      const uint8_t* src = device_staged;
+      if (staged_device != r.opts.device) {
+        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging, r.opts.device, device_staged, staged_device, staged, r.stream));
+        src = r.staging;
+      }
+      RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
+                                           r.opts.normalize, dev + r.data_offset, r.stream));
+    } else if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
       // Already in its final form: one copy straight into the slot.
       CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.data_offset, host + r.opts.host_staging_offset, staged,
                                          cudaMemcpyHostToDevice, r.stream));

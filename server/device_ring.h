@@ -50,8 +50,10 @@ class DeviceRing {
   uint64_t device_bytes() const;
 
   // Enqueues the upload and conversion of `count` staged samples of `slot`, then records the
-  // slot's event. Returns at once.
-  Status Upload(uint32_t slot, uint32_t count);
+  // slot's event. Returns at once. With `device_staged` (--decode gpu) the uint8 NHWC samples
+  // are already in device memory on GPU `staged_device`, complete: they are converted from
+  // there (copied over first when that is another GPU) instead of from the host staging.
+  Status Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged = nullptr, int staged_device = -1);
   // Copies the slot's finished tensor back to the host slot's output area and waits: the
   // path for consumers that cannot map device memory.
   Status DownloadToHost(uint32_t slot, uint32_t count);

@@ -17,6 +17,7 @@
 
 #include "common/protocol.h"
 #include "server/dataset.h"
+#include "server/gpu_decode.h"
 #include "server/transform.h"
 
 namespace coloader {
@@ -34,13 +35,17 @@ struct BatchJob {
   std::atomic<uint32_t> remaining{0};
   std::mutex failures_mu;
   std::vector<std::pair<uint32_t, std::string>> failures;  // (position in batch, reason)
+  std::vector<GpuSample> gpu;  // with --decode gpu: what each position left for the GPU lane
 };
 
 class Pipeline {
  public:
-  // `dataset` must outlive the pipeline. Starts `workers` threads.
+  // `dataset` must outlive the pipeline. Starts `workers` threads. With `gpu` (--decode gpu)
+  // the workers read and route files, and one thread per GPU lane finishes each batch on the
+  // GPU; `layout` must then be the uint8 NHWC staging layout.
   static Result<std::unique_ptr<Pipeline>> Make(const Dataset* dataset, TransformOptions opts,
-                                                int workers, uint64_t seed, SlotTable layout);
+                                                int workers, uint64_t seed, SlotTable layout,
+                                                std::unique_ptr<GpuDecodeStage> gpu = nullptr);
   ~Pipeline();  // stops and joins the workers
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -54,12 +59,20 @@ class Pipeline {
   int workers() const { return static_cast<int>(threads_.size()); }
 
   // Removes the samples that failed from a completed job's slot, moving the later ones down
-  // so that the batch stays dense. Returns the new count.
+  // so that the batch stays dense. Returns the new count. (With --decode gpu the device
+  // staging is written dense already; only the indices and labels move.)
   uint32_t Compact(BatchJob& job) const;
+
+  // With --decode gpu: the slot's finished uint8 NHWC batch on the decoding GPU, and that GPU;
+  // nullptr and -1 otherwise.
+  const uint8_t* DeviceStaging(uint32_t slot) const { return gpu_ ? gpu_->device_staging(slot) : nullptr; }
+  int DecodeDevice() const { return gpu_ ? gpu_->device() : -1; }
 
  private:
   Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout);
   void WorkerLoop(int worker);
+  void GpuLaneLoop(int lane);
+  void Complete(BatchJob* job);
 
   const Dataset* dataset_;
   TransformOptions opts_;
@@ -75,6 +88,10 @@ class Pipeline {
   bool stopping_ = false;
   std::atomic<size_t> in_flight_{0};
   std::vector<std::thread> threads_;
+  std::unique_ptr<GpuDecodeStage> gpu_;
+  std::deque<BatchJob*> gpu_jobs_;  // every sample routed, waiting for a GPU lane
+  std::condition_variable gpu_cv_;
+  std::vector<std::thread> lanes_;
 };
 
 }  // namespace coloader

@@ -98,6 +98,35 @@ struct Session {
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
 };
 
+// --decode: the GPU stage for gpu (and for auto where the first --device has a hardware JPEG
+// decoder), nullptr for the CPU decoder. Says which was chosen, and why for auto.
+Result<std::unique_ptr<GpuDecodeStage>> MakeGpuDecodeStage(const ProducerOptions& o, const SlotTable& table,
+                                                           const AugmentOptions& augment) {
+  const char* name = o.name.c_str();
+  if (o.decode == DecodeMode::kCpu) return std::unique_ptr<GpuDecodeStage>();
+  if (o.devices.empty()) {
+    if (o.decode == DecodeMode::kGpu)
+      return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
+    std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
+    return std::unique_ptr<GpuDecodeStage>();
+  }
+  if (o.decode == DecodeMode::kAuto) {
+    std::string why;
+    if (!GpuDecodeStage::HardwareAvailable(o.devices[0], &why)) {
+      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
+      return std::unique_ptr<GpuDecodeStage>();
+    }
+  }
+  GpuDecodeOptions g;
+  g.device = o.devices[0];
+  g.num_slots = table.num_slots;
+  g.batch_size = table.batch_size;
+  g.augment = augment;
+  ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
+  std::fprintf(stderr, "[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
+  return stage;
+}
+
 }  // namespace
 
 struct Producer::Impl {
@@ -305,7 +334,8 @@ Status Producer::Impl::Setup() {
   if (opts.external) {
     ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
   } else {
-    ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging));
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> gpu, MakeGpuDecodeStage(opts, table, to.augment));
+    ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
   }
 
   stop_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -597,7 +627,9 @@ void Producer::Impl::PublishReady() {
       if (host_readers) in_use[0] = true;  // the host copy comes down from the first ring
       Status st;
       for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
-        if (in_use[i]) st = device_rings[i]->Upload(job->slot, count);
+        if (in_use[i])
+          st = device_rings[i]->Upload(job->slot, count, pipeline ? pipeline->DeviceStaging(job->slot) : nullptr,
+                                       pipeline ? pipeline->DecodeDevice() : -1);
       if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
       if (!st.ok()) {
         fatal = st;

@@ -14,6 +14,7 @@
 #include "common/protocol.h"
 #include "common/status.h"
 #include "server/augment.h"
+#include "server/gpu_decode.h"
 #include "server/normalize.h"
 
 namespace coloader {
@@ -38,6 +39,7 @@ struct ProducerOptions {
   TensorLayout layout = TensorLayout::kNCHW;
   std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
   bool dct_scaling = true;
+  DecodeMode decode = DecodeMode::kCpu;  // gpu: nvJPEG + GPU augmentation on devices[0]
   OnBadFile on_bad_file = OnBadFile::kSkip;
   uint32_t min_consumers = 1;
   int rank = 0;

@@ -17,7 +17,7 @@ size_t SampleTransform::sample_bytes() const {
   return s * s * 3 * OutputElementSize(opts_.output);
 }
 
-Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::FromErrno(path + ": cannot open", errno);
   struct stat st {};
@@ -26,10 +26,10 @@ Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epo
     ::close(fd);
     return Status::FromErrno(path + ": cannot stat", err);
   }
-  file_buf_.resize(static_cast<size_t>(st.st_size));
+  out->resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
-  while (got < file_buf_.size()) {
-    const ssize_t n = ::read(fd, file_buf_.data() + got, file_buf_.size() - got);
+  while (got < out->size()) {
+    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const int err = n < 0 ? errno : 0;
@@ -40,7 +40,12 @@ Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epo
     got += static_cast<size_t>(n);
   }
   ::close(fd);
-  if (file_buf_.empty()) return Status::Invalid(path + ": empty file");
+  if (out->empty()) return Status::Invalid(path + ": empty file");
+  return Status::OK();
+}
+
+Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
   return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
 }
 

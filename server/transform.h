@@ -23,6 +23,9 @@ struct TransformOptions {
   bool dct_scaling = true;
 };
 
+// Reads a whole file into `out` (resized to fit). Errors name the path; an empty file is one.
+Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out);
+
 // Per worker thread: owns a Decoder and scratch buffers. Not thread-safe.
 class SampleTransform {
  public:

@@ -182,6 +182,62 @@ TEST_F(GpuTest, ConsumerThatCannotMapTheDeviceFallsBackToTheHostPath) {
   EXPECT_EQ(p->Wait(60000), 0);
 }
 
+TEST_F(GpuTest, GpuDecodeGivesExactEpochsOnTheDeviceAndHostPaths) {
+  // --decode gpu: nvJPEG + the GPU ResizeCrop into the ring; a device consumer and one that
+  // cannot map device memory read the same batches.
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0", "--decode", "gpu",
+                       "--min-consumers", "2"});
+  auto dev = Consume("p", {"--device", "--batch-size", "9"});
+  auto host = Consume("p", {"--device"}, {{"CUDA_VISIBLE_DEVICES", ""}});
+  ASSERT_EQ(dev->Wait(120000), 0) << dev->Stderr();
+  ASSERT_EQ(host->Wait(120000), 0) << host->Stderr();
+  auto d = ParseJsonLines(dev->Stdout()), h = ParseJsonLines(host->Stdout());
+  ASSERT_EQ(d.size(), 2u);
+  ASSERT_EQ(h.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(d[e]);
+    ExpectExactEpoch(h[e]);
+    EXPECT_EQ(d[e].at("path"), "device");
+    EXPECT_EQ(h[e].at("path"), "host");
+    EXPECT_EQ(d[e].at("content_hash"), h[e].at("content_hash")) << "epoch " << e;
+  }
+  EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+  EXPECT_NE(p->Stderr().find("decode: gpu (nvJPEG"), std::string::npos) << p->Stderr();
+  std::printf("%s", p->Stderr().c_str());
+}
+
+TEST_F(GpuTest, GpuDecodeRoutesEveryKindOfFileAndFailsBadOnesLikeTheCpuPath) {
+  const char* env_dir = std::getenv("COLOADER_TEST_DATA");
+  const std::string fixtures = env_dir && *env_dir ? env_dir : std::string(COLOADER_SOURCE_DIR) + "/tests/data";
+  // (PNG, the other file the CPU decodes for it, needs the imgcodecs plugin, which the GPU
+  // machine's bundle leaves out: gpu_decode_test covers it where the plugin is.)
+  for (const char* f : {"progressive.jpg", "cmyk.jpg", "gray.jpg"})
+    testing::WriteFile(data_ + "/class0/zz_" + f, testing::ReadFile(fixtures + "/" + f));
+  for (const char* f : {"truncated.jpg", "not_an_image.jpg"})
+    testing::WriteFile(data_ + "/class1/zz_" + f, testing::ReadFile(fixtures + "/" + f));
+  {
+    auto p = Serve("p", {"--batch-size", "16", "--device", "cuda:0", "--decode", "gpu", "--output", "uint8"});
+    auto c = Consume("p", {"--device"});
+    ASSERT_EQ(c->Wait(120000), 0) << c->Stderr();
+    ASSERT_EQ(p->Wait(60000), 0) << p->Stderr();
+    auto epochs = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(epochs.size(), 1u);
+    EXPECT_EQ(U64(epochs[0], "samples"), kImages + 3u);
+    EXPECT_EQ(U64(epochs[0], "unique_samples"), kImages + 3u);
+    EXPECT_NE(p->Stderr().find("zz_truncated.jpg: truncated JPEG data"), std::string::npos) << p->Stderr();
+    EXPECT_NE(p->Stderr().find("zz_not_an_image.jpg"), std::string::npos) << p->Stderr();
+    EXPECT_EQ(p->Stderr().find(" 0 on the CPU"), std::string::npos) << p->Stderr();  // CMYK, grayscale
+    std::printf("%s", p->Stderr().c_str());
+  }
+  {
+    auto p = Serve("p", {"--batch-size", "16", "--device", "cuda:0", "--decode", "gpu", "--on-bad-file", "fail"});
+    auto c = Consume("p", {"--device"});
+    EXPECT_EQ(p->Wait(60000), 1);
+    EXPECT_NE(p->Stderr().find("zz_"), std::string::npos) << p->Stderr();
+    EXPECT_EQ(c->Wait(60000), 0) << c->Stderr();
+  }
+}
+
 // A kernel that takes its time before reading the slot: if the producer could overwrite a
 // slot once the consumer released it on the host, this kernel would hash new data.
 __global__ void SlowHash(const uint8_t* data, uint64_t n, unsigned long long* out) {
