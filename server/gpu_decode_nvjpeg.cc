@@ -2,6 +2,7 @@
 // only gives the types and signatures.
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <glob.h>
 #include <nvjpeg.h>
 #include <unistd.h>
 
@@ -44,6 +45,11 @@ const NvjpegApi& Nvjpeg() {
     candidates.push_back("libnvjpeg.so.13");  // LD_LIBRARY_PATH, the loader cache
     candidates.push_back("/usr/local/cuda/lib64/libnvjpeg.so.13");
     candidates.push_back("/usr/local/cuda/targets/x86_64-linux/lib/libnvjpeg.so.13");
+    // A versioned install without the /usr/local/cuda link (the H200 machine's is cuda-13.0).
+    glob_t g{};
+    if (::glob("/usr/local/cuda-13*/targets/*/lib/libnvjpeg.so.13", 0, nullptr, &g) == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i) candidates.push_back(g.gl_pathv[i]);
+    ::globfree(&g);
     char exe[PATH_MAX] = {};
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {

@@ -49,12 +49,12 @@ cv::Mat MakeImage(int width, int height) {
 
 TEST(GpuResizeCrop, MatchesTheCpuResizeCropWithinOneLevel) {
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device visible";
-  const int w = 640, h = 480, size = 64;
+  const int w = 640, h = 480, size = 160;  // boxes from 0.08 to all of the image: both resize kinds
   const cv::Mat src = MakeImage(w, h);
   AugmentOptions aug;
   aug.size = size;
   std::vector<CropBox> boxes;
-  for (uint64_t i = 0; i < 300; ++i) {
+  for (uint64_t i = 0; i < 400; ++i) {
     SampleRng rng(7, 0, i);
     boxes.push_back(SampleTrainCrop(w, h, aug, rng));
   }
