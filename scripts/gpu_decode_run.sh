@@ -18,11 +18,14 @@ status=0
   echo "libnvjpeg on this machine:"
   find / \( -path /proc -o -path /sys -o -path "$B" \) -prune -o -name 'libnvjpeg.so*' -print 2>/dev/null
 } | tee "$out/env.txt"
-# The binary looks in the usual places itself; where the machine keeps it elsewhere (a
-# Python wheel), point at that, and only then at the wheel's copy carried in the bundle.
-sys_lib=$(find / \( -path /proc -o -path /sys -o -path "$B" \) -prune -o -name 'libnvjpeg.so.13' -print 2>/dev/null | head -1)
-export COLOADER_NVJPEG_LIBRARY=${sys_lib:-$B/nvjpeg/libnvjpeg.so.13}
-echo "COLOADER_NVJPEG_LIBRARY=$COLOADER_NVJPEG_LIBRARY" | tee -a "$out/env.txt"
+# The binary looks in the usual places itself (the loader path, /usr/local/cuda*); only where
+# the machine keeps it elsewhere (a Python wheel) point at that, or at the bundle's copy.
+if ! ldconfig -p | grep -q 'libnvjpeg.so.13 ' && ! ls /usr/local/cuda*/lib64/libnvjpeg.so.13 \
+     /usr/local/cuda*/targets/*/lib/libnvjpeg.so.13 >/dev/null 2>&1; then
+  sys_lib=$(find / \( -path /proc -o -path /sys -o -path "$B" \) -prune -o -name 'libnvjpeg.so.13' -print 2>/dev/null | head -1)
+  export COLOADER_NVJPEG_LIBRARY=${sys_lib:-$B/nvjpeg/libnvjpeg.so.13}
+fi
+echo "COLOADER_NVJPEG_LIBRARY=${COLOADER_NVJPEG_LIBRARY:-unset: found by the binary}" | tee -a "$out/env.txt"
 
 echo "== gpu_decode_test"
 "$B/bin/gpu_decode_test" 2>&1 | tee "$out/gpu_decode_test.log" | grep -vE '^\[ RUN'

@@ -156,15 +156,9 @@ void Pipeline::GpuLaneLoop(int lane) {
     } catch (const std::exception& e) {
       st = Status::Internal(std::string("GPU decode: ") + e.what());
     }
-    if (!st.ok()) {
-      // The GPU itself failed (not a file): every sample of the batch is reported with it,
-      // so --on-bad-file fail stops and skip goes on without a half-written batch.
-      std::lock_guard<std::mutex> lock(job->failures_mu);
-      std::vector<bool> seen(job->indices.size(), false);
-      for (const auto& f : job->failures) seen[f.first] = true;
-      for (uint32_t i = 0; i < job->indices.size(); ++i)
-        if (!seen[i]) job->failures.emplace_back(i, paths[i] + ": " + st.message());
-    }
+    // The GPU itself failed (not a file): the producer stops with this error, whatever
+    // --on-bad-file says, rather than publish a half-written batch.
+    if (!st.ok()) job->fatal = Status::IOError("GPU decode on cuda:" + std::to_string(gpu_->device()) + ": " + st.message());
     Complete(job);
   }
 }

@@ -36,6 +36,7 @@ struct BatchJob {
   std::mutex failures_mu;
   std::vector<std::pair<uint32_t, std::string>> failures;  // (position in batch, reason)
   std::vector<GpuSample> gpu;  // with --decode gpu: what each position left for the GPU lane
+  Status fatal;                // the GPU failed on this batch (not a file): the run stops
 };
 
 class Pipeline {

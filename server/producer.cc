@@ -595,6 +595,11 @@ void Producer::Impl::PublishReady() {
     done.erase(done.begin());
     ++next_publish_seq;
 
+    if (!job->fatal.ok()) {
+      if (fatal.ok()) fatal = job->fatal;
+      ring.Abandon(job->slot);
+      return;
+    }
     uint32_t count = static_cast<uint32_t>(job->indices.size());
     if (!job->failures.empty()) {
       std::sort(job->failures.begin(), job->failures.end());

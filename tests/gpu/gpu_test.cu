@@ -206,6 +206,27 @@ TEST_F(GpuTest, GpuDecodeGivesExactEpochsOnTheDeviceAndHostPaths) {
   std::printf("%s", p->Stderr().c_str());
 }
 
+TEST_F(GpuTest, GpuDecodeIsDeterministicWhateverTheBatchSizeAndAutoPicksTheHardwareDecoder) {
+  // A sample's crop, flip and pixels depend on (seed, epoch, index) only: two producers with
+  // different batch sizes serve the same content, in train and eval mode.
+  for (const char* mode : {"train", "eval"}) {
+    SCOPED_TRACE(mode);
+    auto p = Serve("a", {"--batch-size", "16", "--device", "cuda:0", "--decode", "auto", "--augment", mode});
+    auto c = Consume("a", {"--device"});
+    ASSERT_EQ(c->Wait(120000), 0) << c->Stderr();
+    ASSERT_EQ(p->Wait(60000), 0) << p->Stderr();
+    EXPECT_NE(p->Stderr().find("decode: gpu (nvJPEG hardware backend"), std::string::npos) << p->Stderr();
+    auto b = RunOne("b", {"--batch-size", "40", "--device", "cuda:0", "--decode", "gpu", "--augment", mode},
+                    {"--device", "--batch-size", "7"});
+    auto a = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(b.size(), 1u);
+    ExpectExactEpoch(a[0]);
+    ExpectExactEpoch(b[0]);
+    EXPECT_EQ(a[0].at("content_hash"), b[0].at("content_hash"));
+  }
+}
+
 TEST_F(GpuTest, GpuDecodeRoutesEveryKindOfFileAndFailsBadOnesLikeTheCpuPath) {
   const char* env_dir = std::getenv("COLOADER_TEST_DATA");
   const std::string fixtures = env_dir && *env_dir ? env_dir : std::string(COLOADER_SOURCE_DIR) + "/tests/data";
