@@ -38,16 +38,26 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 _STATE = {"sgd": 1, "adam": 2, "adamw": 2}
 _STEP_TEMPS = {"sgd": 1, "adam": 1, "adamw": 1}
 
-# Terms the meta device cannot see, fitted on the ground truth (docs/ESTIMATOR.md says how).
+# Terms the meta device cannot see, fitted by benchmarks/estimator_accuracy.py on the ground
+# truth in docs/results/memory_ground_truth.csv (126 configurations; docs/ESTIMATOR.md). They
+# hold for what was measured: an H200, driver 580, PyTorch 2.11 with CUDA 13.0; another GPU,
+# driver or CUDA has another context size, and wants its own ground-truth run.
 CALIBRATION = {
-    "source": "uncalibrated",
-    "context_mib": 500.0,  # CUDA context, kernels loaded, cuBLAS/cuDNN handles
-    "workspace_mib": 32.0,  # cuBLAS workspace, always reserved once a matmul ran
-    "workspace_act_frac": 0.0,  # cuDNN convolution workspace, as a share of the largest activation
-    "margin": 1.0,  # safety factor on the allocator's part (an underestimate is an OOM)
+    "source": "H200, torch 2.11+cu130, driver 580.159 (docs/results/memory_ground_truth.csv)",
+    "context_mib": 612.0,  # CUDA context as the process starts (NVML, median of 126 processes)
+    "cublas_context_mib": 130.0,  # ... grown by cuBLAS's kernels once a matrix product ran
+    "cudnn_context_mib": 19.0,  # ... and by cuDNN's once a convolution ran
+    "workspace_mib": 32.0,  # cuBLAS workspace, reserved once a matrix product ran
+    "workspace_act_frac": 3.0,  # cuDNN convolution workspaces, times the largest activation
+    "margin": 1.0,  # factor on the allocator model's reserved bytes (an underestimate is an OOM)
 }
 
 MiB = 1 << 20
+# Operators whose GPU kernels come from cuBLAS and cuDNN: loading either library's kernels
+# grows the CUDA context (docs/ESTIMATOR.md).
+_CUBLAS_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "_scaled_dot_product_flash_attention",
+               "_scaled_dot_product_efficient_attention"}
+_CUDNN_OPS = {"convolution", "_convolution", "cudnn_convolution", "convolution_overrideable"}
 
 
 class EstimateError(ValueError):
@@ -111,6 +121,7 @@ def trace_step(model, spec, batch_size, precision="fp32", channels_last=False):
         else:
             loss = spec.loss(model(inputs), targets)
         tr.phase = "transient"
+        tr.forward_end_bytes = sum(n for _, n, tag in tr.live.values() if tag == "activations")
         loss.backward()
         del loss
         gc.collect()
@@ -186,6 +197,20 @@ def _replay(tr, trainable, optimizer, steps=3):
     return alloc, peak[1]
 
 
+def calibrated_parts(reserved_mib, largest_act_mib, flags, cal):
+    """The terms the trace cannot see, in MiB: (cuda_context, workspace, extra allocator
+    margin). `flags` says whether the step uses cuBLAS and cuDNN."""
+    context = cal["context_mib"] + cal["cublas_context_mib"] * flags["uses_cublas"] \
+        + cal["cudnn_context_mib"] * flags["uses_cudnn"]
+    workspace = cal["workspace_mib"] + cal["workspace_act_frac"] * largest_act_mib * flags["uses_cudnn"]
+    return context, workspace, (cal["margin"] - 1.0) * reserved_mib
+
+
+def calibrated_total(reserved_mib, largest_act_mib, flags, cal):
+    """The estimate's total from the allocator model's reserved peak and the calibrated terms."""
+    return reserved_mib + sum(calibrated_parts(reserved_mib, largest_act_mib, flags, dict(CALIBRATION, **cal)))
+
+
 def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32", channels_last=False,
                     name=None, calibration=None):
     """Estimate for an nn.Module and a zoo.InputSpec (what one sample is). The module is not
@@ -202,13 +227,14 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
     tr, trainable = trace_step(model, spec, batch_size, precision, channels_last)
     alloc, at_peak = _replay(tr, trainable, optimizer)
     largest_act = max((ev[2] for ev in tr.events if ev[0] == "alloc" and ev[3] == "activations"), default=0)
+    flags = {"uses_cublas": bool(tr.ops & _CUBLAS_OPS), "uses_cudnn": bool(tr.ops & _CUDNN_OPS)}
     parts = {k: at_peak.get(k, 0) / MiB for k in
              ("parameters", "gradients", "optimizer_state", "activations", "transient")}
-    parts["allocator_overhead"] = (alloc.peak_reserved - alloc.peak_allocated) / MiB
     raw_reserved = alloc.peak_reserved / MiB
-    parts["allocator_overhead"] += (cal["margin"] - 1.0) * raw_reserved
-    parts["workspace"] = cal["workspace_mib"] + cal["workspace_act_frac"] * largest_act / MiB
-    parts["cuda_context"] = cal["context_mib"]
+    context, workspace, margin = calibrated_parts(raw_reserved, largest_act / MiB, flags, cal)
+    parts["allocator_overhead"] = (alloc.peak_reserved - alloc.peak_allocated) / MiB + margin
+    parts["workspace"] = workspace
+    parts["cuda_context"] = context
     parts = {k: round(v, 1) for k, v in parts.items()}
     return Estimate(
         total_mib=round(sum(parts.values()), 1), parts=parts, model=name or type(model).__name__,
@@ -218,7 +244,9 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
              "allocated_peak_mib": round(alloc.peak_allocated / MiB, 1),
              "reserved_peak_mib": round(raw_reserved, 1),
              "largest_activation_mib": round(largest_act / MiB, 1),
-             "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3)},
+             "saved_activations_mib": round(tr.forward_end_bytes / MiB, 1),
+             "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+             **flags},
         calibration=cal["source"], torch=torch.__version__)
 
 

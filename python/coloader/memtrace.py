@@ -146,7 +146,7 @@ class StorageTracker(TorchDispatchMode):
         self.phase = "activations"
         self.live_bytes = self.peak_bytes = 0
         self.peak_live = {}
-        self._next = 0
+        self.ops = set()  # operator names seen (which CUDA libraries the step would load)
 
     def hold(self, t, tag):
         """Count an existing tensor (a parameter, the input batch) as live from now on; it
@@ -189,6 +189,7 @@ class StorageTracker(TorchDispatchMode):
                     break
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func.overloadpacket.__name__)
         try:
             out = func(*args, **(kwargs or {}))
         except NotImplementedError:

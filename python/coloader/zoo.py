@@ -7,6 +7,7 @@ estimator (coloader.estimate, on the meta device) and its ground truth
 trace and measure the same thing.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -47,17 +48,38 @@ class InputSpec:
 
 
 def _device_context(device):
-    """Build parameters directly on `device` where torch can (2.x's torch.device context);
-    else on the CPU, moved after."""
-    if hasattr(torch.device, "__enter__") and str(device) != "cpu":
+    """Build parameters directly on a CUDA device where torch can (2.x's torch.device context);
+    else on the CPU, moved after. Never on the meta device: some models' constructors read
+    values (regnet's width rounding calls .item()), which meta tensors do not have."""
+    if hasattr(torch.device, "__enter__") and str(device).startswith("cuda"):
         return torch.device(device)
-    import contextlib
-
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def _skip_init():
+    """Random initialisation costs seconds on the CPU (ConvNeXt's truncated normals) and means
+    nothing on the meta device: torch.nn.init's functions return their tensor untouched here."""
+    import torch.nn.init as init
+
+    names = [n for n in dir(init) if n.endswith("_") and not n.startswith("_") and callable(getattr(init, n))]
+    saved = {n: getattr(init, n) for n in names}
+    try:
+        for n in names:
+            setattr(init, n, lambda tensor, *a, **k: tensor)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(init, n, f)
+
+
 def build(name, device="cpu", image_size=224, seq_len=512):
-    """(model on `device`, InputSpec) for a model name; UnknownModel names what is known."""
+    """(model on `device`, InputSpec) for a model name; UnknownModel names what is known. For
+    the meta device the model is built on the CPU without its random initialisation."""
+    if str(device) == "meta":
+        with _skip_init():
+            model, spec = build(name, "cpu", image_size, seq_len)
+        return model.to("meta"), spec
     source, _, arch = name.partition(":")
     if source == "lm":
         from . import lm
