@@ -1,0 +1,141 @@
+"""The memory estimator (coloader.estimate) on the CPU: no GPU is needed or touched."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PYTHON_DIR = str(Path(__file__).resolve().parents[1])
+sys.path.insert(0, PYTHON_DIR)  # test the source tree, not an installed copy
+torch = pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+
+from coloader import estimate as est  # noqa: E402
+from coloader import lm, memtrace, zoo  # noqa: E402
+
+MiB = 1 << 20
+
+
+def small(name="torchvision:resnet18", batch=4, **kw):
+    kw.setdefault("image_size", 64)
+    return est.estimate(name, batch, **kw)
+
+
+def test_runs_on_meta_without_touching_cuda():
+    e = small()
+    assert e.total_mib > e.parts["cuda_context"] > 0
+    assert e.parts["activations"] > 0 and e.parts["parameters"] > 0
+    assert not torch.cuda.is_initialized()
+
+
+def test_parts_sum_to_total():
+    for precision in est.PRECISIONS:
+        e = small(precision=precision)
+        assert abs(sum(e.parts.values()) - e.total_mib) < 0.1 * len(e.parts)
+        assert set(e.parts) >= {"parameters", "gradients", "optimizer_state", "activations", "transient",
+                                "workspace", "cuda_context"}
+
+
+def test_monotone_in_batch_size():
+    totals = [small(batch=b).total_mib for b in (1, 4, 16, 64)]
+    assert totals == sorted(totals) and len(set(totals)) == 4, totals
+
+
+def test_adam_holds_twice_the_state_of_sgd():
+    params_mib = 11.69e6 * 4 / MiB  # resnet18's float32 parameters
+    sgd, adam = small(optimizer="sgd"), small(optimizer="adam")
+    assert sgd.parts["optimizer_state"] == pytest.approx(params_mib, rel=0.02)
+    assert adam.parts["optimizer_state"] == pytest.approx(2 * params_mib, rel=0.02)
+    assert adam.total_mib - sgd.total_mib >= 0.9 * params_mib
+
+
+def test_bf16_amp_saves_activation_memory():
+    # What forward leaves for backward (the batch included), and the whole at a batch size
+    # where activations dominate.
+    fp32, bf16 = small(batch=64), small(batch=64, precision="bf16-amp")
+    assert bf16.raw["saved_activations_mib"] < 0.8 * fp32.raw["saved_activations_mib"]
+    assert bf16.parts["activations"] < fp32.parts["activations"]
+    assert bf16.total_mib < fp32.total_mib
+
+
+def test_tracker_counts_saved_activations_exactly():
+    # Four Linear layers 1024 wide on a batch of 256: forward keeps each layer's input (the
+    # batch is held separately) and ReLU's output, 4 x 1 MiB; backward leaves 4 weight and
+    # 4 bias gradients.
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(4)]).to("meta")
+    x = torch.randn(256, 1024, device="meta")
+    tr = memtrace.StorageTracker()
+    for p in model.parameters():
+        tr.hold(p, "parameters")
+    tr.hold(x, "activations")
+    base = tr.live_bytes
+    with tr, memtrace.keep_saved_tensors():
+        y = torch.relu(model(x)).sum()
+        assert tr.live_bytes - base == 4 * MiB + 4  # + the 0-dim float sum
+        y.backward()
+        del y
+    assert tr.live_bytes - base == 4 * (4 * MiB + 4096)
+
+
+def test_allocator_model_segments():
+    a = memtrace.AllocatorModel()
+    a.malloc(1, 600 << 10)  # small request: a 2 MiB segment, split
+    a.malloc(2, 600 << 10)  # fits the rest of that segment
+    assert a.reserved == 2 * MiB
+    a.malloc(3, 5 * MiB)  # 1..10 MiB: a 20 MiB segment
+    assert a.reserved == 22 * MiB
+    a.malloc(4, 30 * MiB + 1)  # large: rounded up to 2 MiB
+    assert a.reserved == 22 * MiB + 32 * MiB
+    a.free(4)
+    a.malloc(5, 31 * MiB)  # the cached 32 MiB block is reused, nothing new reserved
+    assert a.reserved == 54 * MiB and a.peak_allocated == a.allocated
+    a.free(3)
+    a.malloc(6, 19 * MiB)  # the freed 20 MiB segment holds it
+    assert a.reserved == 54 * MiB
+    assert memtrace.round_size(1) == 512 and memtrace.round_size(513) == 1024
+
+
+def test_module_api_with_a_language_model():
+    model = lm.GPT(layers=2, width=64, heads=2, vocab=1000, max_seq=128)
+    spec = zoo.InputSpec("tokens", seq_len=64, vocab=1000)
+    a = est.estimate_module(model, spec, 4, "adamw", "fp32")
+    b = est.estimate_module(model, spec, 4, "adamw", "bf16-amp")
+    assert a.raw["params_m"] == pytest.approx(sum(p.numel() for p in model.parameters()) / 1e6, abs=1e-3)
+    assert b.parts["activations"] < a.parts["activations"]
+    assert next(model.parameters()).device.type == "cpu"  # the caller's module is untouched
+
+
+def test_clear_errors():
+    with pytest.raises(est.EstimateError, match="nosuchnet"):
+        small("torchvision:nosuchnet")
+    with pytest.raises(est.EstimateError, match="lm:gpt2-small"):
+        small("lm:gpt5")
+    with pytest.raises(est.EstimateError, match="torchvision:<name>"):
+        small("keras:resnet50")
+    with pytest.raises(est.EstimateError, match="fp8.*fp32"):
+        small(precision="fp8")
+    with pytest.raises(est.EstimateError, match="lion"):
+        small(optimizer="lion")
+    with pytest.raises(est.EstimateError, match="batch size"):
+        small(batch=0)
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "coloader.estimate", *args], capture_output=True, text=True,
+                          env={"PYTHONPATH": PYTHON_DIR, "PATH": "/usr/bin:/bin"}, timeout=120)
+
+
+def test_cli_json_is_one_object():
+    r = run_cli("--model", "torchvision:mobilenet_v3_small", "--batch-size", "8", "--optimizer", "sgd",
+                "--precision", "bf16-amp", "--image-size", "64", "--channels-last", "--json")
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["model"] == "torchvision:mobilenet_v3_small" and obj["channels_last"] is True
+    assert obj["total_mib"] == pytest.approx(sum(obj["parts"].values()), abs=1)
+
+
+def test_cli_unknown_precision_is_a_clear_error():
+    r = run_cli("--model", "torchvision:resnet18", "--batch-size", "8", "--precision", "fp4")
+    assert r.returncode == 2 and "unknown precision 'fp4'" in r.stderr and "Traceback" not in r.stderr
