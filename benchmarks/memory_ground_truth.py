@@ -69,11 +69,13 @@ FIELDS = ["model", "batch_size", "precision", "optimizer", "channels_last", "ima
 
 def configs(models):
     """Every model at each batch size in fp32 and bf16-amp with AdamW, and at its middle batch
-    size with SGD in fp32; interleaved so a run cut short still covers every model."""
+    size with SGD in fp32; interleaved so a run cut short still covers every model and both
+    optimizers (the first run put SGD last, and its time budget ended before SGD's turn)."""
     out = []
     for model, sizes in models:
         mid = sizes[len(sizes) // 2]
-        per = [(b, p, "adamw") for b in sizes for p in ("fp32", "bf16-amp")] + [(mid, "fp32", "sgd")]
+        per = [(b, p, "adamw") for b in sizes for p in ("fp32", "bf16-amp")]
+        per.insert(1, (mid, "fp32", "sgd"))
         out.append([dict(model=model, batch_size=b, precision=p, optimizer=o) for b, p, o in per])
     order = []
     for i in range(max(len(c) for c in out)):

@@ -110,16 +110,13 @@ def trace_step(model, spec, batch_size, precision="fp32", channels_last=False):
     amp = {"bf16-amp": torch.bfloat16, "fp16-amp": torch.float16}.get(precision)
     with tr, memtrace.keep_saved_tensors():
         tr.phase = "activations"
-        if amp is not None:
-            mode = memtrace.AmpEmulation(amp)
-            with mode:
-                loss = spec.loss(model(inputs), targets)
-            mode.cache.clear()  # autocast drops its weight casts when the region ends
-            del mode
-            if precision == "fp16-amp":
-                loss = loss * 65536.0  # GradScaler.scale
-        else:
+        mode = memtrace.StepEmulation(amp)
+        with mode:
             loss = spec.loss(model(inputs), targets)
+        mode.cache.clear()  # autocast drops its weight casts when the region ends
+        del mode
+        if precision == "fp16-amp":
+            loss = loss * 65536.0  # GradScaler.scale
         tr.phase = "transient"
         tr.forward_end_bytes = sum(n for _, n, tag in tr.live.values() if tag == "activations")
         loss.backward()

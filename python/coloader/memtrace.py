@@ -1,5 +1,6 @@
 """Tracing a training step's GPU memory without a GPU: live tensor storages on the meta device,
-autocast emulated above autograd, and a replay through a model of PyTorch's caching allocator.
+autocast and fused attention emulated above autograd, and a replay through a model of
+PyTorch's caching allocator.
 
 Three pieces, each small enough to check by hand:
 
@@ -10,11 +11,13 @@ Three pieces, each small enough to check by hand:
   saved activation stays counted until backward has used it (without the hooks autograd would
   keep a shallow copy that no finalizer sees, and activations would vanish from the count).
 - Autocast: the meta device has no autocast of its own (autocast is tied to the CUDA and CPU
-  dispatch keys), so AmpEmulation (a TorchFunctionMode) applies CUDA autocast's rules itself:
+  dispatch keys), so StepEmulation (a TorchFunctionMode) applies CUDA autocast's rules itself:
   matrix products and convolutions cast their floating inputs to the low-precision type, a
   leaf parameter's cast cached for the step as autocast caches it; normalisations, softmax and
   losses run in float32. The casts are ordinary autograd operations, as autocast's are, so
-  backward sees them and the tracker counts them.
+  backward sees them and the tracker counts them. The same mode stands in fused attention
+  (what torch 2.x runs on a GPU for scaled_dot_product_attention and nn.MultiheadAttention) for
+  the written-out attention that the meta device, or torch 1.13, would trace.
 - AllocatorModel replays the allocations and frees in order through the rules of PyTorch's
   CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, without expandable segments):
   sizes rounded up to 512 bytes; requests up to 1 MiB served from 2 MiB segments, up to 10 MiB
@@ -259,13 +262,37 @@ def _amp_tables():
     return set(low), set(fp32)
 
 
-class AmpEmulation(TorchFunctionMode or object):
-    """CUDA autocast's casting rules on tensors of any device (see the module doc)."""
+class _FusedAttention(torch.autograd.Function):
+    """What fused attention (flash or memory-efficient, as torch 2.x picks on a GPU) holds:
+    forward keeps q, k, v, the output and a float32 log-sum-exp per row, never the L x S
+    matrix of scores; backward makes the three input gradients."""
 
-    def __init__(self, dtype):
+    @staticmethod
+    def forward(ctx, q, k, v):
+        out = q.new_empty(q.shape[:-1] + v.shape[-1:])
+        lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
+        ctx.save_for_backward(q, k, v, out, lse)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        q, k, v, _, _ = ctx.saved_tensors
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+class StepEmulation(TorchFunctionMode or object):
+    """What the GPU step does that the meta device would not: CUDA autocast's casting rules
+    (when `dtype` is a low precision; see the module doc), and fused attention where torch 2.x
+    uses it on a GPU (scaled_dot_product_attention, and nn.MultiheadAttention's self-attention
+    in training, which torch 1.13 writes out as bmm-softmax-bmm)."""
+
+    def __init__(self, dtype=None):
         super().__init__()
         self.dtype = dtype
         self.low, self.fp32 = _amp_tables()
+        F = torch.nn.functional
+        self.sdpa = getattr(F, "scaled_dot_product_attention", None)
+        self.mha = F.multi_head_attention_forward
         self.cache = {}  # id(leaf) -> (leaf, cast): autocast's per-region cache of weight casts
 
     def _cast(self, x, dtype):
@@ -280,11 +307,45 @@ class AmpEmulation(TorchFunctionMode or object):
         return x.to(dtype)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        target = self.dtype if func in self.low else torch.float32 if func in self.fp32 else None
+        return self._run(func, args, kwargs or {})
+
+    def _run(self, func, args, kwargs):
+        """Calls `func` as the GPU step would; nested calls come back here, since a mode is
+        switched off while its handler runs."""
+        if func is self.mha:
+            out = self._self_attention(*args, **kwargs)
+            if out is not None:
+                return out
+        target = None
+        if self.dtype is not None:
+            target = self.dtype if func in self.low else torch.float32 if func in self.fp32 else None
         if target is not None:
             cast = lambda a: [self._cast(x, target) for x in a] if isinstance(a, (list, tuple)) \
                 else self._cast(a, target)
             args = tuple(cast(a) for a in args)
             kwargs = {k: cast(v) for k, v in kwargs.items()}
+        if func is self.sdpa and len(args) == 3 and kwargs.get("attn_mask") is None and not kwargs.get("dropout_p"):
+            return _FusedAttention.apply(*args)  # causal or not, fused attention holds the same
         return func(*args, **kwargs)
+
+    def _self_attention(self, query, key, value, embed_dim, num_heads, in_proj_weight, in_proj_bias,
+                        bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True,
+                        key_padding_mask=None, need_weights=True, attn_mask=None, use_separate_proj_weight=False,
+                        **rest):
+        """nn.MultiheadAttention's self-attention as torch 2.x runs it in training: the packed
+        projection, made contiguous as (3, L, N, E), fused attention, the output projection.
+        None for the cases it does not cover (those run as written)."""
+        if not (query is key is value) or need_weights or bias_k is not None or add_zero_attn \
+                or key_padding_mask is not None or attn_mask is not None or use_separate_proj_weight \
+                or rest.get("is_causal") or dropout_p:
+            return None
+        F = torch.nn.functional
+        L, N, E = query.shape
+        H = num_heads
+        proj = self._run(F.linear, (query, in_proj_weight, in_proj_bias), {})
+        proj = proj.unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()
+        q, k, v = (proj[i].view(L, N * H, E // H).transpose(0, 1) for i in range(3))
+        out = _FusedAttention.apply(q, k, v)  # (N*H, L, E/H)
+        out = out.view(N, H, L, E // H).permute(2, 0, 1, 3).contiguous().view(L * N, E)
+        out = self._run(F.linear, (out, out_proj_weight, out_proj_bias), {})
+        return out.view(L, N, E), None

@@ -139,3 +139,32 @@ def test_cli_json_is_one_object():
 def test_cli_unknown_precision_is_a_clear_error():
     r = run_cli("--model", "torchvision:resnet18", "--batch-size", "8", "--precision", "fp4")
     assert r.returncode == 2 and "unknown precision 'fp4'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_self_attention_is_traced_as_fused_attention():
+    # nn.MultiheadAttention in training, as torchvision's ViT calls it: on the GPU torch 2.x
+    # runs fused attention, which keeps no L x L score matrix (here 8 heads x 512 x 512 x 4
+    # bytes = 8 MiB per sample), so the trace must not count one.
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(64, 8, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0].mean(dim=1)
+
+    spec = zoo.InputSpec("image", image_size=32, num_classes=64)
+
+    class Seq(torch.nn.Module):  # a [B, 3, 32, 32] image as 512 tokens of 6 values
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Linear(6, 64)
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(self.embed(x.reshape(x.shape[0], 512, 6)))
+
+    e = est.estimate_module(Seq(), spec, 4, "sgd", "fp32")
+    scores_mib = 4 * 8 * 512 * 512 * 4 / MiB
+    assert e.raw["saved_activations_mib"] < scores_mib / 4, e.raw
+    assert e.raw["uses_cublas"] and not e.raw["uses_cudnn"]
