@@ -60,16 +60,21 @@ COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg
            "job_img_s_median", "job_img_s_max", "cpu_core_s", "cpu_per_1k", "cpu_jobs_per_1k", "cpu_loading_per_1k",
            "cores_busy", "mps_cpu_s", "host_mem_peak_gib", "gpu_mem_total_gib", "gpu_mem_job_mib",
            "gpu_mem_producer_mib", "gpu_mem_job_torch_mib", "gpu_util_pct", "next_p50_us", "next_p99_us",
-           "workers", "cores", "warmup", "producer_img_s", "wall_s"]
+           "workers", "cores", "warmup", "producer_img_s", "epochs_exact", "startup_s", "teardown_s", "wall_s"]
 
 PROFILES = {
-    # name: models, ns, setups, repeats, window s, real warm-up steps, fairness pass, deadline s
+    # models, job counts (resnet50's), setups, repeats (of the loader setups and synthetic; the
+    # others run once), measured window (s), real warm-up steps, fairness pass and its setups,
+    # DataLoader workers tried either side of the rule (in the first repeat; the best is used
+    # after), deadline (s of this script; configurations that would end later are skipped)
     "tiny": dict(models=["resnet18"], ns=[1, 2], setups=["dataloader", "coloader"], repeats=1, window=3.0,
-                 warmup=4, fairness=False, deadline=240, resnet50_ns=[]),
-    "quick": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=1, window=5.0,
-                  warmup=6, fairness=True, deadline=470, resnet50_ns=[4]),
-    "full": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=3, window=8.0,
-                 warmup=10, fairness=True, deadline=28 * 60, resnet50_ns=[1, 2, 4, 8]),
+                 warmup=4, fairness=False, deadline=240, resnet50_ns=[], fair_setups=["coloader"], dl_spread=0),
+    "quick": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=1, window=4.0,
+                  warmup=6, fairness=True, deadline=490, resnet50_ns=[4],
+                  fair_setups=["tensorsocket", "coloader", "coloader-pyfed"], dl_spread=0),
+    "full": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=3, window=5.0,
+                 warmup=8, fairness=True, deadline=28 * 60, resnet50_ns=[4, 8],
+                 fair_setups=["tensorsocket", "coloader", "coloader-pyfed", "dataloader"], dl_spread=1),
 }
 
 
@@ -302,6 +307,20 @@ class Bench:
         self.env = dict(os.environ, PYTHONPATH=":".join(pythonpath), PYTHONUNBUFFERED="1",
                         COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="collocated-run-"))
         self.mps = None
+        self.images = {}  # dataset directory -> image count
+        self.idle_mib = gpu_mem_used_mib() if args.device == "cuda" else float("nan")
+
+    def settle_gpu(self, timeout=15.0):
+        """Waits until the last configuration's GPU memory is freed (memory.used back within
+        256 MiB of the idle level, or steady); returns memory.used then."""
+        deadline, last = time.monotonic() + timeout, None
+        while True:
+            used = gpu_mem_used_mib()
+            if used != used or used <= self.idle_mib + 256 or (last is not None and abs(used - last) < 1) \
+                    or time.monotonic() > deadline:
+                return used
+            last = used
+            time.sleep(0.5)
 
     # MPS: our own control daemon with its own pipe and log directories.
     def start_mps(self):
@@ -332,13 +351,25 @@ class Bench:
             return table.get(n, max(1, -(-(c - n) // n)))  # ceil((cores - N) / N): every core busy
         return max(1, c - n - 1)  # a core per job and one for the producer's main thread
 
-    def job_cmd(self, i, loader, model, run_dir, extra=()):
+    def worker_candidates(self, n):
+        """The per-job worker counts tried for the dataloader setup (the profile's dl_spread
+        either side of the rule); the report keeps the best."""
+        w, spread = self.workers("dataloader", n), PROFILES[self.args.profile]["dl_spread"]
+        if self.args.dl_workers and n in self.args.dl_workers:
+            spread = 0
+        return sorted({max(1, w + d) for d in range(-spread, spread + 1)})
+
+    def job_cmd(self, i, loader, model, run_dir, data, extra=()):
         a = self.args
+        if data not in self.images:
+            self.images[data] = count_images(data)
+        tail = self.images[data] % a.batch_size
         return [self.py, os.path.join(HERE, "collocated_job.py"), "--loader", loader, "--index", str(i),
                 "--model", model, "--batch-size", str(a.batch_size), "--image-size", str(a.image_size),
                 "--device", a.device, "--warmup-steps", str(a.warmup), "--warmup-max-s", str(a.warmup_max_s),
                 "--stop-file", os.path.join(run_dir, "stop"), "--result", os.path.join(run_dir, f"job{i}.json"),
-                "--max-s", str(a.job_max_s)] + list(extra)
+                "--max-s", str(a.job_max_s), "--synthetic-warmup", str(a.synthetic_warmup),
+                "--tail-batch", str(tail)] + list(extra)
 
     def serve_cmd(self, name, data, n, workers, extra_flags, device=True):
         a = self.args
@@ -349,12 +380,12 @@ class Bench:
             cmd += ["--device", "cuda:0"]
         return cmd
 
-    def start_setup(self, g, setup, n, model, run_dir, data, job_extra=None):
+    def start_setup(self, g, setup, n, model, run_dir, data, job_extra=None, workers=None):
         """Starts the producers and the N jobs of a setup; returns (job roles, worker count, error)."""
         a = self.args
         self.port += 10
         name = f"cl{self.port}"
-        w = self.workers(setup, n)
+        w = workers or self.workers(setup, n)
         loader = {"dataloader": "torch", "tensorsocket": "tensorsocket", "coloader": "coloader",
                   "coloader-gpudecode": "coloader", "coloader-pyfed": "coloader-host"}.get(setup, "synthetic")
         feed_common = ["--data", data, "--workers", str(w), "--consumers", str(n), "--batch-size", str(a.batch_size),
@@ -378,7 +409,7 @@ class Bench:
             extra = ["--port", str(self.port), "--name", name] + (["--data", data, "--workers", str(w)]
                                                                    if loader == "torch" else [])
             extra += (job_extra or {}).get(i, [])
-            g.start(f"job{i}", self.job_cmd(i, loader, model, run_dir, extra), read_stdout=True)
+            g.start(f"job{i}", self.job_cmd(i, loader, model, run_dir, data, extra), read_stdout=True)
             roles.append(f"job{i}")
         return roles, w, None
 
@@ -413,104 +444,125 @@ class Bench:
                 error = error or f"{role} left no result ({p.returncode}): " + g.log_text(role)
         return results, error
 
-    def run_config(self, model, setup, n, repeat):
+    def run_config(self, model, setup, n, repeat, workers=None):
         a = self.args
-        tag = f"{model}-{setup.replace('+', '_')}-n{n}-r{repeat}"
+        tag = f"{model}-{setup.replace('+', '_')}-n{n}{'-w' + str(workers) if workers else ''}-r{repeat}"
         run_dir = os.path.join(self.run_root, tag)
         os.makedirs(run_dir, exist_ok=True)
         row = dict(model=model, setup=setup, n=n, repeat=repeat, window_s=a.window, cores=len(self.cores),
                    warmup=f"{a.synthetic_warmup}+{a.warmup}")
-        started = time.monotonic()
-        base_mem = gpu_mem_used_mib() if a.device == "cuda" else float("nan")
+        base_mem = self.settle_gpu() if a.device == "cuda" else float("nan")
+        started, stopping = time.monotonic(), None
         g = Group(run_dir, self.env, self.cores)
         try:
-            roles, w, error = self.start_setup(g, setup, n, model, run_dir, a.data)
-            row["workers"] = f"{w}/job" if setup == "dataloader" else (str(w) if setup not in ("synthetic",) else "")
+            roles, w, error = self.start_setup(g, setup, n, model, run_dir, a.data, workers=workers)
+            row["workers"] = f"{w}/job" if setup == "dataloader" else ("" if setup == "synthetic" else str(w))
             if not error:
                 error = self.wait_lines(g, roles, lambda ls: any(l.startswith("WARM") for l in ls), a.warm_timeout)
+            if not error:
+                row["startup_s"] = round(time.monotonic() - started, 1)
+                window = self.measure(g, [g.procs[r].pid for r in roles])
+                stopping = time.monotonic()
+                results, error = self.finish_jobs(g, roles, run_dir)
             if error:
                 row["status"] = "error: " + error.replace("\n", " | ")[-600:]
                 return row
-            jobs = [g.procs[r].pid for r in roles]
-            sampler = GpuSampler([a.spare_core]) if a.device == "cuda" else None
-            t0 = time.monotonic()
-            cpu0, own0, mps0 = cpu_sample(g.roots(), jobs)
-            apps = {}
-            time.sleep(a.window / 2)
-            for pid, mib in (compute_apps() if a.device == "cuda" else {}).items():
-                apps[pid] = max(apps.get(pid, 0), mib)
-            time.sleep(max(0.0, t0 + a.window - time.monotonic()))
-            cpu1, own1, mps1 = cpu_sample(g.roots(), jobs)
-            t1 = time.monotonic()
-            util, mem = sampler.stop() if sampler else ([], [])
-            results, error = self.finish_jobs(g, roles, run_dir)
-            if error:
-                row["status"] = "error: " + error.replace("\n", " | ")[-600:]
-                return row
-            per_job, nexts = [], []
-            for r in results:
-                imgs = sum(s for d, s in zip(r["done"], r["sizes"]) if t0 < d <= t1)
-                per_job.append(imgs)
-                nexts += [d for s, d in zip(r["next_start"], r["next_s"]) if t0 < s <= t1]
-            images = sum(per_job)
-            span = t1 - t0
-            cpu = cpu1 - cpu0
-            rates = sorted(x / span for x in per_job)
-            producer_pids = tree([g.procs[r].pid for r in g.procs if not r.startswith("job")], all_stats())
-            row.update(status="ok", window_s=round(span, 2), images=images, agg_img_s=round(images / span, 1),
-                       job_img_s_min=round(rates[0], 1), job_img_s_median=round(statistics.median(rates), 1),
-                       job_img_s_max=round(rates[-1], 1), cpu_core_s=round(cpu, 2),
-                       cpu_per_1k=round(1000 * cpu / images, 3) if images else "",
-                       cpu_jobs_per_1k=round(1000 * (own1 - own0) / images, 3) if images else "",
-                       cpu_loading_per_1k=round(1000 * (cpu - (own1 - own0)) / images, 3) if images else "",
-                       cores_busy=round(cpu / span, 2), mps_cpu_s=round(mps1 - mps0, 2),
-                       host_mem_peak_gib=round(g.peak_pss / 2**30, 2),
-                       next_p50_us=round(1e6 * percentile(nexts, 0.5), 1) if setup != "synthetic" else "",
-                       next_p99_us=round(1e6 * percentile(nexts, 0.99), 1) if setup != "synthetic" else "",
-                       gpu_mem_job_torch_mib=round(statistics.median(r["max_memory_reserved"] for r in results) / 2**20))
-            if util:
-                row["gpu_util_pct"] = round(statistics.mean(util), 1)
-                row["gpu_mem_total_gib"] = round((max(mem) - base_mem) / 1024, 2)
-            job_mem = [apps[p] for p in jobs if p in apps]
-            if job_mem:
-                row["gpu_mem_job_mib"] = round(statistics.median(job_mem))
-            prod_mem = sum(apps[p] for p in producer_pids if p in apps)
-            if prod_mem:
-                row["gpu_mem_producer_mib"] = round(prod_mem)
-            if "drain" in g.lines:
-                rates = [json.loads(l)["images_per_s"] for l in g.lines["drain"] if l.startswith("{")]
-                if rates:
-                    row["producer_img_s"] = round(statistics.median(rates))
+            row.update(self.figures(g, setup, window, results, base_mem))
             with open(os.path.join(run_dir, "epochs.json"), "w") as f:
                 json.dump([r["epochs"] for r in results], f)
             return row
         finally:
             g.kill_all()
-            row["wall_s"] = round(time.monotonic() - started, 1)
+            now = time.monotonic()
+            row["wall_s"] = round(now - started, 1)
+            if stopping is not None:
+                row["teardown_s"] = round(now - stopping, 1)
+
+    def measure(self, g, jobs):
+        """The measured window: CPU of the process trees at both ends, nvidia-smi during it."""
+        a = self.args
+        cuda = a.device == "cuda"
+        sampler = GpuSampler([a.spare_core]) if cuda else None
+        t0 = time.monotonic()
+        cpu0 = cpu_sample(g.roots(), jobs)
+        time.sleep(a.window / 2)
+        apps = compute_apps() if cuda else {}
+        time.sleep(max(0.0, t0 + a.window - time.monotonic()))
+        cpu1 = cpu_sample(g.roots(), jobs)
+        t1 = time.monotonic()
+        util, mem = sampler.stop() if sampler else ([], [])
+        return dict(t0=t0, t1=t1, cpu=[y - x for x, y in zip(cpu0, cpu1)], jobs=jobs, apps=apps, util=util, mem=mem)
+
+    def figures(self, g, setup, w, results, base_mem):
+        """The CSV row's measurements from the window and the jobs' results."""
+        t0, t1 = w["t0"], w["t1"]
+        cpu, own, mps = w["cpu"]
+        per_job, nexts = [], []
+        for r in results:
+            per_job.append(sum(s for d, s in zip(r["done"], r["sizes"]) if t0 < d <= t1))
+            nexts += [d for s, d in zip(r["next_start"], r["next_s"]) if t0 < s <= t1]
+        images, span = sum(per_job), t1 - t0
+        rates = sorted(x / span for x in per_job)
+        per_1k = (lambda x: round(1000 * x / images, 3)) if images else (lambda x: "")
+        loads = setup != "synthetic"
+        row = dict(status="ok", window_s=round(span, 2), images=images, agg_img_s=round(images / span, 1),
+                   job_img_s_min=round(rates[0], 1), job_img_s_median=round(statistics.median(rates), 1),
+                   job_img_s_max=round(rates[-1], 1), cpu_core_s=round(cpu, 2), cpu_per_1k=per_1k(cpu),
+                   cpu_jobs_per_1k=per_1k(own), cpu_loading_per_1k=per_1k(cpu - own),
+                   cores_busy=round(cpu / span, 2), mps_cpu_s=round(mps, 2),
+                   host_mem_peak_gib=round(g.peak_pss / 2**30, 2),
+                   next_p50_us=round(1e6 * percentile(nexts, 0.5), 1) if loads else "",
+                   next_p99_us=round(1e6 * percentile(nexts, 0.99), 1) if loads else "",
+                   gpu_mem_job_torch_mib=round(statistics.median(r["max_memory_reserved"] for r in results) / 2**20))
+        if w["util"]:
+            row["gpu_util_pct"] = round(statistics.mean(w["util"]), 1)
+            row["gpu_mem_total_gib"] = round((max(w["mem"]) - base_mem) / 1024, 2)
+        apps = w["apps"]
+        job_mem = [apps[p] for p in w["jobs"] if p in apps]
+        if job_mem:
+            row["gpu_mem_job_mib"] = round(statistics.median(job_mem))
+        producers = tree([p.pid for role, p in g.procs.items() if not role.startswith("job")], all_stats())
+        prod_mem = sum(apps[p] for p in producers if p in apps)
+        if prod_mem:
+            row["gpu_mem_producer_mib"] = round(prod_mem)
+        drained = [json.loads(l)["images_per_s"] for l in g.lines.get("drain", []) if l.startswith("{")]
+        if drained:
+            row["producer_img_s"] = round(statistics.median(drained))
+        # Fairness on the real dataset, where whole epochs ended within the run.
+        complete = [e for r in results for e in r["epochs"] if e["complete"] and not e["partial"]]
+        exact = sum(1 for e in complete if e["samples"] == e["distinct"] == self.images[self.args.data])
+        row["epochs_exact"] = f"{exact}/{len(complete)}" if complete else ""
+        return row
 
     # -- fairness ---------------------------------------------------------------------------
 
-    def fairness(self, setup, data, expected, n=4, epochs=2):
-        """n jobs of different speeds (sleeps of 0, 20, 40, 60 ms a step) for `epochs` whole
-        epochs of a small dataset: each job's samples and distinct samples per epoch."""
+    def fairness(self, setups, data, expected, n=4, epochs=2):
+        """For each setup, n jobs of different speeds (sleeps of 0, 20, 40, 60 ms a step) for
+        `epochs` whole epochs of a small dataset: each job's samples and distinct samples per
+        epoch. The setups run at the same time: speed does not matter here, only what arrives."""
         a = self.args
-        run_dir = os.path.join(self.run_root, f"fairness-{setup}")
-        os.makedirs(run_dir, exist_ok=True)
-        g = Group(run_dir, self.env, self.cores)
+        groups, out = {}, []
         try:
-            sleeps = {i: ["--step-sleep-ms", str(20 * i), "--synthetic-warmup", "1"] for i in range(n)}
-            roles, _, error = self.start_setup(g, setup, n, "resnet18", run_dir, data, sleeps)
-            if not error:
-                error = self.wait_lines(g, roles, lambda ls: sum(l.startswith("EPOCH") for l in ls) >= epochs,
-                                        a.fairness_timeout)
-            results, err2 = self.finish_jobs(g, roles, run_dir, 5 if error else 60)
-            error = error or err2
+            for setup in setups:
+                run_dir = os.path.join(self.run_root, f"fairness-{setup}")
+                os.makedirs(run_dir, exist_ok=True)
+                g = Group(run_dir, self.env, self.cores)
+                sleeps = {i: ["--step-sleep-ms", str(20 * i), "--synthetic-warmup", "1"] for i in range(n)}
+                roles, _, error = self.start_setup(g, setup, n, "resnet18", run_dir, data, sleeps)
+                groups[setup] = (g, roles, run_dir, error)
+            deadline = time.monotonic() + a.fairness_timeout
+            for setup, (g, roles, run_dir, error) in groups.items():
+                if not error:
+                    error = self.wait_lines(g, roles, lambda ls: sum(l.startswith("EPOCH") for l in ls) >= epochs,
+                                            max(1.0, deadline - time.monotonic()))
+                results, err2 = self.finish_jobs(g, roles, run_dir, 5 if error else 60)
+                jobs = [[(e["samples"], e["distinct"]) for e in r["epochs"] if e["complete"]]
+                        for r in sorted(results, key=lambda r: r["index"])]
+                out.append({"setup": setup, "expected": expected, "jobs": jobs, "error": error or err2})
         finally:
-            g.kill_all()
-        jobs = []
-        for r in sorted(results, key=lambda r: r["index"]):
-            jobs.append([(e["samples"], e["distinct"]) for e in r["epochs"] if e["complete"]])
-        return {"setup": setup, "expected": expected, "jobs": jobs, "error": error}
+            for g, *_ in groups.values():
+                g.kill_all()
+        return out
 
 
 def say(msg):
@@ -521,7 +573,7 @@ def count_images(data):
     return sum(1 for _ in glob.iglob(os.path.join(data, "*", "*")))
 
 
-def plan(args, setups):
+def plan(args, setups, bench):
     """The configurations in the order they are run: what the targets need first (N=4, then 8),
     so that a deadline cuts the least important ones; repeats interleaved."""
     p = PROFILES[args.profile]
@@ -531,12 +583,16 @@ def plan(args, setups):
     extra = [s for s in setups if s not in main]
     configs = []
     for r in range(args.repeats):
-        for model in args.models:
-            model_ns = order
-            if model == "resnet50" and not args.n and p["resnet50_ns"]:
-                model_ns = [n for n in order if n in p["resnet50_ns"]]
-            for group in (main, extra):
-                configs += [(model, s, n, r) for n in model_ns for s in group]
+        for group in (main, extra if r == 0 else []):
+            for model in args.models:
+                model_ns = order
+                if model == "resnet50" and not args.n and p["resnet50_ns"]:
+                    model_ns = [n for n in order if n in p["resnet50_ns"]]
+                for n in model_ns:
+                    for s in group:
+                        tune = s == "dataloader" and r == 0 and model == args.models[0]
+                        ws = bench.worker_candidates(n) if tune else [None]
+                        configs += [(model, s, n, r, w if len(ws) > 1 else None) for w in ws]
     return configs
 
 
@@ -565,13 +621,25 @@ def summarise(rows):
             groups.setdefault((r["model"], r["setup"], int(r["n"])), []).append(r)
     out = {}
     for key, rs in groups.items():
-        stats = {}
+        tried = ""
+        by_workers = {}
+        for r in rs:
+            by_workers.setdefault(r.get("workers", ""), []).append(r)
+        if key[1] == "dataloader" and len(by_workers) > 1:
+            # Workers tuned: the count with the highest median throughput stands for the setup.
+            agg = {w: statistics.median(num(r["agg_img_s"]) for r in v) for w, v in by_workers.items()}
+            best = max(agg, key=agg.get)
+            tried = ", ".join(f"{w}: {agg[w]:,.0f}" for w in sorted(agg, key=lambda w: int(w.split("/")[0])))
+            rs = by_workers[best]
+        stats = {"tried": tried}
         for c in COLUMNS:
             vals = [num(r.get(c)) for r in rs]
             vals = [v for v in vals if v == v]
             if vals:
                 stats[c] = (statistics.median(vals), min(vals), max(vals), len(vals))
         stats["workers"] = rs[0].get("workers", "")
+        exact = [r.get("epochs_exact") for r in rs if r.get("epochs_exact")]
+        stats["epochs_exact"] = "; ".join(exact)
         out[key] = stats
     return out
 
@@ -632,8 +700,8 @@ def write_report(rows, out, meta, fair):
         md += [f"## {model}", "",
                "| setup | N | aggregate img/s | per-job img/s (min–max) | CPU core-s / 1k img (jobs + loading) "
                "| cores busy | host mem GiB | GPU mem total GiB | GPU MiB/job (nvidia-smi; torch) | producer GPU MiB "
-               "| GPU util % | next() p50 / p99 µs | workers |",
-               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+               "| GPU util % | next() p50 / p99 µs | workers | whole epochs exact |",
+               "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for (m, setup, n), st in sorted(summary.items(), key=lambda kv: (ALL_SETUPS.index(kv[0][1])
                                                                           if kv[0][1] in ALL_SETUPS else 99, kv[0][2])):
             if m != model:
@@ -647,7 +715,12 @@ def write_report(rows, out, meta, fair):
                 f"{fmt(st.get('gpu_mem_total_gib'), 1)} | {fmt(st.get('gpu_mem_job_mib'), spread=False)}; "
                 f"{fmt(st.get('gpu_mem_job_torch_mib'), spread=False)} | {fmt(st.get('gpu_mem_producer_mib'), spread=False)} | "
                 f"{fmt(st.get('gpu_util_pct'))} | {fmt(st.get('next_p50_us'), spread=False)} / "
-                f"{fmt(st.get('next_p99_us'), spread=False)} | {st.get('workers', '')} |")
+                f"{fmt(st.get('next_p99_us'), spread=False)} | {st.get('workers', '')} | {st.get('epochs_exact', '')} |")
+        tuned = [f"N={k[2]}: {st['tried']}" for k, st in sorted(summary.items(), key=lambda kv: kv[0][2])
+                 if k[0] == model and st.get("tried")]
+        if tuned:
+            md += ["", "DataLoader workers per job tried (median aggregate img/s; the best is in the table): "
+                   + "; ".join(tuned)]
         md += ["", f"Targets ({model}, medians of the same run):", "",
                "| target | wanted | measured | |", "| --- | --- | --- | --- |"] + targets(summary, model) + [""]
     errors = [r for r in rows if r.get("status") != "ok"]
@@ -729,6 +802,7 @@ def main():
     prof.add_argument("--report", nargs="+", metavar="OUT", help="only write results.md and plots from OUT/results.csv")
     ap.add_argument("--data", help="ImageFolder dataset (scripts/make_dataset.py)")
     ap.add_argument("--fair-data", help="small dataset for the fairness pass")
+    ap.add_argument("--fair-setups", help="comma-separated setups of the fairness pass (profile's by default)")
     ap.add_argument("--out", default="collocated-out")
     ap.add_argument("--binary", default=os.environ.get("COLOADER_BINARY", os.path.join(ROOT, "build", "server", "coloader")))
     ap.add_argument("--setups", help="comma-separated subset of: " + ", ".join(ALL_SETUPS))
@@ -740,6 +814,9 @@ def main():
     ap.add_argument("--synthetic-warmup", type=int, default=5)
     ap.add_argument("--warmup-max-s", type=float, default=4.0, help="warm after this long even if fewer steps (>= 2)")
     ap.add_argument("--deadline", type=float, help="seconds; configurations that would end past it are skipped")
+    ap.add_argument("--shard", type=lambda t: tuple(int(x) for x in t.split("/")),
+                    help="K/M: run every M-th configuration from the K-th (the device tool allows 10 minutes a "
+                         "command); merge the outputs with --report OUT1 OUT2 ...")
     ap.add_argument("--cores", help="cores every setup runs on (default: all but the last)")
     ap.add_argument("--dl-workers", type=parse_workers, help="per-job DataLoader workers by N, e.g. 1:14,2:7,4:3,8:1")
     ap.add_argument("--coloader-flags", default="--output float32", help="extra `coloader serve` flags")
@@ -748,7 +825,7 @@ def main():
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--device", default="cuda", help="cpu: try the harness without a GPU (no MPS)")
     ap.add_argument("--no-mps", dest="mps", action="store_false")
-    ap.add_argument("--warm-timeout", type=float, default=120.0)
+    ap.add_argument("--warm-timeout", type=float, default=60.0)
     ap.add_argument("--fairness-timeout", type=float, default=90.0)
     ap.add_argument("--job-max-s", type=float, default=600.0)
     fairness = ap.add_mutually_exclusive_group()
@@ -799,7 +876,10 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     start = time.monotonic()
     bench = Bench(args)
-    configs = plan(args, setups)
+    configs = plan(args, setups, bench)
+    if args.shard:
+        k, m = args.shard
+        configs = configs[k - 1::m]
     images = count_images(args.data)
     scaling = (f"profile {args.profile}: models {','.join(args.models)}, N {args.n or p['ns']}"
                f"{' (resnet50 at N ' + str(p['resnet50_ns']) + ')' if 'resnet50' in args.models and not args.n else ''}, "
@@ -832,28 +912,35 @@ def main():
         with open(csv_path, "w", newline="") as fcsv:
             writer = csv.DictWriter(fcsv, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
-            durations = []
+            durations, tuned = [], {}
             fair_at = next((i for i, c in enumerate(configs) if c[2] in (1, 2)), len(configs))
-            for i, (model, setup, n, rep) in enumerate(configs):
+            if args.shard and args.shard[0] != 1:
+                fair_at = -1  # the first shard runs the fairness pass
+            for i, (model, setup, n, rep, workers) in enumerate(configs):
                 if i == fair_at and args.fairness:
-                    fair = run_fairness(bench, args, setups, start)
+                    fair = run_fairness(bench, args, setups)
                     with open(os.path.join(args.out, "fairness.json"), "w") as f:
                         json.dump(fair, f)
                 guess = statistics.median(durations) if durations else 20.0
                 if time.monotonic() - start + guess * (1.3 if model == "resnet50" else 1.0) > args.deadline:
-                    row = dict(model=model, setup=setup, n=n, repeat=rep, status="skipped: past the deadline")
+                    row = dict(model=model, setup=setup, n=n, repeat=rep, status="skipped: past the deadline",
+                               workers=f"{workers}/job" if workers else "")
                 else:
-                    row = bench.run_config(model, setup, n, rep)
+                    row = bench.run_config(model, setup, n, rep, workers)
                     durations.append(row.get("wall_s", 20.0))
-                    say(f"{model} {setup:<20} N={n} r{rep}: " + (
+                    if workers and row["status"] == "ok":  # tuning: later repeats use the best so far
+                        tuned.setdefault((model, n), {})[workers] = row["agg_img_s"]
+                        best = tuned[(model, n)]
+                        args.dl_workers = dict(args.dl_workers or {}, **{n: max(best, key=best.get)})
+                    say(f"{model} {setup:<20} N={n}{' w' + str(workers) if workers else ''} r{rep}: " + (
                         f"{row['agg_img_s']:>8,.0f} img/s, CPU {row['cpu_per_1k']} core-s/1k img, "
                         f"GPU {row.get('gpu_util_pct', '-')}%, {row['wall_s']} s" if row["status"] == "ok"
                         else row["status"][:400]))
                 rows.append(row)
                 writer.writerow(row)
                 fcsv.flush()
-            if args.fairness and not fair:
-                fair = run_fairness(bench, args, setups, start)
+            if args.fairness and not fair and fair_at >= 0:
+                fair = run_fairness(bench, args, setups)
                 with open(os.path.join(args.out, "fairness.json"), "w") as f:
                     json.dump(fair, f)
     finally:
@@ -866,22 +953,19 @@ def main():
     say(f"done in {time.monotonic() - start:.0f} s; {args.out}/results.csv, results.md, throughput.png, cpu.png, gpu_mem.png")
 
 
-def run_fairness(bench, args, setups, start):
+def run_fairness(bench, args, setups):
     data = args.fair_data
     if not data or not os.path.isdir(data):
         say("fairness pass skipped: no --fair-data directory")
         return []
     expected = count_images(data)
-    out = []
-    for setup in [s for s in ("tensorsocket", "coloader", "coloader-pyfed", "dataloader") if s in setups]:
-        if time.monotonic() - start + 30 > args.deadline:
-            out.append({"setup": setup, "expected": expected, "jobs": [], "error": "skipped: past the deadline"})
-            continue
-        t = time.monotonic()
-        r = bench.fairness(setup, data, expected)
-        say(f"fairness {setup}: {r['jobs']} (expected {expected} per epoch){' ' + r['error'][:300] if r['error'] else ''}"
-            f" [{time.monotonic() - t:.0f} s]")
-        out.append(r)
+    t = time.monotonic()
+    wanted = args.fair_setups.split(",") if args.fair_setups else PROFILES[args.profile]["fair_setups"]
+    out = bench.fairness([s for s in wanted if s in setups], data, expected)
+    for r in out:
+        say(f"fairness {r['setup']}: {r['jobs']} (expected {expected} per epoch)"
+            f"{' ' + r['error'][:300] if r['error'] else ''}")
+    say(f"fairness pass: {time.monotonic() - t:.0f} s")
     return out
 
 

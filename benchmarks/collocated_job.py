@@ -81,6 +81,9 @@ def main():
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--device", default="cuda", help="cpu: for trying the harness on a machine without a GPU")
     ap.add_argument("--synthetic-warmup", type=int, default=5)
+    ap.add_argument("--tail-batch", type=int, default=0,
+                    help="size of an epoch's short last batch: warmed up too, or cuDNN's algorithm search "
+                         "for that shape (cudnn.benchmark) stalls the job for a second at the first epoch's end")
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--warmup-max-s", type=float, default=5.0)
     ap.add_argument("--step-sleep-ms", type=float, default=0.0, help="sleep after each step (a slower job)")
@@ -122,6 +125,9 @@ def main():
              torch.randint(0, LABEL_STRIDE, (args.batch_size,), device=device))
     for _ in range(args.synthetic_warmup):
         step(*fixed)
+    if 0 < args.tail_batch < args.batch_size:
+        for _ in range(2):
+            step(fixed[0][:args.tail_batch], fixed[1][:args.tail_batch])
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     sync()
     ready = time.monotonic()

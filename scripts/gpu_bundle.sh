@@ -5,33 +5,38 @@
 # built here (same x86-64, same nvcc) and travel with the shared libraries they load.
 #
 #   scripts/gpu_bundle.sh          build with CUDA, then pack .device/
+# COLOADER_BUNDLE=DIR packs into DIR instead; COLOADER_BUNDLE_TARGETS="coloader coloader_c"
+# builds and packs only those (the benchmarks need no test binaries).
 # On the GPU machine: scripts/gpu_run.sh (reads .device/, writes results under $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
-cmake --build build -j "$(nproc)" >/dev/null
+dest=${COLOADER_BUNDLE:-.device}
+targets=${COLOADER_BUNDLE_TARGETS:-}
+cmake --build build -j "$(nproc)" ${targets:+--target $targets} >/dev/null
 
-rm -rf .device
-mkdir -p .device/bin .device/lib .device/photos
-cp build/server/coloader build/tests/gpu_test build/tests/integration_test .device/bin/
-[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so .device/lib/
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/photos"
+cp build/server/coloader "$dest/bin/"
+[[ -n $targets ]] || cp build/tests/gpu_test build/tests/integration_test "$dest/bin/"
+[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$dest/lib/"
 
 # The shared-library closure, less what every Linux has (glibc, the C++ runtime: the GPU
 # machine's are newer) and the CUDA driver (it has its own; cudart is linked statically).
 skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
-for f in .device/bin/* .device/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
+for f in "$dest"/bin/* "$dest"/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
   while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $skip ]] && continue
-    cp -L "$lib" ".device/lib/$base"
+    cp -L "$lib" "$dest/lib/$base"
   done
 
-strip --strip-debug .device/bin/* .device/lib/*.so*
+strip --strip-debug "$dest"/bin/* "$dest"/lib/*.so*
 
 # A few real photographs, downscaled, from which scripts/make_dataset.py builds an
 # ImageNet-like dataset on the GPU machine (carrying the dataset itself would not fit).
-/usr/bin/python3 - <<'PY'
+COLOADER_BUNDLE_DEST="$dest" /usr/bin/python3 - <<'PY'
 import glob, os
 from PIL import Image
 srcs = sorted(glob.glob('/usr/share/backgrounds/mate/nature/*.jpg'))
@@ -39,7 +44,7 @@ picked = srcs[:12]
 for i, path in enumerate(picked):
     im = Image.open(path).convert('RGB')
     im.thumbnail((1600, 1600))
-    im.save(f'.device/photos/photo{i:02d}.jpg', quality=92)
+    im.save(os.path.join(os.environ['COLOADER_BUNDLE_DEST'], 'photos', f'photo{i:02d}.jpg'), quality=92)
 print(f'gpu_bundle: {len(picked)} photos')
 PY
-du -sh .device .device/lib | sed 's/^/gpu_bundle: /'
+du -sh "$dest" "$dest/lib" | sed 's/^/gpu_bundle: /'
