@@ -574,25 +574,31 @@ def count_images(data):
 
 
 def plan(args, setups, bench):
-    """The configurations in the order they are run: what the targets need first (N=4, then 8),
-    so that a deadline cuts the least important ones; repeats interleaved."""
+    """The configurations in the order they are run, most needed first so that a deadline cuts
+    the least: the first model at N=4 and 8 (the targets), the other models, the first model at
+    the other N, then the extra setups; repeats interleaved."""
     p = PROFILES[args.profile]
     ns = args.n or p["ns"]
-    order = sorted(ns, key=lambda n: ({4: 0, 8: 1, 1: 2, 2: 3}.get(n, 4), n))
-    main = [s for s in setups if s in LOADERS + ["synthetic"]]
+    rank = {4: 0, 8: 1, 1: 2, 2: 3}
+    pairs = []
+    for model in args.models:
+        model_ns = ns
+        if model == "resnet50" and not args.n and p["resnet50_ns"]:
+            model_ns = [n for n in ns if n in p["resnet50_ns"]]
+        pairs += [(model, n) for n in model_ns]
+    first = args.models[0]
+    pairs.sort(key=lambda mn: (0 if mn[0] == first and mn[1] in (4, 8) else 1 if mn[0] != first else 2,
+                               args.models.index(mn[0]), rank.get(mn[1], 4), mn[1]))
+    main = [s for s in setups if s in LOADERS + ["synthetic", "coloader-gpudecode"]]
     extra = [s for s in setups if s not in main]
     configs = []
     for r in range(args.repeats):
         for group in (main, extra if r == 0 else []):
-            for model in args.models:
-                model_ns = order
-                if model == "resnet50" and not args.n and p["resnet50_ns"]:
-                    model_ns = [n for n in order if n in p["resnet50_ns"]]
-                for n in model_ns:
-                    for s in group:
-                        tune = s == "dataloader" and r == 0 and model == args.models[0]
-                        ws = bench.worker_candidates(n) if tune else [None]
-                        configs += [(model, s, n, r, w if len(ws) > 1 else None) for w in ws]
+            for model, n in pairs:
+                for s in group:
+                    tune = s == "dataloader" and r == 0 and model == first
+                    ws = bench.worker_candidates(n) if tune else [None]
+                    configs += [(model, s, n, r, w if len(ws) > 1 else None) for w in ws]
     return configs
 
 
@@ -742,7 +748,8 @@ def write_report(rows, out, meta, fair):
         md.append("")
     with open(os.path.join(out, "results.md"), "w") as fh:
         fh.write("\n".join(md) + "\n")
-    plot(summary, models, out)
+    if models:
+        plot(summary, models, out)
     return "\n".join(md)
 
 
@@ -913,7 +920,9 @@ def main():
             writer = csv.DictWriter(fcsv, fieldnames=COLUMNS, extrasaction="ignore")
             writer.writeheader()
             durations, tuned = [], {}
-            fair_at = next((i for i, c in enumerate(configs) if c[2] in (1, 2)), len(configs))
+            # The fairness pass runs once the targets' configurations have.
+            fair_at = next((i for i, c in enumerate(configs) if c[0] != args.models[0] or c[2] not in (4, 8)),
+                           len(configs))
             if args.shard and args.shard[0] != 1:
                 fair_at = -1  # the first shard runs the fairness pass
             for i, (model, setup, n, rep, workers) in enumerate(configs):
@@ -931,7 +940,7 @@ def main():
                     if workers and row["status"] == "ok":  # tuning: later repeats use the best so far
                         tuned.setdefault((model, n), {})[workers] = row["agg_img_s"]
                         best = tuned[(model, n)]
-                        args.dl_workers = dict(args.dl_workers or {}, **{n: max(best, key=best.get)})
+                        args.dl_workers = {**(args.dl_workers or {}), n: max(best, key=best.get)}
                     say(f"{model} {setup:<20} N={n}{' w' + str(workers) if workers else ''} r{rep}: " + (
                         f"{row['agg_img_s']:>8,.0f} img/s, CPU {row['cpu_per_1k']} core-s/1k img, "
                         f"GPU {row.get('gpu_util_pct', '-')}%, {row['wall_s']} s" if row["status"] == "ok"
@@ -943,6 +952,9 @@ def main():
                 fair = run_fairness(bench, args, setups)
                 with open(os.path.join(args.out, "fairness.json"), "w") as f:
                     json.dump(fair, f)
+            if tuned:
+                kept = ",".join(f"{n}:{args.dl_workers[n]}" for n in sorted(args.dl_workers))
+                say(f"DataLoader workers kept (for later shards): --dl-workers {kept}")
     finally:
         bench.stop_mps()
     meta["wall_s"] = round(time.monotonic() - start)
