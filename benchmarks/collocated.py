@@ -253,12 +253,14 @@ class Group:
         return False
 
     def roots(self):
-        return [p.pid for p in self.procs.values()]
+        return [p.pid for p in list(self.procs.values())]  # list(): start() may add one meanwhile
 
     def _watch_memory(self):
         while not self._stop.wait(0.5):
-            pids = tree(self.roots(), all_stats())
-            self.peak_pss = max(self.peak_pss, pss_bytes(pids))
+            try:
+                self.peak_pss = max(self.peak_pss, pss_bytes(tree(self.roots(), all_stats())))
+            except (OSError, ValueError, IndexError):  # a process ending mid-read: the next sample
+                continue
 
     def kill_all(self, grace=5.0):
         self._stop.set()
