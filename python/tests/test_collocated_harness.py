@@ -2,6 +2,7 @@
 machine: CPU time of reaped descendants is counted, the DataLoader's best worker count stands for
 it, and the targets are judged from the figures."""
 import csv
+import importlib.util
 import os
 import subprocess
 import sys
@@ -70,5 +71,7 @@ def test_report_judges_targets_and_keeps_the_best_dataloader(tmp_path):
     assert "met" in lines["N=4 CPU/1k img, coloader / tensorsocket"]
     assert "MISSED" in lines["N=8 highest aggregate img/s"]  # tensorsocket 6,000 > coloader 5,000
     assert "skipped: past the deadline" in md
-    for name in ("results.md", "throughput.png", "cpu.png", "gpu_mem.png"):
-        assert (tmp_path / name).stat().st_size > 0
+    assert (tmp_path / "results.md").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib"):  # scripts/setup.sh --bench installs it; CI need not
+        for name in ("throughput.png", "cpu.png", "gpu_mem.png"):
+            assert (tmp_path / name).stat().st_size > 0
