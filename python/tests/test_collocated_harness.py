@@ -17,11 +17,12 @@ BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.
 
 
 def test_cpu_of_a_reaped_grandchild_is_counted():
-    # The child runs a grandchild that burns 0.4 s of CPU and is reaped, then sleeps: the
-    # grandchild is gone from /proc by the second sample, its time is in the child's cutime.
+    # The child runs a grandchild that burns 0.4 s of CPU and is reaped, then sleeps until
+    # killed: the grandchild is gone from /proc by the second sample, its time is in the
+    # child's cutime.
     child = subprocess.Popen([sys.executable, "-c",
                               f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {BURN!r}]); "
-                              "time.sleep(1.0)"])
+                              "time.sleep(60)"])
     try:
         before = collocated.cpu_sample([child.pid], [child.pid])
         deadline = time.monotonic() + 20
@@ -32,6 +33,7 @@ def test_cpu_of_a_reaped_grandchild_is_counted():
             time.sleep(0.05)
         after = collocated.cpu_sample([child.pid], [child.pid])
     finally:
+        child.kill()
         child.wait()
     total = after[0] - before[0]
     own = after[1] - before[1]
