@@ -28,8 +28,9 @@ python3 -c 'import torch, torchvision; print("torch", torch.__version__, "torchv
 
 data=${COLLOCATED_DATA:-/tmp/collocated-imagenet}
 fair=/tmp/collocated-fair
+images=${COLLOCATED_IMAGES:-20000}
 [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" \
-  --images "${COLLOCATED_IMAGES:-20000}" --classes 1000 2>/dev/null | tee -a "$log"
+  --images "$images" --classes $((images < 1000 ? images : 1000)) 2>/dev/null | tee -a "$log"
 [[ -d $fair ]] || python3 scripts/make_dataset.py --source .device/photos --out "$fair" --images 2600 \
   --classes 100 --seed 1 2>/dev/null | tee -a "$log"
 
