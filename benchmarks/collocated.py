@@ -866,7 +866,8 @@ def main():
     args.repeats = args.repeats or p["repeats"]
     args.window = args.window or p["window"]
     args.warmup = args.warmup or p["warmup"]
-    args.deadline = args.deadline or p["deadline"]
+    # A shard is one device command, which may last 10 minutes, dataset generation included.
+    args.deadline = args.deadline or (min(p["deadline"], 500) if args.shard else p["deadline"])
     args.fairness = p["fairness"] if args.fairness is None else args.fairness
     ncpu = len(os.sched_getaffinity(0))
     all_cores = sorted(os.sched_getaffinity(0))
