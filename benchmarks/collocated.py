@@ -46,6 +46,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -844,14 +845,10 @@ def main():
 
     if args.report:
         rows = read_rows([os.path.join(o, "results.csv") for o in args.report])
-        fair = []
-        for o in args.report:
-            path = os.path.join(o, "fairness.json")
-            if os.path.exists(path):
-                with open(path) as f:
-                    fair += json.load(f)
-        meta_path = os.path.join(args.report[0], "meta.json")
-        meta = json.load(open(meta_path)) if os.path.exists(meta_path) else {}
+        fair, meta = [], {}
+        for o in reversed(args.report):  # the first output's meta.json wins
+            fair = (read_saved(o, "fairness.json") or []) + fair
+            meta = read_saved(o, "meta.json") or meta
         print(write_report(rows, args.report[0], meta, fair))
         return
 
@@ -982,6 +979,22 @@ def run_fairness(bench, args, setups):
             f"{' ' + r['error'][:300] if r['error'] else ''}")
     say(f"fairness pass: {time.monotonic() - t:.0f} s")
     return out
+
+
+def read_saved(out, name):
+    """OUT/name as JSON, or ./name from OUT/runs.tar.gz (where run_collocated.sh packs it)."""
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    tarball = os.path.join(out, "runs.tar.gz")
+    if os.path.exists(tarball):
+        with tarfile.open(tarball) as tar:
+            try:
+                return json.load(tar.extractfile("./" + name))
+            except KeyError:
+                return None
+    return None
 
 
 def machine_line(ncpu):
