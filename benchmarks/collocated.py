@@ -71,7 +71,7 @@ PROFILES = {
     "tiny": dict(models=["resnet18"], ns=[1, 2], setups=["dataloader", "coloader"], repeats=1, window=3.0,
                  warmup=4, fairness=False, deadline=240, resnet50_ns=[], fair_setups=["coloader"], dl_spread=0),
     "quick": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=1, window=4.0,
-                  warmup=6, fairness=True, deadline=490, resnet50_ns=[4],
+                  warmup=6, fairness=True, deadline=480, resnet50_ns=[4],
                   fair_setups=["tensorsocket", "coloader", "coloader-pyfed"], dl_spread=0),
     "full": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4, 8], setups=ALL_SETUPS, repeats=3, window=5.0,
                  warmup=8, fairness=True, deadline=28 * 60, resnet50_ns=[4, 8],
