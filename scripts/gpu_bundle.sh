@@ -5,37 +5,45 @@
 # built here (same x86-64, same nvcc) and travel with the shared libraries they load.
 #
 #   scripts/gpu_bundle.sh          build with CUDA, then pack .device/
-#   BUNDLE=DIR scripts/gpu_bundle.sh   pack into DIR instead (e.g. another checkout's ignored folder)
+# COLOADER_BUNDLE=DIR packs into DIR instead; COLOADER_BUNDLE_TARGETS="coloader coloader_c"
+# builds and packs only those (the benchmarks need no test binaries); SKIP_BUILD=1 packs what
+# build/ holds.
 # On the GPU machine: scripts/gpu_run.sh (reads .device/, writes results under $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-[[ -n ${SKIP_BUILD:-} ]] || cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
-[[ -n ${SKIP_BUILD:-} ]] || cmake --build build -j "$(nproc)" >/dev/null
+dest=${COLOADER_BUNDLE:-.device}
+targets=${COLOADER_BUNDLE_TARGETS:-}
+if [[ -z ${SKIP_BUILD:-} ]]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
+  cmake --build build -j "$(nproc)" ${targets:+--target $targets} >/dev/null
+fi
 
-B=${BUNDLE:-.device}
-rm -rf "$B"
-mkdir -p "$B"/bin "$B"/lib "$B"/photos "$B"/data
-cp build/server/coloader build/tests/gpu_test build/tests/integration_test "$B"/bin/
-[[ -f build/tests/gpu_decode_test ]] && cp build/tests/gpu_decode_test "$B"/bin/
-[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$B"/lib/
-cp tests/data/* "$B"/data/  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
+rm -rf "$dest"
+mkdir -p "$dest/bin" "$dest/lib" "$dest/photos" "$dest/data"
+cp build/server/coloader "$dest/bin/"
+if [[ -z $targets ]]; then
+  cp build/tests/gpu_test build/tests/integration_test "$dest/bin/"
+  [[ -f build/tests/gpu_decode_test ]] && cp build/tests/gpu_decode_test "$dest/bin/"
+  cp tests/data/* "$dest/data/"  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
+fi
+[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$dest/lib/"
 
 # The shared-library closure, less what every Linux has (glibc, the C++ runtime: the GPU
 # machine's are newer) and the CUDA driver (it has its own; cudart is linked statically).
 skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
-for f in "$B"/bin/* "$B"/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
+for f in "$dest"/bin/* "$dest"/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
   while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $skip ]] && continue
-    cp -L "$lib" "$B/lib/$base"
+    cp -L "$lib" "$dest/lib/$base"
   done
 
-strip --strip-debug "$B"/bin/* "$B"/lib/*.so*
+strip --strip-debug "$dest"/bin/* "$dest"/lib/*.so*
 
 # A few real photographs, downscaled, from which scripts/make_dataset.py builds an
 # ImageNet-like dataset on the GPU machine (carrying the dataset itself would not fit).
-B="$B" /usr/bin/python3 - <<'PY'
+COLOADER_BUNDLE_DEST="$dest" /usr/bin/python3 - <<'PY'
 import glob, os
 from PIL import Image
 srcs = sorted(glob.glob('/usr/share/backgrounds/mate/nature/*.jpg'))
@@ -43,7 +51,7 @@ picked = srcs[:12]
 for i, path in enumerate(picked):
     im = Image.open(path).convert('RGB')
     im.thumbnail((1600, 1600))
-    im.save(os.path.join(os.environ.get('B', '.device'), f'photos/photo{i:02d}.jpg'), quality=92)
+    im.save(os.path.join(os.environ['COLOADER_BUNDLE_DEST'], 'photos', f'photo{i:02d}.jpg'), quality=92)
 print(f'gpu_bundle: {len(picked)} photos')
 PY
-du -sh "$B" "$B"/lib | sed 's/^/gpu_bundle: /'
+du -sh "$dest" "$dest/lib" | sed 's/^/gpu_bundle: /'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from a bundle made by `BUNDLE=DIR scripts/gpu_bundle.sh` (plus
+# Runs on the GPU machine from a bundle made by `COLOADER_BUNDLE=DIR scripts/gpu_bundle.sh` (plus
 # DIR/nvjpeg/libnvjpeg.so.13 from .deps and DIR/scripts/{make_dataset,producer_throughput}.py):
 # the --decode gpu tests, the whole GPU test suite, then the producer throughput benchmark
 # (CPU decode on every core vs GPU decode). Logs go to $OUT (default ./out).

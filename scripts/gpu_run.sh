@@ -6,13 +6,7 @@
 #   scripts/gpu_run.sh all       both
 set -uo pipefail
 cd "$(dirname "$0")/.."
-here=$(pwd)
-out=${OUT:-$here/out}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$here/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export COLOADER_BINARY="$here/.device/bin/coloader"
-export COLOADER_LIBRARY="$here/.device/lib/libcoloader_c.so"
-export PYTHONUNBUFFERED=1
+source scripts/gpu_env.sh
 what=${1:-all}
 status=0
 

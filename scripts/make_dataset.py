@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import random
 import sys
+import time
 
 from PIL import Image
 
@@ -26,6 +27,7 @@ from PIL import Image
 DEFAULT_SOURCES = ["/usr/share/backgrounds/mate/nature"]
 SIZES = [(500, 375)] * 6 + [(375, 500)] * 2 + [(500, 333), (640, 480), (400, 400), (500, 500)]
 LO_KB, HI_KB = 60, 150
+MAX_TRIES = 6  # crops drawn per image until its JPEG size is in range
 
 _photos = []
 
@@ -51,30 +53,11 @@ def init_worker(paths):
             pass
 
 
-def encode_in_range(img, rng):
-    """JPEG bytes between LO_KB and HI_KB when some quality gives that (binary search)."""
-    lo, hi, best = 40, 100, None
-    target = rng.uniform(LO_KB + 10, HI_KB - 10) * 1024
-    while lo <= hi:
-        q = (lo + hi) // 2
-        buf = io.BytesIO()
-        img.save(buf, "JPEG", quality=q)
-        data = buf.getvalue()
-        best = data
-        if len(data) < target:
-            lo = q + 1
-        else:
-            hi = q - 1
-    return best
-
-
-def make_one(job):
-    index, out_path, seed = job
-    rng = random.Random(seed * 1_000_003 + index)
+def draw(rng, scale):
+    """A random crop of a random source photo, `scale` of its shorter side at the output's
+    aspect ratio (downsampled crops keep photographic detail, and JPEG size), possibly flipped."""
     src = _photos[rng.randrange(len(_photos))]
     w, h = rng.choice(SIZES)
-    # A random crop covering 20-60% of the shorter side, at the output's aspect ratio.
-    scale = rng.uniform(0.2, 0.6)  # downsampled crops keep photographic detail (and JPEG size)
     cw = min(src.width, int(min(src.width, src.height * w / h) * scale))
     ch = min(src.height, int(cw * h / w))
     x = rng.randrange(0, src.width - cw + 1)
@@ -82,7 +65,42 @@ def make_one(job):
     img = src.crop((x, y, x + cw, y + ch)).resize((w, h), Image.BICUBIC)
     if rng.random() < 0.5:
         img = img.transpose(Image.FLIP_LEFT_RIGHT)
-    data = encode_in_range(img, rng)
+    return img
+
+
+def encode_in_range(img, rng):
+    """(JPEG bytes, in range): the encoding closest to a random target in [LO_KB, HI_KB], found
+    by binary search over the quality; in range is False when no quality lands there."""
+    lo, hi, best = 40, 100, None
+    target = rng.uniform(LO_KB + 10, HI_KB - 10) * 1024
+    while lo <= hi:
+        q = (lo + hi) // 2
+        buf = io.BytesIO()
+        img.save(buf, "JPEG", quality=q)
+        data = buf.getvalue()
+        if best is None or abs(len(data) - target) < abs(len(best) - target):
+            best = data
+        if len(data) < target:
+            lo = q + 1
+        else:
+            hi = q - 1
+    return best, LO_KB * 1024 <= len(best) <= HI_KB * 1024
+
+
+def make_one(job):
+    index, out_path, seed = job
+    rng = random.Random(seed * 1_000_003 + index)
+    # A crop of a smooth patch (sky, water) can be too small at any quality, one of foliage
+    # too large: those are drawn again, the crop scale pushed the way that fixes the size.
+    lo_scale, hi_scale = 0.2, 0.6
+    for _ in range(MAX_TRIES):
+        data, ok = encode_in_range(draw(rng, rng.uniform(lo_scale, hi_scale)), rng)
+        if ok:
+            break
+        if len(data) < LO_KB * 1024:  # too little detail: a larger area, downsampled more
+            lo_scale, hi_scale = min(0.9, lo_scale + 0.1), min(1.0, hi_scale + 0.1)
+        else:
+            lo_scale, hi_scale = max(0.05, lo_scale - 0.05), max(0.1, hi_scale - 0.1)
     with open(out_path, "wb") as f:
         f.write(data)
     return len(data)
@@ -137,6 +155,7 @@ def main():
     jobs = [(i, os.path.join(args.out, classes[i % args.classes], f"img_{i:07d}.JPEG"), args.seed)
             for i in range(args.images)]
     sizes = []
+    start = time.monotonic()
     with multiprocessing.Pool(args.jobs, initializer=init_worker, initargs=(sources,)) as pool:
         for n, size in enumerate(pool.imap_unordered(make_one, jobs, chunksize=16), 1):
             sizes.append(size)
@@ -147,10 +166,13 @@ def main():
     rng = random.Random(args.seed)
     extra = (add_oddities(args.out, classes, rng) if args.with_oddities else []) + \
             (add_bad(args.out, classes) if args.with_bad else [])
+    elapsed = time.monotonic() - start
     kb = sorted(s / 1024 for s in sizes)
-    print(f"make_dataset: {len(sizes)} images in {args.classes} classes under {args.out} from {len(sources)} photos; "
-          f"size mean {sum(kb) / len(kb):.0f} KB, min {kb[0]:.0f} KB, median {kb[len(kb) // 2]:.0f} KB, "
-          f"max {kb[-1]:.0f} KB" + (f"; plus {len(extra)} special files" if extra else ""))
+    outside = sum(1 for k in kb if not LO_KB <= k <= HI_KB)
+    print(f"make_dataset: {len(sizes)} images in {args.classes} classes under {args.out} from {len(sources)} photos "
+          f"in {elapsed:.1f} s with {args.jobs} processes; size mean {sum(kb) / len(kb):.0f} KB, min {kb[0]:.0f} KB, "
+          f"median {kb[len(kb) // 2]:.0f} KB, max {kb[-1]:.0f} KB, {outside} outside {LO_KB}-{HI_KB} KB"
+          + (f"; plus {len(extra)} special files" if extra else ""))
 
 
 if __name__ == "__main__":
