@@ -8,3 +8,4 @@ export LD_LIBRARY_PATH="$here/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export COLOADER_BINARY="$here/.device/bin/coloader"
 export COLOADER_LIBRARY="$here/.device/lib/libcoloader_c.so"
 export PYTHONUNBUFFERED=1
+export COLOADER_TEST_DATA="$here/.device/data" COLOADER_TEST_PHOTOS="$here/.device/photos"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, over a copy of the repository that carries .device/ (made by
 # scripts/gpu_bundle.sh). Writes logs and results under $OUT (default ./out).
-#   scripts/gpu_run.sh tests     the GPU test suite, then the host-path integration tests
+#   scripts/gpu_run.sh tests     the GPU decode and GPU test suites, the host-path integration tests, pytest
 #   scripts/gpu_run.sh bench     the GPU benchmarks
 #   scripts/gpu_run.sh all       both
 set -uo pipefail
@@ -13,6 +13,9 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
 if [[ $what == tests || $what == all ]]; then
+  echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
+  .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |tests? ran|Failure|mean|max'
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   echo "== gpu_test"
   .device/bin/gpu_test --gtest_output=json:"$out/gpu_test.json" 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |memory|tests? ran|Failure|Expected|Which|actual' || true
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -29,6 +32,9 @@ if [[ $what == bench || $what == all ]]; then
   [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images "${BENCH_IMAGES:-6000}" --classes 100 2>/dev/null
   echo "== producer throughput, host path vs GPU path, $(nproc) workers"
   python3 benchmarks/producer_throughput.py --data "$data" --binary "$COLOADER_BINARY" --device cuda:0 | tee "$out/producer_throughput.txt"
+  echo "== producer throughput: CPU decode (all cores) vs GPU decode (nvJPEG)"
+  python3 benchmarks/producer_throughput.py --data "$data" --binary "$COLOADER_BINARY" --device cuda:0 --gpu-decode \
+    --epochs "${BENCH_EPOCHS:-8}" | tee "$out/producer_throughput_gpu_decode.txt"
   echo "== hand-off latency, host path (same machine, for comparison)"
   python3 benchmarks/handoff.py --data "$data" --binary "$COLOADER_BINARY" | tee "$out/handoff_host.txt"
   echo "== hand-off latency, GPU path"
