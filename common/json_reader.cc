@@ -133,9 +133,12 @@ class Parser {
     for (;;) {
       SkipSpace();
       if (pos_ >= s_.size() || s_[pos_] != '"') return Fail("expected a member name in double quotes, got " + Describe());
+      const size_t key_at = pos_;
       ASSIGN_OR_RETURN(std::string key, StringValue());
       for (const auto& m : members) {
-        if (m.first == key) return Fail("duplicate member \"" + key + "\"");
+        if (m.first != key) continue;
+        pos_ = key_at;
+        return Fail("duplicate member \"" + key + "\"");
       }
       SkipSpace();
       if (pos_ >= s_.size() || s_[pos_] != ':') return Fail("expected ':' after \"" + key + "\", got " + Describe());
