@@ -18,7 +18,7 @@ CLASSES = [
     # name, share, memory MiB, SM activity, minutes alone, loader cores, models
     ("light", 0.50, (2500, 9000), (0.15, 0.35), (15, 45), (8, 16), ["resnet18", "mobilenet_v3_large", "efficientnet_b0"]),
     ("medium", 0.35, (12000, 30000), (0.35, 0.60), (40, 120), (8, 14), ["resnet50", "densenet121", "convnext_tiny"]),
-    ("heavy", 0.15, (40000, 72000), (0.75, 0.95), (90, 240), (4, 8), ["vit_l_16", "convnext_large", "resnet152"]),
+    ("heavy", 0.15, (40000, 66000), (0.75, 0.95), (90, 240), (4, 8), ["vit_l_16", "convnext_large", "resnet152"]),
 ]
 PIPELINES = [  # name, share, definition
     ("imagenet", 0.45, {"data": "/data/imagenet/train", "image_size": 224}),

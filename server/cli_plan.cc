@@ -26,7 +26,8 @@ constexpr const char* kLaunchUsage =
     "              [--sm-limit 0.8] [--default-sm 0.5] [--memory-margin 0] [--python PYTHON] [--json] [--quiet]";
 constexpr const char* kSimulateUsage =
     "coloader simulate --trace TRACE.json [--gpus 4] [--gpu-memory-mib 81559] [--gpu-sms 132]\n"
-    "              [--policy all|P] [--sharing both|on|off] [--cpu-cores N] [--sm-limit 0.8] [--out DIR] [--json]";
+    "              [--policy all|P] [--sharing both|on|off] [--cpu-cores N] [--sm-limit 0.8] [--sample-s 300]\n"
+    "              [--out DIR (summary.csv, timeseries.csv)] [--json (the summary CSV on stdout)]";
 
 // The jobs file is the first argument; the rest are flags.
 Status SplitPositional(const std::vector<std::string>& args, const Flags& f, std::string* path,
@@ -197,7 +198,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
 }
 
 int SimulateCommand(const std::vector<std::string>& args) {
-  std::string trace_path, policy = "all", sharing = "both", out_dir, cpu_cores, sm_limit, mem = "81559";
+  std::string trace_path, policy = "all", sharing = "both", out_dir, cpu_cores, sm_limit, mem = "81559", sample = "300";
   int gpus_n = 0, sms = 132;
   bool json = false, help = false;
   Flags f("simulate", kSimulateUsage);
@@ -210,6 +211,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
   f.AddString("cpu-cores", &cpu_cores);
   f.AddString("sm-limit", &sm_limit);
   f.AddString("out", &out_dir);
+  f.AddString("sample-s", &sample);
   f.AddBool("json", &json);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
@@ -234,6 +236,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
   so.planner.cpu_cores = trace->cpu_cores > 0 ? trace->cpu_cores : 64;
   if (Status e = ParseDouble(f, "cpu-cores", cpu_cores, 1, 1e6, &so.planner.cpu_cores); !e.ok()) return Fail("simulate", e);
   if (Status e = ParseDouble(f, "sm-limit", sm_limit, 0.05, 4, &so.planner.sm_limit); !e.ok()) return Fail("simulate", e);
+  if (Status e = ParseDouble(f, "sample-s", sample, 1, 86400, &so.sample_s); !e.ok()) return Fail("simulate", e);
   std::vector<Policy> policies;
   if (policy == "all") {
     policies = AllPolicies();

@@ -30,6 +30,10 @@ struct JobPipeline {
   // The producer's ring as `coloader serve` sizes it: window + window/2 spare slots of
   // producer_batch samples of image_size^2 x 3 elements of the output type.
   double RingMiB() const;
+  // What the producer holds on each GPU it serves: the ring plus its own CUDA context and
+  // allocator slack (kProducerContextMiB, an allowance that scripts/gpu_launch_check.sh measures).
+  double DeviceMiB() const { return RingMiB() + kProducerContextMiB; }
+  static constexpr double kProducerContextMiB = 600;
 };
 
 struct Job {

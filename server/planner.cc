@@ -86,7 +86,7 @@ double Planner::RingCostOn(int j, int g) const {
   if (!opts_.sharing || PipelineOnHostPath(p)) return 0;
   auto it = producer_members_.find(p);
   if (it != producer_members_.end() && it->second.count(g) && it->second.at(g) > 0) return 0;
-  return set_->pipelines[p].RingMiB();
+  return set_->pipelines[p].DeviceMiB();
 }
 
 void Planner::LockProducer(int pipeline) {
@@ -176,7 +176,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   GpuLoad& load = loads_[best->gpu];
   const double ring = RingCostOn(j, best->gpu);
   load.used_mib += best->reserved_mib + ring;
-  load.ring_mib += ring;
+  load.producer_mib += ring;
   load.sm += SmOf(j);
   load.jobs.push_back(j);
   if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
@@ -213,9 +213,9 @@ void Planner::Release(int j) {
   if (--members[p.gpu] == 0) {
     members.erase(p.gpu);
     if (!PipelineOnHostPath(job.pipeline)) {
-      const double ring = set_->pipelines[job.pipeline].RingMiB();
+      const double ring = set_->pipelines[job.pipeline].DeviceMiB();
       load.used_mib -= ring;
-      load.ring_mib -= ring;
+      load.producer_mib -= ring;
     }
   }
   double still_needed = 0;
@@ -229,7 +229,7 @@ void Planner::Release(int j) {
   } else {
     producer_cores_[job.pipeline] = still_needed;
   }
-  if (load.jobs.empty()) load.used_mib = load.ring_mib = 0;
+  if (load.jobs.empty()) load.used_mib = load.producer_mib = 0;
   if (cores_used_ < 1e-9) cores_used_ = 0;
 }
 
@@ -337,7 +337,7 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("memory_mib", gpu.memory_mib)
         .Field("sms", gpu.sms)
         .Field("planned_mib", load.used_mib)
-        .Field("ring_mib", load.ring_mib)
+        .Field("producer_mib", load.producer_mib)
         .Field("sm_activity", load.sm);
     w.BeginArray("jobs");
     for (int j : load.jobs) w.Value(set.jobs[j].name);
@@ -369,7 +369,7 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("name", ProducerName(set, static_cast<int>(pi)))
         .Field("data", pl.data)
         .Field("pipeline", pl.Key())
-        .Field("ring_mib_per_gpu", gpus.empty() ? 0.0 : pl.RingMiB())
+        .Field("device_mib_per_gpu", gpus.empty() ? 0.0 : pl.DeviceMiB())
         .Field("cores", planner.ProducerCores(static_cast<int>(pi)));
     w.BeginArray("gpus");
     for (int g : gpus) w.Value(planner.gpus()[g].index);
@@ -412,8 +412,8 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
   for (size_t g = 0; g < planner.gpus().size(); ++g) {
     const Gpu& gpu = planner.gpus()[g];
     const GpuLoad& load = planner.loads()[g];
-    std::snprintf(line, sizeof(line), "gpu %d (%s): %.0f of %.0f MiB planned (rings %.0f), SM activity %.2f, %zu job(s)\n",
-                  gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.ring_mib, load.sm, load.jobs.size());
+    std::snprintf(line, sizeof(line), "gpu %d (%s): %.0f of %.0f MiB planned (producers %.0f), SM activity %.2f, %zu job(s)\n",
+                  gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.producer_mib, load.sm, load.jobs.size());
     out += line;
   }
   std::snprintf(line, sizeof(line), "CPU cores for loading: %.1f (per-job loaders would need %.1f)\n",

@@ -58,7 +58,7 @@ struct Placement {
 // Per-GPU state, exposed for reports and the simulator.
 struct GpuLoad {
   double used_mib = 0;      // jobs' reservations + producer rings
-  double ring_mib = 0;      // of which producer rings
+  double producer_mib = 0;      // of which producers (ring + context, once per producer)
   double sm = 0;            // combined expected SM activity
   std::vector<int> jobs;
   std::map<std::string, int> mig_used;  // profile -> instances in use

@@ -77,7 +77,7 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
       sj.started_at = t;
       sj.progress_s = 0;
       // Out of memory when what really runs on the GPU exceeds it, or a MIG instance's size.
-      double real = planner.loads()[p->gpu].ring_mib;
+      double real = planner.loads()[p->gpu].producer_mib;
       for (int k : planner.loads()[p->gpu].jobs) real += ActualMemory(set.jobs[k]);
       const double cap = p->mode == Mode::kMig ? p->reserved_mib : gpus[p->gpu].memory_mib;
       sj.will_oom = p->mode == Mode::kMig ? ActualMemory(set.jobs[j]) > cap : real > cap;
@@ -106,7 +106,7 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
         SimSample s;
         s.t = t;
         s.gpu = static_cast<int>(g);
-        s.memory_mib = planner.loads()[g].ring_mib;
+        s.memory_mib = planner.loads()[g].producer_mib;
         for (int k : planner.loads()[g].jobs) s.memory_mib += ActualMemory(set.jobs[k]);
         s.sm = std::min(1.0, planner.loads()[g].sm);
         s.cores = cores_wanted;

@@ -98,10 +98,10 @@ TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
     EXPECT_EQ(p.producer, 0);
     EXPECT_FALSE(p.host_path);
   }
-  const double ring = set.pipelines[0].RingMiB();
+  const double ring = set.pipelines[0].DeviceMiB();
   const GpuLoad& load = planner.loads()[plan.placements[0].gpu];
   EXPECT_DOUBLE_EQ(load.used_mib, 30000 + ring);  // the ring once, not three times
-  EXPECT_DOUBLE_EQ(load.ring_mib, ring);
+  EXPECT_DOUBLE_EQ(load.producer_mib, ring);
   EXPECT_NEAR(load.sm, 0.75, 1e-9);
   EXPECT_DOUBLE_EQ(plan.cpu_cores_used, 8);  // one producer's cores
   EXPECT_DOUBLE_EQ(plan.cpu_cores_without_sharing, 24);
