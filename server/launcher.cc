@@ -166,7 +166,13 @@ Status Launcher::StartMps() {
   mps_log_ = run_dir_ + "/mps-log";
   std::filesystem::create_directories(mps_pipe_);
   std::filesystem::create_directories(mps_log_);
-  const std::map<std::string, std::string> env = {{"CUDA_MPS_PIPE_DIRECTORY", mps_pipe_}, {"CUDA_MPS_LOG_DIRECTORY", mps_log_}};
+  std::map<std::string, std::string> env = {{"CUDA_MPS_PIPE_DIRECTORY", mps_pipe_}, {"CUDA_MPS_LOG_DIRECTORY", mps_log_}};
+  // The daemon sees every planned GPU in index order, so that a client's CUDA_VISIBLE_DEVICES
+  // (an NVML index) means the same GPU to the MPS server (it remaps what the daemon was given).
+  std::vector<int> all;
+  for (const Gpu& g : planner_.gpus()) all.push_back(g.index);
+  std::sort(all.begin(), all.end());
+  env["CUDA_VISIBLE_DEVICES"] = Join(all, ",");
   Result<CommandOutput> r = RunCommand({"nvidia-cuda-mps-control", "-d"}, 30000, env);
   if (!r.ok() || r->exit_code != 0) {
     return Status::IOError("cannot start the MPS control daemon (nvidia-cuda-mps-control -d): " +
@@ -273,7 +279,7 @@ Status Launcher::PlaceRound() {
     placed.push_back(*p);
   }
   for (const Placement& p : placed) {
-    if (p.producer < 0 || producer_of_.count(p.producer)) continue;
+    if (p.producer < 0 || producer_of_.count(p.producer) || ended_[p.job]) continue;
     if (Status st = StartProducer(p.producer); !st.ok()) {
       // Its jobs cannot run: report them failed rather than retrying a broken pipeline forever.
       Log("%s", st.message().c_str());

@@ -2,12 +2,15 @@
 // errors that name the job and field.
 #include "server/planner.h"
 
+#include <signal.h>
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <numeric>
 
+#include "server/launcher.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -257,6 +260,15 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
   ASSERT_OK(ok);
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
+}
+
+TEST(Launcher, WhatCountsAsOutOfMemory) {
+  EXPECT_TRUE(LooksLikeOom(1, false, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"));
+  EXPECT_TRUE(LooksLikeOom(1, false, "RuntimeError: CUDA error: OUT OF MEMORY"));
+  EXPECT_TRUE(LooksLikeOom(128 + SIGKILL, false, ""));   // the kernel's OOM killer
+  EXPECT_FALSE(LooksLikeOom(128 + SIGKILL, true, ""));   // we killed it
+  EXPECT_FALSE(LooksLikeOom(0, false, "out of memory")); // it recovered and finished
+  EXPECT_FALSE(LooksLikeOom(1, false, "ValueError: bad input"));
 }
 
 }  // namespace
