@@ -27,7 +27,7 @@ constexpr const char* kLaunchUsage =
 constexpr const char* kSimulateUsage =
     "coloader simulate --trace TRACE.json [--gpus 4] [--gpu-memory-mib 81559] [--gpu-sms 132]\n"
     "              [--policy all|P] [--sharing both|on|off] [--cpu-cores N] [--sm-limit 0.8] [--sample-s 300]\n"
-    "              [--out DIR (summary.csv, timeseries.csv)] [--json (the summary CSV on stdout)]";
+    "              [--out DIR (summary.csv, timeseries.csv)] [--csv (the summary as CSV on stdout)]";
 
 // The jobs file is the first argument; the rest are flags.
 Status SplitPositional(const std::vector<std::string>& args, const Flags& f, std::string* path,
@@ -200,7 +200,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
 int SimulateCommand(const std::vector<std::string>& args) {
   std::string trace_path, policy = "all", sharing = "both", out_dir, cpu_cores, sm_limit, mem = "81559", sample = "300";
   int gpus_n = 0, sms = 132;
-  bool json = false, help = false;
+  bool csv = false, help = false;
   Flags f("simulate", kSimulateUsage);
   f.AddString("trace", &trace_path);
   f.AddInt("gpus", &gpus_n);
@@ -212,7 +212,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
   f.AddString("sm-limit", &sm_limit);
   f.AddString("out", &out_dir);
   f.AddString("sample-s", &sample);
-  f.AddBool("json", &json);
+  f.AddBool("csv", &csv);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
   if (help) {
@@ -263,7 +263,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
     std::ofstream(out_dir + "/timeseries.csv") << SimTimeseriesCsv(runs);
     if (!std::ifstream(out_dir + "/summary.csv")) return Fail("simulate", Status::IOError("cannot write " + out_dir + "/summary.csv"));
   }
-  if (json) {
+  if (csv) {
     std::printf("%s", SimSummaryCsv(runs).c_str());
     return 0;
   }
