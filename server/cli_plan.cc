@@ -108,7 +108,10 @@ Result<std::vector<Gpu>> ResolveGpus(const Flags& f, const JobSet& set, const st
 }
 
 int Fail(const char* cmd, const Status& st) {
-  std::fprintf(stderr, "coloader %s: %s\n", cmd, st.message().c_str());
+  // Flag errors already say "coloader <cmd>: ..." and show the usage.
+  const std::string prefix = std::string("coloader ") + cmd + ": ";
+  const bool has_prefix = st.message().rfind(prefix, 0) == 0;
+  std::fprintf(stderr, "%s%s\n", has_prefix ? "" : prefix.c_str(), st.message().c_str());
   return st.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 

@@ -31,10 +31,10 @@ double ActualMemory(const Job& j) { return j.actual_memory_mib > 0 ? j.actual_me
 }  // namespace
 
 Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts) {
-  if (gpus.empty()) return Status::Invalid("simulate: no GPUs (give --gpus N or \"gpus\" in the trace)");
+  if (gpus.empty()) return Status::Invalid("no GPUs (give --gpus N or \"gpus\" in the trace)");
   for (const Job& j : trace.jobs) {
-    if (!(j.duration_s > 0)) return Status::Invalid("simulate: job \"" + j.name + "\" has no duration_s (seconds alone on a GPU)");
-    if (j.memory_auto) return Status::Invalid("simulate: job \"" + j.name + "\" has memory_mib \"auto\"; a trace states the estimate");
+    if (!(j.duration_s > 0)) return Status::Invalid("job \"" + j.name + "\" has no duration_s (seconds alone on a GPU)");
+    if (j.memory_auto) return Status::Invalid("job \"" + j.name + "\" has memory_mib \"auto\"; a trace states the estimate");
   }
   JobSet set = trace;  // OOM requeues raise estimates in this copy
   Planner planner(opts.planner, gpus, &set);
@@ -51,7 +51,7 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
   const double kMaxTime = 3600.0 * 24 * 60;
 
   while (finished < n) {
-    if (t > kMaxTime) return Status::Internal("simulate: not finished after 60 simulated days (a job that never fits?)");
+    if (t > kMaxTime) return Status::Internal("not finished after 60 simulated days (a job that never fits?)");
     // Arrivals.
     for (int j = 0; j < n; ++j) {
       if (jobs[j].state != State::kPending || set.jobs[j].arrival_s > t) continue;
