@@ -76,14 +76,15 @@ std::set<int> Planner::ProducerGpus(int pipeline) const {
   auto it = producer_members_.find(pipeline);
   if (it == producer_members_.end() || PipelineOnHostPath(pipeline)) return out;
   for (const auto& [g, n] : it->second) {
-    if (n > 0) out.insert(g);
+    if (n > 0 && !gpus_[g].mig) out.insert(g);
   }
   return out;
 }
 
 double Planner::RingCostOn(int j, int g) const {
   const int p = set_->jobs[j].pipeline;
-  if (!opts_.sharing || PipelineOnHostPath(p)) return 0;
+  // MIG consumers read the host-memory ring: nothing of the producer lives on a MIG GPU.
+  if (!opts_.sharing || PipelineOnHostPath(p) || gpus_[g].mig) return 0;
   auto it = producer_members_.find(p);
   if (it != producer_members_.end() && it->second.count(g) && it->second.at(g) > 0) return 0;
   return set_->pipelines[p].DeviceMiB();
@@ -212,7 +213,7 @@ void Planner::Release(int j) {
   auto& members = producer_members_[job.pipeline];
   if (--members[p.gpu] == 0) {
     members.erase(p.gpu);
-    if (!PipelineOnHostPath(job.pipeline)) {
+    if (!PipelineOnHostPath(job.pipeline) && !gpus_[p.gpu].mig) {
       const double ring = set_->pipelines[job.pipeline].DeviceMiB();
       load.used_mib -= ring;
       load.producer_mib -= ring;

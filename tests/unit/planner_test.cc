@@ -216,6 +216,15 @@ TEST(Planner, IsolationGetsAMigInstanceOnTheHostPathOrAGpuOfItsOwn) {
   EXPECT_EQ(iso->mig_profile, "2g.20gb");  // the smallest that holds 15000 MiB
   EXPECT_TRUE(iso->host_path);             // no CUDA IPC across MIG instances
   EXPECT_EQ(JobEnvironment(set, planner, *iso).count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+  EXPECT_EQ(planner.loads()[0].used_mib, 19968);  // the instance; no ring on a MIG GPU
+  std::optional<Placement> other = planner.TryPlace(1);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->mig_profile, "1g.10gb");
+  EXPECT_TRUE(other->host_path);
+  EXPECT_EQ(planner.loads()[0].producer_mib, 0);
+  planner.Release(0);
+  planner.Release(1);
+  EXPECT_EQ(planner.loads()[0].used_mib, 0);
   // Without MIG: a GPU of its own, which nobody joins.
   Planner plain(Opts(Policy::kSharingAware), Gpus(1), &set);
   std::optional<Placement> alone = plain.TryPlace(0);
