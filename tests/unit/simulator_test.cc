@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -100,6 +102,41 @@ TEST(Simulator, RejectsATraceWithoutDurations) {
   Result<SimResult> r = Simulate(set, Gpus(1), Opts(Policy::kSharingAware, true));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("duration_s"), std::string::npos);
+}
+
+// The repository's 90-job trace: what docs/PLACEMENT.md reports, as properties.
+TEST(Simulator, TheDocumentedTraceKeepsItsProperties) {
+  ASSERT_OK_AND_ASSIGN(JobSet trace, LoadJobSet(std::string(COLOADER_SOURCE_DIR) + "/examples/trace90.json"));
+  ASSERT_EQ(trace.jobs.size(), 90u);
+  std::map<std::pair<Policy, bool>, SimResult> runs;
+  SimOptions o;
+  o.planner.cpu_cores = trace.cpu_cores;
+  o.sample_s = 300;
+  std::vector<Gpu> gpus;
+  for (int g = 0; g < 4; ++g) gpus.push_back(Gpu{g, "sim", 81559, 132, false, {}});
+  for (Policy p : AllPolicies()) {
+    for (bool sharing : {false, true}) {
+      o.planner.policy = p;
+      o.planner.sharing = sharing;
+      ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(trace, gpus, o));
+      EXPECT_EQ(r.jobs_done, 90) << PolicyName(p);
+      runs[std::make_pair(p, sharing)] = r;
+    }
+  }
+  auto run = [&](Policy p, bool sharing) -> const SimResult& { return runs[std::make_pair(p, sharing)]; };
+  for (Policy p : AllPolicies()) {
+    // Shared producers never want more cores than per-job loaders.
+    EXPECT_LE(run(p, true).peak_cores, run(p, false).peak_cores) << PolicyName(p);
+    EXPECT_LE(run(p, true).mean_jct_s, run(p, false).mean_jct_s) << PolicyName(p);
+  }
+  for (bool sharing : {false, true}) {
+    const SimResult& aware = run(Policy::kSharingAware, sharing);
+    EXPECT_EQ(aware.ooms, 0);
+    EXPECT_LE(aware.peak_cores, trace.cpu_cores);  // cores are packed
+    EXPECT_LT(aware.makespan_s, run(Policy::kFifoExclusive, sharing).makespan_s);
+  }
+  // Packing by memory without shared loading starves the CPU: slower than one job per GPU.
+  EXPECT_GT(run(Policy::kMostMemory, false).makespan_s, run(Policy::kFifoExclusive, false).makespan_s);
 }
 
 }  // namespace
