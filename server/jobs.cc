@@ -284,7 +284,8 @@ Result<std::vector<Gpu>> GpusFromNvml() {
       char name[96] = {0};
       if (name_fn(dev, name, sizeof(name)) == 0) g.name = name;
       NvmlMemory m{};
-      if (mem_fn(dev, &m) == 0) g.memory_mib = static_cast<double>(m.total) / (1024.0 * 1024.0);
+      // What is free now: memory other processes already hold is not ours to plan with.
+      if (mem_fn(dev, &m) == 0) g.memory_mib = static_cast<double>(m.free) / (1024.0 * 1024.0);
       g.sms = SmsByName(g.name);
       unsigned current = 0, pending = 0;
       if (mig_fn && mig_fn(dev, &current, &pending) == 0 && current == 1) {

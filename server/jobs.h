@@ -84,7 +84,8 @@ Result<JobSet> LoadJobSet(const std::string& path);
 Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source);
 Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& where);
 
-// The GPUs NVML reports (libnvidia-ml.so.1 opened at run time; no link-time dependency).
+// The GPUs NVML reports (libnvidia-ml.so.1 opened at run time; no link-time dependency), with
+// the memory free at this moment as their memory_mib.
 // NotFound when there is no driver or no GPU.
 Result<std::vector<Gpu>> GpusFromNvml();
 
