@@ -78,14 +78,16 @@ TEST_F(LaunchTest, SharedProducerRequeuesAnOomJobAndSummarises) {
       ShellJob("oomy", "if [ ! -e " + marker + " ]; then touch " + marker +
                            "; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi",
                4000),
+      // Killed by SIGKILL that the launcher did not send, as the kernel's OOM killer does.
+      ShellJob("oomkilled", "if [ ! -e " + marker + "-kill ]; then touch " + marker + "-kill; kill -KILL $$; fi", 2000),
   });
   const std::string run = tmp_.path() + "/run";
   Child launch(Coloader({"launch", jobs, "--json", "--run-dir", run}));
   ASSERT_EQ(launch.Wait(120000), 0) << launch.Stderr();
   ASSERT_OK_AND_ASSIGN(JsonValue s, ParseJson(launch.Stdout(), "launch summary"));
-  EXPECT_EQ(s.Find("done")->number(), 3);
+  EXPECT_EQ(s.Find("done")->number(), 4);
   EXPECT_EQ(s.Find("failed")->number(), 0);
-  EXPECT_EQ(s.Find("ooms")->number(), 1);
+  EXPECT_EQ(s.Find("ooms")->number(), 2);
   EXPECT_EQ(s.Find("producers")->number(), 1);  // three jobs, one pipeline, one producer
   EXPECT_FALSE(s.Find("stopped")->bool_value());
   EXPECT_GT(s.Find("producer_cpu_s")->number(), 0);  // its CPU time, from wait4
@@ -93,8 +95,11 @@ TEST_F(LaunchTest, SharedProducerRequeuesAnOomJobAndSummarises) {
   for (const JsonValue& j : s.Find("jobs")->items()) {
     const std::string name = j.Find("name")->string();
     EXPECT_EQ(j.Find("outcome")->string(), "done") << name;
-    EXPECT_EQ(j.Find("attempts")->number(), name == "oomy" ? 2 : 1) << name;
-    EXPECT_EQ(j.Find("memory_mib")->number(), name == "oomy" ? 6000 : 3000) << name;  // 1.5x after the OOM
+    const bool requeued = name == "oomy" || name == "oomkilled";
+    EXPECT_EQ(j.Find("attempts")->number(), requeued ? 2 : 1) << name;
+    EXPECT_EQ(j.Find("ooms")->number(), requeued ? 1 : 0) << name;
+    const double first = name == "oomy" ? 4000 : (name == "oomkilled" ? 2000 : 3000);
+    EXPECT_EQ(j.Find("memory_mib")->number(), requeued ? 1.5 * first : first) << name;  // 1.5x after the OOM
   }
   // The consumers read the shared producer: each one's last epoch is whole.
   for (const char* name : {"a", "b"}) {
@@ -105,7 +110,7 @@ TEST_F(LaunchTest, SharedProducerRequeuesAnOomJobAndSummarises) {
   EXPECT_NE(launch.Stderr().find("job oomy ran out of GPU memory (exit 1); requeued with 6000 MiB"), std::string::npos)
       << launch.Stderr();
   const std::set<int> pids = StartedPids(launch.Stderr());
-  EXPECT_EQ(pids.size(), 5u);  // producer, a, b, oomy twice
+  EXPECT_EQ(pids.size(), 7u);  // producer, a, b, oomy twice, oomkilled twice
   ExpectGone(pids);
 }
 
