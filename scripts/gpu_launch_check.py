@@ -138,6 +138,9 @@ def main():
     for name, pid, mib in re.findall(r"job (\S+) started \(pid (\d+)\) on GPU \d+, \w+, (\d+) MiB", log):
         bound[int(pid)] = (f"job {name}", float(mib))
     producer_mib = {p["name"]: p["device_mib_per_gpu"] for p in plan["producers"]}
+    for p in plan["producers"]:
+        notes.append(f"producer {p['name']}: planned {p['device_mib_per_gpu']:.0f} MiB per GPU (ring + 600 MiB "
+                     "context allowance); a consumer's own nvidia-smi figure may include its mapping of the ring")
     for name, pid in re.findall(r"producer (\S+) started \(pid (\d+)", log):
         bound[int(pid)] = (f"producer {name}", producer_mib.get(name, 0.0))
     peak = {}
