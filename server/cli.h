@@ -39,5 +39,9 @@ class Flags {
 int Serve(const std::vector<std::string>& args);
 int Consume(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);
+// Placement (cli_plan.cc).
+int PlanCommand(const std::vector<std::string>& args);
+int LaunchCommand(const std::vector<std::string>& args);
+int SimulateCommand(const std::vector<std::string>& args);
 
 }  // namespace coloader::cli

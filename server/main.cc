@@ -15,6 +15,9 @@ constexpr const char* kHelp =
     "  coloader serve   --data DIR --name NAME [options]   run a producer\n"
     "  coloader consume --name NAME [options]              run the reference consumer\n"
     "  coloader status  --name NAME [--json]               show a producer's live state\n"
+    "  coloader plan    JOBS.json [options]                place jobs on GPUs (MPS/MIG, shared producers)\n"
+    "  coloader launch  JOBS.json [options]                run a plan: MPS daemon, producers, jobs\n"
+    "  coloader simulate --trace TRACE.json [options]      replay a trace under each placement policy\n"
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
@@ -31,6 +34,9 @@ int main(int argc, char** argv) {
   if (command == "serve") return coloader::cli::Serve(args);
   if (command == "consume") return coloader::cli::Consume(args);
   if (command == "status") return coloader::cli::StatusCommand(args);
+  if (command == "plan") return coloader::cli::PlanCommand(args);
+  if (command == "launch") return coloader::cli::LaunchCommand(args);
+  if (command == "simulate") return coloader::cli::SimulateCommand(args);
   std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
   return 2;
 }

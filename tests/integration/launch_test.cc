@@ -1,0 +1,171 @@
+// `coloader launch` driving real processes without a GPU (host path, no MPS): a producer, real
+// consumers, a job that runs out of memory once and is requeued, a clean stop on SIGTERM with
+// nothing left running, and clear errors for bad input.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "common/json_reader.h"
+#include "common/process.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+using testing::Child;
+using testing::Coloader;
+using testing::TempDir;
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = tmp_.path() + "/data";
+    ASSERT_EQ(testing::MakeImageFolder(data_, 40, 2), 40);
+  }
+
+  std::string Binary() const { return Coloader({})[0]; }
+
+  // A job that runs the reference consumer against the planned producer.
+  std::string ConsumerJob(const std::string& name, const std::string& extra) const {
+    return R"({"name": ")" + name + R"(", "command": [")" + Binary() +
+           R"(", "consume", "--name", "{producer}", "--epochs", "2", "--json")" + extra + R"(],
+      "pipeline": "p", "memory_mib": 3000, "sm_activity": 0.2, "loader_cores": 2})";
+  }
+  std::string ShellJob(const std::string& name, const std::string& script, double mib = 3000) const {
+    return R"({"name": ")" + name + R"(", "command": ["/bin/sh", "-c", ")" + script + R"("],
+      "pipeline": "p", "memory_mib": )" + std::to_string(mib) + R"(, "sm_activity": 0.2, "loader_cores": 2})";
+  }
+  std::string WriteJobs(const std::vector<std::string>& jobs, const std::string& data = "") const {
+    std::string s = R"({"cpu_cores": 8, "gpus": [{"memory_mib": 16000, "sms": 100}],
+      "pipelines": {"p": {"data": ")" + (data.empty() ? data_ : data) +
+                    R"(", "image_size": 32, "producer_batch": 8, "serve_args": ["--workers", "1"]}}, "jobs": [)";
+    for (size_t i = 0; i < jobs.size(); ++i) s += (i ? "," : "") + jobs[i];
+    s += "]}";
+    const std::string path = tmp_.path() + "/jobs.json";
+    testing::WriteFile(path, s);
+    return path;
+  }
+  // Every pid the launcher reported starting ("(pid N").
+  static std::set<int> StartedPids(const std::string& log) {
+    std::set<int> pids;
+    std::regex re("\\(pid ([0-9]+)");
+    for (std::sregex_iterator it(log.begin(), log.end(), re), end; it != end; ++it) pids.insert(std::stoi((*it)[1]));
+    return pids;
+  }
+  // Gone: no such process, or a zombie (dead; an orphan waits for init to reap it).
+  static void ExpectGone(const std::set<int>& pids) {
+    for (int pid : pids) {
+      const std::string stat = testing::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+      const size_t paren = stat.rfind(')');
+      const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : 'X';
+      EXPECT_TRUE(stat.empty() || state == 'Z') << "pid " << pid << " is still running: " << stat;
+    }
+  }
+  TempDir tmp_;
+  std::string data_;
+};
+
+TEST_F(LaunchTest, SharedProducerRequeuesAnOomJobAndSummarises) {
+  const std::string marker = tmp_.path() + "/oom-once";
+  const std::string jobs = WriteJobs({
+      ConsumerJob("a", R"(, "--batch-size", "5")"),
+      ConsumerJob("b", ""),
+      // Fails like a PyTorch job out of GPU memory on its first attempt, succeeds on its second.
+      ShellJob("oomy", "if [ ! -e " + marker + " ]; then touch " + marker +
+                           "; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB' >&2; exit 1; fi",
+               4000),
+      // Killed by SIGKILL that the launcher did not send, as the kernel's OOM killer does.
+      ShellJob("oomkilled", "if [ ! -e " + marker + "-kill ]; then touch " + marker + "-kill; kill -KILL $$; fi", 2000),
+  });
+  const std::string run = tmp_.path() + "/run";
+  Child launch(Coloader({"launch", jobs, "--json", "--run-dir", run}));
+  ASSERT_EQ(launch.Wait(120000), 0) << launch.Stderr();
+  ASSERT_OK_AND_ASSIGN(JsonValue s, ParseJson(launch.Stdout(), "launch summary"));
+  EXPECT_EQ(s.Find("done")->number(), 4);
+  EXPECT_EQ(s.Find("failed")->number(), 0);
+  EXPECT_EQ(s.Find("ooms")->number(), 2);
+  EXPECT_EQ(s.Find("producers")->number(), 1);  // three jobs, one pipeline, one producer
+  EXPECT_FALSE(s.Find("stopped")->bool_value());
+  EXPECT_GT(s.Find("producer_cpu_s")->number(), 0);  // its CPU time, from wait4
+  EXPECT_GT(s.Find("per_job_loader_cpu_s")->number(), 0);
+  for (const JsonValue& j : s.Find("jobs")->items()) {
+    const std::string name = j.Find("name")->string();
+    EXPECT_EQ(j.Find("outcome")->string(), "done") << name;
+    const bool requeued = name == "oomy" || name == "oomkilled";
+    EXPECT_EQ(j.Find("attempts")->number(), requeued ? 2 : 1) << name;
+    EXPECT_EQ(j.Find("ooms")->number(), requeued ? 1 : 0) << name;
+    const double first = name == "oomy" ? 4000 : (name == "oomkilled" ? 2000 : 3000);
+    EXPECT_EQ(j.Find("memory_mib")->number(), requeued ? 1.5 * first : first) << name;  // 1.5x after the OOM
+  }
+  // The consumers read the shared producer: each one's last epoch is whole.
+  for (const char* name : {"a", "b"}) {
+    auto epochs = testing::ParseJsonLines(testing::ReadFile(run + "/job-" + std::string(name) + ".1.out"));
+    ASSERT_EQ(epochs.size(), 2u) << name;
+    testing::ExpectExactEpoch(epochs.back(), 40);
+  }
+  EXPECT_NE(launch.Stderr().find("job oomy ran out of GPU memory (exit 1); requeued with 6000 MiB"), std::string::npos)
+      << launch.Stderr();
+  const std::set<int> pids = StartedPids(launch.Stderr());
+  EXPECT_EQ(pids.size(), 7u);  // producer, a, b, oomy twice, oomkilled twice
+  ExpectGone(pids);
+}
+
+TEST_F(LaunchTest, SigtermStopsJobsTheirChildrenAndProducers) {
+  const std::string grandchild = tmp_.path() + "/grandchild.pid";
+  const std::string jobs = WriteJobs({
+      ConsumerJob("reader", R"(, "--step-ms", "200")"),
+      ShellJob("sleeper", "sleep 300 & echo $! > " + grandchild + ".tmp; mv " + grandchild + ".tmp " + grandchild + "; wait"),
+  });
+  Child launch(Coloader({"launch", jobs, "--json", "--run-dir", tmp_.path() + "/run"}));
+  ASSERT_TRUE(launch.WaitForStderr("job sleeper started", 30000)) << launch.Stderr();
+  ASSERT_TRUE(launch.WaitForStderr("job reader started", 30000)) << launch.Stderr();
+  // The sleeper's own child is running once its pid file appears.
+  const uint64_t deadline = MonotonicNs() + 20000000000ull;
+  while (!std::filesystem::exists(grandchild) && MonotonicNs() < deadline) ::usleep(10000);
+  ASSERT_TRUE(std::filesystem::exists(grandchild));
+  launch.Signal(SIGTERM);
+  ASSERT_EQ(launch.Wait(60000), 130) << launch.Stderr();
+  ASSERT_OK_AND_ASSIGN(JsonValue s, ParseJson(launch.Stdout(), "launch summary"));
+  EXPECT_TRUE(s.Find("stopped")->bool_value());
+  EXPECT_EQ(s.Find("done")->number(), 0);
+  for (const JsonValue& j : s.Find("jobs")->items()) EXPECT_EQ(j.Find("outcome")->string(), "stopped");
+  std::set<int> pids = StartedPids(launch.Stderr());
+  EXPECT_EQ(pids.size(), 3u);
+  pids.insert(std::stoi(testing::ReadFile(grandchild)));
+  ExpectGone(pids);
+}
+
+TEST_F(LaunchTest, AProducerThatCannotStartFailsItsJobsWithoutHanging) {
+  const std::string jobs = WriteJobs({ConsumerJob("a", "")}, tmp_.path() + "/no-such-dataset");
+  Child launch(Coloader({"launch", jobs, "--json", "--run-dir", tmp_.path() + "/run"}));
+  ASSERT_EQ(launch.Wait(60000), 1) << launch.Stderr();
+  EXPECT_NE(launch.Stderr().find("did not start"), std::string::npos) << launch.Stderr();
+  EXPECT_NE(launch.Stderr().find("no-such-dataset"), std::string::npos) << launch.Stderr();
+  ExpectGone(StartedPids(launch.Stderr()));
+}
+
+TEST_F(LaunchTest, BadInputIsAClearError) {
+  Child missing(Coloader({"launch", tmp_.path() + "/nope.json"}));
+  EXPECT_EQ(missing.Wait(), 1);
+  EXPECT_NE(missing.Stderr().find("nope.json"), std::string::npos) << missing.Stderr();
+
+  testing::WriteFile(tmp_.path() + "/auto.json", R"({"gpus": [{"memory_mib": 1000}], "jobs": [{"name": "r50",
+      "command": ["true"], "pipeline": {"data": "/d"}, "memory_mib": "auto", "model": "torchvision:resnet50",
+      "batch_size": 8}]})");
+  Child estimator(Coloader({"launch", tmp_.path() + "/auto.json", "--python", "/nonexistent/python3"}));
+  EXPECT_EQ(estimator.Wait(), 2);
+  EXPECT_NE(estimator.Stderr().find("job \"r50\": memory_mib is \"auto\" but the estimator"), std::string::npos)
+      << estimator.Stderr();
+
+  testing::WriteFile(tmp_.path() + "/broken.json", "{\"jobs\": [\n  {\"name\": \"x\",}\n]}");
+  Child broken(Coloader({"plan", tmp_.path() + "/broken.json"}));
+  EXPECT_EQ(broken.Wait(), 2);
+  EXPECT_NE(broken.Stderr().find("broken.json:2:16: expected a member name"), std::string::npos) << broken.Stderr();
+}
+
+}  // namespace
+}  // namespace coloader

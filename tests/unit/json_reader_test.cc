@@ -1,0 +1,101 @@
+#include "common/json_reader.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+TEST(JsonReader, ParsesEveryKind) {
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(R"( {"a": [1, -2.5e2, 0.125], "b": "x\"\\\/\n\u00e9\ud83d\ude00",
+      "c": true, "d": false, "e": null, "f": {}} )"));
+  ASSERT_TRUE(v.is_object());
+  ASSERT_EQ(v.members().size(), 6u);
+  EXPECT_EQ(v.members()[0].first, "a");  // file order kept
+  const JsonValue* a = v.Find("a");
+  ASSERT_TRUE(a && a->is_array());
+  ASSERT_EQ(a->items().size(), 3u);
+  EXPECT_EQ(a->items()[0].number(), 1);
+  EXPECT_EQ(a->items()[1].number(), -250);
+  EXPECT_EQ(a->items()[2].number(), 0.125);
+  EXPECT_EQ(v.Find("b")->string(), "x\"\\/\n\xc3\xa9\xf0\x9f\x98\x80");
+  EXPECT_TRUE(v.Find("c")->bool_value());
+  EXPECT_FALSE(v.Find("d")->bool_value());
+  EXPECT_TRUE(v.Find("e")->is_null());
+  EXPECT_TRUE(v.Find("f")->is_object());
+  EXPECT_EQ(v.Find("zz"), nullptr);
+}
+
+// Each malformed document fails with the position and what was expected.
+TEST(JsonReader, MalformedInputSaysWhereAndWhat) {
+  struct Case {
+    const char* text;
+    const char* where;
+    const char* what;
+  };
+  const Case cases[] = {
+      {"", "f.json:1:1", "expected a value"},
+      {"{\"a\": 1,\n \"b\" 2}", "f.json:2:6", "expected ':' after \"b\""},
+      {"{\"a\": 1 \"b\": 2}", "f.json:1:9", "expected ',' or '}'"},
+      {"[1, 2,]", "f.json:1:7", "expected a value"},
+      {"[1 2]", "f.json:1:4", "expected ',' or ']'"},
+      {"{a: 1}", "f.json:1:2", "member name in double quotes"},
+      {"\"abc", "f.json:1:5", "unterminated string"},
+      {"\"a\tb\"", "f.json:1:3", "unescaped control character"},
+      {"\"\\x\"", "f.json:1:3", "invalid escape \\x"},
+      {"\"\\u12g4\"", "f.json:1", "four hex digits"},
+      {"01", "f.json:1:2", "leading zeros"},
+      {"1.", "f.json:1:3", "digits after '.'"},
+      {"1e", "f.json:1:3", "exponent"},
+      {"-", "f.json:1:2", "expected digits"},
+      {"1e999", "f.json:1:1", "out of range"},
+      {"tru", "f.json:1:1", "expected a value"},
+      {"{} {}", "f.json:1:4", "after the end of the document"},
+      {"{\"a\": 1, \"a\": 2}", "f.json:1:10", "duplicate member \"a\""},
+  };
+  for (const Case& c : cases) {
+    Result<JsonValue> r = ParseJson(c.text, "f.json");
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_NE(r.status().message().find(c.where), std::string::npos) << c.text << " -> " << r.status().message();
+    EXPECT_NE(r.status().message().find(c.what), std::string::npos) << c.text << " -> " << r.status().message();
+  }
+}
+
+TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
+  std::string deep(100000, '[');
+  Result<JsonValue> r = ParseJson(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nesting deeper"), std::string::npos);
+}
+
+TEST(JsonReader, FieldsNameTheFieldAndTheProblem) {
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(R"({"n": 3, "s": "x", "l": ["a", 2], "b": true})"));
+  JsonFields f(v, "jobs[0]");
+  EXPECT_EQ(*f.Number("n"), 3);
+  EXPECT_EQ(*f.Number("missing", 7), 7);
+  EXPECT_EQ(*f.String("s"), "x");
+  EXPECT_TRUE(*f.Bool("b", false));
+  Result<std::string> wrong = f.String("n");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().message(), "jobs[0]: field \"n\" must be a string, got a number");
+  Result<double> missing = f.Number("zz");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "jobs[0]: field \"zz\" is missing");
+  Result<std::vector<std::string>> list = f.StringList("l");
+  ASSERT_FALSE(list.ok());
+  EXPECT_NE(list.status().message().find("item 1 is a number"), std::string::npos);
+  Status unknown = f.OnlyKnown({"n", "s", "l"});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("unknown field \"b\""), std::string::npos);
+}
+
+TEST(JsonReader, MissingFileIsNotFound) {
+  Result<JsonValue> r = ReadJsonFile("/nonexistent/jobs.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/jobs.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coloader

@@ -1,0 +1,284 @@
+// The planner and the jobs-file reader: sharing, SM and memory limits, CPU cores, MIG, and
+// errors that name the job and field.
+#include "server/planner.h"
+
+#include <signal.h>
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "server/launcher.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+Result<JobSet> Parse(const std::string& text) {
+  ASSIGN_OR_RETURN(JsonValue doc, ParseJson(text, "jobs.json"));
+  return ParseJobSet(doc, "jobs.json");
+}
+
+std::vector<Gpu> Gpus(int n, double mib = 81920) {
+  std::vector<Gpu> g;
+  for (int i = 0; i < n; ++i) g.push_back(Gpu{i, "test-gpu", mib, 132, false, {}});
+  return g;
+}
+
+// n jobs of one pipeline (unless `pipelines` > 1: job i reads pipeline i % pipelines).
+std::string JobsJson(const std::vector<std::pair<double, double>>& mem_sm, int pipelines = 1, double cores = 8) {
+  std::string s = R"({"jobs": [)";
+  for (size_t i = 0; i < mem_sm.size(); ++i) {
+    s += std::string(i ? "," : "") + R"({"name": "j)" + std::to_string(i) + R"(", "pipeline": {"data": "/d/)" +
+         std::to_string(i % pipelines) + R"("}, "memory_mib": )" + std::to_string(mem_sm[i].first) +
+         R"(, "sm_activity": )" + std::to_string(mem_sm[i].second) + R"(, "loader_cores": )" + std::to_string(cores) + "}";
+  }
+  return s + "]}";
+}
+
+PlannerOptions Opts(Policy p, bool sharing = true, double cores = 64) {
+  PlannerOptions o;
+  o.policy = p;
+  o.sharing = sharing;
+  o.cpu_cores = cores;
+  return o;
+}
+
+TEST(JobsFile, SamePipelineKeySharesWhateverTheSpelling) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({
+    "pipelines": {"in": {"data": "/d/imagenet", "image_size": 224}},
+    "jobs": [
+      {"name": "a", "pipeline": "in", "memory_mib": 1000},
+      {"name": "b", "pipeline": {"data": "/d/imagenet", "augment": "train", "producer_batch": 128}, "memory_mib": 1000},
+      {"name": "c", "pipeline": {"data": "/d/imagenet", "image_size": 160}, "memory_mib": 1000},
+      {"name": "d", "pipeline": {"data": "/d/places"}, "memory_mib": "auto", "model": "torchvision:resnet18", "batch_size": 64}
+    ]})"));
+  ASSERT_EQ(set.jobs.size(), 4u);
+  EXPECT_EQ(set.jobs[0].pipeline, set.jobs[1].pipeline);  // producer batch does not change what consumers see
+  EXPECT_NE(set.jobs[0].pipeline, set.jobs[2].pipeline);  // image size does
+  EXPECT_NE(set.jobs[0].pipeline, set.jobs[3].pipeline);
+  EXPECT_EQ(set.pipelines.size(), 3u);
+  EXPECT_TRUE(set.jobs[3].memory_auto);
+  EXPECT_EQ(EstimatorCommand(set.jobs[3], "py"),
+            (std::vector<std::string>{"py", "-m", "coloader.estimate", "--model", "torchvision:resnet18", "--batch-size",
+                                      "64", "--optimizer", "sgd", "--precision", "fp32", "--json"}));
+  // 6 slots (window 4 + 2 spare) of 256 x 3 x 224 x 224 float32.
+  EXPECT_NEAR(set.pipelines[0].RingMiB(), 6 * 256 * 3 * 224 * 224 * 4 / 1048576.0, 1e-6);
+}
+
+TEST(JobsFile, ErrorsNameTheJobAndTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"jobs": []})", "field \"jobs\" must be a non-empty array"},
+      {R"({"jobs": [{"name": "a", "memory_mib": 1}]})", "jobs[0] (\"a\"): field \"pipeline\" is missing"},
+      {R"({"jobs": [{"name": "a", "pipeline": "nope", "memory_mib": 1}]})", "names \"nope\", which \"pipelines\" does not define"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": -1}]})", "field \"memory_mib\" must be a number of MiB > 0 or \"auto\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": "auto"}]})", "field \"model\" is needed"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "sm_activity": 2}]})", "field \"sm_activity\" must be between 0 and 1"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "gpu_count": 2}]})", "unknown field \"gpu_count\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "output": "int4"}, "memory_mib": 5}]})", "jobs[0] (\"a\").pipeline: field \"output\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}, {"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}]})", "two jobs are named \"a\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}], "gpus": [{"sms": 4}]})", "gpus[0]: field \"memory_mib\" is missing"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}], "gpus": [{"memory_mib": 4, "mig": true}]})", "must list the profiles"},
+  };
+  for (const auto& [text, want] : cases) {
+    Result<JobSet> r = Parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+    EXPECT_EQ(r.status().message().rfind("jobs.json", 0), 0u) << r.status().message();
+  }
+}
+
+TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}, {4000, 0.2}, {20000, 0.3}})));
+  Planner planner(Opts(Policy::kSharingAware), Gpus(2), &set);
+  Plan plan = MakePlan(set, planner.gpus(), planner.options(), &planner);
+  ASSERT_EQ(plan.placements.size(), 3u);
+  for (const Placement& p : plan.placements) {
+    EXPECT_EQ(p.gpu, plan.placements[0].gpu);
+    EXPECT_EQ(planner.ModeOf(p), Mode::kMps);
+    EXPECT_EQ(p.producer, 0);
+    EXPECT_FALSE(p.host_path);
+  }
+  const double ring = set.pipelines[0].DeviceMiB();
+  const GpuLoad& load = planner.loads()[plan.placements[0].gpu];
+  EXPECT_DOUBLE_EQ(load.used_mib, 30000 + ring);  // the ring once, not three times
+  EXPECT_DOUBLE_EQ(load.producer_mib, ring);
+  EXPECT_NEAR(load.sm, 0.75, 1e-9);
+  EXPECT_DOUBLE_EQ(plan.cpu_cores_used, 8);  // one producer's cores
+  EXPECT_DOUBLE_EQ(plan.cpu_cores_without_sharing, 24);
+  // Its environment: the GPU, the MPS share of SMs and the memory limit, the producer's name.
+  std::map<std::string, std::string> env = JobEnvironment(set, planner, plan.placements[0]);
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], std::to_string(plan.placements[0].gpu));
+  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
+  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "32");  // 0.25 of the 0.8 budget
+  EXPECT_EQ(env["COLOADER_NAME"], ProducerName(set, 0));
+}
+
+TEST(Planner, SharingAwareRespectsTheSmLimitTheOthersDoNot) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.5}, {10000, 0.5}})));
+  Plan aware = MakePlan(set, Gpus(1), Opts(Policy::kSharingAware));
+  EXPECT_EQ(aware.placements.size(), 1u);
+  EXPECT_EQ(aware.queued, std::vector<int>{1});
+  for (Policy p : {Policy::kMostMemory, Policy::kLeastUtilised}) {
+    Plan plan = MakePlan(set, Gpus(1), Opts(p));
+    EXPECT_EQ(plan.placements.size(), 2u) << PolicyName(p);
+  }
+  // Two GPUs: the sharing-aware policy spreads them rather than exceed 80% on one.
+  Planner planner(Opts(Policy::kSharingAware), Gpus(2), &set);
+  Plan two = MakePlan(set, planner.gpus(), planner.options(), &planner);
+  ASSERT_EQ(two.placements.size(), 2u);
+  EXPECT_NE(two.placements[0].gpu, two.placements[1].gpu);
+  EXPECT_EQ(planner.ProducerGpus(0).size(), 2u);  // one ring on each GPU
+}
+
+TEST(Planner, MemoryMustFitWithTheRing) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{50000, 0.1}, {30000, 0.1}, {90000, 0.1}})));
+  for (Policy p : AllPolicies()) {
+    Plan plan = MakePlan(set, Gpus(1, 80000), Opts(p));
+    EXPECT_EQ(plan.impossible, std::vector<int>{2}) << PolicyName(p);  // 90000 > 80000
+    EXPECT_EQ(plan.placements.size(), 1u) << PolicyName(p);  // 50000 + 30000 + ring > 80000
+  }
+  // Without sharing there is no ring on the GPU, and both fit exactly.
+  Plan no_ring = MakePlan(set, Gpus(1, 80000), Opts(Policy::kMostMemory, false));
+  EXPECT_EQ(no_ring.placements.size(), 2u);
+}
+
+TEST(Planner, PoliciesChooseDifferentGpus) {
+  // Two running jobs: a big one with little SM activity on GPU 0, a small busy one on GPU 1.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{60000, 0.1}, {5000, 0.6}, {5000, 0.1}}, 3)));
+  std::vector<int> where;
+  for (Policy p : {Policy::kMostMemory, Policy::kLeastUtilised}) {
+    Planner planner(Opts(p), Gpus(2), &set);
+    ASSERT_TRUE(planner.TryPlace(0));
+    ASSERT_TRUE(planner.TryPlace(1));
+    ASSERT_NE(planner.placed().at(0).gpu, planner.placed().at(1).gpu);
+    std::optional<Placement> third = planner.TryPlace(2);
+    ASSERT_TRUE(third);
+    where.push_back(third->gpu);
+    // Most memory: next to the busy small one. Least utilised: next to the big idle one.
+    EXPECT_EQ(third->gpu, planner.placed().at(p == Policy::kMostMemory ? 1 : 0).gpu) << PolicyName(p);
+  }
+  EXPECT_NE(where[0], where[1]);
+}
+
+TEST(Planner, FifoExclusiveIsOneJobPerGpuInStrictOrder) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{1000, 0.1}, {1000, 0.1}, {1000, 0.1}})));
+  Planner planner(Opts(Policy::kFifoExclusive), Gpus(2), &set);
+  Plan plan = MakePlan(set, planner.gpus(), planner.options(), &planner);
+  ASSERT_EQ(plan.placements.size(), 2u);
+  EXPECT_EQ(plan.queued, std::vector<int>{2});
+  for (const Placement& p : plan.placements) EXPECT_EQ(planner.ModeOf(p), Mode::kExclusive);
+  planner.Release(0);
+  std::optional<Placement> p = planner.TryPlace(2);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(planner.ModeOf(*p), Mode::kExclusive);
+}
+
+TEST(Planner, CpuCoresArePackedAndSharingSavesThem) {
+  // Four jobs of two pipelines, 10 loader cores each, 25 cores on the machine.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{1000, 0.1}, {1000, 0.1}, {1000, 0.1}, {1000, 0.1}}, 2, 10)));
+  Plan own = MakePlan(set, Gpus(4), Opts(Policy::kSharingAware, false, 25));
+  EXPECT_EQ(own.placements.size(), 2u);  // 3 x 10 > 25
+  Plan shared = MakePlan(set, Gpus(4), Opts(Policy::kSharingAware, true, 25));
+  EXPECT_EQ(shared.placements.size(), 4u);  // two producers, 20 cores
+  EXPECT_DOUBLE_EQ(shared.cpu_cores_used, 20);
+}
+
+TEST(Planner, ReleaseGivesEverythingBack) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{1000, 0.2}, {2000, 0.2}, {3000, 0.2}}, 2)));
+  for (Policy p : AllPolicies()) {
+    for (bool sharing : {false, true}) {
+      Planner planner(Opts(p, sharing), Gpus(3), &set);
+      for (int j = 0; j < 3; ++j) ASSERT_TRUE(planner.TryPlace(j)) << PolicyName(p);
+      for (int j : {1, 0, 2}) planner.Release(j);
+      EXPECT_EQ(planner.cores_used(), 0) << PolicyName(p);
+      for (const GpuLoad& l : planner.loads()) {
+        EXPECT_EQ(l.used_mib, 0);
+        EXPECT_EQ(l.sm, 0);
+        EXPECT_TRUE(l.jobs.empty());
+      }
+      EXPECT_FALSE(planner.ProducerRunning(0));
+    }
+  }
+}
+
+TEST(Planner, IsolationGetsAMigInstanceOnTheHostPathOrAGpuOfItsOwn) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [
+      {"name": "iso", "pipeline": {"data": "/d"}, "memory_mib": 15000, "isolation": true},
+      {"name": "other", "pipeline": {"data": "/d"}, "memory_mib": 1000}]})"));
+  Gpu mig{0, "mig-gpu", 81920, 132, true, {{"1g.10gb", 9984, 16, 7}, {"2g.20gb", 19968, 32, 3}, {"7g.80gb", 80000, 132, 1}}};
+  Planner planner(Opts(Policy::kSharingAware), {mig}, &set);
+  std::optional<Placement> iso = planner.TryPlace(0);
+  ASSERT_TRUE(iso);
+  EXPECT_EQ(iso->mode, Mode::kMig);
+  EXPECT_EQ(iso->mig_profile, "2g.20gb");  // the smallest that holds 15000 MiB
+  EXPECT_TRUE(iso->host_path);             // no CUDA IPC across MIG instances
+  EXPECT_EQ(JobEnvironment(set, planner, *iso).count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+  EXPECT_EQ(planner.loads()[0].used_mib, 19968);  // the instance; no ring on a MIG GPU
+  std::optional<Placement> other = planner.TryPlace(1);
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->mig_profile, "1g.10gb");
+  EXPECT_TRUE(other->host_path);
+  EXPECT_EQ(planner.loads()[0].producer_mib, 0);
+  planner.Release(0);
+  planner.Release(1);
+  EXPECT_EQ(planner.loads()[0].used_mib, 0);
+  // Without MIG: a GPU of its own, which nobody joins.
+  Planner plain(Opts(Policy::kSharingAware), Gpus(1), &set);
+  std::optional<Placement> alone = plain.TryPlace(0);
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(plain.ModeOf(*alone), Mode::kExclusive);
+  EXPECT_FALSE(plain.TryPlace(1));
+}
+
+TEST(Planner, ALockedProducerKeepsItsLaterJobsOnItsGpu) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{1000, 0.3}, {1000, 0.3}, {1000, 0.3}})));
+  Planner planner(Opts(Policy::kMostMemory), Gpus(2), &set);
+  std::optional<Placement> first = planner.TryPlace(0);
+  ASSERT_TRUE(first);
+  planner.LockProducer(0);
+  for (int j : {1, 2}) {
+    std::optional<Placement> p = planner.TryPlace(j);
+    ASSERT_TRUE(p);
+    EXPECT_EQ(p->gpu, first->gpu);  // most-memory alone would pick the empty GPU
+  }
+}
+
+TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [{"name": "r50", "pipeline": {"data": "/d"},
+      "memory_mib": "auto", "model": "torchvision:resnet50", "batch_size": 128, "precision": "bf16-amp"}]})"));
+  Status missing = EstimateAutoJobs(&set, "/nonexistent/python3");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("job \"r50\""), std::string::npos) << missing.message();
+  // A stand-in estimator module with the documented interface: argv in, one JSON object out.
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/coloader");
+  testing::WriteFile(dir.path() + "/coloader/__init__.py", "");
+  testing::WriteFile(dir.path() + "/coloader/estimate.py",
+                     "import json, sys\n"
+                     "a = sys.argv[1:]\n"
+                     "assert a[a.index('--precision') + 1] == 'bf16-amp' and '--json' in a\n"
+                     "if a[a.index('--batch-size') + 1] != '128': sys.exit('bad batch')\n"
+                     "print(json.dumps({'total_mib': 9876.5, 'parts': {}}))\n");
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string saved = old ? old : "";
+  ::setenv("PYTHONPATH", dir.path().c_str(), 1);
+  Status ok = EstimateAutoJobs(&set, "/usr/bin/python3");
+  if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
+  ASSERT_OK(ok);
+  EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
+}
+
+TEST(Launcher, WhatCountsAsOutOfMemory) {
+  EXPECT_TRUE(LooksLikeOom(1, false, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"));
+  EXPECT_TRUE(LooksLikeOom(1, false, "RuntimeError: CUDA error: OUT OF MEMORY"));
+  EXPECT_TRUE(LooksLikeOom(128 + SIGKILL, false, ""));   // the kernel's OOM killer
+  EXPECT_FALSE(LooksLikeOom(128 + SIGKILL, true, ""));   // we killed it
+  EXPECT_FALSE(LooksLikeOom(0, false, "out of memory")); // it recovered and finished
+  EXPECT_FALSE(LooksLikeOom(1, false, "ValueError: bad input"));
+}
+
+}  // namespace
+}  // namespace coloader

@@ -1,0 +1,143 @@
+#include "server/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+// A trace of jobs given as (estimate, actual, sm, duration, arrival) on one pipeline.
+struct T {
+  double est, actual, sm, duration, arrival;
+};
+JobSet Trace(const std::vector<T>& jobs, double cores = 4) {
+  JobSet set;
+  set.pipelines.push_back(JobPipeline{});
+  set.pipelines[0].data = "/d";
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job j;
+    j.name = "j" + std::to_string(i);
+    j.pipeline = 0;
+    j.memory_mib = jobs[i].est;
+    j.actual_memory_mib = jobs[i].actual;
+    j.sm_activity = jobs[i].sm;
+    j.duration_s = jobs[i].duration;
+    j.arrival_s = jobs[i].arrival;
+    j.loader_cores = cores;
+    set.jobs.push_back(j);
+  }
+  return set;
+}
+
+std::vector<Gpu> Gpus(int n) {
+  std::vector<Gpu> g;
+  for (int i = 0; i < n; ++i) g.push_back(Gpu{i, "sim", 40000, 100, false, {}});
+  return g;
+}
+
+SimOptions Opts(Policy p, bool sharing) {
+  SimOptions o;
+  o.planner.policy = p;
+  o.planner.sharing = sharing;
+  o.planner.cpu_cores = 64;
+  o.dt_s = 1;
+  return o;
+}
+
+TEST(Simulator, SlowdownModel) {
+  SimOptions o;
+  EXPECT_DOUBLE_EQ(CollocationSlowdown(1, 0.95, o), 1.0);
+  EXPECT_DOUBLE_EQ(CollocationSlowdown(2, 0.6, o), 1.03);
+  EXPECT_NEAR(CollocationSlowdown(3, 1.8, o), 1.06 * 2.0, 1e-12);
+}
+
+TEST(Simulator, CollocationBeatsExclusiveForLightJobs) {
+  JobSet set = Trace({{5000, 5000, 0.3, 1000, 0}, {5000, 5000, 0.3, 1000, 0}});
+  ASSERT_OK_AND_ASSIGN(SimResult fifo, Simulate(set, Gpus(1), Opts(Policy::kFifoExclusive, true)));
+  ASSERT_OK_AND_ASSIGN(SimResult aware, Simulate(set, Gpus(1), Opts(Policy::kSharingAware, true)));
+  EXPECT_EQ(fifo.jobs_done, 2);
+  EXPECT_NEAR(fifo.makespan_s, 2000, 2);            // one after the other
+  EXPECT_NEAR(aware.makespan_s, 1000 * 1.03, 2);    // together, 3% interference
+  EXPECT_EQ(aware.ooms, 0);
+  EXPECT_LT(aware.mean_jct_s, fifo.mean_jct_s);
+}
+
+TEST(Simulator, AnUnderestimateIsAnOomThenARequeue) {
+  // Both fit by their estimates, but not by what they really use: the second one started
+  // runs out of memory, is requeued with 1.5x its estimate and runs after the first.
+  JobSet set = Trace({{18000, 19000, 0.2, 500, 0}, {18000, 25000, 0.2, 500, 0}});
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
+  EXPECT_EQ(r.ooms, 1);
+  EXPECT_EQ(r.jobs_done, 2);
+  EXPECT_GT(r.makespan_s, 1000);
+}
+
+TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
+  // Four jobs of one pipeline whose own loaders would want 32 cores each on a 64-core machine.
+  JobSet set = Trace({{1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0},
+                      {1000, 1000, 0.1, 600, 0}}, 32);
+  ASSERT_OK_AND_ASSIGN(SimResult own, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
+  ASSERT_OK_AND_ASSIGN(SimResult shared, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, true)));
+  EXPECT_DOUBLE_EQ(own.peak_cores, 128);
+  EXPECT_DOUBLE_EQ(shared.peak_cores, 32);
+  EXPECT_GT(own.makespan_s, 1.9 * shared.makespan_s);  // half the cores each
+}
+
+TEST(Simulator, SameTraceSameResult) {
+  JobSet set = Trace({{5000, 5200, 0.3, 700, 0}, {9000, 8000, 0.5, 900, 30}, {30000, 31000, 0.9, 400, 60}});
+  for (Policy p : AllPolicies()) {
+    ASSERT_OK_AND_ASSIGN(SimResult a, Simulate(set, Gpus(2), Opts(p, true)));
+    ASSERT_OK_AND_ASSIGN(SimResult b, Simulate(set, Gpus(2), Opts(p, true)));
+    EXPECT_EQ(SimSummaryCsv({a}), SimSummaryCsv({b}));
+    EXPECT_EQ(a.jobs_done, 3) << PolicyName(p);
+    EXPECT_FALSE(a.samples.empty());
+  }
+}
+
+TEST(Simulator, RejectsATraceWithoutDurations) {
+  JobSet set = Trace({{5000, 5000, 0.3, 0, 0}});
+  Result<SimResult> r = Simulate(set, Gpus(1), Opts(Policy::kSharingAware, true));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("duration_s"), std::string::npos);
+}
+
+// The repository's 90-job trace: what docs/PLACEMENT.md reports, as properties.
+TEST(Simulator, TheDocumentedTraceKeepsItsProperties) {
+  ASSERT_OK_AND_ASSIGN(JobSet trace, LoadJobSet(std::string(COLOADER_SOURCE_DIR) + "/examples/trace90.json"));
+  ASSERT_EQ(trace.jobs.size(), 90u);
+  std::map<std::pair<Policy, bool>, SimResult> runs;
+  SimOptions o;
+  o.planner.cpu_cores = trace.cpu_cores;
+  o.sample_s = 300;
+  std::vector<Gpu> gpus;
+  for (int g = 0; g < 4; ++g) gpus.push_back(Gpu{g, "sim", 81559, 132, false, {}});
+  for (Policy p : AllPolicies()) {
+    for (bool sharing : {false, true}) {
+      o.planner.policy = p;
+      o.planner.sharing = sharing;
+      ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(trace, gpus, o));
+      EXPECT_EQ(r.jobs_done, 90) << PolicyName(p);
+      runs[std::make_pair(p, sharing)] = r;
+    }
+  }
+  auto run = [&](Policy p, bool sharing) -> const SimResult& { return runs[std::make_pair(p, sharing)]; };
+  for (Policy p : AllPolicies()) {
+    // Shared producers never want more cores than per-job loaders.
+    EXPECT_LE(run(p, true).peak_cores, run(p, false).peak_cores) << PolicyName(p);
+    EXPECT_LE(run(p, true).mean_jct_s, run(p, false).mean_jct_s) << PolicyName(p);
+  }
+  for (bool sharing : {false, true}) {
+    const SimResult& aware = run(Policy::kSharingAware, sharing);
+    EXPECT_EQ(aware.ooms, 0);
+    EXPECT_LE(aware.peak_cores, trace.cpu_cores);  // cores are packed
+    EXPECT_LT(aware.makespan_s, run(Policy::kFifoExclusive, sharing).makespan_s);
+  }
+  // Packing by memory without shared loading starves the CPU: slower than one job per GPU.
+  EXPECT_GT(run(Policy::kMostMemory, false).makespan_s, run(Policy::kFifoExclusive, false).makespan_s);
+}
+
+}  // namespace
+}  // namespace coloader
