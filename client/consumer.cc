@@ -175,6 +175,7 @@ void ConsumerState::IoLoop() {
   };
   bool said_bye = false;
   uint64_t exit_seen_ns = 0;  // when the producer's pidfd fired
+  uint64_t last_awake = last_heard;
   while (!stopping.load()) {
     std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, sink->fd, ZMQ_POLLIN, 0}};
@@ -225,6 +226,15 @@ void ConsumerState::IoLoop() {
     if (said_bye) break;  // the producer is done with us; nothing more will come
 
     const uint64_t now = MonotonicNs();
+    // Silence counts only while we were running: a process stopped (SIGSTOP, a debugger, a
+    // suspended VM) finds the producer's last words still on their way through libzmq when it
+    // resumes (typically that it was detached), and must read them rather than conclude from
+    // its own absence that the producer went silent.
+    if (now - last_awake > uint64_t{wait_ms} * 1000000 + 250'000'000) {
+      if (last_heard < last_awake) last_heard = now - (last_awake - last_heard);  // not if heard since
+      send(Heartbeat{});
+    }
+    last_awake = now;
     if (producer_watch.valid() && producer_watch.Exited()) {
       // What it sent before it went may still be on its way through libzmq (a goodbye, or
       // that we were detached while stopped): give it a moment to arrive before concluding.

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "client/consumer.h"
@@ -397,6 +399,33 @@ TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItRes
   EXPECT_NE(stopped->Stderr().find("detached"), std::string::npos) << stopped->Stderr();
 }
 
+TEST_F(IntegrationTest, ConsumersResumedLongAfterTheTimeoutLearnTheyWereDetached) {
+  // Found by the fault stress test: a consumer resumed after a stop longer than the timeout
+  // counted its own stop as producer silence and reported "not heard from" before reading the
+  // producer's goodbye waiting in its socket. Several at once make the race near certain.
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "2"});
+  std::vector<std::unique_ptr<Child>> stopped;
+  for (int i = 0; i < 4; ++i) stopped.push_back(Consume("p", {"--batch-size", std::to_string(3 + i)}));
+  auto other = Consume("p", {"--step-ms", "2"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 4; }));
+  for (auto& c : stopped) c->Signal(SIGSTOP);
+  // Detached after 1.5 s; stay stopped well past that, while the other consumer goes on.
+  ASSERT_TRUE(producer->WaitForStderr("went silent", 10000)) << producer->Stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // the fault itself: a long stop
+  for (auto& c : stopped) c->Signal(SIGCONT);
+  for (auto& c : stopped) {
+    EXPECT_EQ(c->Wait(10000), 1);
+    EXPECT_NE(c->Stderr().find("detached"), std::string::npos) << c->Stderr();
+    EXPECT_EQ(c->Stderr().find("not been heard from"), std::string::npos) << c->Stderr();
+  }
+  EXPECT_TRUE(other->running()) << other->Stderr();
+  producer->Signal(SIGTERM);
+  EXPECT_EQ(other->Wait(10000), 0) << other->Stderr();
+  for (const auto& e : ParseJsonLines(other->Stdout()))
+    if (e.at("partial") == "false" && U64(e, "samples") == kImages) ExpectExactEpoch(e);
+  EXPECT_EQ(producer->Wait(10000), 0);
+}
+
 TEST_F(IntegrationTest, FileVanishingAfterTheListingIsSkippedAndNamed) {
   const std::string data = tmp_.path() + "/vanishing";
   testing::MakeImageFolder(data, 30, 2);
@@ -493,6 +522,83 @@ TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
   ExpectExactEpoch(ParseJsonLines(consumer->Stdout()).at(0));
   EXPECT_EQ(producer->Wait(), 0);
   EXPECT_NE(producer->Stderr().find("rejected a message"), std::string::npos);
+}
+
+// A consumer that said Hello properly and then misbehaves: each kind of misbehaviour gets a
+// Bye(kRejected) naming it, is counted, and costs the producer and the other consumers nothing.
+TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn) {
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "3"});
+  auto honest = Consume("p", {"--batch-size", "5"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 3; }));
+  ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
+
+  // Says Hello as a remote consumer would (pid 0: batches come as messages), waits for its
+  // Welcome and first batch, then runs `misbehave`; returns the Bye it got.
+  auto attack = [&](const std::function<void(RawPeer&, const BatchAnnouncement&)>& misbehave) -> std::optional<Bye> {
+    RawPeer peer(paths.endpoint);
+    peer.Send(Encode(Hello{0, 8, 0, "hostile", ""}));
+    std::optional<BatchAnnouncement> first;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool misbehaved = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto bytes = peer.Receive(200);
+      if (!bytes) continue;
+      auto m = Decode(bytes->data(), bytes->size());
+      if (!m.ok()) return std::nullopt;
+      if (auto* a = std::get_if<BatchAnnouncement>(&*m); a && !misbehaved) {
+        first = *a;
+        misbehave(peer, *first);
+        misbehaved = true;
+      }
+      if (auto* bye = std::get_if<Bye>(&*m)) return *bye;
+    }
+    return std::nullopt;
+  };
+  struct Case {
+    const char* what;
+    std::function<void(RawPeer&, const BatchAnnouncement&)> misbehave;
+    const char* expect;  // in the Bye's message
+  };
+  const std::vector<Case> cases = {
+      {"ack for a batch it never got", [](RawPeer& p, const BatchAnnouncement& a) { p.Send(Encode(Ack{a.seq + 1000})); },
+       "do not hold"},
+      {"ack far out of range", [](RawPeer& p, const BatchAnnouncement&) { p.Send(Encode(Ack{uint64_t{1} << 62})); },
+       "do not hold"},
+      {"ack twice", [](RawPeer& p, const BatchAnnouncement& a) {
+         p.Send(Encode(Ack{a.seq}));
+         p.Send(Encode(Ack{a.seq}));
+       }, "do not hold"},
+      {"unknown message type", [](RawPeer& p, const BatchAnnouncement&) {
+         std::vector<uint8_t> m = Encode(Heartbeat{});
+         m[6] = 77;  // the type field
+         p.Send(m);
+       }, "type"},
+      {"a producer's message", [](RawPeer& p, const BatchAnnouncement& a) { p.Send(Encode(a)); }, "unexpected"},
+      {"flood", [](RawPeer& p, const BatchAnnouncement&) {
+         const std::vector<uint8_t> hb = Encode(Heartbeat{});
+         for (int i = 0; i < 20000; ++i) p.Send(hb);
+       }, "messages in one second"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::optional<Bye> bye = attack(c.misbehave);
+    ASSERT_TRUE(bye.has_value()) << "no goodbye for: " << c.what;
+    EXPECT_EQ(bye->reason, ByeReason::kRejected);
+    EXPECT_NE(bye->message.find(c.expect), std::string::npos) << bye->message;
+  }
+  JsonLine s = StatusOf("p");
+  EXPECT_GE(U64(s, "dropped_clients"), cases.size());
+  EXPECT_GE(U64(s, "rejected_messages"), cases.size());
+  EXPECT_TRUE(honest->running()) << honest->Stderr();
+  // The honest consumer went on throughout and still sees exact epochs.
+  const uint64_t published = U64(s, "batches_published");
+  ASSERT_TRUE(WaitForStatus("p", [&](const JsonLine& t) { return U64(t, "batches_published") >= published + 30; }));
+  producer->Signal(SIGTERM);
+  ASSERT_EQ(honest->Wait(10000), 0) << honest->Stderr();
+  auto epochs = ParseJsonLines(honest->Stdout());
+  ASSERT_GE(epochs.size(), 2u);
+  for (size_t i = 0; i + 1 < epochs.size(); ++i) ExpectExactEpoch(epochs[i]);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
