@@ -86,7 +86,8 @@ int StatusCommand(const std::vector<std::string>& args) {
         .Field("slots", r->num_slots)
         .Field("slots_in_use", r->slots_in_use)
         .Field("bad_files", r->bad_files)
-        .Field("rejected_messages", r->rejected_messages);
+        .Field("rejected_messages", r->rejected_messages)
+        .Field("dropped_clients", r->dropped_clients);
     w.BeginArray("consumers");
     for (const ConsumerStatus& c : r->consumers) {
       w.BeginObject()
@@ -111,9 +112,11 @@ int StatusCommand(const std::vector<std::string>& args) {
   std::printf("  throughput %.1f batches/s, %.0f images/s; published %llu batches, %llu samples\n",
               r->batches_per_s, r->images_per_s, static_cast<unsigned long long>(r->batches_published),
               static_cast<unsigned long long>(r->samples_published));
-  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu\n",
+  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu; "
+              "clients dropped for misbehaving %llu\n",
               r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
-              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages));
+              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages),
+              static_cast<unsigned long long>(r->dropped_clients));
   std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %s\n", "id", "pid", "batch", "received", "acked", "held", "lag", "path");
   for (const ConsumerStatus& c : r->consumers) {
     std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,

@@ -33,6 +33,7 @@ namespace {
 
 constexpr uint64_t kPageBytes = 4096;
 constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
+constexpr uint64_t kStrangerMessagesPerSecond = 1000;
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // The host slot layout: dataset indices, labels, then the tensor on its own page. With a
@@ -78,6 +79,20 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   return {t, staging};
 }
 
+// Messages counted over one-second windows: how a flood is told from a busy consumer.
+struct RateWindow {
+  uint64_t start_ns = 0;
+  uint64_t count = 0;
+  // Counts one message at `now`; the count within the current second.
+  uint64_t Add(uint64_t now) {
+    if (now - start_ns >= 1'000'000'000) {
+      start_ns = now;
+      count = 0;
+    }
+    return ++count;
+  }
+};
+
 struct Session {
   uint64_t id = 0;
   std::string identity;  // the ROUTER's routing id of this consumer's connection
@@ -96,6 +111,8 @@ struct Session {
   uint64_t acked = 0;
   uint64_t first_seq = 0;   // the first batch announced to it
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
+  RateWindow rate;              // its messages this second
+  uint64_t received_at_rate = 0;  // `received` when that second began
 };
 
 }  // namespace
@@ -140,6 +157,10 @@ struct Producer::Impl {
   std::unordered_set<int64_t> bad_indices;
   uint64_t bad_events = 0;
   uint64_t rejected_messages = 0;
+  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol (floods included)
+  // Messages this second from each peer without a session (forgotten every second).
+  std::unordered_map<std::string, RateWindow> stranger_rates;
+  uint64_t strangers_since_ns = 0;
   double rate_batches = 0, rate_images = 0;
   uint64_t rate_mark_ns = 0, rate_mark_batches = 0, rate_mark_samples = 0;
   uint64_t last_progress_ns = 0;
@@ -180,6 +201,7 @@ struct Producer::Impl {
   void SubmitWork();
   void PublishReady();
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size);
+  bool Flooding(Session& s, uint64_t now);
   void HandleHello(const std::string& identity, const Hello& hello);
   void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye);
   bool Send(const std::string& identity, const Message& m);
@@ -348,6 +370,7 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
   if (it == sessions.end()) return;
   Session& s = it->second;
   if (bye) Send(identity, *bye);
+  if (bye && bye->reason == ByeReason::kRejected) ++dropped_clients;
   uint32_t freed = ring.DropConsumer(s.id);
   if (s.mailbox >= 0) {
     mailboxes.at(static_cast<uint32_t>(s.mailbox)).Reset(0);
@@ -432,9 +455,40 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   }
 }
 
+bool Producer::Impl::Flooding(Session& s, uint64_t now) {
+  // What a consumer needs per second: an ack per batch it was given (at most the ring's worth
+  // outstanding, plus what it was given this second) and a heartbeat per interval. Allowing
+  // several times that keeps a busy consumer far from the limit; a peer sending thousands of
+  // messages a second is not reading batches.
+  if (s.rate.count == 0 || now - s.rate.start_ns >= 1'000'000'000) s.received_at_rate = s.received;
+  const uint64_t needed = (s.received - s.received_at_rate) + table.num_slots + 1000 / opts.heartbeat_ms;
+  return s.rate.Add(now) > 4 * needed + 100;
+}
+
 void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* data, size_t size) {
   auto it = sessions.find(identity);
-  if (it != sessions.end()) it->second.last_heard_ns = MonotonicNs();
+  const uint64_t now = MonotonicNs();
+  if (it != sessions.end()) {
+    it->second.last_heard_ns = now;
+    if (Flooding(it->second, now)) {
+      ++rejected_messages;
+      DropSession(identity, "flooded the producer with messages",
+                  Bye{ByeReason::kRejected, "more than " + std::to_string(it->second.rate.count - 1) +
+                                                " messages in one second: far more than a consumer needs"});
+      return;
+    }
+  } else {
+    // Peers without a session (status queries, stragglers of dropped consumers, garbage) get
+    // a bounded share of the loop each: beyond it they are neither answered nor logged.
+    if (now - strangers_since_ns >= 1'000'000'000) {
+      stranger_rates.clear();
+      strangers_since_ns = now;
+    }
+    if (stranger_rates[identity].Add(now) > kStrangerMessagesPerSecond) {
+      ++rejected_messages;
+      return;
+    }
+  }
   Result<Message> decoded = Decode(data, size);
   if (!decoded.ok()) {
     ++rejected_messages;
@@ -444,8 +498,10 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
       // header of, then forget it.
       Send(identity, Reject{RejectCode::kVersion, decoded.status().message()});
     }
-    std::fprintf(stderr, "[coloader %s] rejected a message: %s\n", opts.name.c_str(),
-                 decoded.status().message().c_str());
+    // A stream of garbage is logged in samples, not line for line.
+    if (rejected_messages <= 20 || rejected_messages % 1000 == 0)
+      std::fprintf(stderr, "[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
+                   static_cast<unsigned long long>(rejected_messages), decoded.status().message().c_str());
     if (it != sessions.end()) {
       DropSession(identity, "broke the protocol", Bye{ByeReason::kRejected, decoded.status().message()});
     }
@@ -680,6 +736,7 @@ StatusReply Producer::Impl::MakeStatus() const {
   r.slots_in_use = ring.in_use();
   r.bad_files = bad_indices.size();
   r.rejected_messages = rejected_messages;
+  r.dropped_clients = dropped_clients;
   for (const auto& [identity, s] : sessions) {
     ConsumerStatus c;
     c.id = s.id;
