@@ -9,12 +9,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <mutex>
 #include <thread>
 #include <tuple>
 #include <zmq.hpp>
 
 #include "client/device_mapper.h"
+#include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/mailbox.h"
 #include "common/process.h"
@@ -62,6 +64,10 @@ struct ConsumerState {
   std::string endpoint;
   Welcome welcome;
   SharedMemory shm;
+  // A remote consumer's copy of the ring: the payload of each batch lands in its slot here.
+  // The producer reuses a slot only after our ack, so a slot is never overwritten under a lease.
+  std::unique_ptr<uint8_t[]> local_slots;
+  const uint8_t* slot_memory() const { return local_slots ? local_slots.get() : shm.data(); }
   std::unique_ptr<DeviceMapper> mapper;  // set on the device path
   MailboxArea mailboxes;                 // local consumers: announcements arrive here
   std::optional<Mailbox> mailbox;
@@ -124,6 +130,26 @@ struct ConsumerState {
   }
 
   void IoLoop();
+
+  // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
+  Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
+    zmq::message_t payload;
+    if (!head.more() || !sock.recv(payload, zmq::recv_flags::none)) {
+      return Status::Protocol(Who() + " sent batch " + std::to_string(a.seq) + " without its payload");
+    }
+    const SlotTable& t = welcome.slots;
+    const uint64_t n = a.count, tensor = n * t.sample_bytes();
+    if (payload.more() || payload.size() != 16 * n + tensor) {
+      return Status::Protocol(Who() + " sent a payload of " + std::to_string(payload.size()) + " bytes for " +
+                              std::to_string(n) + " samples (want " + std::to_string(16 * n + tensor) + ")");
+    }
+    uint8_t* slot = local_slots.get() + uint64_t{a.slot} * t.slot_bytes;
+    const auto* in = payload.data<uint8_t>();
+    std::memcpy(slot + t.indices_offset, in, 8 * n);
+    std::memcpy(slot + t.labels_offset, in + 8 * n, 8 * n);
+    std::memcpy(slot + t.data_offset, in + 16 * n, tensor);
+    return Status::OK();
+  }
 };
 
 // One producer slot this consumer was given. Its destruction is the ack, so exactly one
@@ -206,6 +232,13 @@ void ConsumerState::IoLoop() {
           Fail(Status::Protocol(Who() + " announced slot " + std::to_string(a->slot) + " with " +
                                 std::to_string(a->count) + " samples, outside its slot table"));
           return;
+        }
+        if (local_slots) {
+          Status st = TakePayload(msg, *a);
+          if (!st.ok()) {
+            Fail(st);
+            return;
+          }
         }
         std::lock_guard<std::mutex> lock(mu);
         queue.push_back(*a);
@@ -403,13 +436,40 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   zmq::socket_t& sock = state->sock;
   sock.set(zmq::sockopt::linger, 200);
   sock.set(zmq::sockopt::rcvhwm, 100000);
+  const bool tcp = state->endpoint.rfind("tcp://", 0) == 0;
+  const bool curve = !o.curve_key_file.empty() || !o.curve_server_key.empty();
+  std::string our_key;
+  if (curve) {
+    if (!tcp) return Status::Invalid("CURVE keys apply to tcp:// endpoints; local producers are reached through the private run directory");
+    if (o.curve_key_file.empty() || o.curve_server_key.empty())
+      return Status::Invalid("a CURVE connection needs both this consumer's key pair (--curve-key) and the producer's public key (--server-key)");
+    RETURN_NOT_OK(CurveAvailable());
+    ASSIGN_OR_RETURN(CurveKeyPair pair, ReadCurveKeyPair(o.curve_key_file));
+    ASSIGN_OR_RETURN(std::string server, ReadCurvePublicKey(o.curve_server_key));
+    our_key = pair.public_key;
+    sock.set(zmq::sockopt::curve_serverkey, server);
+    sock.set(zmq::sockopt::curve_publickey, pair.public_key);
+    sock.set(zmq::sockopt::curve_secretkey, pair.secret_key);
+  }
+  // On tcp, a refused key shows only as a failed handshake: watch for it to say so.
+  zmq::socket_t monitor(state->ctx, zmq::socket_type::pair);
+  if (tcp) {
+    const std::string mon = "inproc://coloader-handshake-" + std::to_string(reinterpret_cast<uintptr_t>(state.get()));
+    if (zmq_socket_monitor(sock.handle(), mon.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0) {
+      monitor.set(zmq::sockopt::linger, 0);
+      monitor.connect(mon);
+    }
+  }
   try {
     sock.connect(state->endpoint);
   } catch (const zmq::error_t& e) {
     return Status::Invalid("cannot connect to '" + state->endpoint + "': " + e.what());
   }
   Hello hello;
-  hello.pid = static_cast<uint32_t>(::getpid());
+  // A remote consumer's pid means nothing to the producer (it is watched by heartbeat).
+  hello.pid = tcp ? 0 : static_cast<uint32_t>(::getpid());
   hello.batch_size = o.batch_size;
   hello.flags = static_cast<uint8_t>((o.wait_for_epoch ? kHelloWaitForEpoch : 0) | (o.device ? kHelloDevice : 0));
   hello.client_name = o.client_name;
@@ -419,12 +479,39 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   std::vector<uint8_t> bytes = Encode(hello);
   sock.send(zmq::buffer(bytes), zmq::send_flags::none);
 
-  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(o.connect_timeout_ms));
   zmq::message_t reply;
-  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
-    return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
-                           std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
+  for (;;) {
+    std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+    if (monitor.handle() && tcp) items.push_back({monitor.handle(), 0, ZMQ_POLLIN, 0});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() > 0) zmq::poll(items.data(), items.size(), left);
+    if ((items[0].revents & ZMQ_POLLIN) && sock.recv(reply, zmq::recv_flags::dontwait)) break;
+    if (items.size() > 1 && (items[1].revents & ZMQ_POLLIN)) {
+      zmq::message_t event, where;
+      (void)monitor.recv(event, zmq::recv_flags::none);
+      if (event.more()) (void)monitor.recv(where, zmq::recv_flags::none);
+      uint16_t id = 0;
+      if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+      if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        return Status::Invalid("the producer at " + state->endpoint + " refused this consumer's key" +
+                               (our_key.empty() ? std::string(" (none given: it requires CURVE; pass --curve-key and --server-key)")
+                                                : " " + our_key + ": its operator must add this consumer's .pub to --authorized-keys"));
+      }
+      return Status::Invalid("the CURVE handshake with " + state->endpoint + " failed: " +
+                             (curve ? "check that --server-key is that producer's public key, and that it was started with --curve-key "
+                                      "(a producer started with --insecure takes no keys)"
+                                    : "the producer requires CURVE keys (--curve-key and --server-key)"));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
+                             std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?" +
+                             (curve ? " (with CURVE: a wrong --server-key looks like this too)" : ""));
+    }
+  }
+  if (tcp) {
+    (void)zmq_socket_monitor(sock.handle(), nullptr, 0);
+    monitor.close();
   }
   Result<Message> m = Decode(reply.data<uint8_t>(), reply.size());
   if (!m.ok()) {
@@ -448,7 +535,16 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   }
   state->welcome = *welcome;
   const SlotTable& t = welcome->slots;
-  ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  if (t.shm_name.empty()) {
+    // A remote consumer: the producer sends each batch along with its announcement.
+    state->local_slots.reset(new (std::nothrow) uint8_t[t.slot_bytes * t.num_slots]);
+    if (!state->local_slots) {
+      return Status::IOError("cannot allocate " + std::to_string(t.slot_bytes * t.num_slots) +
+                             " bytes for a remote copy of the producer's ring");
+    }
+  } else {
+    ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  }
   if (!welcome->mailbox_name.empty()) {
     ASSIGN_OR_RETURN(state->mailboxes, MailboxArea::Open(welcome->mailbox_name, welcome->mailbox_count,
                                                          welcome->mailbox_capacity));
@@ -625,7 +721,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
         last = true;
         break;
       }
-      const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
+      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
       current_ = std::make_shared<SlotLease>(state_, *a, base);
       offset_ = 0;
       if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);

@@ -45,6 +45,11 @@ struct ConsumerOptions {
   bool device = false;             // batches in the producer's GPU memory when it has a device
                                    // ring and this process can map it; otherwise the host path
   std::string client_name;         // shown by `coloader status`
+  // tcp:// endpoints (a producer on another machine): this consumer's key pair file and the
+  // producer's public key (Z85 text or a .pub file), both from `coloader keygen`; empty for a
+  // producer started with --insecure. Batches arrive as message payload (no shared memory).
+  std::string curve_key_file;
+  std::string curve_server_key;
 };
 
 namespace internal {

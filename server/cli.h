@@ -39,5 +39,6 @@ class Flags {
 int Serve(const std::vector<std::string>& args);
 int Consume(const std::vector<std::string>& args);
 int StatusCommand(const std::vector<std::string>& args);
+int Keygen(const std::vector<std::string>& args);
 
 }  // namespace coloader::cli

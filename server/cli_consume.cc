@@ -19,7 +19,8 @@ namespace {
 constexpr const char* kConsumeUsage =
     "coloader consume --name NAME | --endpoint EP [--batch-size B] [--epochs N] [--drop-last]\n"
     "                 [--wait-for-epoch] [--json] [--checksum] [--step-ms MS] [--timeout-ms MS] [--device]\n"
-    "                 [--wait-ms MS (wait for the producer to start)]";
+    "                 [--wait-ms MS (wait for the producer to start)]\n"
+    "                 [--endpoint tcp://HOST:PORT --curve-key FILE --server-key KEY|FILE]";
 
 uint64_t Fnv1a(const uint8_t* p, uint64_t n, uint64_t h) {
   for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
@@ -53,6 +54,8 @@ int Consume(const std::vector<std::string>& args) {
   f.AddInt("timeout-ms", &o.timeout_ms);
   f.AddInt("connect-timeout-ms", &o.connect_timeout_ms);
   f.AddInt("wait-ms", &o.wait_for_producer_ms);
+  f.AddString("curve-key", &o.curve_key_file);
+  f.AddString("server-key", &o.curve_server_key);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
   if (help) {

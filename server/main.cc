@@ -15,6 +15,7 @@ constexpr const char* kHelp =
     "  coloader serve   --data DIR --name NAME [options]   run a producer\n"
     "  coloader consume --name NAME [options]              run the reference consumer\n"
     "  coloader status  --name NAME [--json]               show a producer's live state\n"
+    "  coloader keygen  --out NAME                         a CURVE key pair for tcp:// endpoints\n"
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return coloader::cli::Serve(args);
   if (command == "consume") return coloader::cli::Consume(args);
   if (command == "status") return coloader::cli::StatusCommand(args);
+  if (command == "keygen") return coloader::cli::Keygen(args);
   std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
   return 2;
 }

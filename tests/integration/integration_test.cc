@@ -601,6 +601,65 @@ TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
+// The tcp:// endpoint a producer printed ("also serving on tcp://HOST:PORT (...)").
+std::string TcpEndpointOf(Child& producer) {
+  EXPECT_TRUE(producer.WaitForStderr("also serving on tcp://", 20000)) << producer.Stderr();
+  const std::string err = producer.Stderr();
+  const size_t at = err.find("tcp://", err.find("also serving on"));
+  return at == std::string::npos ? "" : err.substr(at, err.find(' ', at) - at);
+}
+
+TEST_F(IntegrationTest, TcpConsumersNeedAListedCurveKeyAndSeeExactEpochs) {
+  for (const char* who : {"server", "client", "stranger"}) {
+    Child keygen(Coloader({"keygen", "--out", tmp_.path() + "/" + who}), env_);
+    ASSERT_EQ(keygen.Wait(), 0) << keygen.Stderr();
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat((tmp_.path() + "/client.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string k = tmp_.path() + "/";
+  testing::WriteFile(k + "authorized", "# who may connect\n" + testing::ReadFile(k + "client.pub"));
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--tcp", "tcp://127.0.0.1:*", "--curve-key",
+                              k + "server.key", "--authorized-keys", k + "authorized"});
+  const std::string ep = TcpEndpointOf(*producer);
+  ASSERT_FALSE(ep.empty());
+  // Listed key: whole epochs, exactly, with batches carried as payload (no shared memory).
+  Child good(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                       "--batch-size", "5", "--epochs", "2", "--json", "--checksum"}), env_);
+  ASSERT_EQ(good.Wait(), 0) << good.Stderr();
+  auto epochs = ParseJsonLines(good.Stdout());
+  ASSERT_EQ(epochs.size(), 2u) << good.Stdout();
+  for (const auto& e : epochs) ExpectExactEpoch(e);
+  // An unlisted key, a wrong server key, no keys at all: each refused with a clear reason.
+  Child stranger(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "stranger.key", "--server-key",
+                           k + "server.pub"}), env_);
+  EXPECT_EQ(stranger.Wait(), 1);
+  EXPECT_NE(stranger.Stderr().find("refused this consumer's key"), std::string::npos) << stranger.Stderr();
+  Child wrong_server(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key",
+                               k + "stranger.pub", "--connect-timeout-ms", "3000"}), env_);
+  EXPECT_EQ(wrong_server.Wait(), 1);
+  EXPECT_NE(wrong_server.Stderr().find("--server-key"), std::string::npos) << wrong_server.Stderr();
+  Child keyless(Coloader({"consume", "--endpoint", ep, "--connect-timeout-ms", "3000"}), env_);
+  EXPECT_EQ(keyless.Wait(), 1);
+  EXPECT_NE(keyless.Stderr().find("requires CURVE keys"), std::string::npos) << keyless.Stderr();
+  EXPECT_NE(producer->Stderr().find("is not in --authorized-keys"), std::string::npos) << producer->Stderr();
+  producer->Signal(SIGTERM);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
+  Child refused(Coloader({"serve", "--data", data_, "--name", "p", "--tcp", "tcp://127.0.0.1:*", "--quiet"}), env_);
+  EXPECT_EQ(refused.Wait(), 2);
+  EXPECT_NE(refused.Stderr().find("without authentication"), std::string::npos) << refused.Stderr();
+  EXPECT_NE(refused.Stderr().find("--insecure"), std::string::npos) << refused.Stderr();
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
+  EXPECT_NE(producer->Stderr().find("INSECURE"), std::string::npos) << producer->Stderr();
+  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json"}), env_);
+  ASSERT_EQ(c.Wait(), 0) << c.Stderr();
+  ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3"});
   auto consumer = Consume("p", {"--step-ms", "20", "--batch-size", "6"});
