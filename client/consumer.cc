@@ -264,7 +264,7 @@ void ConsumerState::IoLoop() {
     // resumes (typically that it was detached), and must read them rather than conclude from
     // its own absence that the producer went silent.
     if (now - last_awake > uint64_t{wait_ms} * 1000000 + 250'000'000) {
-      if (last_heard < last_awake) last_heard = now - (last_awake - last_heard);  // not if heard since
+      if (last_heard <= last_awake) last_heard = now - (last_awake - last_heard);  // not if heard since
       send(Heartbeat{});
     }
     last_awake = now;
@@ -686,17 +686,84 @@ Result<bool> Consumer::NextEpoch() {
   return true;
 }
 
+Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const uint32_t want = state_->opts.batch_size;
+  DeviceMapper* m = state_->mapper.get();
+  // Device layout of a gathered batch: labels (room for `want`, 256-aligned), then the tensor.
+  const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
+  if (!gathered) {
+    Batch g;
+    g.state_ = state_;
+    g.stream_ = stream;
+    g.epoch_ = epoch_;
+    g.ready_ns_ = pieces.front().lease->a.ready_ns;
+    if (m) {
+      ASSIGN_OR_RETURN(g.owned_device_, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
+      g.device_ = m->device();
+    } else {
+      std::tie(g.owned_, g.owned_capacity_) = state_->TakeBuffer(uint64_t{want} * sample_bytes);
+    }
+    g.owned_indices_.reserve(want);
+    g.owned_labels_.reserve(want);
+    gathered = std::move(g);
+  }
+  Batch& b = *gathered;
+  while (!pieces.empty()) {
+    const internal::Piece& p = pieces.front();
+    const uint64_t done = b.count_;
+    if (m) {
+      // Stream-ordered: the source slot's ack waits for these copies (its lease is on `stream`).
+      const DeviceTable& d = state_->welcome.device;
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_ + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
+                                 8ull * p.count, stream));
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
+                                 p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes,
+                                 stream));
+    } else {
+      std::memcpy(b.owned_.get() + done * sample_bytes, p.lease->base + t.data_offset + p.offset * sample_bytes,
+                  p.count * sample_bytes);
+    }
+    const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+    const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+    b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
+    b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
+    b.count_ += p.count;
+    pieces.erase(pieces.begin());  // its slot goes back as soon as nothing else refers to it
+  }
+  if (m) {
+    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_);
+    b.data_ = b.owned_device_ + labels_bytes;
+  } else {
+    b.data_ = b.owned_.get();
+  }
+  b.indices_ = b.owned_indices_.data();
+  b.labels_ = b.owned_labels_.data();
+  return Status::OK();
+}
+
 Result<std::optional<Batch>> Consumer::Next(void* stream) {
   if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
   using internal::Piece;
+  // A batch that straddles slots is gathered as it is read: each slot's samples are copied out
+  // and the slot let go at once, so a consumer batch larger than the whole ring never holds
+  // more than the slot it is slicing (holding them all would wait forever for a free slot).
   // Resume a batch whose assembly a timeout interrupted: its samples are not lost.
   std::vector<Piece> pieces = std::move(gathering_);
   gathering_.clear();
-  uint32_t collected = 0;
+  std::optional<Batch> gathered = std::move(assembling_);
+  assembling_.reset();
+  uint32_t collected = gathered ? gathered->count_ : 0;
   for (const Piece& p : pieces) collected += p.count;
+  auto keep = [&](Status st) {
+    gathering_ = std::move(pieces);
+    assembling_ = std::move(gathered);
+    return st;
+  };
   bool last = false;
   while (collected < want) {
     if (!current_ || offset_ == current_->a.count) {
@@ -706,10 +773,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       }
       current_.reset();
       Result<std::optional<BatchAnnouncement>> taken = Take();
-      if (!taken.ok()) {
-        gathering_ = std::move(pieces);
-        return taken.status();
-      }
+      if (!taken.ok()) return keep(taken.status());
       std::optional<BatchAnnouncement> a = std::move(*taken);
       if (!a) {  // the producer finished or stopped: this epoch ends here
         stream_ended_ = true;
@@ -729,10 +793,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
     if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
       // Every stream that reads the slot waits for the producer's work on it first.
-      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) {
-        gathering_ = std::move(pieces);
-        return st;
-      }
+      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) return keep(st);
       current_->waited = true;
       current_->waited_stream = stream;
     }
@@ -740,6 +801,9 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       pieces.push_back({current_, offset_, take});
       current_->stream = stream;  // its release is ordered after this stream's reads
       current_->on_stream = true;
+      if (pieces.size() > 1 || gathered) {
+        if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
+      }
     }
     offset_ += take;
     collected += take;
@@ -757,90 +821,33 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
   }
   if (collected == 0 || (collected < want && state_->opts.drop_last)) {
     epoch_ended_ = true;
-    return std::optional<Batch>();
+    return std::optional<Batch>();  // a partly gathered batch gives its buffer back
   }
+  if (gathered) return gathered;
 
+  // Within one slot: a view.
   const SlotTable& t = state_->welcome.slots;
   const uint64_t sample_bytes = t.sample_bytes();
+  const Piece& p = pieces.front();
   Batch b;
   b.state_ = state_;
   b.count_ = collected;
   b.epoch_ = epoch_;
-  b.ready_ns_ = pieces.front().lease->a.ready_ns;
+  b.ready_ns_ = p.lease->a.ready_ns;
   b.stream_ = stream;
+  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
   if (state_->mapper) {
     // Device path: the tensor and labels are device pointers; indices and labels are also
     // readable on the host from the host slot.
-    DeviceMapper& m = *state_->mapper;
     const DeviceTable& d = state_->welcome.device;
-    b.device_ = m.device();
-    if (pieces.size() == 1) {
-      const Piece& p = pieces.front();
-      b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
-      b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
-      b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.leases_.push_back(p.lease);
-      return std::optional<Batch>(std::move(b));
-    }
-    // Straddles slots: gather on the device, in stream order; the sources are released right
-    // after, and their acks wait for these copies to finish.
-    const uint64_t labels_bytes = (uint64_t{collected} * 8 + 255) / 256 * 256;
-    // A failure here keeps the pieces for the next call: their samples are not lost.
-    auto keep = [&](Status st) {
-      if (b.owned_device_) m.Free(b.owned_device_, stream);
-      b.owned_device_ = nullptr;
-      gathering_ = std::move(pieces);
-      return st;
-    };
-    auto buffer = m.Allocate(labels_bytes + uint64_t{collected} * sample_bytes, stream);
-    if (!buffer.ok()) return keep(buffer.status());
-    b.owned_device_ = *buffer;
-    uint64_t done = 0;
-    for (const Piece& p : pieces) {
-      Status st = m.CopyAsync(b.owned_device_ + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
-                              8ull * p.count, stream);
-      if (st.ok())
-        st = m.CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
-                         p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes, stream);
-      if (!st.ok()) return keep(st);
-      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
-      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
-      done += p.count;
-    }
-    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_);
-    b.data_ = b.owned_device_ + labels_bytes;
-    b.indices_ = b.owned_indices_.data();
-    b.labels_ = b.owned_labels_.data();
-    return std::optional<Batch>(std::move(b));
-  }
-  if (pieces.size() == 1) {
-    const Piece& p = pieces.front();
-    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
-    b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-    b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-    b.leases_.push_back(p.lease);
+    b.device_ = state_->mapper->device();
+    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
   } else {
-    // Straddles slots: gather into a private buffer; the source slots go back at once.
-    std::tie(b.owned_, b.owned_capacity_) = state_->TakeBuffer(uint64_t{collected} * sample_bytes);
-    b.owned_indices_.reserve(collected);
-    b.owned_labels_.reserve(collected);
-    uint64_t out = 0;
-    for (const Piece& p : pieces) {
-      std::memcpy(b.owned_.get() + out, p.lease->base + t.data_offset + p.offset * sample_bytes,
-                  p.count * sample_bytes);
-      out += p.count * sample_bytes;
-      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
-      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
-    }
-    b.data_ = b.owned_.get();
-    b.indices_ = b.owned_indices_.data();
-    b.labels_ = b.owned_labels_.data();
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
   }
+  b.leases_.push_back(p.lease);
   return std::optional<Batch>(std::move(b));
 }
 

@@ -129,6 +129,28 @@ TEST_F(IntegrationTest, ConsumersWithAnyBatchSizeAreExactAndSeeTheSamePixels) {
   EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
 }
 
+TEST_F(IntegrationTest, ConsumerBatchesLargerThanTheWholeRingAreExact) {
+  // Found by the soak: a consumer batch needing more slots than the ring has used to hold
+  // every slot while it gathered and wait forever for one more. Here the ring holds 2 x 4
+  // samples and the consumers ask for 30 and 9 (9: straddles three slots each time).
+  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "2", "--window", "2", "--spare-slots", "0",
+                              "--min-consumers", "2", "--output", "uint8"});
+  auto big = Consume("p", {"--batch-size", "30", "--checksum", "--timeout-ms", "20000"});
+  auto small = Consume("p", {"--batch-size", "9", "--checksum", "--timeout-ms", "20000"});
+  ASSERT_EQ(big->Wait(), 0) << big->Stderr();
+  ASSERT_EQ(small->Wait(), 0) << small->Stderr();
+  auto b = ParseJsonLines(big->Stdout()), s = ParseJsonLines(small->Stdout());
+  ASSERT_EQ(b.size(), 2u) << big->Stdout();
+  ASSERT_EQ(s.size(), 2u) << small->Stdout();
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(b[e]);
+    ExpectExactEpoch(s[e]);
+    EXPECT_EQ(U64(b[e], "batches"), 4u);  // ceil(103 / 30)
+    EXPECT_EQ(b[e].at("content_hash"), s[e].at("content_hash"));  // the same pixels, gathered either way
+  }
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, DropLastDropsOnlyTheShortTail) {
   auto producer = Serve("p", {"--batch-size", "16", "--epochs", "1"});
   auto consumer = Consume("p", {"--batch-size", "10", "--drop-last"});

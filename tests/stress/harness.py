@@ -14,15 +14,17 @@ import time
 
 
 def make_dataset(root, images, classes=4, size=(96, 72), seed=0):
-    """An ImageFolder tree of `images` small JPEGs: crops of Debian's mate-backgrounds photos
-    (real content decodes like real data), or seeded noise where those are not installed."""
+    """An ImageFolder tree of `images` small JPEGs: crops of real photographs (real content
+    decodes like real data), or seeded noise where none are installed."""
     from PIL import Image
 
     rng = random.Random(seed)
     photos = []
-    src = "/usr/share/backgrounds/mate/nature"
-    if os.path.isdir(src):
-        photos = sorted(os.path.join(src, f) for f in os.listdir(src) if f.lower().endswith(".jpg"))
+    # Debian's photos, or those scripts/gpu_bundle.sh carries to the GPU machine.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for src in ("/usr/share/backgrounds/mate/nature", os.path.join(here, "..", "..", ".device", "photos")):
+        if os.path.isdir(src) and not photos:
+            photos = sorted(os.path.join(src, f) for f in os.listdir(src) if f.lower().endswith(".jpg"))
     opened = [Image.open(p).convert("RGB") for p in photos[:4]]
     for i in range(images):
         d = os.path.join(root, f"class{i % classes}")
