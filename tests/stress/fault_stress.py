@@ -34,7 +34,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-BATCH_SIZES = [1, 5, 8, 13, 20, 40, 3, 64]  # producer batches are 8: smaller, equal, straddling
+# Producer batches are 8 in a ring of 6 slots: smaller, equal, straddling, and (64) larger than
+# the whole ring.
+BATCH_SIZES = [1, 5, 8, 13, 64, 40, 3, 20]
 
 
 class Consumer:
@@ -206,6 +208,7 @@ class Driver:
     def quiesce(self, restart):
         """Kills every consumer and waits until the producer has dropped them all; returns
         its (fds, VmRSS, RssAnon) with nobody attached."""
+        self.resume_producer()
         for c in self.consumers:
             if c.proc and c.proc.poll() is None:
                 c.proc.signal(signal.SIGKILL)
@@ -217,13 +220,14 @@ class Driver:
                 self.judge_consumer(c)
                 c.proc = None
         deadline = time.monotonic() + 10
+        st = None
         while time.monotonic() < deadline:
             st = self.s.status(self.name)
             if st is not None and not st["consumers"]:
                 break
             time.sleep(0.05)
         else:
-            self.fail("the producer still listed consumers 10 s after they were all killed")
+            self.fail(f"the producer still listed consumers 10 s after they were all killed: {json.dumps(st)}")
         fds = harness.settled_fd_count(self.producer.pid)
         rss, anon = harness.rss_kib(self.producer.pid)
         if restart:
@@ -231,10 +235,13 @@ class Driver:
                 self.start_consumer(c)
         return fds, rss, anon
 
-    def end_producer(self, how):
+    def resume_producer(self):
         if self.producer_stopped_until is not None:
             self.producer.signal(signal.SIGCONT)
             self.producer_stopped_until = None
+
+    def end_producer(self, how):
+        self.resume_producer()
         late = self.quiesce(restart=True) if self.early else None
         # Consumers attached when the producer goes: they must be told, or notice its death.
         deadline = time.monotonic() + 10
@@ -308,7 +315,7 @@ class Driver:
                 if self.early is None and self.gen_events >= self.a.producer_every // 4:
                     self.early = self.quiesce(restart=True)  # the baseline, once this incarnation is warm
                 elif self.gen_events >= self.a.producer_every and end - now > 8:
-                    self.end_producer("kill" if self.rng.random() < 0.5 else "term")
+                    self.end_producer("kill" if self.gen % 2 else "term")  # both, in turn
                     self.start_producer()
                     for c in self.consumers:
                         if c.proc is None or c.proc.poll() is not None:

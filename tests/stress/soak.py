@@ -7,8 +7,9 @@ with matplotlib where it is installed) and checked:
 
   exact   every whole epoch any consumer finished had every sample exactly once
   flat    per producer, the open fds net of attached consumers (2 each: the connection and its
-          pidfd) do not grow from the first third of the run to the last, and RSS over the
-          last third stays within --rss-tolerance of the first third (after the first sample)
+          pidfd) do not grow from the first third of the run to the last, nor once every
+          consumer is gone at the end; RSS over the last third stays within --rss-tolerance
+          of the first third (after the first sample)
   alive   both producers served throughout (throughput > 0 in every interval with consumers)
 
     tests/stress/soak.py --coloader build/server/coloader --duration 120        # CI
@@ -140,6 +141,13 @@ def main():
         c[0].signal(signal.SIGKILL)
         c[0].wait(10)
         judge((c[0], c[1], True, None))
+    # With every consumer gone, each producer's fds settle back to what it had alone.
+    idle_fds = {}
+    for name, proc in producers.items():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (s.status(names[name]) or {}).get("consumers"):
+            time.sleep(0.05)
+        idle_fds[name] = harness.settled_fd_count(proc.pid)
     for name, proc in producers.items():
         proc.signal(signal.SIGTERM)
         if proc.wait(15) != 0:
@@ -149,7 +157,7 @@ def main():
         if shm or run:
             failures.append(f"{name} left behind {shm + run}")
 
-    flat = check_flat(rows, a, failures)
+    flat = check_flat(rows, a, failures, idle_fds)
     write_outputs(rows, a, counts, flat, failures)
     s.close()
     verdict = "PASS" if not failures else f"FAIL ({len(failures)} problems)"
@@ -159,7 +167,7 @@ def main():
     return 0 if not failures else 1
 
 
-def check_flat(rows, a, failures):
+def check_flat(rows, a, failures, idle_fds):
     flat = {}
     for name, _ in PRODUCERS:
         r = [x for x in rows if x["producer"] == name][1:]  # the first sample is the warm-up
@@ -168,12 +176,18 @@ def check_flat(rows, a, failures):
             continue
         third = max(1, len(r) // 3)
         first, lastp = r[:third], r[-third:]
-        net = lambda xs: max(x["fds"] - 2 * x["consumers"] for x in xs)  # noqa: E731
+        # The floor over each third: a consumer connecting or going at the moment of a sample
+        # adds one fd for a moment; a leak raises the floor.
+        net = lambda xs: min(x["fds"] - 2 * x["consumers"] for x in xs)  # noqa: E731
         rss = lambda xs: statistics.median(x["rss_kib"] for x in xs)  # noqa: E731
         flat[name] = {"fds_net_first": net(first), "fds_net_last": net(lastp),
                       "rss_first_kib": rss(first), "rss_last_kib": rss(lastp)}
+        flat[name]["fds_at_end_alone"] = idle_fds.get(name)
         if net(lastp) > net(first):
             failures.append(f"{name}: fds net of consumers grew {net(first)} -> {net(lastp)}")
+        if idle_fds.get(name) is None or idle_fds[name] > net(first):
+            failures.append(f"{name}: {idle_fds.get(name)} fds open at the end with no consumer, "
+                            f"{net(first)} early on")
         if rss(lastp) > rss(first) * (1 + a.rss_tolerance) + 4096:
             failures.append(f"{name}: RSS grew {rss(first)} -> {rss(lastp)} KiB")
         idle = [x for x in r if x["consumers"] > 0 and x["images_per_s"] <= 0]
