@@ -45,12 +45,14 @@ if [[ $what == bench || $what == all ]]; then
   echo "== hand-off latency, torch.multiprocessing queue of CUDA tensors"
   python3 benchmarks/torch_queue_handoff.py | tee "$out/handoff_torch_queue.txt"
 fi
-if [[ $what == reliability ]]; then
+if [[ $what == reliability && ${STRESS_SECONDS:-180} -gt 0 ]]; then
   echo "== fault stress, device path (cuda:0)"
   python3 tests/stress/fault_stress.py --coloader "$COLOADER_BINARY" --device cuda:0 \
     --duration "${STRESS_SECONDS:-180}" --min-faults $(( ${STRESS_SECONDS:-180} * 4 )) \
     --report "$out/fault_stress_gpu.json" 2>&1 | tee "$out/fault_stress_gpu.log" | grep -vE '^ ' | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+if [[ $what == reliability ]]; then
   echo "== soak, device path (cuda:0), two producers"
   python3 tests/stress/soak.py --coloader "$COLOADER_BINARY" --device cuda:0 --duration "${SOAK_SECONDS:-300}" \
     --out "$out/soak_gpu" 2>&1 | tee "$out/soak_gpu.log" | tail -5
