@@ -682,6 +682,22 @@ TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
+TEST_F(IntegrationTest, TcpConsumerThatVanishesIsDetachedByHeartbeatAndOthersStayExact) {
+  // A remote consumer has no pidfd: when it dies, the heartbeat timeout (1.5 s) frees its slots.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "2",
+                              "--tcp", "tcp://127.0.0.1:*", "--insecure"});
+  Child remote(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--step-ms", "1000"}), env_);
+  auto local = Consume("p", {"--batch-size", "6"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 2; }));
+  remote.Signal(SIGKILL);
+  ASSERT_EQ(local->Wait(), 0) << local->Stderr();
+  auto epochs = ParseJsonLines(local->Stdout());
+  ASSERT_EQ(epochs.size(), 2u);
+  for (const auto& e : epochs) ExpectExactEpoch(e);
+  EXPECT_NE(producer->Stderr().find("went silent"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3"});
   auto consumer = Consume("p", {"--step-ms", "20", "--batch-size", "6"});
