@@ -365,15 +365,16 @@ class Driver:
         self.gpu = None
         if self.a.device:
             deadline = time.monotonic() + 10
+            gpu_before = gpu_before or []
             while True:
                 used, apps = harness.gpu_memory_used_mib()
                 ours = apps & self.all_pids() if apps is not None else set()
-                if used is None or (not ours and all(u <= b + 64 for u, b in zip(used, gpu_before))) \
-                        or time.monotonic() > deadline:
+                if used is None or not gpu_before or time.monotonic() > deadline or \
+                        (not ours and all(u <= b + 64 for u, b in zip(used, gpu_before))):
                     break
                 time.sleep(0.5)
             self.gpu = {"before_mib": gpu_before, "after_mib": used, "our_processes_left": sorted(ours)}
-            if used is None:
+            if used is None or not gpu_before:
                 self.fail("--device given but nvidia-smi did not answer")
             elif ours:
                 self.fail(f"processes of this run still hold GPU contexts: {sorted(ours)}")
