@@ -441,15 +441,7 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   std::string our_key;
   if (curve) {
     if (!tcp) return Status::Invalid("CURVE keys apply to tcp:// endpoints; local producers are reached through the private run directory");
-    if (o.curve_key_file.empty() || o.curve_server_key.empty())
-      return Status::Invalid("a CURVE connection needs both this consumer's key pair (--curve-key) and the producer's public key (--server-key)");
-    RETURN_NOT_OK(CurveAvailable());
-    ASSIGN_OR_RETURN(CurveKeyPair pair, ReadCurveKeyPair(o.curve_key_file));
-    ASSIGN_OR_RETURN(std::string server, ReadCurvePublicKey(o.curve_server_key));
-    our_key = pair.public_key;
-    sock.set(zmq::sockopt::curve_serverkey, server);
-    sock.set(zmq::sockopt::curve_publickey, pair.public_key);
-    sock.set(zmq::sockopt::curve_secretkey, pair.secret_key);
+    ASSIGN_OR_RETURN(our_key, UseCurveClientKeys(sock, o.curve_key_file, o.curve_server_key));
   }
   // On tcp, a refused key shows only as a failed handshake: watch for it to say so.
   zmq::socket_t monitor(state->ctx, zmq::socket_type::pair);

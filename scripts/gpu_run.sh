@@ -5,7 +5,7 @@
 #   scripts/gpu_run.sh bench     the GPU benchmarks
 #   scripts/gpu_run.sh all       both
 #   scripts/gpu_run.sh reliability   fault stress and soak on the device path (docs/RELIABILITY.md);
-#                                STRESS_SECONDS (default 180) and SOAK_SECONDS (default 300) set
+#                                STRESS_SECONDS (default 150) and SOAK_SECONDS (default 300) set
 #                                their lengths: SOAK_SECONDS=3600 is the one-hour soak
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -45,10 +45,10 @@ if [[ $what == bench || $what == all ]]; then
   echo "== hand-off latency, torch.multiprocessing queue of CUDA tensors"
   python3 benchmarks/torch_queue_handoff.py | tee "$out/handoff_torch_queue.txt"
 fi
-if [[ $what == reliability && ${STRESS_SECONDS:-180} -gt 0 ]]; then
+if [[ $what == reliability && ${STRESS_SECONDS:-150} -gt 0 ]]; then
   echo "== fault stress, device path (cuda:0)"
   python3 tests/stress/fault_stress.py --coloader "$COLOADER_BINARY" --device cuda:0 \
-    --duration "${STRESS_SECONDS:-180}" --min-faults $(( ${STRESS_SECONDS:-180} * 4 )) \
+    --duration "${STRESS_SECONDS:-150}" --min-faults $(( ${STRESS_SECONDS:-150} * 4 )) \
     --report "$out/fault_stress_gpu.json" 2>&1 | tee "$out/fault_stress_gpu.log" | grep -vE '^ ' | tail -20
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi

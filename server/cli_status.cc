@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <zmq.hpp>
 
+#include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/json.h"
 #include "common/protocol.h"
@@ -11,9 +12,11 @@ namespace coloader::cli {
 
 namespace {
 
-constexpr const char* kStatusUsage = "coloader status --name NAME | --endpoint EP [--json] [--timeout-ms MS]";
+constexpr const char* kStatusUsage =
+    "coloader status --name NAME | --endpoint EP [--curve-key FILE --server-key KEY|FILE] [--json] [--timeout-ms MS]";
 
-Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms) {
+Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
+                          const std::string& server_key) {
   if (endpoint.empty()) {
     ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
     if (!NameLock::IsHeld(paths.lock)) {
@@ -25,6 +28,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
+  if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
   sock.connect(endpoint);
   std::vector<uint8_t> req = Encode(StatusRequest{});
   sock.send(zmq::buffer(req), zmq::send_flags::none);
@@ -44,13 +48,15 @@ std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& args) {
-  std::string name, endpoint;
+  std::string name, endpoint, key_file, server_key;
   bool json = false, help = false;
   int timeout_ms = 3000;
   Flags f("status", kStatusUsage);
   f.AddString("name", &name);
   f.AddString("endpoint", &endpoint);
   f.AddBool("json", &json);
+  f.AddString("curve-key", &key_file);
+  f.AddString("server-key", &server_key);
   f.AddInt("timeout-ms", &timeout_ms);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
@@ -63,7 +69,7 @@ int StatusCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     return 2;
   }
-  Result<StatusReply> r = Query(name, endpoint, timeout_ms);
+  Result<StatusReply> r = Query(name, endpoint, timeout_ms, key_file, server_key);
   if (!r.ok()) {
     std::fprintf(stderr, "coloader status: %s\n", r.status().message().c_str());
     return 1;

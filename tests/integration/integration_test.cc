@@ -665,6 +665,11 @@ TEST_F(IntegrationTest, TcpConsumersNeedAListedCurveKeyAndSeeExactEpochs) {
   EXPECT_EQ(keyless.Wait(), 1);
   EXPECT_NE(keyless.Stderr().find("requires CURVE keys"), std::string::npos) << keyless.Stderr();
   EXPECT_NE(producer->Stderr().find("is not in --authorized-keys"), std::string::npos) << producer->Stderr();
+  // Its status, over tcp with a listed key, from wherever the operator is.
+  Child status(Coloader({"status", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                         "--json"}), env_);
+  ASSERT_EQ(status.Wait(), 0) << status.Stderr();
+  EXPECT_NE(status.Stdout().find("\"pid\":" + std::to_string(producer->pid())), std::string::npos) << status.Stdout();
   producer->Signal(SIGTERM);
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
