@@ -139,6 +139,11 @@ class Producer:
             self.proc.kill()
         self.proc.wait()
         self._reader.join(STEP_TIMEOUT)
+        # Killed, it leaves its ring and mailboxes in /dev/shm as a crash would (a restart
+        # would reclaim them): the name is unique to this test, so remove them here.
+        for f in os.listdir("/dev/shm"):
+            if f.endswith("-" + self.name) or f.endswith("-" + self.name + ".mbox"):
+                os.unlink(os.path.join("/dev/shm", f))
 
 
 @pytest.fixture

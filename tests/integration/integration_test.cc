@@ -42,7 +42,18 @@ class IntegrationTest : public ::testing::Test {
     env_ = {{"COLOADER_RUN_DIR", run_dir_}};
     ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
   }
-  void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
+  void TearDown() override {
+    // A producer still running when its test ends is SIGKILLed (Child's destructor) and leaves
+    // its ring and mailboxes in /dev/shm, as a crash would; the next producer of that name
+    // would reclaim them, but this run directory goes: remove what belongs to it.
+    if (auto paths = PathsFor("x"); paths.ok()) {
+      const std::string prefix = paths->shm_name.substr(0, paths->shm_name.size() - 1);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator("/dev/shm", ec))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
+    }
+    ::unsetenv("COLOADER_RUN_DIR");
+  }
 
   // A producer over the test dataset with small, fast images.
   std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra = {},
