@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak: two real producers serving for --duration seconds while consumers join and leave
-every few seconds (random batch sizes; each leaves by finishing its epochs, by SIGTERM-free
-exit at --epochs, or by SIGKILL). Every --interval seconds each producer's resident memory,
+every few seconds (random batch sizes; each leaves by itself after 1-3 epochs, or is
+SIGKILLed after 2-15 s). Every --interval seconds each producer's resident memory,
 open fds and throughput are sampled into a CSV; at the end the samples are plotted (PNG,
 with matplotlib where it is installed) and checked:
 
