@@ -130,6 +130,8 @@ int coloader_consumer_open(const coloader_consumer_options* options, coloader_co
     if (options->client_name != nullptr) o.client_name = options->client_name;
     o.device = options->device != 0;
     o.wait_for_producer_ms = options->wait_for_producer_ms > 0 ? options->wait_for_producer_ms : 0;
+    if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
+    if (options->curve_server_key != nullptr) o.curve_server_key = options->curve_server_key;
 
     auto consumer = std::make_unique<coloader_consumer>();
     auto connected = coloader::Consumer::Connect(std::move(o));

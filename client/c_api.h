@@ -56,6 +56,11 @@ typedef struct coloader_consumer_options {
   /* Appended after `device`. A producer not (yet) running: wait this many ms for it to come
    * up (jobs started together with it); 0 fails at once with COLOADER_E_NOT_FOUND. */
   int32_t wait_for_producer_ms;
+  /* Appended after `wait_for_producer_ms`. A tcp:// endpoint whose producer takes CURVE keys:
+   * the path of this consumer's key pair file and the producer's public key (Z85 text or a
+   * .pub file), both from `coloader keygen`; NULL for a local or --insecure producer. */
+  const char* curve_key_file;
+  const char* curve_server_key;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */

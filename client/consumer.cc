@@ -9,12 +9,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <new>
 #include <mutex>
 #include <thread>
 #include <tuple>
 #include <zmq.hpp>
 
 #include "client/device_mapper.h"
+#include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/mailbox.h"
 #include "common/process.h"
@@ -62,6 +64,10 @@ struct ConsumerState {
   std::string endpoint;
   Welcome welcome;
   SharedMemory shm;
+  // A remote consumer's copy of the ring: the payload of each batch lands in its slot here.
+  // The producer reuses a slot only after our ack, so a slot is never overwritten under a lease.
+  std::unique_ptr<uint8_t[]> local_slots;
+  const uint8_t* slot_memory() const { return local_slots ? local_slots.get() : shm.data(); }
   std::unique_ptr<DeviceMapper> mapper;  // set on the device path
   MailboxArea mailboxes;                 // local consumers: announcements arrive here
   std::optional<Mailbox> mailbox;
@@ -124,6 +130,26 @@ struct ConsumerState {
   }
 
   void IoLoop();
+
+  // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
+  Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
+    zmq::message_t payload;
+    if (!head.more() || !sock.recv(payload, zmq::recv_flags::none)) {
+      return Status::Protocol(Who() + " sent batch " + std::to_string(a.seq) + " without its payload");
+    }
+    const SlotTable& t = welcome.slots;
+    const uint64_t n = a.count, tensor = n * t.sample_bytes();
+    if (payload.more() || payload.size() != 16 * n + tensor) {
+      return Status::Protocol(Who() + " sent a payload of " + std::to_string(payload.size()) + " bytes for " +
+                              std::to_string(n) + " samples (want " + std::to_string(16 * n + tensor) + ")");
+    }
+    uint8_t* slot = local_slots.get() + uint64_t{a.slot} * t.slot_bytes;
+    const auto* in = payload.data<uint8_t>();
+    std::memcpy(slot + t.indices_offset, in, 8 * n);
+    std::memcpy(slot + t.labels_offset, in + 8 * n, 8 * n);
+    std::memcpy(slot + t.data_offset, in + 16 * n, tensor);
+    return Status::OK();
+  }
 };
 
 // One producer slot this consumer was given. Its destruction is the ack, so exactly one
@@ -175,6 +201,7 @@ void ConsumerState::IoLoop() {
   };
   bool said_bye = false;
   uint64_t exit_seen_ns = 0;  // when the producer's pidfd fired
+  uint64_t last_awake = last_heard;
   while (!stopping.load()) {
     std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0},
                                           {nullptr, sink->fd, ZMQ_POLLIN, 0}};
@@ -206,6 +233,13 @@ void ConsumerState::IoLoop() {
                                 std::to_string(a->count) + " samples, outside its slot table"));
           return;
         }
+        if (local_slots) {
+          Status st = TakePayload(msg, *a);
+          if (!st.ok()) {
+            Fail(st);
+            return;
+          }
+        }
         std::lock_guard<std::mutex> lock(mu);
         queue.push_back(*a);
         cv.notify_all();
@@ -225,6 +259,15 @@ void ConsumerState::IoLoop() {
     if (said_bye) break;  // the producer is done with us; nothing more will come
 
     const uint64_t now = MonotonicNs();
+    // Silence counts only while we were running: a process stopped (SIGSTOP, a debugger, a
+    // suspended VM) finds the producer's last words still on their way through libzmq when it
+    // resumes (typically that it was detached), and must read them rather than conclude from
+    // its own absence that the producer went silent.
+    if (now - last_awake > uint64_t{wait_ms} * 1000000 + 250'000'000) {
+      if (last_heard <= last_awake) last_heard = now - (last_awake - last_heard);  // not if heard since
+      send(Heartbeat{});
+    }
+    last_awake = now;
     if (producer_watch.valid() && producer_watch.Exited()) {
       // What it sent before it went may still be on its way through libzmq (a goodbye, or
       // that we were detached while stopped): give it a moment to arrive before concluding.
@@ -393,13 +436,32 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   zmq::socket_t& sock = state->sock;
   sock.set(zmq::sockopt::linger, 200);
   sock.set(zmq::sockopt::rcvhwm, 100000);
+  const bool tcp = state->endpoint.rfind("tcp://", 0) == 0;
+  const bool curve = !o.curve_key_file.empty() || !o.curve_server_key.empty();
+  std::string our_key;
+  if (curve) {
+    if (!tcp) return Status::Invalid("CURVE keys apply to tcp:// endpoints; local producers are reached through the private run directory");
+    ASSIGN_OR_RETURN(our_key, UseCurveClientKeys(sock, o.curve_key_file, o.curve_server_key));
+  }
+  // On tcp, a refused key shows only as a failed handshake: watch for it to say so.
+  zmq::socket_t monitor(state->ctx, zmq::socket_type::pair);
+  if (tcp) {
+    const std::string mon = "inproc://coloader-handshake-" + std::to_string(reinterpret_cast<uintptr_t>(state.get()));
+    if (zmq_socket_monitor(sock.handle(), mon.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0) {
+      monitor.set(zmq::sockopt::linger, 0);
+      monitor.connect(mon);
+    }
+  }
   try {
     sock.connect(state->endpoint);
   } catch (const zmq::error_t& e) {
     return Status::Invalid("cannot connect to '" + state->endpoint + "': " + e.what());
   }
   Hello hello;
-  hello.pid = static_cast<uint32_t>(::getpid());
+  // A remote consumer's pid means nothing to the producer (it is watched by heartbeat).
+  hello.pid = tcp ? 0 : static_cast<uint32_t>(::getpid());
   hello.batch_size = o.batch_size;
   hello.flags = static_cast<uint8_t>((o.wait_for_epoch ? kHelloWaitForEpoch : 0) | (o.device ? kHelloDevice : 0));
   hello.client_name = o.client_name;
@@ -409,12 +471,39 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   std::vector<uint8_t> bytes = Encode(hello);
   sock.send(zmq::buffer(bytes), zmq::send_flags::none);
 
-  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(o.connect_timeout_ms));
   zmq::message_t reply;
-  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
-    return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
-                           std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
+  for (;;) {
+    std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+    if (monitor.handle() && tcp) items.push_back({monitor.handle(), 0, ZMQ_POLLIN, 0});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() > 0) zmq::poll(items.data(), items.size(), left);
+    if ((items[0].revents & ZMQ_POLLIN) && sock.recv(reply, zmq::recv_flags::dontwait)) break;
+    if (items.size() > 1 && (items[1].revents & ZMQ_POLLIN)) {
+      zmq::message_t event, where;
+      (void)monitor.recv(event, zmq::recv_flags::none);
+      if (event.more()) (void)monitor.recv(where, zmq::recv_flags::none);
+      uint16_t id = 0;
+      if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+      if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        return Status::Invalid("the producer at " + state->endpoint + " refused this consumer's key" +
+                               (our_key.empty() ? std::string(" (none given: it requires CURVE; pass --curve-key and --server-key)")
+                                                : " " + our_key + ": its operator must add this consumer's .pub to --authorized-keys"));
+      }
+      return Status::Invalid("the CURVE handshake with " + state->endpoint + " failed: " +
+                             (curve ? "check that --server-key is that producer's public key, and that it was started with --curve-key "
+                                      "(a producer started with --insecure takes no keys)"
+                                    : "the producer requires CURVE keys (--curve-key and --server-key)"));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
+                             std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?" +
+                             (curve ? " (with CURVE: a wrong --server-key looks like this too)" : ""));
+    }
+  }
+  if (tcp) {
+    (void)zmq_socket_monitor(sock.handle(), nullptr, 0);
+    monitor.close();
   }
   Result<Message> m = Decode(reply.data<uint8_t>(), reply.size());
   if (!m.ok()) {
@@ -438,7 +527,16 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   }
   state->welcome = *welcome;
   const SlotTable& t = welcome->slots;
-  ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  if (t.shm_name.empty()) {
+    // A remote consumer: the producer sends each batch along with its announcement.
+    state->local_slots.reset(new (std::nothrow) uint8_t[t.slot_bytes * t.num_slots]);
+    if (!state->local_slots) {
+      return Status::IOError("cannot allocate " + std::to_string(t.slot_bytes * t.num_slots) +
+                             " bytes for a remote copy of the producer's ring");
+    }
+  } else {
+    ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
+  }
   if (!welcome->mailbox_name.empty()) {
     ASSIGN_OR_RETURN(state->mailboxes, MailboxArea::Open(welcome->mailbox_name, welcome->mailbox_count,
                                                          welcome->mailbox_capacity));
@@ -580,17 +678,84 @@ Result<bool> Consumer::NextEpoch() {
   return true;
 }
 
+Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const uint32_t want = state_->opts.batch_size;
+  DeviceMapper* m = state_->mapper.get();
+  // Device layout of a gathered batch: labels (room for `want`, 256-aligned), then the tensor.
+  const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
+  if (!gathered) {
+    Batch g;
+    g.state_ = state_;
+    g.stream_ = stream;
+    g.epoch_ = epoch_;
+    g.ready_ns_ = pieces.front().lease->a.ready_ns;
+    if (m) {
+      ASSIGN_OR_RETURN(g.owned_device_, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
+      g.device_ = m->device();
+    } else {
+      std::tie(g.owned_, g.owned_capacity_) = state_->TakeBuffer(uint64_t{want} * sample_bytes);
+    }
+    g.owned_indices_.reserve(want);
+    g.owned_labels_.reserve(want);
+    gathered = std::move(g);
+  }
+  Batch& b = *gathered;
+  while (!pieces.empty()) {
+    const internal::Piece& p = pieces.front();
+    const uint64_t done = b.count_;
+    if (m) {
+      // Stream-ordered: the source slot's ack waits for these copies (its lease is on `stream`).
+      const DeviceTable& d = state_->welcome.device;
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_ + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
+                                 8ull * p.count, stream));
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
+                                 p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes,
+                                 stream));
+    } else {
+      std::memcpy(b.owned_.get() + done * sample_bytes, p.lease->base + t.data_offset + p.offset * sample_bytes,
+                  p.count * sample_bytes);
+    }
+    const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+    const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+    b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
+    b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
+    b.count_ += p.count;
+    pieces.erase(pieces.begin());  // its slot goes back as soon as nothing else refers to it
+  }
+  if (m) {
+    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_);
+    b.data_ = b.owned_device_ + labels_bytes;
+  } else {
+    b.data_ = b.owned_.get();
+  }
+  b.indices_ = b.owned_indices_.data();
+  b.labels_ = b.owned_labels_.data();
+  return Status::OK();
+}
+
 Result<std::optional<Batch>> Consumer::Next(void* stream) {
   if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
   using internal::Piece;
+  // A batch that straddles slots is gathered as it is read: each slot's samples are copied out
+  // and the slot let go at once, so a consumer batch larger than the whole ring never holds
+  // more than the slot it is slicing (holding them all would wait forever for a free slot).
   // Resume a batch whose assembly a timeout interrupted: its samples are not lost.
   std::vector<Piece> pieces = std::move(gathering_);
   gathering_.clear();
-  uint32_t collected = 0;
+  std::optional<Batch> gathered = std::move(assembling_);
+  assembling_.reset();
+  uint32_t collected = gathered ? gathered->count_ : 0;
   for (const Piece& p : pieces) collected += p.count;
+  auto keep = [&](Status st) {
+    gathering_ = std::move(pieces);
+    assembling_ = std::move(gathered);
+    return st;
+  };
   bool last = false;
   while (collected < want) {
     if (!current_ || offset_ == current_->a.count) {
@@ -600,10 +765,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       }
       current_.reset();
       Result<std::optional<BatchAnnouncement>> taken = Take();
-      if (!taken.ok()) {
-        gathering_ = std::move(pieces);
-        return taken.status();
-      }
+      if (!taken.ok()) return keep(taken.status());
       std::optional<BatchAnnouncement> a = std::move(*taken);
       if (!a) {  // the producer finished or stopped: this epoch ends here
         stream_ended_ = true;
@@ -615,7 +777,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
         last = true;
         break;
       }
-      const uint8_t* base = state_->shm.data() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
+      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
       current_ = std::make_shared<SlotLease>(state_, *a, base);
       offset_ = 0;
       if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
@@ -623,10 +785,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
     if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
       // Every stream that reads the slot waits for the producer's work on it first.
-      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) {
-        gathering_ = std::move(pieces);
-        return st;
-      }
+      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) return keep(st);
       current_->waited = true;
       current_->waited_stream = stream;
     }
@@ -634,6 +793,9 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       pieces.push_back({current_, offset_, take});
       current_->stream = stream;  // its release is ordered after this stream's reads
       current_->on_stream = true;
+      if (pieces.size() > 1 || gathered) {
+        if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
+      }
     }
     offset_ += take;
     collected += take;
@@ -651,90 +813,33 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
   }
   if (collected == 0 || (collected < want && state_->opts.drop_last)) {
     epoch_ended_ = true;
-    return std::optional<Batch>();
+    return std::optional<Batch>();  // a partly gathered batch gives its buffer back
   }
+  if (gathered) return gathered;
 
+  // Within one slot: a view.
   const SlotTable& t = state_->welcome.slots;
   const uint64_t sample_bytes = t.sample_bytes();
+  const Piece& p = pieces.front();
   Batch b;
   b.state_ = state_;
   b.count_ = collected;
   b.epoch_ = epoch_;
-  b.ready_ns_ = pieces.front().lease->a.ready_ns;
+  b.ready_ns_ = p.lease->a.ready_ns;
   b.stream_ = stream;
+  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
   if (state_->mapper) {
     // Device path: the tensor and labels are device pointers; indices and labels are also
     // readable on the host from the host slot.
-    DeviceMapper& m = *state_->mapper;
     const DeviceTable& d = state_->welcome.device;
-    b.device_ = m.device();
-    if (pieces.size() == 1) {
-      const Piece& p = pieces.front();
-      b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
-      b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
-      b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.leases_.push_back(p.lease);
-      return std::optional<Batch>(std::move(b));
-    }
-    // Straddles slots: gather on the device, in stream order; the sources are released right
-    // after, and their acks wait for these copies to finish.
-    const uint64_t labels_bytes = (uint64_t{collected} * 8 + 255) / 256 * 256;
-    // A failure here keeps the pieces for the next call: their samples are not lost.
-    auto keep = [&](Status st) {
-      if (b.owned_device_) m.Free(b.owned_device_, stream);
-      b.owned_device_ = nullptr;
-      gathering_ = std::move(pieces);
-      return st;
-    };
-    auto buffer = m.Allocate(labels_bytes + uint64_t{collected} * sample_bytes, stream);
-    if (!buffer.ok()) return keep(buffer.status());
-    b.owned_device_ = *buffer;
-    uint64_t done = 0;
-    for (const Piece& p : pieces) {
-      Status st = m.CopyAsync(b.owned_device_ + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
-                              8ull * p.count, stream);
-      if (st.ok())
-        st = m.CopyAsync(b.owned_device_ + labels_bytes + done * sample_bytes,
-                         p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes, stream);
-      if (!st.ok()) return keep(st);
-      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
-      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
-      done += p.count;
-    }
-    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_);
-    b.data_ = b.owned_device_ + labels_bytes;
-    b.indices_ = b.owned_indices_.data();
-    b.labels_ = b.owned_labels_.data();
-    return std::optional<Batch>(std::move(b));
-  }
-  if (pieces.size() == 1) {
-    const Piece& p = pieces.front();
-    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
-    b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-    b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-    b.leases_.push_back(p.lease);
+    b.device_ = state_->mapper->device();
+    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
   } else {
-    // Straddles slots: gather into a private buffer; the source slots go back at once.
-    std::tie(b.owned_, b.owned_capacity_) = state_->TakeBuffer(uint64_t{collected} * sample_bytes);
-    b.owned_indices_.reserve(collected);
-    b.owned_labels_.reserve(collected);
-    uint64_t out = 0;
-    for (const Piece& p : pieces) {
-      std::memcpy(b.owned_.get() + out, p.lease->base + t.data_offset + p.offset * sample_bytes,
-                  p.count * sample_bytes);
-      out += p.count * sample_bytes;
-      const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-      const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-      b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
-      b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
-    }
-    b.data_ = b.owned_.get();
-    b.indices_ = b.owned_indices_.data();
-    b.labels_ = b.owned_labels_.data();
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
   }
+  b.leases_.push_back(p.lease);
   return std::optional<Batch>(std::move(b));
 }
 

@@ -45,6 +45,11 @@ struct ConsumerOptions {
   bool device = false;             // batches in the producer's GPU memory when it has a device
                                    // ring and this process can map it; otherwise the host path
   std::string client_name;         // shown by `coloader status`
+  // tcp:// endpoints (a producer on another machine): this consumer's key pair file and the
+  // producer's public key (Z85 text or a .pub file), both from `coloader keygen`; empty for a
+  // producer started with --insecure. Batches arrive as message payload (no shared memory).
+  std::string curve_key_file;
+  std::string curve_server_key;
 };
 
 namespace internal {
@@ -144,6 +149,9 @@ class Consumer {
   // The next announcement (a pushed-back one first); nullopt once the producer said Bye.
   Result<std::optional<BatchAnnouncement>> Take();
   Status SkipRestOfEpoch();
+  // Copies `pieces` into `gathered` (created for the batch size on first use) and lets go of
+  // their slots.
+  Status Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream);
 
   std::shared_ptr<internal::ConsumerState> state_;
   // The iteration cursor; touched only by the thread that calls NextEpoch/Next.
@@ -151,6 +159,7 @@ class Consumer {
   std::shared_ptr<internal::SlotLease> current_;   // the slot being sliced
   uint32_t offset_ = 0;                            // samples of current_ already handed out
   std::vector<internal::Piece> gathering_;         // a batch in assembly, kept across a timeout
+  std::optional<Batch> assembling_;                // ... and what of it is already copied out
   uint64_t epoch_ = 0;
   bool partial_ = false;
   bool in_epoch_ = false;

@@ -354,6 +354,7 @@ void Encode(Writer& w, const StatusReply& m) {
   w.Put(m.slots_in_use);
   w.Put(m.bad_files);
   w.Put(m.rejected_messages);
+  w.Put(m.dropped_clients);
   w.Put(static_cast<uint32_t>(m.consumers.size()));
   for (const ConsumerStatus& c : m.consumers) {
     w.Put(c.id);
@@ -373,7 +374,7 @@ bool DecodeBody(Reader& r, StatusReply* m) {
         r.Get(&m->position) && r.Get(&m->epoch_samples) && r.Get(&m->batches_published) &&
         r.Get(&m->samples_published) && r.Get(&m->batches_per_s) && r.Get(&m->images_per_s) &&
         r.Get(&m->cpu_seconds) && r.Get(&m->uptime_seconds) && r.Get(&m->num_slots) &&
-        r.Get(&m->slots_in_use) && r.Get(&m->bad_files) && r.Get(&m->rejected_messages) &&
+        r.Get(&m->slots_in_use) && r.Get(&m->bad_files) && r.Get(&m->rejected_messages) && r.Get(&m->dropped_clients) &&
         r.Get(&n)))
     return false;
   if (n > kMaxStatusConsumers) {

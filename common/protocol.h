@@ -186,6 +186,7 @@ struct StatusReply {
   uint32_t num_slots = 0, slots_in_use = 0;
   uint64_t bad_files = 0;
   uint64_t rejected_messages = 0;
+  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol or flooding
   std::vector<ConsumerStatus> consumers;
 };
 const char* ProducerStateName(uint8_t state);

@@ -4,6 +4,9 @@
 #   scripts/gpu_run.sh tests     the GPU decode and GPU test suites, the host-path integration tests, pytest
 #   scripts/gpu_run.sh bench     the GPU benchmarks
 #   scripts/gpu_run.sh all       both
+#   scripts/gpu_run.sh reliability   fault stress and soak on the device path (docs/RELIABILITY.md);
+#                                STRESS_SECONDS (default 150) and SOAK_SECONDS (default 300) set
+#                                their lengths: SOAK_SECONDS=3600 is the one-hour soak
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu_env.sh
@@ -41,5 +44,18 @@ if [[ $what == bench || $what == all ]]; then
   python3 benchmarks/handoff.py --data "$data" --binary "$COLOADER_BINARY" --device | tee "$out/handoff_gpu.txt"
   echo "== hand-off latency, torch.multiprocessing queue of CUDA tensors"
   python3 benchmarks/torch_queue_handoff.py | tee "$out/handoff_torch_queue.txt"
+fi
+if [[ $what == reliability && ${STRESS_SECONDS:-150} -gt 0 ]]; then
+  echo "== fault stress, device path (cuda:0)"
+  python3 tests/stress/fault_stress.py --coloader "$COLOADER_BINARY" --device cuda:0 \
+    --duration "${STRESS_SECONDS:-150}" --min-faults $(( ${STRESS_SECONDS:-150} * 4 )) \
+    --report "$out/fault_stress_gpu.json" 2>&1 | tee "$out/fault_stress_gpu.log" | grep -vE '^ ' | tail -20
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+if [[ $what == reliability ]]; then
+  echo "== soak, device path (cuda:0), two producers"
+  python3 tests/stress/soak.py --coloader "$COLOADER_BINARY" --device cuda:0 --duration "${SOAK_SECONDS:-300}" \
+    --out "$out/soak_gpu" 2>&1 | tee "$out/soak_gpu.log" | tail -5
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 exit $status

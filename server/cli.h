@@ -43,5 +43,6 @@ int StatusCommand(const std::vector<std::string>& args);
 int PlanCommand(const std::vector<std::string>& args);
 int LaunchCommand(const std::vector<std::string>& args);
 int SimulateCommand(const std::vector<std::string>& args);
+int Keygen(const std::vector<std::string>& args);
 
 }  // namespace coloader::cli

@@ -19,7 +19,8 @@ namespace {
 constexpr const char* kConsumeUsage =
     "coloader consume --name NAME | --endpoint EP [--batch-size B] [--epochs N] [--drop-last]\n"
     "                 [--wait-for-epoch] [--json] [--checksum] [--step-ms MS] [--timeout-ms MS] [--device]\n"
-    "                 [--wait-ms MS (wait for the producer to start)]";
+    "                 [--wait-ms MS (wait for the producer to start)]\n"
+    "                 [--endpoint tcp://HOST:PORT --curve-key FILE --server-key KEY|FILE]";
 
 uint64_t Fnv1a(const uint8_t* p, uint64_t n, uint64_t h) {
   for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
@@ -53,6 +54,8 @@ int Consume(const std::vector<std::string>& args) {
   f.AddInt("timeout-ms", &o.timeout_ms);
   f.AddInt("connect-timeout-ms", &o.connect_timeout_ms);
   f.AddInt("wait-ms", &o.wait_for_producer_ms);
+  f.AddString("curve-key", &o.curve_key_file);
+  f.AddString("server-key", &o.curve_server_key);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
   if (help) {
@@ -78,6 +81,7 @@ int Consume(const std::vector<std::string>& args) {
   const uint64_t dataset_size = c.welcome().dataset_size;
   uint64_t done_epochs = 0;
   while (epochs == 0 || done_epochs < epochs) {
+    const uint64_t epoch_asked_ns = MonotonicNs();
     Result<bool> more = c.NextEpoch();
     if (!more.ok()) {
       std::fprintf(stderr, "coloader consume: %s\n", more.status().message().c_str());
@@ -87,6 +91,9 @@ int Consume(const std::vector<std::string>& args) {
     std::vector<uint8_t> seen(dataset_size, 0);
     uint64_t batches = 0, samples = 0, unique = 0, index_sum = 0, index_xor = 0, content = 0;
     std::vector<double> handoff_us, queued_next_us;
+    // The longest this consumer waited for data (the epoch's first batch included): what a
+    // stalled peer or producer costs it. The fault stress test bounds it by the timeout.
+    uint64_t max_wait_ns = MonotonicNs() - epoch_asked_ns;
     const auto t0 = std::chrono::steady_clock::now();
     for (;;) {
       const uint64_t asked_ns = MonotonicNs();
@@ -97,6 +104,7 @@ int Consume(const std::vector<std::string>& args) {
       }
       if (!*next) break;
       const uint64_t got_ns = MonotonicNs();
+      max_wait_ns = std::max(max_wait_ns, got_ns - asked_ns);
       Batch& b = **next;
       // Hand-off latency counts only batches that became ready while we were waiting;
       // the others sat in our queue because we were busy, which measures us, not the transport.
@@ -156,6 +164,7 @@ int Consume(const std::vector<std::string>& args) {
           .Field("handoff_p99_us", Percentile(handoff_us, 0.99))
           .Field("handoff_samples", static_cast<uint64_t>(handoff_us.size()))
           .Field("queued_next_p50_us", Percentile(queued_next_us, 0.5))
+          .Field("max_wait_ms", static_cast<double>(max_wait_ns) * 1e-6)
           .Field("path", c.on_device() ? "device" : "host");
       if (checksum) w.Field("content_hash", content);
       w.EndObject();

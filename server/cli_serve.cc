@@ -26,7 +26,8 @@ constexpr const char* kServeUsage =
     "               [--layout nchw|nhwc] [--device cpu|cuda:N[,cuda:M...]]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
     "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]\n"
-    "               [--decode cpu|gpu|auto]   (gpu: nvJPEG + GPU augmentation, needs --device)";
+    "               [--decode cpu|gpu|auto]   (gpu: nvJPEG + GPU augmentation, needs --device)\n"
+    "               [--tcp tcp://HOST:PORT (--curve-key FILE --authorized-keys FILE | --insecure)]";
 
 }  // namespace
 
@@ -59,6 +60,10 @@ int Serve(const std::vector<std::string>& args) {
   f.AddU32("heartbeat-timeout-ms", &o.heartbeat_timeout_ms);
   f.AddBool("no-dct-scaling", &no_dct);
   f.AddBool("quiet", &quiet);
+  f.AddString("tcp", &o.tcp_endpoint);
+  f.AddString("curve-key", &o.curve_key_file);
+  f.AddString("authorized-keys", &o.authorized_keys_file);
+  f.AddBool("insecure", &o.insecure);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
   if (help) {
@@ -133,6 +138,10 @@ int Serve(const std::vector<std::string>& args) {
   signal(SIGPIPE, SIG_IGN);
   std::fprintf(stderr, "[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
                (*producer)->endpoint().c_str());
+  if (!(*producer)->tcp_endpoint().empty()) {
+    std::fprintf(stderr, "[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
+                 o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
+  }
 
   Status run = (*producer)->Run();
   g_producer = nullptr;

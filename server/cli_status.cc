@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <zmq.hpp>
 
+#include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/json.h"
 #include "common/protocol.h"
@@ -11,9 +12,11 @@ namespace coloader::cli {
 
 namespace {
 
-constexpr const char* kStatusUsage = "coloader status --name NAME | --endpoint EP [--json] [--timeout-ms MS]";
+constexpr const char* kStatusUsage =
+    "coloader status --name NAME | --endpoint EP [--curve-key FILE --server-key KEY|FILE] [--json] [--timeout-ms MS]";
 
-Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms) {
+Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
+                          const std::string& server_key) {
   if (endpoint.empty()) {
     ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
     if (!NameLock::IsHeld(paths.lock)) {
@@ -25,6 +28,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
+  if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
   sock.connect(endpoint);
   std::vector<uint8_t> req = Encode(StatusRequest{});
   sock.send(zmq::buffer(req), zmq::send_flags::none);
@@ -44,13 +48,15 @@ std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& args) {
-  std::string name, endpoint;
+  std::string name, endpoint, key_file, server_key;
   bool json = false, help = false;
   int timeout_ms = 3000;
   Flags f("status", kStatusUsage);
   f.AddString("name", &name);
   f.AddString("endpoint", &endpoint);
   f.AddBool("json", &json);
+  f.AddString("curve-key", &key_file);
+  f.AddString("server-key", &server_key);
   f.AddInt("timeout-ms", &timeout_ms);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
@@ -63,7 +69,7 @@ int StatusCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "%s\n", st.message().c_str());
     return 2;
   }
-  Result<StatusReply> r = Query(name, endpoint, timeout_ms);
+  Result<StatusReply> r = Query(name, endpoint, timeout_ms, key_file, server_key);
   if (!r.ok()) {
     std::fprintf(stderr, "coloader status: %s\n", r.status().message().c_str());
     return 1;
@@ -86,7 +92,8 @@ int StatusCommand(const std::vector<std::string>& args) {
         .Field("slots", r->num_slots)
         .Field("slots_in_use", r->slots_in_use)
         .Field("bad_files", r->bad_files)
-        .Field("rejected_messages", r->rejected_messages);
+        .Field("rejected_messages", r->rejected_messages)
+        .Field("dropped_clients", r->dropped_clients);
     w.BeginArray("consumers");
     for (const ConsumerStatus& c : r->consumers) {
       w.BeginObject()
@@ -111,9 +118,11 @@ int StatusCommand(const std::vector<std::string>& args) {
   std::printf("  throughput %.1f batches/s, %.0f images/s; published %llu batches, %llu samples\n",
               r->batches_per_s, r->images_per_s, static_cast<unsigned long long>(r->batches_published),
               static_cast<unsigned long long>(r->samples_published));
-  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu\n",
+  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu; "
+              "clients dropped for misbehaving %llu\n",
               r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
-              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages));
+              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages),
+              static_cast<unsigned long long>(r->dropped_clients));
   std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %s\n", "id", "pid", "batch", "received", "acked", "held", "lag", "path");
   for (const ConsumerStatus& c : r->consumers) {
     std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,

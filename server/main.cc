@@ -18,6 +18,7 @@ constexpr const char* kHelp =
     "  coloader plan    JOBS.json [options]                place jobs on GPUs (MPS/MIG, shared producers)\n"
     "  coloader launch  JOBS.json [options]                run a plan: MPS daemon, producers, jobs\n"
     "  coloader simulate --trace TRACE.json [options]      replay a trace under each placement policy\n"
+    "  coloader keygen  --out NAME                         a CURVE key pair for tcp:// endpoints\n"
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return coloader::cli::PlanCommand(args);
   if (command == "launch") return coloader::cli::LaunchCommand(args);
   if (command == "simulate") return coloader::cli::SimulateCommand(args);
+  if (command == "keygen") return coloader::cli::Keygen(args);
   std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
   return 2;
 }

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <zmq.hpp>
 
+#include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/mailbox.h"
 #include "common/process.h"
@@ -26,6 +28,7 @@
 #include "server/pipeline.h"
 #include "server/ring.h"
 #include "server/sampler.h"
+#include "server/zap.h"
 
 namespace coloader {
 
@@ -33,6 +36,7 @@ namespace {
 
 constexpr uint64_t kPageBytes = 4096;
 constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
+constexpr uint64_t kStrangerMessagesPerSecond = 1000;
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // The host slot layout: dataset indices, labels, then the tensor on its own page. With a
@@ -78,6 +82,20 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   return {t, staging};
 }
 
+// Messages counted over one-second windows: how a flood is told from a busy consumer.
+struct RateWindow {
+  uint64_t start_ns = 0;
+  uint64_t count = 0;
+  // Counts one message at `now`; the count within the current second.
+  uint64_t Add(uint64_t now) {
+    if (now - start_ns >= 1'000'000'000) {
+      start_ns = now;
+      count = 0;
+    }
+    return ++count;
+  }
+};
+
 struct Session {
   uint64_t id = 0;
   std::string identity;  // the ROUTER's routing id of this consumer's connection
@@ -88,6 +106,7 @@ struct Session {
   bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
   bool pending = false; // offered the device ring, has not said (Attach) which path it takes
   int mailbox = -1;     // its shared-memory mailbox, or -1: announcements go as Batch messages
+  bool remote = false;  // came over tcp://: batches go as message payload, liveness by heartbeat
   size_t ring = 0;      // with `device`: which of the device rings it maps
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
   uint64_t last_heard_ns = 0;
@@ -96,6 +115,8 @@ struct Session {
   uint64_t acked = 0;
   uint64_t first_seq = 0;   // the first batch announced to it
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
+  RateWindow rate;              // its messages this second
+  uint64_t received_at_rate = 0;  // `received` when that second began
 };
 
 // --decode: the GPU stage for gpu (and for auto where the first --device has a hardware JPEG
@@ -145,6 +166,8 @@ struct Producer::Impl {
   std::unique_ptr<ExternalSource> external;  // instead of the pipeline, with opts.external
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
+  std::unique_ptr<ZapHandler> zap;  // with a tcp:// endpoint: who may connect
+  std::string tcp_bound;
   int stop_fd = -1;
   std::atomic<bool> stop_requested{false};
 
@@ -169,6 +192,10 @@ struct Producer::Impl {
   std::unordered_set<int64_t> bad_indices;
   uint64_t bad_events = 0;
   uint64_t rejected_messages = 0;
+  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol (floods included)
+  // Messages this second from each peer without a session (forgotten every second).
+  std::unordered_map<std::string, RateWindow> stranger_rates;
+  uint64_t strangers_since_ns = 0;
   double rate_batches = 0, rate_images = 0;
   uint64_t rate_mark_ns = 0, rate_mark_batches = 0, rate_mark_samples = 0;
   uint64_t last_progress_ns = 0;
@@ -208,8 +235,11 @@ struct Producer::Impl {
   }
   void SubmitWork();
   void PublishReady();
-  void HandleMessage(const std::string& identity, const uint8_t* data, size_t size);
-  void HandleHello(const std::string& identity, const Hello& hello);
+  void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
+  bool Flooding(Session& s, uint64_t now);
+  void HandleHello(const std::string& identity, const Hello& hello, bool remote);
+  Status BindTcp();
+  void SendWithPayload(Session& s, const BatchAnnouncement& a);
   void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye);
   bool Send(const std::string& identity, const Message& m);
   void SendToSession(Session& s, const Message& m);
@@ -234,6 +264,7 @@ Producer::~Producer() {
 }
 
 const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
+const std::string& Producer::tcp_endpoint() const { return impl_->tcp_bound; }
 ExternalSource* Producer::external_source() const { return impl_->external.get(); }
 
 void Producer::Stop() {
@@ -268,6 +299,22 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
       return Status::Invalid("a sample shape needs 1 to 3 dimensions, got " + std::to_string(opts.sample_shape.size()));
     for (int64_t d : opts.sample_shape)
       if (d < 1 || d > 65536) return Status::Invalid("sample dimension " + std::to_string(d) + " is out of range (1 to 65536)");
+  }
+  if (!opts.tcp_endpoint.empty()) {
+    if (opts.tcp_endpoint.rfind("tcp://", 0) != 0)
+      return Status::Invalid("--tcp must be a tcp:// endpoint (e.g. tcp://0.0.0.0:5555), got '" + opts.tcp_endpoint + "'");
+    const bool keys = !opts.curve_key_file.empty() || !opts.authorized_keys_file.empty();
+    if (keys && opts.insecure) return Status::Invalid("give CURVE keys or --insecure, not both");
+    if (!keys && !opts.insecure)
+      return Status::Invalid("refusing to serve " + opts.tcp_endpoint + " without authentication: give --curve-key FILE "
+                             "(the producer's key pair, from `coloader keygen --out NAME`) and --authorized-keys FILE "
+                             "(the consumers' .pub keys), or --insecure to accept anyone who can reach the port");
+    if (keys && (opts.curve_key_file.empty() || opts.authorized_keys_file.empty()))
+      return Status::Invalid("CURVE needs both --curve-key (this producer's key pair) and --authorized-keys");
+    if (keys) RETURN_NOT_OK(CurveAvailable());
+    if (opts.external) return Status::Invalid("a tcp:// endpoint is not available to a Python-fed producer yet");
+  } else if (!opts.curve_key_file.empty() || !opts.authorized_keys_file.empty() || opts.insecure) {
+    return Status::Invalid("--curve-key, --authorized-keys and --insecure apply to a --tcp endpoint; give one");
   }
   if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
@@ -350,6 +397,7 @@ Status Producer::Impl::Setup() {
     return Status::IOError("cannot bind " + paths.endpoint + ": " + e.what());
   }
   ::chmod(paths.socket.c_str(), 0600);
+  if (!opts.tcp_endpoint.empty()) RETURN_NOT_OK(BindTcp());
   progress_tty = ::isatty(STDERR_FILENO);
   return Status::OK();
 }
@@ -372,12 +420,61 @@ void Producer::Impl::SendToSession(Session& s, const Message& m) {
   // A failed send means the connection is gone or its queue is full; liveness checks drop it.
 }
 
+Status Producer::Impl::BindTcp() {
+  // libzmq copies a socket's options into each endpoint when it is bound: the ipc endpoint
+  // above has neither CURVE nor a ZAP domain; this one has both (or ZAP alone, insecure).
+  std::optional<std::set<std::string>> allowed;
+  CurveKeyPair pair;
+  if (!opts.insecure) {
+    ASSIGN_OR_RETURN(pair, ReadCurveKeyPair(opts.curve_key_file));
+    ASSIGN_OR_RETURN(allowed, ReadAuthorizedKeys(opts.authorized_keys_file));
+  }
+  const std::string name = opts.name;
+  ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
+                     std::fprintf(stderr, "[coloader %s] %s\n", name.c_str(), line.c_str());
+                   }));
+  try {
+    router.set(zmq::sockopt::zap_domain, ZapHandler::kDomain);
+    if (!opts.insecure) {
+      router.set(zmq::sockopt::curve_server, 1);
+      router.set(zmq::sockopt::curve_secretkey, pair.secret_key);
+    }
+    router.bind(opts.tcp_endpoint);
+    tcp_bound = router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("cannot bind " + opts.tcp_endpoint + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+void Producer::Impl::SendWithPayload(Session& s, const BatchAnnouncement& a) {
+  // A remote consumer cannot map the ring: the slot's indices, labels and tensor go along,
+  // packed as [int64 indices][int64 labels][tensor] for the batch's samples.
+  const uint8_t* slot = shm.data() + uint64_t{a.slot} * table.slot_bytes;
+  const uint64_t n = a.count, tensor = n * table.sample_bytes();
+  zmq::message_t payload(16 * n + tensor);
+  auto* out = payload.data<uint8_t>();
+  std::memcpy(out, slot + table.indices_offset, 8 * n);
+  std::memcpy(out + 8 * n, slot + table.labels_offset, 8 * n);
+  std::memcpy(out + 16 * n, slot + table.data_offset, tensor);
+  std::vector<uint8_t> head = Encode(a);
+  try {
+    if (router.send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router.send(payload, zmq::send_flags::dontwait))
+      s.last_sent_ns = MonotonicNs();
+  } catch (const zmq::error_t&) {
+    // The connection is gone; the heartbeat timeout drops the session.
+  }
+}
+
 void Producer::Impl::DropSession(const std::string& identity, const char* why,
                                  std::optional<Bye> bye) {
   auto it = sessions.find(identity);
   if (it == sessions.end()) return;
   Session& s = it->second;
   if (bye) Send(identity, *bye);
+  if (bye && bye->reason == ByeReason::kRejected) ++dropped_clients;
   uint32_t freed = ring.DropConsumer(s.id);
   if (s.mailbox >= 0) {
     mailboxes.at(static_cast<uint32_t>(s.mailbox)).Reset(0);
@@ -388,7 +485,7 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
   sessions.erase(it);
 }
 
-void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello) {
+void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello, bool remote) {
   if (sessions.count(identity)) {
     ++rejected_messages;
     DropSession(identity, "sent a second Hello", Bye{ByeReason::kRejected, "duplicate Hello"});
@@ -401,7 +498,8 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
-  if ((hello.flags & kHelloDevice) != 0) {
+  s.remote = remote;
+  if ((hello.flags & kHelloDevice) != 0 && !remote) {
     // The ring on the consumer's own GPU; with no UUID given, the first ring.
     for (size_t i = 0; i < device_rings.size(); ++i) {
       if (hello.device_uuid.empty() || device_rings[i]->table().device_uuid == hello.device_uuid) {
@@ -415,7 +513,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   // batches, until it says which path it will read (so a fallback loses nothing).
   s.pending = s.device;
   s.last_heard_ns = MonotonicNs();
-  if (hello.pid > 0) {
+  if (hello.pid > 0 && !remote) {  // a remote pid names a process on another machine
     // Local consumers are watched through a pidfd, so their death is seen at once. A pid we
     // cannot watch (another pid namespace, already gone) falls back to the heartbeat.
     if (auto w = ProcessWatch::Open(static_cast<int>(hello.pid)); w.ok()) s.watch = std::move(*w);
@@ -428,6 +526,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   w.dataset_size = dataset_size();
   w.epoch_samples = epoch_samples();
   w.slots = table;
+  if (remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
   if (s.device) {
     w.has_device = true;
     w.device = device_rings[s.ring]->table();
@@ -462,9 +561,40 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   }
 }
 
-void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* data, size_t size) {
+bool Producer::Impl::Flooding(Session& s, uint64_t now) {
+  // What a consumer needs per second: an ack per batch it was given (at most the ring's worth
+  // outstanding, plus what it was given this second) and a heartbeat per interval. Allowing
+  // several times that keeps a busy consumer far from the limit; a peer sending thousands of
+  // messages a second is not reading batches.
+  if (s.rate.count == 0 || now - s.rate.start_ns >= 1'000'000'000) s.received_at_rate = s.received;
+  const uint64_t needed = (s.received - s.received_at_rate) + table.num_slots + 1000 / opts.heartbeat_ms;
+  return s.rate.Add(now) > 4 * needed + 100;
+}
+
+void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote) {
   auto it = sessions.find(identity);
-  if (it != sessions.end()) it->second.last_heard_ns = MonotonicNs();
+  const uint64_t now = MonotonicNs();
+  if (it != sessions.end()) {
+    it->second.last_heard_ns = now;
+    if (Flooding(it->second, now)) {
+      ++rejected_messages;
+      DropSession(identity, "flooded the producer with messages",
+                  Bye{ByeReason::kRejected, "more than " + std::to_string(it->second.rate.count - 1) +
+                                                " messages in one second: far more than a consumer needs"});
+      return;
+    }
+  } else {
+    // Peers without a session (status queries, stragglers of dropped consumers, garbage) get
+    // a bounded share of the loop each: beyond it they are neither answered nor logged.
+    if (now - strangers_since_ns >= 1'000'000'000) {
+      stranger_rates.clear();
+      strangers_since_ns = now;
+    }
+    if (stranger_rates[identity].Add(now) > kStrangerMessagesPerSecond) {
+      ++rejected_messages;
+      return;
+    }
+  }
   Result<Message> decoded = Decode(data, size);
   if (!decoded.ok()) {
     ++rejected_messages;
@@ -474,8 +604,10 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
       // header of, then forget it.
       Send(identity, Reject{RejectCode::kVersion, decoded.status().message()});
     }
-    std::fprintf(stderr, "[coloader %s] rejected a message: %s\n", opts.name.c_str(),
-                 decoded.status().message().c_str());
+    // A stream of garbage is logged in samples, not line for line.
+    if (rejected_messages <= 20 || rejected_messages % 1000 == 0)
+      std::fprintf(stderr, "[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
+                   static_cast<unsigned long long>(rejected_messages), decoded.status().message().c_str());
     if (it != sessions.end()) {
       DropSession(identity, "broke the protocol", Bye{ByeReason::kRejected, decoded.status().message()});
     }
@@ -483,7 +615,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
   }
   Message& m = *decoded;
   if (auto* hello = std::get_if<Hello>(&m)) {
-    HandleHello(identity, *hello);
+    HandleHello(identity, *hello, remote);
   } else if (std::holds_alternative<StatusRequest>(m)) {
     Send(identity, MakeStatus());
   } else if (it == sessions.end()) {
@@ -665,7 +797,8 @@ void Producer::Impl::PublishReady() {
       }
       holders.push_back(s.id);
       if (s.received++ == 0) s.first_seq = job->seq;
-      if (s.mailbox < 0) SendToSession(s, a);
+      if (s.remote) SendWithPayload(s, a);
+      else if (s.mailbox < 0) SendToSession(s, a);
     }
     ring.Publish(job->slot, job->seq, holders);
     for (const std::string& identity : stuck)
@@ -717,6 +850,7 @@ StatusReply Producer::Impl::MakeStatus() const {
   r.slots_in_use = ring.in_use();
   r.bad_files = bad_indices.size();
   r.rejected_messages = rejected_messages;
+  r.dropped_clients = dropped_clients;
   for (const auto& [identity, s] : sessions) {
     ConsumerStatus c;
     c.id = s.id;
@@ -797,6 +931,7 @@ Status Producer::Impl::Loop() {
     };
     for (const auto& [id, s] : sessions)
       if (s.watch.valid()) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
+    if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
     const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
@@ -816,8 +951,11 @@ Status Producer::Impl::Loop() {
         extra = junk.more();
         if (!extra) ++rejected_messages;
       }
-      HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size());
+      // Only tcp:// peers passed the ZAP handler, which gave them a user id.
+      const char* user = zmq_msg_gets(payload.handle(), "User-Id");
+      HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size(), user && *user);
     }
+    if (zap) zap->HandlePending();
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
     ReportProgress(now, false);

@@ -48,6 +48,14 @@ struct ProducerOptions {
   uint32_t heartbeat_timeout_ms = 5000;
   int progress_interval_ms = 1000;  // 0: no progress lines
 
+  // Also serve consumers on other machines at this tcp:// endpoint (host path, batches sent as
+  // message payload). It takes CURVE keys: the producer's key pair and the consumers' public
+  // keys it accepts; without them it refuses to start unless `insecure`.
+  std::string tcp_endpoint;
+  std::string curve_key_file;
+  std::string authorized_keys_file;
+  bool insecure = false;
+
   // Fed by the caller (ExternalSource) instead of `data`: samples of this shape (1 to 3
   // dimensions, laid out as C,H,W with leading 1s) and `output` dtype; batch_size is the most
   // one batch carries. epoch_samples, if known, lets consumers compute len().
@@ -72,6 +80,8 @@ class Producer {
   void Stop();
 
   const std::string& endpoint() const;
+  // The tcp:// endpoint as bound (a port of 0 or * resolved); empty without one.
+  const std::string& tcp_endpoint() const;
   // With options.external: where the caller publishes batches (owned by the producer).
   ExternalSource* external_source() const;
 

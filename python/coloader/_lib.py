@@ -88,6 +88,8 @@ class ConsumerOptions(ctypes.Structure):
         ("client_name", ctypes.c_char_p),
         ("device", ctypes.c_int32),  # appended in the C struct: nonzero asks for the device path
         ("wait_for_producer_ms", ctypes.c_int32),  # appended after it
+        ("curve_key_file", ctypes.c_char_p),       # appended after that: tcp:// with CURVE
+        ("curve_server_key", ctypes.c_char_p),
     ]
 
 

@@ -92,6 +92,7 @@ Threads
 """
 
 import ctypes
+import os
 import warnings
 
 import numpy as np
@@ -276,6 +277,9 @@ class Loader:
         as the producer lives.
       wait_for_epoch: join at the next epoch boundary rather than mid-epoch.
       endpoint: an explicit ZeroMQ endpoint (e.g. tcp://host:port) instead of a name.
+      curve_key, server_key: for a tcp:// producer started with CURVE keys: this consumer's
+        key pair file and the producer's public key (Z85 text or its .pub file), both made by
+        `coloader keygen`. Remote batches arrive over the network (host path).
       device: None or "cpu": CPU tensors viewing host shared memory. "cuda" or "cuda:N": CUDA
         tensors viewing the producer's GPU memory (the device path: zero-copy, and no host
         synchronisation). They are on the producer's GPU; N (default: the current device)
@@ -300,7 +304,7 @@ class Loader:
 
     def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
                  wait_for_epoch=False, endpoint=None, device=None, connect_timeout=5.0,
-                 client_name=None, wait_for_producer=0):
+                 client_name=None, wait_for_producer=0, curve_key=None, server_key=None):
         import torch  # imported here so that `import coloader` works without torch
 
         self._torch = torch
@@ -355,6 +359,8 @@ class Loader:
         opts.client_name = client_name.encode() if client_name else None
         opts.device = 1 if want_cuda else 0
         opts.wait_for_producer_ms = int(round(wait_for_producer * 1000)) if wait_for_producer else 0
+        opts.curve_key_file = os.fsencode(curve_key) if curve_key else None
+        opts.curve_server_key = os.fsencode(server_key) if server_key else None
         ptr = ctypes.c_void_p()
         if want_cuda:
             cuda = torch.cuda

@@ -139,6 +139,11 @@ class Producer:
             self.proc.kill()
         self.proc.wait()
         self._reader.join(STEP_TIMEOUT)
+        # Killed, it leaves its ring and mailboxes in /dev/shm as a crash would (a restart
+        # would reclaim them): the name is unique to this test, so remove them here.
+        for f in os.listdir("/dev/shm"):
+            if f.endswith("-" + self.name) or f.endswith("-" + self.name + ".mbox"):
+                os.unlink(os.path.join("/dev/shm", f))
 
 
 @pytest.fixture
@@ -721,3 +726,27 @@ def test_cuda_requested_without_a_device_path_warns_and_yields_cpu_tensors(serve
 def test_bad_device_raises_invalid_argument(env):
     with pytest.raises(coloader.InvalidArgument):
         coloader.Loader("x", device="no-such-device")
+
+
+def test_tcp_endpoint_with_curve_keys(serve, tmp_path):
+    """A Loader over tcp:// (a consumer on another machine, here loopback) with CURVE keys:
+    exact epochs; a key the producer does not list is refused with InvalidArgument."""
+    for who in ("server", "client", "stranger"):
+        subprocess.run([str(BINARY), "keygen", "--out", str(tmp_path / who)], check=True, capture_output=True)
+    (tmp_path / "authorized").write_text((tmp_path / "client.pub").read_text())
+    p = serve("--tcp", "tcp://127.0.0.1:*", "--curve-key", str(tmp_path / "server.key"),
+              "--authorized-keys", str(tmp_path / "authorized"), epochs=None)
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while not any("also serving on tcp://" in line for line in p.lines) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    line = next(line for line in p.lines if "also serving on tcp://" in line)
+    endpoint = line.split("also serving on ")[1].split()[0]
+    with coloader.Loader(endpoint=endpoint, batch_size=10, timeout=STEP_TIMEOUT,
+                         curve_key=tmp_path / "client.key", server_key=tmp_path / "server.pub") as loader:
+        for _ in range(2):
+            sizes, indices, _ = run_epoch(loader)
+            assert sorted(indices) == list(range(NUM_IMAGES))
+            assert sizes == expected_sizes(10)
+    with pytest.raises(coloader.InvalidArgument, match="refused this consumer's key"):
+        coloader.Loader(endpoint=endpoint, curve_key=str(tmp_path / "stranger.key"),
+                        server_key=str(tmp_path / "server.pub"))

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <thread>
 
 #include "client/consumer.h"
@@ -40,7 +42,18 @@ class IntegrationTest : public ::testing::Test {
     env_ = {{"COLOADER_RUN_DIR", run_dir_}};
     ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
   }
-  void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
+  void TearDown() override {
+    // A producer still running when its test ends is SIGKILLed (Child's destructor) and leaves
+    // its ring and mailboxes in /dev/shm, as a crash would; the next producer of that name
+    // would reclaim them, but this run directory goes: remove what belongs to it.
+    if (auto paths = PathsFor("x"); paths.ok()) {
+      const std::string prefix = paths->shm_name.substr(0, paths->shm_name.size() - 1);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator("/dev/shm", ec))
+        if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
+    }
+    ::unsetenv("COLOADER_RUN_DIR");
+  }
 
   // A producer over the test dataset with small, fast images.
   std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra = {},
@@ -124,6 +137,28 @@ TEST_F(IntegrationTest, ConsumersWithAnyBatchSizeAreExactAndSeeTheSamePixels) {
   }
   // A different epoch is a different augmentation of the same images.
   EXPECT_NE(seen[0][0].at("content_hash"), seen[0][1].at("content_hash"));
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, ConsumerBatchesLargerThanTheWholeRingAreExact) {
+  // Found by the soak: a consumer batch needing more slots than the ring has used to hold
+  // every slot while it gathered and wait forever for one more. Here the ring holds 2 x 4
+  // samples and the consumers ask for 30 and 9 (9: straddles three slots each time).
+  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "2", "--window", "2", "--spare-slots", "0",
+                              "--min-consumers", "2", "--output", "uint8"});
+  auto big = Consume("p", {"--batch-size", "30", "--checksum", "--timeout-ms", "20000"});
+  auto small = Consume("p", {"--batch-size", "9", "--checksum", "--timeout-ms", "20000"});
+  ASSERT_EQ(big->Wait(), 0) << big->Stderr();
+  ASSERT_EQ(small->Wait(), 0) << small->Stderr();
+  auto b = ParseJsonLines(big->Stdout()), s = ParseJsonLines(small->Stdout());
+  ASSERT_EQ(b.size(), 2u) << big->Stdout();
+  ASSERT_EQ(s.size(), 2u) << small->Stdout();
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(b[e]);
+    ExpectExactEpoch(s[e]);
+    EXPECT_EQ(U64(b[e], "batches"), 4u);  // ceil(103 / 30)
+    EXPECT_EQ(b[e].at("content_hash"), s[e].at("content_hash"));  // the same pixels, gathered either way
+  }
   EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
 }
 
@@ -397,6 +432,33 @@ TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItRes
   EXPECT_NE(stopped->Stderr().find("detached"), std::string::npos) << stopped->Stderr();
 }
 
+TEST_F(IntegrationTest, ConsumersResumedLongAfterTheTimeoutLearnTheyWereDetached) {
+  // Found by the fault stress test: a consumer resumed after a stop longer than the timeout
+  // counted its own stop as producer silence and reported "not heard from" before reading the
+  // producer's goodbye waiting in its socket. Several at once make the race near certain.
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "2"});
+  std::vector<std::unique_ptr<Child>> stopped;
+  for (int i = 0; i < 4; ++i) stopped.push_back(Consume("p", {"--batch-size", std::to_string(3 + i)}));
+  auto other = Consume("p", {"--step-ms", "2"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 4; }));
+  for (auto& c : stopped) c->Signal(SIGSTOP);
+  // Detached after 1.5 s; stay stopped well past that, while the other consumer goes on.
+  ASSERT_TRUE(producer->WaitForStderr("went silent", 10000)) << producer->Stderr();
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // the fault itself: a long stop
+  for (auto& c : stopped) c->Signal(SIGCONT);
+  for (auto& c : stopped) {
+    EXPECT_EQ(c->Wait(10000), 1);
+    EXPECT_NE(c->Stderr().find("detached"), std::string::npos) << c->Stderr();
+    EXPECT_EQ(c->Stderr().find("not been heard from"), std::string::npos) << c->Stderr();
+  }
+  EXPECT_TRUE(other->running()) << other->Stderr();
+  producer->Signal(SIGTERM);
+  EXPECT_EQ(other->Wait(10000), 0) << other->Stderr();
+  for (const auto& e : ParseJsonLines(other->Stdout()))
+    if (e.at("partial") == "false" && U64(e, "samples") == kImages) ExpectExactEpoch(e);
+  EXPECT_EQ(producer->Wait(10000), 0);
+}
+
 TEST_F(IntegrationTest, FileVanishingAfterTheListingIsSkippedAndNamed) {
   const std::string data = tmp_.path() + "/vanishing";
   testing::MakeImageFolder(data, 30, 2);
@@ -493,6 +555,163 @@ TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
   ExpectExactEpoch(ParseJsonLines(consumer->Stdout()).at(0));
   EXPECT_EQ(producer->Wait(), 0);
   EXPECT_NE(producer->Stderr().find("rejected a message"), std::string::npos);
+}
+
+// A consumer that said Hello properly and then misbehaves: each kind of misbehaviour gets a
+// Bye(kRejected) naming it, is counted, and costs the producer and the other consumers nothing.
+TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn) {
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "3"});
+  auto honest = Consume("p", {"--batch-size", "5"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 3; }));
+  ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
+
+  // Says Hello as a remote consumer would (pid 0: batches come as messages), waits for its
+  // Welcome and first batch, then runs `misbehave`; returns the Bye it got.
+  auto attack = [&](const std::function<void(RawPeer&, const BatchAnnouncement&)>& misbehave) -> std::optional<Bye> {
+    RawPeer peer(paths.endpoint);
+    peer.Send(Encode(Hello{0, 8, 0, "hostile", ""}));
+    std::optional<BatchAnnouncement> first;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    bool misbehaved = false;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto bytes = peer.Receive(200);
+      if (!bytes) continue;
+      auto m = Decode(bytes->data(), bytes->size());
+      if (!m.ok()) return std::nullopt;
+      if (auto* a = std::get_if<BatchAnnouncement>(&*m); a && !misbehaved) {
+        first = *a;
+        misbehave(peer, *first);
+        misbehaved = true;
+      }
+      if (auto* bye = std::get_if<Bye>(&*m)) return *bye;
+    }
+    return std::nullopt;
+  };
+  struct Case {
+    const char* what;
+    std::function<void(RawPeer&, const BatchAnnouncement&)> misbehave;
+    const char* expect;  // in the Bye's message
+  };
+  const std::vector<Case> cases = {
+      {"ack for a batch it never got", [](RawPeer& p, const BatchAnnouncement& a) { p.Send(Encode(Ack{a.seq + 1000})); },
+       "do not hold"},
+      {"ack far out of range", [](RawPeer& p, const BatchAnnouncement&) { p.Send(Encode(Ack{uint64_t{1} << 62})); },
+       "do not hold"},
+      {"ack twice", [](RawPeer& p, const BatchAnnouncement& a) {
+         p.Send(Encode(Ack{a.seq}));
+         p.Send(Encode(Ack{a.seq}));
+       }, "do not hold"},
+      {"unknown message type", [](RawPeer& p, const BatchAnnouncement&) {
+         std::vector<uint8_t> m = Encode(Heartbeat{});
+         m[6] = 77;  // the type field
+         p.Send(m);
+       }, "type"},
+      {"a producer's message", [](RawPeer& p, const BatchAnnouncement& a) { p.Send(Encode(a)); }, "unexpected"},
+      {"flood", [](RawPeer& p, const BatchAnnouncement&) {
+         const std::vector<uint8_t> hb = Encode(Heartbeat{});
+         for (int i = 0; i < 20000; ++i) p.Send(hb);
+       }, "messages in one second"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::optional<Bye> bye = attack(c.misbehave);
+    ASSERT_TRUE(bye.has_value()) << "no goodbye for: " << c.what;
+    EXPECT_EQ(bye->reason, ByeReason::kRejected);
+    EXPECT_NE(bye->message.find(c.expect), std::string::npos) << bye->message;
+  }
+  JsonLine s = StatusOf("p");
+  EXPECT_GE(U64(s, "dropped_clients"), cases.size());
+  EXPECT_GE(U64(s, "rejected_messages"), cases.size());
+  EXPECT_TRUE(honest->running()) << honest->Stderr();
+  // The honest consumer went on throughout and still sees exact epochs.
+  const uint64_t published = U64(s, "batches_published");
+  ASSERT_TRUE(WaitForStatus("p", [&](const JsonLine& t) { return U64(t, "batches_published") >= published + 30; }));
+  producer->Signal(SIGTERM);
+  ASSERT_EQ(honest->Wait(10000), 0) << honest->Stderr();
+  auto epochs = ParseJsonLines(honest->Stdout());
+  ASSERT_GE(epochs.size(), 2u);
+  for (size_t i = 0; i + 1 < epochs.size(); ++i) ExpectExactEpoch(epochs[i]);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
+// The tcp:// endpoint a producer printed ("also serving on tcp://HOST:PORT (...)").
+std::string TcpEndpointOf(Child& producer) {
+  EXPECT_TRUE(producer.WaitForStderr("also serving on tcp://", 20000)) << producer.Stderr();
+  const std::string err = producer.Stderr();
+  const size_t at = err.find("tcp://", err.find("also serving on"));
+  return at == std::string::npos ? "" : err.substr(at, err.find(' ', at) - at);
+}
+
+TEST_F(IntegrationTest, TcpConsumersNeedAListedCurveKeyAndSeeExactEpochs) {
+  for (const char* who : {"server", "client", "stranger"}) {
+    Child keygen(Coloader({"keygen", "--out", tmp_.path() + "/" + who}), env_);
+    ASSERT_EQ(keygen.Wait(), 0) << keygen.Stderr();
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat((tmp_.path() + "/client.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string k = tmp_.path() + "/";
+  testing::WriteFile(k + "authorized", "# who may connect\n" + testing::ReadFile(k + "client.pub"));
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--tcp", "tcp://127.0.0.1:*", "--curve-key",
+                              k + "server.key", "--authorized-keys", k + "authorized"});
+  const std::string ep = TcpEndpointOf(*producer);
+  ASSERT_FALSE(ep.empty());
+  // Listed key: whole epochs, exactly, with batches carried as payload (no shared memory).
+  Child good(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                       "--batch-size", "5", "--epochs", "2", "--json", "--checksum"}), env_);
+  ASSERT_EQ(good.Wait(), 0) << good.Stderr();
+  auto epochs = ParseJsonLines(good.Stdout());
+  ASSERT_EQ(epochs.size(), 2u) << good.Stdout();
+  for (const auto& e : epochs) ExpectExactEpoch(e);
+  // An unlisted key, a wrong server key, no keys at all: each refused with a clear reason.
+  Child stranger(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "stranger.key", "--server-key",
+                           k + "server.pub"}), env_);
+  EXPECT_EQ(stranger.Wait(), 1);
+  EXPECT_NE(stranger.Stderr().find("refused this consumer's key"), std::string::npos) << stranger.Stderr();
+  Child wrong_server(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key",
+                               k + "stranger.pub", "--connect-timeout-ms", "3000"}), env_);
+  EXPECT_EQ(wrong_server.Wait(), 1);
+  EXPECT_NE(wrong_server.Stderr().find("--server-key"), std::string::npos) << wrong_server.Stderr();
+  Child keyless(Coloader({"consume", "--endpoint", ep, "--connect-timeout-ms", "3000"}), env_);
+  EXPECT_EQ(keyless.Wait(), 1);
+  EXPECT_NE(keyless.Stderr().find("requires CURVE keys"), std::string::npos) << keyless.Stderr();
+  EXPECT_NE(producer->Stderr().find("is not in --authorized-keys"), std::string::npos) << producer->Stderr();
+  // Its status, over tcp with a listed key, from wherever the operator is.
+  Child status(Coloader({"status", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                         "--json"}), env_);
+  ASSERT_EQ(status.Wait(), 0) << status.Stderr();
+  EXPECT_NE(status.Stdout().find("\"pid\":" + std::to_string(producer->pid())), std::string::npos) << status.Stdout();
+  producer->Signal(SIGTERM);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
+  Child refused(Coloader({"serve", "--data", data_, "--name", "p", "--tcp", "tcp://127.0.0.1:*", "--quiet"}), env_);
+  EXPECT_EQ(refused.Wait(), 2);
+  EXPECT_NE(refused.Stderr().find("without authentication"), std::string::npos) << refused.Stderr();
+  EXPECT_NE(refused.Stderr().find("--insecure"), std::string::npos) << refused.Stderr();
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
+  EXPECT_NE(producer->Stderr().find("INSECURE"), std::string::npos) << producer->Stderr();
+  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json"}), env_);
+  ASSERT_EQ(c.Wait(), 0) << c.Stderr();
+  ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, TcpConsumerThatVanishesIsDetachedByHeartbeatAndOthersStayExact) {
+  // A remote consumer has no pidfd: when it dies, the heartbeat timeout (1.5 s) frees its slots.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "2",
+                              "--tcp", "tcp://127.0.0.1:*", "--insecure"});
+  Child remote(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--step-ms", "1000"}), env_);
+  auto local = Consume("p", {"--batch-size", "6"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 2; }));
+  remote.Signal(SIGKILL);
+  ASSERT_EQ(local->Wait(), 0) << local->Stderr();
+  auto epochs = ParseJsonLines(local->Stdout());
+  ASSERT_EQ(epochs.size(), 2u);
+  for (const auto& e : epochs) ExpectExactEpoch(e);
+  EXPECT_NE(producer->Stderr().find("went silent"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(producer->Wait(), 0) << producer->Stderr();
 }
 
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {

@@ -50,6 +50,7 @@ std::vector<Message> Samples() {
   r.pid = 99;
   r.state = 1;
   r.images_per_s = 1234.5;
+  r.dropped_clients = 3;
   r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a"});
   r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b"});
   return {Hello{4321, 128, kHelloWaitForEpoch | kHelloDevice, "trainer", std::string(16, 'g')},
