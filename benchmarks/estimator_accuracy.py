@@ -193,6 +193,9 @@ def plot(rows, raw, cal):
     ax.plot([0, top], [0, top], color="0.5", lw=0.8)
     ax.scatter(meas, rawv, s=12, marker="x", color="tab:red", label="raw trace (live tensors only)")
     ax.scatter(meas, est, s=14, color="tab:blue", label="coloader.estimate (calibrated)")
+    sgd = [i for i, r in enumerate(rows) if r["optimizer"] == "sgd"]
+    ax.scatter([meas[i] for i in sgd], [est[i] for i in sgd], s=40, facecolors="none", edgecolors="tab:green",
+               label="... of which SGD")
     ax.set_xlabel("measured peak, nvidia-smi per process (GiB)")
     ax.set_ylabel("estimated (GiB)")
     ax.set_xlim(0, top)
