@@ -151,14 +151,28 @@ def report(rows, raw):
         held += errors([r for r in rows if r["model"] == model], raw, c)
     summary["median |error|, leave-one-model-out"] = statistics.median(abs(x) for x in held)
     summary["worst underestimate, leave-one-model-out"] = -min(held)
+    # Each optimizer's rows, in-sample and with a calibration fitted on the other optimizers'
+    # rows only (the optimizer terms themselves are not calibrated).
+    for opt in sorted({r["optimizer"] for r in rows}):
+        mine = [r for r in rows if r["optimizer"] == opt]
+        others = [r for r in rows if r["optimizer"] != opt]
+        e_in = errors(mine, raw, cal)
+        summary[f"{opt}: configurations"] = len(mine)
+        summary[f"{opt}: median |error|, calibrated"] = statistics.median(abs(x) for x in e_in)
+        summary[f"{opt}: worst underestimate, calibrated"] = -min(e_in)
+        summary[f"{opt}: worst overestimate, calibrated"] = max(e_in)
+        if others:
+            e_out = errors(mine, raw, fit(others, raw))
+            summary[f"{opt}: median |error|, calibration fitted without {opt}"] = statistics.median(abs(x) for x in e_out)
+            summary[f"{opt}: worst underestimate, calibration fitted without {opt}"] = -min(e_out)
     for k, v in summary.items():
         print(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}")
     print()
-    print("| model | batch | precision | measured MiB | estimate MiB | error | raw trace MiB | raw error |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|")
+    print("| model | batch | precision | optimizer | measured MiB | estimate MiB | error | raw trace MiB | raw error |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|")
     for r, err, rerr in zip(rows, errs, raw_errs):
         m = measured_mib(r)
-        print(f"| {r['model']} | {r['batch_size']} | {r['precision']} | {m:.0f} | {m * (1 + err):.0f} | "
+        print(f"| {r['model']} | {r['batch_size']} | {r['precision']} | {r['optimizer']} | {m:.0f} | {m * (1 + err):.0f} | "
               f"{err * 100:+.1f}% | {float(raw[key(r)]['allocated_peak_mib']):.0f} | {rerr * 100:+.1f}% |")
     plot(rows, raw, cal)
     return cal
@@ -179,6 +193,9 @@ def plot(rows, raw, cal):
     ax.plot([0, top], [0, top], color="0.5", lw=0.8)
     ax.scatter(meas, rawv, s=12, marker="x", color="tab:red", label="raw trace (live tensors only)")
     ax.scatter(meas, est, s=14, color="tab:blue", label="coloader.estimate (calibrated)")
+    sgd = [i for i, r in enumerate(rows) if r["optimizer"] == "sgd"]
+    ax.scatter([meas[i] for i in sgd], [est[i] for i in sgd], s=40, facecolors="none", edgecolors="tab:green",
+               label="... of which SGD")
     ax.set_xlabel("measured peak, nvidia-smi per process (GiB)")
     ax.set_ylabel("estimated (GiB)")
     ax.set_xlim(0, top)
