@@ -97,10 +97,11 @@ def main():
     # The estimates are in the plan now: the table and the launch reuse them rather than run the
     # estimator again (each run imports torch).
     spec = json.load(open(jobs_path))
-    reserved = {j["name"]: j["reserved_mib"] for j in plan["jobs"]}
+    # reserved_mib also holds the consumer term (client_mib), which the planner adds again.
+    estimates = {j["name"]: j["reserved_mib"] - j.get("client_mib", 0) for j in plan["jobs"]}
     for job in spec["jobs"]:
-        if job.get("memory_mib") == "auto" and job["name"] in reserved:
-            job["memory_mib"] = reserved[job["name"]]
+        if job.get("memory_mib") == "auto" and job["name"] in estimates:
+            job["memory_mib"] = estimates[job["name"]]
     jobs_path = f"{out}/jobs_resolved.json"
     json.dump(spec, open(jobs_path, "w"), indent=1)
     table = subprocess.run([args.binary, "plan", jobs_path], capture_output=True, text=True)

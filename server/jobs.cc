@@ -23,10 +23,20 @@ std::string JobPipeline::Key() const {
          "|seed=" + std::to_string(seed);
 }
 
-double JobPipeline::RingMiB() const {
+double JobPipeline::SampleBytes() const {
   const double bytes_per_elem = output == "uint8" ? 1 : (output == "float32" ? 4 : 2);
+  return 3.0 * image_size * image_size * bytes_per_elem;
+}
+
+double JobPipeline::RingMiB() const {
   const double slots = window + window / 2;
-  return slots * producer_batch * 3.0 * image_size * image_size * bytes_per_elem / (1024.0 * 1024.0);
+  return slots * producer_batch * SampleBytes() / (1024.0 * 1024.0);
+}
+
+double JobPipeline::GatherMiB(uint32_t batch) const {
+  if (batch == 0 || producer_batch % batch == 0) return 0;
+  const double labels_bytes = std::ceil(batch * 8.0 / 256.0) * 256.0;  // as Consumer::Spill lays them out
+  return kGatherDepth * (labels_bytes + batch * SampleBytes()) / (1024.0 * 1024.0);
 }
 
 namespace {

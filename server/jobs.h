@@ -27,6 +27,8 @@ struct JobPipeline {
   std::vector<std::string> serve_args;  // more `coloader serve` flags
 
   std::string Key() const;
+  // One sample as the producer lays it out in a slot: image_size^2 x 3 elements of the output type.
+  double SampleBytes() const;
   // The producer's ring as `coloader serve` sizes it: window + window/2 spare slots of
   // producer_batch samples of image_size^2 x 3 elements of the output type.
   double RingMiB() const;
@@ -34,6 +36,15 @@ struct JobPipeline {
   // allocator slack (kProducerContextMiB, an allowance that scripts/gpu_launch_check.sh measures).
   double DeviceMiB() const { return RingMiB() + kProducerContextMiB; }
   static constexpr double kProducerContextMiB = 600;
+  // What a consumer of `batch` samples allocates on the GPU to gather its batches on the device
+  // path (client/consumer.cc, Consumer::Spill): a batch that straddles two ring slots is copied
+  // into a buffer of its own, cudaMallocAsync'd on the consumer's stream, 256-aligned labels
+  // (8 bytes each) then batch x SampleBytes(), and freed (stream-ordered) when the batch goes.
+  // kGatherDepth of them are live at once: the batch the training step still holds while the
+  // loop's next() gathers the following one. Zero when batches never straddle slots: `batch`
+  // divides producer_batch (slices stay inside one slot), or 0 (not stated: the producer's).
+  double GatherMiB(uint32_t batch) const;
+  static constexpr int kGatherDepth = 2;
 };
 
 struct Job {

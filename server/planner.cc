@@ -49,6 +49,12 @@ double Planner::SmOf(int j) const {
 
 double Planner::ReservationOf(int j) const { return set_->jobs[j].memory_mib * (1.0 + opts_.memory_margin); }
 
+double Planner::ClientMiBOf(int j, bool host_path) const {
+  const Job& job = set_->jobs[j];
+  if (!opts_.sharing || host_path) return 0;
+  return set_->pipelines[job.pipeline].GatherMiB(job.batch_size);
+}
+
 double Planner::ProducerCores(int pipeline) const {
   auto it = producer_cores_.find(pipeline);
   return it == producer_cores_.end() ? 0.0 : it->second;
@@ -105,7 +111,10 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   p.gpu = g;
   p.producer = opts_.sharing ? job.pipeline : -1;
   p.host_path = opts_.sharing && PipelineOnHostPath(job.pipeline);
-  const double need = ReservationOf(j);
+  // The estimate is of the training step; MPS's pinned-memory limit also counts what our own
+  // consumer allocates, so that is held too.
+  p.client_mib = gpu.mig ? 0 : ClientMiBOf(j, p.host_path);
+  const double need = ReservationOf(j) + p.client_mib;
   if (load.exclusive) return std::nullopt;
   if (gpu.mig) {
     // The smallest free profile that holds the estimate. (Slice placement rules inside the
@@ -353,6 +362,7 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("gpu", planner.gpus()[p.gpu].index)
         .Field("mode", ModeName(planner.ModeOf(p)))
         .Field("reserved_mib", p.reserved_mib)
+        .Field("client_mib", p.client_mib)
         .Field("sm_activity", planner.SmOf(p.job));
     if (!p.mig_profile.empty()) w.Field("mig_profile", p.mig_profile);
     if (p.producer >= 0) w.Field("producer", ProducerName(set, p.producer)).Field("host_path", p.host_path);
@@ -397,14 +407,14 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
   std::snprintf(line, sizeof(line), "policy %s, data sharing %s\n\n", PolicyName(planner.options().policy),
                 planner.options().sharing ? "on" : "off");
   out += line;
-  std::snprintf(line, sizeof(line), "%-20s %4s %-10s %10s %5s %5s %-28s %s\n", "job", "gpu", "mode", "mem MiB", "SM",
-                "thr%", "producer", "path");
+  std::snprintf(line, sizeof(line), "%-20s %4s %-10s %10s %6s %5s %5s %-28s %s\n", "job", "gpu", "mode", "mem MiB",
+                "client", "SM", "thr%", "producer", "path");
   out += line;
   for (const Placement& p : plan.placements) {
     const Mode mode = planner.ModeOf(p);
     const std::string mode_s = mode == Mode::kMig ? "mig " + p.mig_profile : ModeName(mode);
-    std::snprintf(line, sizeof(line), "%-20s %4d %-10s %10.0f %5.2f %5d %-28s %s\n", set.jobs[p.job].name.c_str(),
-                  planner.gpus()[p.gpu].index, mode_s.c_str(), p.reserved_mib, planner.SmOf(p.job),
+    std::snprintf(line, sizeof(line), "%-20s %4d %-10s %10.0f %6.0f %5.2f %5d %-28s %s\n", set.jobs[p.job].name.c_str(),
+                  planner.gpus()[p.gpu].index, mode_s.c_str(), p.reserved_mib, p.client_mib, planner.SmOf(p.job),
                   planner.MpsThreadPercentage(p), p.producer >= 0 ? ProducerName(set, p.producer).c_str() : "(own loader)",
                   p.producer < 0 ? "-" : (p.host_path ? "host" : "cuda-ipc"));
     out += line;

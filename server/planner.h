@@ -50,7 +50,8 @@ struct Placement {
   int gpu = -1;             // index into the planner's GPU list
   Mode mode = Mode::kMps;   // final mode is known once collocation is (see Planner::ModeOf)
   std::string mig_profile;  // for kMig
-  double reserved_mib = 0;  // the job's estimate (plus margin) held on that GPU
+  double reserved_mib = 0;  // held on that GPU: the job's estimate (plus margin) and client_mib
+  double client_mib = 0;    // of which the coloader consumer's own device buffers (JobPipeline::GatherMiB)
   int producer = -1;        // the pipeline whose shared producer it reads; -1: its own loader
   bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
 };
@@ -85,6 +86,9 @@ class Planner {
 
   double SmOf(int j) const;
   double ReservationOf(int j) const;
+  // What job j's coloader consumer allocates on the GPU beyond its estimate: its gather buffers
+  // when it reads a shared producer's device ring (not on the host path, MIG, or its own loader).
+  double ClientMiBOf(int j, bool host_path) const;
   // Cores a job adds when placed now: its own loader's, or what its producer needs beyond what it has.
   double CoresToAdd(int j) const;
   double cores_used() const { return cores_used_; }

@@ -28,6 +28,13 @@ struct SimJob {
 
 double ActualMemory(const Job& j) { return j.actual_memory_mib > 0 ? j.actual_memory_mib : j.memory_mib; }
 
+// What really runs on GPU g: producers, the jobs' actual memory, and their consumers' own buffers.
+double RealMemoryOn(const Planner& planner, const JobSet& set, int g) {
+  double mib = planner.loads()[g].producer_mib;
+  for (int k : planner.loads()[g].jobs) mib += ActualMemory(set.jobs[k]) + planner.placed().at(k).client_mib;
+  return mib;
+}
+
 }  // namespace
 
 Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts) {
@@ -77,8 +84,7 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
       sj.started_at = t;
       sj.progress_s = 0;
       // Out of memory when what really runs on the GPU exceeds it, or a MIG instance's size.
-      double real = planner.loads()[p->gpu].producer_mib;
-      for (int k : planner.loads()[p->gpu].jobs) real += ActualMemory(set.jobs[k]);
+      const double real = RealMemoryOn(planner, set, p->gpu);
       const double cap = p->mode == Mode::kMig ? p->reserved_mib : gpus[p->gpu].memory_mib;
       sj.will_oom = p->mode == Mode::kMig ? ActualMemory(set.jobs[j]) > cap : real > cap;
     }
@@ -106,8 +112,7 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
         SimSample s;
         s.t = t;
         s.gpu = static_cast<int>(g);
-        s.memory_mib = planner.loads()[g].producer_mib;
-        for (int k : planner.loads()[g].jobs) s.memory_mib += ActualMemory(set.jobs[k]);
+        s.memory_mib = RealMemoryOn(planner, set, static_cast<int>(g));
         s.sm = std::min(1.0, planner.loads()[g].sm);
         s.cores = cores_wanted;
         s.running = static_cast<int>(planner.loads()[g].jobs.size());

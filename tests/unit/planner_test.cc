@@ -233,6 +233,84 @@ TEST(Planner, IsolationGetsAMigInstanceOnTheHostPathOrAGpuOfItsOwn) {
   EXPECT_FALSE(plain.TryPlace(1));
 }
 
+// The launch check's group (examples/jobs_gpu.json): ResNet-18 jobs of batch 128, 64 and 96
+// reading one producer of 128 x 224^2 x 3 float32 samples on the device path.
+constexpr const char* kGatherJobs = R"({
+    "pipelines": {"in": {"data": "/d/in", "image_size": 224, "output": "float32", "producer_batch": 128}},
+    "jobs": [
+      {"name": "b128", "pipeline": "in", "batch_size": 128, "memory_mib": 6113, "sm_activity": 0.25},
+      {"name": "b64", "pipeline": "in", "batch_size": 64, "memory_mib": 3496, "sm_activity": 0.2},
+      {"name": "b96", "pipeline": "in", "batch_size": 96, "memory_mib": 2774, "sm_activity": 0.2},
+      {"name": "unstated", "pipeline": "in", "memory_mib": 1000, "sm_activity": 0.1}]})";
+
+TEST(Planner, AGatheringConsumerHoldsItsDeviceBuffersInItsReservationAndMpsLimit) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+  Planner planner(Opts(Policy::kSharingAware), Gpus(1), &set);
+  Plan plan = MakePlan(set, planner.gpus(), planner.options(), &planner);
+  ASSERT_EQ(plan.placements.size(), 4u);
+  std::map<std::string, Placement> by_name;
+  for (const Placement& p : plan.placements) by_name[set.jobs[p.job].name] = p;
+  // Batch 96 of 128 straddles slots: two live buffers of 768 bytes of labels (96 x 8, 256-aligned)
+  // and 96 x 224 x 224 x 3 x 4 bytes of images.
+  const double gather = 2 * (768.0 + 96.0 * 224 * 224 * 3 * 4) / (1 << 20);
+  EXPECT_NEAR(gather, 110.25, 0.01);
+  const Placement& b96 = by_name["b96"];
+  EXPECT_DOUBLE_EQ(b96.client_mib, gather);
+  EXPECT_DOUBLE_EQ(b96.reserved_mib, 2774 + gather);
+  EXPECT_EQ(planner.ModeOf(b96), Mode::kMps);
+  EXPECT_EQ(JobEnvironment(set, planner, b96)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2885M");
+  // Batches that divide the producer's (or are its own, or unstated) are views into one slot.
+  for (const char* name : {"b128", "b64", "unstated"}) {
+    EXPECT_EQ(by_name[name].client_mib, 0) << name;
+    EXPECT_DOUBLE_EQ(by_name[name].reserved_mib, set.jobs[by_name[name].job].memory_mib) << name;
+  }
+  EXPECT_EQ(JobEnvironment(set, planner, by_name["b64"])["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=3496M");
+  // The GPU's packing counts it.
+  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, 6113 + 3496 + 2774 + 1000 + gather + set.pipelines[0].DeviceMiB());
+  // And the plan shows it.
+  EXPECT_NE(PlanJson(set, planner, plan).find("\"client_mib\":"), std::string::npos);
+  EXPECT_NE(PlanTable(set, planner, plan).find("client"), std::string::npos);
+  planner.Release(b96.job);
+  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, 6113 + 3496 + 1000 + set.pipelines[0].DeviceMiB());
+}
+
+TEST(Planner, NoGatherTermOffTheDevicePath) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+  const int b96 = 2;
+  ASSERT_EQ(set.jobs[b96].name, "b96");
+  // Host-memory ring (no CUDA): the gather is a host buffer.
+  PlannerOptions host = Opts(Policy::kSharingAware);
+  host.host_path = true;
+  Planner on_host(host, Gpus(1), &set);
+  std::optional<Placement> p = on_host.TryPlace(b96);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->host_path);
+  EXPECT_EQ(p->client_mib, 0);
+  EXPECT_DOUBLE_EQ(p->reserved_mib, 2774);
+  // Its own loader (no sharing).
+  Planner own(Opts(Policy::kSharingAware, /*sharing=*/false), Gpus(1), &set);
+  p = own.TryPlace(b96);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->client_mib, 0);
+  // A MIG instance reads the host ring.
+  Gpu mig{0, "mig-gpu", 81920, 132, true, {{"1g.10gb", 9984, 16, 7}}};
+  Planner on_mig(Opts(Policy::kSharingAware), {mig}, &set);
+  p = on_mig.TryPlace(b96);
+  ASSERT_TRUE(p);
+  EXPECT_EQ(p->mode, Mode::kMig);
+  EXPECT_EQ(p->client_mib, 0);
+}
+
+TEST(Planner, TheGatherTermCanKeepAJobOffAFullGpu) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+  const double ring = set.pipelines[0].DeviceMiB();
+  // Room for b96's estimate and the ring, but not for its gather buffers too.
+  Planner tight(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 100), &set);
+  EXPECT_FALSE(tight.TryPlace(2));
+  Planner roomy(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 111), &set);
+  EXPECT_TRUE(roomy.TryPlace(2));
+}
+
 TEST(Planner, ALockedProducerKeepsItsLaterJobsOnItsGpu) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{1000, 0.3}, {1000, 0.3}, {1000, 0.3}})));
   Planner planner(Opts(Policy::kMostMemory), Gpus(2), &set);
