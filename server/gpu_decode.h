@@ -33,6 +33,9 @@ class SampleTransform;
 struct BatchJob;
 
 enum class DecodeMode { kCpu, kGpu, kAuto };
+// The resize kernel gives each sample of a batch one row of its CUDA grid, and a grid has at
+// most 65535 rows: larger batches decode on the CPU.
+constexpr uint32_t kMaxGpuDecodeBatch = 65535;
 Result<DecodeMode> ParseDecodeMode(const std::string& s);  // "cpu" | "gpu" | "auto"
 const char* DecodeModeName(DecodeMode mode);
 

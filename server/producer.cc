@@ -133,6 +133,11 @@ Result<std::unique_ptr<GpuDecodeStage>> MakeGpuDecodeStage(const ProducerOptions
   }
   if (o.decode == DecodeMode::kAuto) {
     std::string why;
+    if (table.batch_size > kMaxGpuDecodeBatch) {
+      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name,
+                   kMaxGpuDecodeBatch);
+      return std::unique_ptr<GpuDecodeStage>();
+    }
     if (!GpuDecodeStage::HardwareAvailable(o.devices[0], &why)) {
       std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
       return std::unique_ptr<GpuDecodeStage>();
@@ -276,6 +281,9 @@ void Producer::Stop() {
 Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   if (opts.batch_size < 1 || opts.batch_size > 65536)
     return Status::Invalid("--batch-size must be between 1 and 65536, got " + std::to_string(opts.batch_size));
+  if (opts.decode == DecodeMode::kGpu && opts.batch_size > kMaxGpuDecodeBatch)
+    return Status::Invalid("--decode gpu takes --batch-size up to " + std::to_string(kMaxGpuDecodeBatch) +
+                           ", got " + std::to_string(opts.batch_size) + ": use a smaller batch or --decode cpu");
   if (opts.image_size < 8 || opts.image_size > 4096)
     return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(opts.image_size));
   if (opts.window < 2 || opts.window > 1024)
