@@ -90,6 +90,44 @@ TEST(JobsFile, ErrorsNameTheJobAndTheField) {
   }
 }
 
+// Numbers that are cast to integers must be whole and in range first: a seed of 2^64, a
+// priority of 1e300 or a negative GPU index would be undefined behaviour in the cast.
+TEST(JobsFile, IntegersOutOfRangeAreErrorsThatNameTheFieldAndTheRange) {
+  const std::string job = R"({"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5})";
+  const auto with_gpu = [&](const std::string& gpu) { return R"({"jobs": [)" + job + R"(], "gpus": [)" + gpu + "]}"; };
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": 18446744073709551616}, "memory_mib": 5}]})",
+       "jobs[0] (\"a\").pipeline: field \"seed\" must be an integer in 0..9007199254740992, got 1.84467440737096e+19"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": -1}, "memory_mib": 5}]})", "field \"seed\" must be an integer in 0.."},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "priority": 1e300}]})",
+       "jobs[0] (\"a\"): field \"priority\" must be an integer in -1000000..1000000, got 1e+300"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "priority": 1.5}]})", "field \"priority\" must be an integer"},
+      {with_gpu(R"({"index": -1, "memory_mib": 4})"), "gpus[0]: field \"index\" must be an integer in 0..1023, got -1"},
+      {with_gpu(R"({"index": 1e10, "memory_mib": 4})"), "gpus[0]: field \"index\" must be an integer in 0..1023"},
+      {with_gpu(R"({"memory_mib": 4, "sms": -132})"), "gpus[0]: field \"sms\" must be an integer in 0..1000000, got -132"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 10, "count": -2}]})"),
+       "gpus[0].mig_profiles[0]: field \"count\" must be an integer in 1..1024, got -2"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 10, "sms": 1e12}]})"),
+       "gpus[0].mig_profiles[0]: field \"sms\" must be an integer in 0..1000000"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 0}]})"),
+       "gpus[0].mig_profiles[0]: field \"memory_mib\" must be > 0"},
+  };
+  for (const auto& [text, want] : cases) {
+    Result<JobSet> r = Parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+  // The edges of each range are accepted.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(with_gpu(R"({"index": 1023, "memory_mib": 4, "sms": 0, "mig": true,
+      "mig_profiles": [{"name": "7g", "memory_mib": 10, "count": 1}]})")));
+  EXPECT_EQ(set.gpus[0].index, 1023);
+  EXPECT_EQ(set.gpus[0].mig_profiles[0].count, 1);
+  ASSERT_OK_AND_ASSIGN(set, Parse(R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": 9007199254740992},
+      "memory_mib": 5, "priority": -1000000}]})"));
+  EXPECT_EQ(set.pipelines[0].seed, 9007199254740992ull);
+  EXPECT_EQ(set.jobs[0].priority, -1000000);
+}
+
 TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}, {4000, 0.2}, {20000, 0.3}})));
   Planner planner(Opts(Policy::kSharingAware), Gpus(2), &set);
