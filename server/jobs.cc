@@ -377,13 +377,20 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
   bool timed_out = false;
+  int poll_errno = 0;
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     const uint64_t now = MonotonicNs();
     if (now >= deadline) {
       timed_out = true;
       break;
     }
-    if (::poll(fds, 2, static_cast<int>((deadline - now) / 1000000ull) + 1) < 0 && errno != EINTR) break;
+    if (::poll(fds, 2, static_cast<int>((deadline - now) / 1000000ull) + 1) < 0) {
+      if (errno == EINTR) continue;  // revents are stale: poll again
+      // We can no longer watch the child, so it must not be left to run (and the waitpid below
+      // has no timeout): stop it as if it had timed out.
+      poll_errno = errno;
+      break;
+    }
     for (int k = 0; k < 2; ++k) {
       if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
@@ -399,10 +406,11 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
   for (auto& p : fds) {
     if (p.fd >= 0) ::close(p.fd);
   }
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (timed_out || poll_errno != 0) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (poll_errno != 0) return Status::FromErrno("poll on the output of " + argv[0] + " (stopped it)", poll_errno);
   if (timed_out) return Status::Timeout(argv[0] + " did not finish within " + std::to_string(timeout_ms) + " ms");
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;

@@ -3,12 +3,17 @@
 #include "server/planner.h"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "server/launcher.h"
 #include "tests/support/test_support.h"
@@ -385,6 +390,34 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
   ASSERT_OK(ok);
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
+}
+
+// When poll itself fails (here: EINVAL, because RLIMIT_NOFILE drops below the two fds it
+// watches), the helper command must be killed and reported, not waited for without a timeout.
+// The command ignores SIGPIPE and runs for 30 s or more, so the old wait outlived the alarm. It runs in a
+// forked child (the limit is process-wide) that an alarm ends if RunCommand hangs.
+TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);
+    std::thread lower([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      rlimit rl{};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = 1;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    });
+    Result<CommandOutput> r = RunCommand(
+        {"/bin/sh", "-c", "trap '' PIPE; i=0; while [ $i -lt 600 ]; do echo x 2>/dev/null; sleep 0.05; i=$((i+1)); done"}, 60000);
+    lower.join();
+    const bool named = !r.ok() && r.status().message().find("poll on the output of /bin/sh") != std::string::npos;
+    ::_exit(named ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "RunCommand hung after poll failed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "RunCommand did not report the poll failure";
 }
 
 TEST(Launcher, WhatCountsAsOutOfMemory) {
