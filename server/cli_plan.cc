@@ -175,6 +175,10 @@ int LaunchCommand(const std::vector<std::string>& args) {
   if (!parsed.ok()) return Fail("launch", parsed);
   if (!st.ok()) return Fail("launch", st);
   if (mps && no_mps) return Fail("launch", f.Error("give --mps or --no-mps, not both"));
+  if (lo.max_ooms < 0 || lo.max_ooms > 100)
+    return Fail("launch", f.Error("--max-ooms expects an integer in [0, 100], got " + std::to_string(lo.max_ooms)));
+  if (lo.stop_timeout_ms < 0)
+    return Fail("launch", f.Error("--stop-timeout-ms expects milliseconds >= 0, got " + std::to_string(lo.stop_timeout_ms)));
   if (Status e = ParseDouble(f, "oom-growth", growth, 1.01, 100, &lo.oom_growth); !e.ok()) return Fail("launch", e);
   Result<JobSet> set = LoadJobSet(path);
   if (!set.ok()) return Fail("launch", set.status());
