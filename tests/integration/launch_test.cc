@@ -172,6 +172,44 @@ TEST_F(LaunchTest, AProducerThatCannotStartFailsItsJobsWithoutHanging) {
   ExpectGone(StartedPids(launch.Stderr()));
 }
 
+// `coloader simulate` (same binary, same jobs-file reader): both CSVs are checked as they are
+// written (a path it cannot write is an error, even where an earlier run left a summary.csv),
+// and GPU counts it cannot simulate are errors, not NaN utilisations or a silently ignored flag.
+TEST_F(LaunchTest, SimulateChecksBothOutputsAndItsGpus) {
+  const std::string trace = tmp_.path() + "/trace.json";
+  testing::WriteFile(trace, R"({"cpu_cores": 16, "jobs": [
+      {"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5000, "duration_s": 600},
+      {"name": "b", "pipeline": {"data": "/d"}, "memory_mib": 5000, "duration_s": 900, "arrival_s": 60}]})");
+  const std::string out = tmp_.path() + "/sim";
+  Child ok(Coloader({"simulate", "--trace", trace, "--gpus", "2", "--policy", "sharing-aware", "--out", out}));
+  ASSERT_EQ(ok.Wait(60000), 0) << ok.Stderr();
+  EXPECT_NE(testing::ReadFile(out + "/summary.csv").find("sharing-aware"), std::string::npos);
+  EXPECT_FALSE(testing::ReadFile(out + "/timeseries.csv").empty());
+
+  // A path that cannot be written as a file (here a directory in its place): exit 1, named.
+  for (const char* name : {"timeseries.csv", "summary.csv"}) {
+    const std::string dir = tmp_.path() + "/sim-" + name;
+    std::filesystem::create_directories(dir + "/" + name);
+    Child bad(Coloader({"simulate", "--trace", trace, "--gpus", "2", "--policy", "sharing-aware", "--out", dir}));
+    EXPECT_EQ(bad.Wait(60000), 1) << name << ": " << bad.Stderr();
+    EXPECT_NE(bad.Stderr().find("cannot create " + dir + "/" + name), std::string::npos) << bad.Stderr();
+  }
+
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--gpus", "-1"}, "--gpus expects a number of GPUs >= 1 (or leave it out for the trace's), got -1"},
+      {{"--gpus", "2", "--gpu-sms", "0"}, "--gpu-sms expects SMs per GPU >= 1, got 0"},
+      {{}, "no GPUs (give --gpus N or \"gpus\" in the trace)"},  // the trace names none
+  };
+  for (const auto& [flags, want] : cases) {
+    std::vector<std::string> args = {"simulate", "--trace", trace};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Child bad(Coloader(args));
+    EXPECT_EQ(bad.Wait(60000), 2) << want;
+    EXPECT_NE(bad.Stderr().find(want), std::string::npos) << bad.Stderr();
+    EXPECT_EQ(bad.Stdout().find("nan"), std::string::npos) << bad.Stdout();
+  }
+}
+
 TEST_F(LaunchTest, BadInputIsAClearError) {
   Child missing(Coloader({"launch", tmp_.path() + "/nope.json"}));
   EXPECT_EQ(missing.Wait(), 1);
