@@ -27,18 +27,23 @@ Result<std::string> ReadText(const std::string& path) {
   return ss.str();
 }
 
-// The lines of a key file without comments and surrounding blanks, split into words.
-std::vector<std::vector<std::string>> Words(const std::string& text) {
-  std::vector<std::vector<std::string>> out;
+// The lines of a key file without comments and surrounding blanks, split into words, each with
+// its line number in the file (for errors).
+struct KeyLine {
+  int number;
+  std::vector<std::string> words;
+};
+std::vector<KeyLine> Lines(const std::string& text) {
+  std::vector<KeyLine> out;
   std::istringstream lines(text);
   std::string line;
-  while (std::getline(lines, line)) {
+  for (int number = 1; std::getline(lines, line); ++number) {
     // Z85 uses '#', so only a line that starts with it is a comment.
     if (auto first = line.find_first_not_of(" \t"); first != std::string::npos && line[first] == '#') continue;
     std::istringstream words(line);
     std::vector<std::string> w;
     for (std::string x; words >> x;) w.push_back(x);
-    if (!w.empty()) out.push_back(std::move(w));
+    if (!w.empty()) out.push_back({number, std::move(w)});
   }
   return out;
 }
@@ -71,17 +76,27 @@ Result<CurveKeyPair> GenerateCurveKeyPair() {
 }
 
 Status WriteCurveKeyFiles(const std::string& prefix, const CurveKeyPair& pair) {
+  // Both or neither: check both names before writing, and take the secret back if the public
+  // half still cannot be written (a .key without its .pub would be an orphan to clean up by hand).
+  for (const std::string& path : {prefix + ".key", prefix + ".pub"}) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) return Status::AlreadyExists(path + " exists; remove it or choose another --out");
+  }
   RETURN_NOT_OK(WriteNew(prefix + ".key",
                          "# coloader CURVE key pair: keep secret\npublic " + pair.public_key + "\nsecret " +
                              pair.secret_key + "\n",
                          0600));
-  return WriteNew(prefix + ".pub", pair.public_key + "\n", 0644);
+  if (Status st = WriteNew(prefix + ".pub", pair.public_key + "\n", 0644); !st.ok()) {
+    ::unlink((prefix + ".key").c_str());
+    return st;
+  }
+  return Status::OK();
 }
 
 Result<CurveKeyPair> ReadCurveKeyPair(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadText(path));
   CurveKeyPair pair;
-  for (const auto& w : Words(text)) {
+  for (const auto& [n, w] : Lines(text)) {
     if (w.size() == 2 && w[0] == "public") pair.public_key = w[1];
     if (w.size() == 2 && w[0] == "secret") pair.secret_key = w[1];
   }
@@ -99,7 +114,7 @@ Result<CurveKeyPair> ReadCurveKeyPair(const std::string& path) {
 Result<std::string> ReadCurvePublicKey(const std::string& key_or_path) {
   if (IsZ85Key(key_or_path)) return key_or_path;
   ASSIGN_OR_RETURN(std::string text, ReadText(key_or_path));
-  for (const auto& w : Words(text)) {
+  for (const auto& [n, w] : Lines(text)) {
     if (w.size() == 1 && IsZ85Key(w[0])) return w[0];
     if (w.size() == 2 && w[0] == "public" && IsZ85Key(w[1])) return w[1];
   }
@@ -110,12 +125,10 @@ Result<std::string> ReadCurvePublicKey(const std::string& key_or_path) {
 Result<std::set<std::string>> ReadAuthorizedKeys(const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadText(path));
   std::set<std::string> keys;
-  int line = 0;
-  for (const auto& w : Words(text)) {
-    ++line;
+  for (const auto& [line, w] : Lines(text)) {
     if (!IsZ85Key(w[0])) {
-      return Status::Invalid("authorized keys file " + path + ": entry " + std::to_string(line) + " ('" + w[0] +
-                             "') is not a public key (40 Z85 characters)");
+      return Status::Invalid("authorized keys file " + path + ":" + std::to_string(line) + ": '" + w[0] +
+                             "' is not a public key (40 Z85 characters)");
     }
     keys.insert(w[0]);
   }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 namespace coloader {
 
@@ -125,6 +126,7 @@ class Parser {
   Result<JsonValue> ObjectValue(int depth) {
     ++pos_;  // '{'
     std::vector<std::pair<std::string, JsonValue>> members;
+    std::unordered_set<std::string> seen;  // a set, so a hostile object of n members costs O(n), not O(n^2)
     SkipSpace();
     if (pos_ < s_.size() && s_[pos_] == '}') {
       ++pos_;
@@ -135,8 +137,7 @@ class Parser {
       if (pos_ >= s_.size() || s_[pos_] != '"') return Fail("expected a member name in double quotes, got " + Describe());
       const size_t key_at = pos_;
       ASSIGN_OR_RETURN(std::string key, StringValue());
-      for (const auto& m : members) {
-        if (m.first != key) continue;
+      if (!seen.insert(key).second) {
         pos_ = key_at;
         return Fail("duplicate member \"" + key + "\"");
       }
@@ -245,7 +246,12 @@ class Parser {
         case 'r': out += '\r'; break;
         case 't': out += '\t'; break;
         case 'u': {
+          const size_t escape_at = pos_ - 2;  // the backslash, for the error's line:col
           ASSIGN_OR_RETURN(uint32_t cp, Hex4());
+          if (cp >= 0xDC00 && cp < 0xE000) {  // not valid UTF-8 on its own: it only ends a pair
+            pos_ = escape_at;
+            return Fail("lone low surrogate \\u" + s_.substr(escape_at + 2, 4) + " (it must follow a high one, \\uD800..\\uDBFF)");
+          }
           if (cp >= 0xD800 && cp < 0xDC00) {  // a surrogate pair
             if (!Literal("\\u")) return Fail("a high surrogate must be followed by \\u and a low one");
             ASSIGN_OR_RETURN(uint32_t lo, Hex4());

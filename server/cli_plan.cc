@@ -107,6 +107,17 @@ Result<std::vector<Gpu>> ResolveGpus(const Flags& f, const JobSet& set, const st
   return set.gpus;
 }
 
+// Writes `text` to `path` whole, or says why not: a full disk or an unwritable file is an error,
+// never a stale file from an earlier run that happens to be there.
+Status WriteWhole(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::FromErrno("cannot create " + path, errno);
+  out << text;
+  out.close();
+  if (!out) return Status::IOError("cannot write " + path + " (disk full?)");
+  return Status::OK();
+}
+
 int Fail(const char* cmd, const Status& st) {
   // Flag errors already say "coloader <cmd>: ..." and show the usage.
   const std::string prefix = std::string("coloader ") + cmd + ": ";
@@ -175,6 +186,10 @@ int LaunchCommand(const std::vector<std::string>& args) {
   if (!parsed.ok()) return Fail("launch", parsed);
   if (!st.ok()) return Fail("launch", st);
   if (mps && no_mps) return Fail("launch", f.Error("give --mps or --no-mps, not both"));
+  if (lo.max_ooms < 0 || lo.max_ooms > 100)
+    return Fail("launch", f.Error("--max-ooms expects an integer in [0, 100], got " + std::to_string(lo.max_ooms)));
+  if (lo.stop_timeout_ms < 0)
+    return Fail("launch", f.Error("--stop-timeout-ms expects milliseconds >= 0, got " + std::to_string(lo.stop_timeout_ms)));
   if (Status e = ParseDouble(f, "oom-growth", growth, 1.01, 100, &lo.oom_growth); !e.ok()) return Fail("launch", e);
   Result<JobSet> set = LoadJobSet(path);
   if (!set.ok()) return Fail("launch", set.status());
@@ -225,6 +240,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
   if (st.ok() && trace_path.empty()) st = f.Error("--trace is required (make one with scripts/make_trace.py)");
   if (st.ok() && sharing != "both" && sharing != "on" && sharing != "off")
     st = f.Error("--sharing must be both, on or off, got '" + sharing + "'");
+  if (st.ok() && gpus_n < 0) st = f.Error("--gpus expects a number of GPUs >= 1 (or leave it out for the trace's), got " + std::to_string(gpus_n));
+  if (st.ok() && sms < 1) st = f.Error("--gpu-sms expects SMs per GPU >= 1, got " + std::to_string(sms));
   if (!st.ok()) return Fail("simulate", st);
   Result<JobSet> trace = LoadJobSet(trace_path);
   if (!trace.ok()) return Fail("simulate", trace.status());
@@ -262,9 +279,9 @@ int SimulateCommand(const std::vector<std::string>& args) {
   if (!out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(out_dir, ec);
-    std::ofstream(out_dir + "/summary.csv") << SimSummaryCsv(runs);
-    std::ofstream(out_dir + "/timeseries.csv") << SimTimeseriesCsv(runs);
-    if (!std::ifstream(out_dir + "/summary.csv")) return Fail("simulate", Status::IOError("cannot write " + out_dir + "/summary.csv"));
+    if (ec) return Fail("simulate", Status::IOError("cannot create --out " + out_dir + ": " + ec.message()));
+    if (Status e = WriteWhole(out_dir + "/summary.csv", SimSummaryCsv(runs)); !e.ok()) return Fail("simulate", e);
+    if (Status e = WriteWhole(out_dir + "/timeseries.csv", SimTimeseriesCsv(runs)); !e.ok()) return Fail("simulate", e);
   }
   if (csv) {
     std::printf("%s", SimSummaryCsv(runs).c_str());

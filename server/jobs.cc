@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -41,6 +42,21 @@ double JobPipeline::GatherMiB(uint32_t batch) const {
 
 namespace {
 
+// The largest integer a JSON number (a double) holds exactly; seeds above it would be rounded.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+// A whole number in lo..hi (or `fallback` when absent), so that the casts after it are defined:
+// the file is untrusted, and a double out of an integer type's range makes the cast undefined.
+Result<double> IntegerIn(const JsonFields& f, const std::string& key, double fallback, double lo, double hi) {
+  ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
+  if (!(v >= lo && v <= hi) || v != std::floor(v)) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "must be an integer in %.0f..%.0f, got %.15g", lo, hi, v);
+    return f.Error(key, range);
+  }
+  return v;
+}
+
 Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) {
   if (!v.is_object()) return Status::Invalid(where + " must be an object (data, augment, image_size, ...)");
   JsonFields f(v, where);
@@ -51,20 +67,16 @@ Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) 
   ASSIGN_OR_RETURN(p.augment, f.String("augment", p.augment));
   if (p.augment != "train" && p.augment != "eval" && p.augment != "none")
     return f.Error("augment", "must be train, eval or none, got \"" + p.augment + "\"");
-  ASSIGN_OR_RETURN(double size, f.Number("image_size", p.image_size));
-  if (size < 8 || size > 4096 || size != std::floor(size)) return f.Error("image_size", "must be an integer in 8..4096");
+  ASSIGN_OR_RETURN(double size, IntegerIn(f, "image_size", p.image_size, 8, 4096));
   p.image_size = static_cast<int>(size);
   ASSIGN_OR_RETURN(p.output, f.String("output", p.output));
   if (p.output != "uint8" && p.output != "float32" && p.output != "bfloat16" && p.output != "float16")
     return f.Error("output", "must be uint8, float32, bfloat16 or float16, got \"" + p.output + "\"");
-  ASSIGN_OR_RETURN(double seed, f.Number("seed", 0));
-  if (seed < 0 || seed != std::floor(seed)) return f.Error("seed", "must be a non-negative integer");
+  ASSIGN_OR_RETURN(double seed, IntegerIn(f, "seed", 0, 0, kMaxExactInteger));
   p.seed = static_cast<uint64_t>(seed);
-  ASSIGN_OR_RETURN(double pb, f.Number("producer_batch", p.producer_batch));
-  if (pb < 1 || pb > 65536 || pb != std::floor(pb)) return f.Error("producer_batch", "must be an integer in 1..65536");
+  ASSIGN_OR_RETURN(double pb, IntegerIn(f, "producer_batch", p.producer_batch, 1, 65536));
   p.producer_batch = static_cast<uint32_t>(pb);
-  ASSIGN_OR_RETURN(double window, f.Number("window", p.window));
-  if (window < 1 || window > 1024 || window != std::floor(window)) return f.Error("window", "must be an integer in 1..1024");
+  ASSIGN_OR_RETURN(double window, IntegerIn(f, "window", p.window, 1, 1024));
   p.window = static_cast<uint32_t>(window);
   ASSIGN_OR_RETURN(p.serve_args, f.StringList("serve_args", {}));
   return p;
@@ -90,8 +102,7 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   JsonFields named_fields(v, where + " (\"" + j.name + "\")");
   const JsonFields& g = named_fields;
   ASSIGN_OR_RETURN(j.command, g.StringList("command", {}));
-  ASSIGN_OR_RETURN(double batch, g.Number("batch_size", 0));
-  if (batch < 0 || batch != std::floor(batch) || batch > 1e6) return g.Error("batch_size", "must be a positive integer");
+  ASSIGN_OR_RETURN(double batch, IntegerIn(g, "batch_size", 0, 0, 1e6));
   j.batch_size = static_cast<uint32_t>(batch);
 
   const JsonValue* pv = v.Find("pipeline");
@@ -139,7 +150,7 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
     ASSIGN_OR_RETURN(j.sm_activity, g.Number("sm_activity"));
     if (!(j.sm_activity >= 0 && j.sm_activity <= 1)) return g.Error("sm_activity", "must be between 0 and 1");
   }
-  ASSIGN_OR_RETURN(double prio, g.Number("priority", 0));
+  ASSIGN_OR_RETURN(double prio, IntegerIn(g, "priority", 0, -1e6, 1e6));
   j.priority = static_cast<int>(prio);
   ASSIGN_OR_RETURN(j.loader_cores, NonNegative(g, "loader_cores", j.loader_cores));
   ASSIGN_OR_RETURN(j.isolation, g.Bool("isolation", false));
@@ -161,12 +172,12 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
     JsonFields f(v, w);
     RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles"}));
     Gpu g;
-    ASSIGN_OR_RETURN(double index, f.Number("index", static_cast<double>(i)));
+    ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
     g.index = static_cast<int>(index);
     ASSIGN_OR_RETURN(g.name, f.String("name", "gpu" + std::to_string(g.index)));
     ASSIGN_OR_RETURN(g.memory_mib, f.Number("memory_mib"));
     if (!(g.memory_mib > 0)) return f.Error("memory_mib", "must be > 0");
-    ASSIGN_OR_RETURN(double sms, f.Number("sms", 0));
+    ASSIGN_OR_RETURN(double sms, IntegerIn(f, "sms", 0, 0, 1e6));
     g.sms = static_cast<int>(sms);
     ASSIGN_OR_RETURN(g.mig, f.Bool("mig", false));
     if (const JsonValue* profiles = v.Find("mig_profiles")) {
@@ -179,8 +190,9 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
         MigProfile m;
         ASSIGN_OR_RETURN(m.name, pf.String("name"));
         ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
-        ASSIGN_OR_RETURN(double psms, pf.Number("sms", 0));
-        ASSIGN_OR_RETURN(double count, pf.Number("count", 1));
+        if (!(m.memory_mib > 0)) return pf.Error("memory_mib", "must be > 0");
+        ASSIGN_OR_RETURN(double psms, IntegerIn(pf, "sms", 0, 0, 1e6));
+        ASSIGN_OR_RETURN(double count, IntegerIn(pf, "count", 1, 1, 1024));
         m.sms = static_cast<int>(psms);
         m.count = static_cast<int>(count);
         g.mig_profiles.push_back(m);
@@ -365,13 +377,20 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
   pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
   const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
   bool timed_out = false;
+  int poll_errno = 0;
   while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     const uint64_t now = MonotonicNs();
     if (now >= deadline) {
       timed_out = true;
       break;
     }
-    if (::poll(fds, 2, static_cast<int>((deadline - now) / 1000000ull) + 1) < 0 && errno != EINTR) break;
+    if (::poll(fds, 2, static_cast<int>((deadline - now) / 1000000ull) + 1) < 0) {
+      if (errno == EINTR) continue;  // revents are stale: poll again
+      // We can no longer watch the child, so it must not be left to run (and the waitpid below
+      // has no timeout): stop it as if it had timed out.
+      poll_errno = errno;
+      break;
+    }
     for (int k = 0; k < 2; ++k) {
       if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       char buf[4096];
@@ -387,10 +406,11 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
   for (auto& p : fds) {
     if (p.fd >= 0) ::close(p.fd);
   }
-  if (timed_out) ::kill(pid, SIGKILL);
+  if (timed_out || poll_errno != 0) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (poll_errno != 0) return Status::FromErrno("poll on the output of " + argv[0] + " (stopped it)", poll_errno);
   if (timed_out) return Status::Timeout(argv[0] + " did not finish within " + std::to_string(timeout_ms) + " ms");
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;

@@ -127,6 +127,8 @@ class Launcher {
   Status StartProducer(int pipeline);
   Status StartJob(const Placement& p);
   void Reap(Proc* p);
+  void MarkFailed(int j, int exit_code = -1);
+  void PruneReaped();
   void JobEnded(int j, int exit_code, bool signalled_by_us, double runtime_s);
   void StopProducerIfIdle(int pipeline);
   void StopAll();
@@ -286,17 +288,12 @@ Status Launcher::PlaceRound() {
       for (const Placement& q : placed) {
         if (q.producer != p.producer || ended_[q.job]) continue;
         planner_.Release(q.job);
-        reports_[q.job].outcome = "failed";
-        reports_[q.job].exit_code = -1;
-        ended_[q.job] = 1;
-        ++summary_.failed;
+        MarkFailed(q.job);
       }
       for (int j : std::vector<int>(queue_)) {
         if (set_.jobs[j].pipeline == p.producer && opts_.planner.sharing) {
           queue_.erase(std::find(queue_.begin(), queue_.end(), j));
-          reports_[j].outcome = "failed";
-          ended_[j] = 1;
-          ++summary_.failed;
+          MarkFailed(j);
         }
       }
     }
@@ -306,27 +303,40 @@ Status Launcher::PlaceRound() {
     if (Status st = StartJob(p); !st.ok()) {
       Log("%s", st.message().c_str());
       planner_.Release(p.job);
-      reports_[p.job].outcome = "failed";
-      ended_[p.job] = 1;
-      ++summary_.failed;
+      MarkFailed(p.job);
     }
   }
   return Status::OK();
 }
 
+// A job, or a producer, that cannot run (or ran and failed): it is done with, and counted.
+// `exit_code` is its last exit status, -1 when it never ran.
+void Launcher::MarkFailed(int j, int exit_code) {
+  reports_[j].outcome = "failed";
+  reports_[j].exit_code = exit_code;
+  ended_[j] = 1;
+  ++summary_.failed;
+}
+
 void Launcher::Reap(Proc* p) {
   if (p->pid <= 0) return;
+  // A job's children are in its process group: make sure none outlives it. The group is killed
+  // while the leader is an unreaped zombie, which keeps its pid (so the group id) from being
+  // reused; after wait4 the id could already name someone else's group.
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(p->pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  ::kill(-p->pid, SIGKILL);
   int status = 0;
   rusage ru{};
   while (::wait4(p->pid, &status, 0, &ru) < 0 && errno == EINTR) {
   }
+  p->watch = ProcessWatch();  // its pidfd: one per attempt would otherwise stay open for the run
   const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                      static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   const double runtime_s = static_cast<double>(MonotonicNs() - p->start_ns) * 1e-9;
   const bool by_us = p->term_sent || p->kill_sent;
-  // A job's children are in its process group: make sure none outlives it.
-  ::kill(-p->pid, SIGKILL);
   const pid_t pid = p->pid;
   p->pid = -1;
   if (p->job >= 0) {
@@ -372,17 +382,13 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
     Log("job %s ran out of GPU memory (exit %d); requeued with %.0f MiB", job.name.c_str(), exit_code,
         set_.jobs[j].memory_mib);
     if (!planner_.FitsEmpty(j)) {
-      rep.outcome = "failed";
-      ended_[j] = 1;
-      ++summary_.failed;
+      MarkFailed(j, exit_code);
       Log("job %s: %.0f MiB fits no GPU here; not retried", job.name.c_str(), set_.jobs[j].memory_mib);
     } else {
       queue_.push_back(j);
     }
   } else {
-    rep.outcome = "failed";
-    ended_[j] = 1;
-    ++summary_.failed;
+    MarkFailed(j, exit_code);
     Log("job %s failed (exit %d); its log: %s/job-%s.%d.err", job.name.c_str(), exit_code, run_dir_.c_str(),
         job.name.c_str(), rep.attempts);
   }
@@ -401,6 +407,12 @@ void Launcher::StopProducerIfIdle(int pipeline) {
   }
 }
 
+// Drops the processes already reaped (nothing points at them any more: producer_of_ forgets a
+// producer when it is reaped), so a long run with many attempts does not grow procs_.
+void Launcher::PruneReaped() {
+  procs_.erase(std::remove_if(procs_.begin(), procs_.end(), [](const auto& p) { return p->pid <= 0; }), procs_.end());
+}
+
 bool Launcher::AllEnded() const {
   return std::all_of(ended_.begin(), ended_.end(), [](int e) { return e != 0; });
 }
@@ -414,7 +426,7 @@ void Launcher::StopAll() {
       ::kill(-p->pid, SIGTERM);
       p->term_sent = true;
     }
-    const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(opts_.stop_timeout_ms) * 1000000ull;
+    const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(std::max(0, opts_.stop_timeout_ms)) * 1000000ull;
     for (auto& p : procs_) {
       if (p->pid <= 0 || (p->job < 0) != producers) continue;
       while (!p->watch.Exited() && MonotonicNs() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -481,9 +493,7 @@ Result<LaunchSummary> Launcher::Run() {
     if (fds.empty()) {
       // Nothing runs, yet jobs wait: nothing will free room for them.
       for (int j : queue_) {
-        reports_[j].outcome = "failed";
-        ended_[j] = 1;
-        ++summary_.failed;
+        MarkFailed(j);
         Log("job %s cannot be placed and nothing runs that could make room", set_.jobs[j].name.c_str());
       }
       queue_.clear();
@@ -497,6 +507,7 @@ Result<LaunchSummary> Launcher::Run() {
     for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
       if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) Reap(who[k]);
     }
+    PruneReaped();
   }
   if (g_stop_signal) {
     summary_.stopped = true;

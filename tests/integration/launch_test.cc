@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
 #include <filesystem>
 #include <regex>
@@ -139,6 +140,29 @@ TEST_F(LaunchTest, SigtermStopsJobsTheirChildrenAndProducers) {
   ExpectGone(pids);
 }
 
+// Jobs one after another (each needs more than half the GPU): the launcher's own open files
+// must not grow with the number of attempts (each one's pidfd is closed once it is reaped), and
+// what a job leaves running in its process group is killed when it ends.
+TEST_F(LaunchTest, FinishedJobsLeaveNoOpenPidfdsAndNoChildren) {
+  const std::string dir = tmp_.path() + "/fds";
+  std::filesystem::create_directories(dir);
+  const std::string orphan = tmp_.path() + "/orphan.pid";
+  std::vector<std::string> jobs = {
+      ShellJob("j0", "sleep 300 & echo $! > " + orphan + "; ls /proc/$PPID/fd | wc -l > " + dir + "/j0", 9000)};
+  const int kJobs = 8;
+  for (int i = 1; i < kJobs; ++i) {
+    const std::string name = "j" + std::to_string(i);
+    jobs.push_back(ShellJob(name, "ls /proc/$PPID/fd | wc -l > " + dir + "/" + name, 9000));
+  }
+  Child launch(Coloader({"launch", WriteJobs(jobs), "--json", "--run-dir", tmp_.path() + "/run", "--policy",
+                         "fifo-exclusive"}));
+  ASSERT_EQ(launch.Wait(120000), 0) << launch.Stderr();
+  const int first = std::stoi(testing::ReadFile(dir + "/j0"));
+  const int last = std::stoi(testing::ReadFile(dir + "/j" + std::to_string(kJobs - 1)));
+  EXPECT_LE(last, first) << "the launcher holds " << last - first << " more fds after " << kJobs - 1 << " jobs";
+  ExpectGone({std::stoi(testing::ReadFile(orphan))});
+}
+
 TEST_F(LaunchTest, AProducerThatCannotStartFailsItsJobsWithoutHanging) {
   const std::string jobs = WriteJobs({ConsumerJob("a", "")}, tmp_.path() + "/no-such-dataset");
   Child launch(Coloader({"launch", jobs, "--json", "--run-dir", tmp_.path() + "/run"}));
@@ -146,6 +170,44 @@ TEST_F(LaunchTest, AProducerThatCannotStartFailsItsJobsWithoutHanging) {
   EXPECT_NE(launch.Stderr().find("did not start"), std::string::npos) << launch.Stderr();
   EXPECT_NE(launch.Stderr().find("no-such-dataset"), std::string::npos) << launch.Stderr();
   ExpectGone(StartedPids(launch.Stderr()));
+}
+
+// `coloader simulate` (same binary, same jobs-file reader): both CSVs are checked as they are
+// written (a path it cannot write is an error, even where an earlier run left a summary.csv),
+// and GPU counts it cannot simulate are errors, not NaN utilisations or a silently ignored flag.
+TEST_F(LaunchTest, SimulateChecksBothOutputsAndItsGpus) {
+  const std::string trace = tmp_.path() + "/trace.json";
+  testing::WriteFile(trace, R"({"cpu_cores": 16, "jobs": [
+      {"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5000, "duration_s": 600},
+      {"name": "b", "pipeline": {"data": "/d"}, "memory_mib": 5000, "duration_s": 900, "arrival_s": 60}]})");
+  const std::string out = tmp_.path() + "/sim";
+  Child ok(Coloader({"simulate", "--trace", trace, "--gpus", "2", "--policy", "sharing-aware", "--out", out}));
+  ASSERT_EQ(ok.Wait(60000), 0) << ok.Stderr();
+  EXPECT_NE(testing::ReadFile(out + "/summary.csv").find("sharing-aware"), std::string::npos);
+  EXPECT_FALSE(testing::ReadFile(out + "/timeseries.csv").empty());
+
+  // A path that cannot be written as a file (here a directory in its place): exit 1, named.
+  for (const char* name : {"timeseries.csv", "summary.csv"}) {
+    const std::string dir = tmp_.path() + "/sim-" + name;
+    std::filesystem::create_directories(dir + "/" + name);
+    Child bad(Coloader({"simulate", "--trace", trace, "--gpus", "2", "--policy", "sharing-aware", "--out", dir}));
+    EXPECT_EQ(bad.Wait(60000), 1) << name << ": " << bad.Stderr();
+    EXPECT_NE(bad.Stderr().find("cannot create " + dir + "/" + name), std::string::npos) << bad.Stderr();
+  }
+
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--gpus", "-1"}, "--gpus expects a number of GPUs >= 1 (or leave it out for the trace's), got -1"},
+      {{"--gpus", "2", "--gpu-sms", "0"}, "--gpu-sms expects SMs per GPU >= 1, got 0"},
+      {{}, "no GPUs (give --gpus N or \"gpus\" in the trace)"},  // the trace names none
+  };
+  for (const auto& [flags, want] : cases) {
+    std::vector<std::string> args = {"simulate", "--trace", trace};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Child bad(Coloader(args));
+    EXPECT_EQ(bad.Wait(60000), 2) << want;
+    EXPECT_NE(bad.Stderr().find(want), std::string::npos) << bad.Stderr();
+    EXPECT_EQ(bad.Stdout().find("nan"), std::string::npos) << bad.Stdout();
+  }
 }
 
 TEST_F(LaunchTest, BadInputIsAClearError) {
@@ -160,6 +222,19 @@ TEST_F(LaunchTest, BadInputIsAClearError) {
   EXPECT_EQ(estimator.Wait(), 2);
   EXPECT_NE(estimator.Stderr().find("job \"r50\": memory_mib is \"auto\" but the estimator"), std::string::npos)
       << estimator.Stderr();
+
+  // Flags out of range: exit 2 with the flag named and the usage, before anything starts.
+  const std::string jobs = WriteJobs({ShellJob("x", "true")});
+  for (const auto& [flag, value, want] : std::vector<std::array<std::string, 3>>{
+           {"--stop-timeout-ms", "-1", "--stop-timeout-ms expects milliseconds >= 0, got -1"},
+           {"--max-ooms", "-3", "--max-ooms expects an integer in [0, 100], got -3"},
+           {"--max-ooms", "1000", "--max-ooms expects an integer in [0, 100], got 1000"}}) {
+    Child bad(Coloader({"launch", jobs, flag, value, "--run-dir", tmp_.path() + "/run-bad"}));
+    EXPECT_EQ(bad.Wait(), 2) << flag << " " << value;
+    EXPECT_NE(bad.Stderr().find(want), std::string::npos) << bad.Stderr();
+    EXPECT_NE(bad.Stderr().find("usage:"), std::string::npos) << bad.Stderr();
+    EXPECT_FALSE(std::filesystem::exists(tmp_.path() + "/run-bad")) << "nothing may start";
+  }
 
   testing::WriteFile(tmp_.path() + "/broken.json", "{\"jobs\": [\n  {\"name\": \"x\",}\n]}");
   Child broken(Coloader({"plan", tmp_.path() + "/broken.json"}));

@@ -53,6 +53,9 @@ TEST(JsonReader, MalformedInputSaysWhereAndWhat) {
       {"tru", "f.json:1:1", "expected a value"},
       {"{} {}", "f.json:1:4", "after the end of the document"},
       {"{\"a\": 1, \"a\": 2}", "f.json:1:10", "duplicate member \"a\""},
+      {"[\"ok\",\n \"x\\uDC00\"]", "f.json:2:4", "lone low surrogate \\uDC00"},
+      {"\"\\udfff\"", "f.json:1:2", "lone low surrogate \\udfff"},
+      {"\"\\uD800\\u0041\"", "f.json:1", "invalid low surrogate"},
   };
   for (const Case& c : cases) {
     Result<JsonValue> r = ParseJson(c.text, "f.json");
@@ -60,6 +63,19 @@ TEST(JsonReader, MalformedInputSaysWhereAndWhat) {
     EXPECT_NE(r.status().message().find(c.where), std::string::npos) << c.text << " -> " << r.status().message();
     EXPECT_NE(r.status().message().find(c.what), std::string::npos) << c.text << " -> " << r.status().message();
   }
+}
+
+// A pair is one code point (4 bytes of UTF-8); an object with many members still finds its duplicate.
+TEST(JsonReader, SurrogatePairsAndManyMembers) {
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson("\"\\uD83D\\uDE00\"", "f.json"));
+  EXPECT_EQ(v.string(), "\xF0\x9F\x98\x80");
+  std::string doc = "{";
+  for (int i = 0; i < 20000; ++i) doc += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ",";
+  ASSERT_OK_AND_ASSIGN(JsonValue ok, ParseJson(doc + "\"last\": 0}", "f.json"));
+  EXPECT_EQ(ok.members().size(), 20001u);
+  Result<JsonValue> dup = ParseJson(doc + "\"k19999\": 0}", "f.json");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.status().message().find("duplicate member \"k19999\""), std::string::npos) << dup.status().message();
 }
 
 TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {

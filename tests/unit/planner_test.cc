@@ -3,12 +3,17 @@
 #include "server/planner.h"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "server/launcher.h"
 #include "tests/support/test_support.h"
@@ -88,6 +93,44 @@ TEST(JobsFile, ErrorsNameTheJobAndTheField) {
     EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
     EXPECT_EQ(r.status().message().rfind("jobs.json", 0), 0u) << r.status().message();
   }
+}
+
+// Numbers that are cast to integers must be whole and in range first: a seed of 2^64, a
+// priority of 1e300 or a negative GPU index would be undefined behaviour in the cast.
+TEST(JobsFile, IntegersOutOfRangeAreErrorsThatNameTheFieldAndTheRange) {
+  const std::string job = R"({"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5})";
+  const auto with_gpu = [&](const std::string& gpu) { return R"({"jobs": [)" + job + R"(], "gpus": [)" + gpu + "]}"; };
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": 18446744073709551616}, "memory_mib": 5}]})",
+       "jobs[0] (\"a\").pipeline: field \"seed\" must be an integer in 0..9007199254740992, got 1.84467440737096e+19"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": -1}, "memory_mib": 5}]})", "field \"seed\" must be an integer in 0.."},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "priority": 1e300}]})",
+       "jobs[0] (\"a\"): field \"priority\" must be an integer in -1000000..1000000, got 1e+300"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5, "priority": 1.5}]})", "field \"priority\" must be an integer"},
+      {with_gpu(R"({"index": -1, "memory_mib": 4})"), "gpus[0]: field \"index\" must be an integer in 0..1023, got -1"},
+      {with_gpu(R"({"index": 1e10, "memory_mib": 4})"), "gpus[0]: field \"index\" must be an integer in 0..1023"},
+      {with_gpu(R"({"memory_mib": 4, "sms": -132})"), "gpus[0]: field \"sms\" must be an integer in 0..1000000, got -132"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 10, "count": -2}]})"),
+       "gpus[0].mig_profiles[0]: field \"count\" must be an integer in 1..1024, got -2"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 10, "sms": 1e12}]})"),
+       "gpus[0].mig_profiles[0]: field \"sms\" must be an integer in 0..1000000"},
+      {with_gpu(R"({"memory_mib": 4, "mig": true, "mig_profiles": [{"name": "1g", "memory_mib": 0}]})"),
+       "gpus[0].mig_profiles[0]: field \"memory_mib\" must be > 0"},
+  };
+  for (const auto& [text, want] : cases) {
+    Result<JobSet> r = Parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+  // The edges of each range are accepted.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(with_gpu(R"({"index": 1023, "memory_mib": 4, "sms": 0, "mig": true,
+      "mig_profiles": [{"name": "7g", "memory_mib": 10, "count": 1}]})")));
+  EXPECT_EQ(set.gpus[0].index, 1023);
+  EXPECT_EQ(set.gpus[0].mig_profiles[0].count, 1);
+  ASSERT_OK_AND_ASSIGN(set, Parse(R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "seed": 9007199254740992},
+      "memory_mib": 5, "priority": -1000000}]})"));
+  EXPECT_EQ(set.pipelines[0].seed, 9007199254740992ull);
+  EXPECT_EQ(set.jobs[0].priority, -1000000);
 }
 
 TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
@@ -347,6 +390,34 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
   ASSERT_OK(ok);
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
+}
+
+// When poll itself fails (here: EINVAL, because RLIMIT_NOFILE drops below the two fds it
+// watches), the helper command must be killed and reported, not waited for without a timeout.
+// The command ignores SIGPIPE and runs for 30 s or more, so the old wait outlived the alarm. It runs in a
+// forked child (the limit is process-wide) that an alarm ends if RunCommand hangs.
+TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);
+    std::thread lower([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      rlimit rl{};
+      ::getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = 1;
+      ::setrlimit(RLIMIT_NOFILE, &rl);
+    });
+    Result<CommandOutput> r = RunCommand(
+        {"/bin/sh", "-c", "trap '' PIPE; i=0; while [ $i -lt 600 ]; do echo x 2>/dev/null; sleep 0.05; i=$((i+1)); done"}, 60000);
+    lower.join();
+    const bool named = !r.ok() && r.status().message().find("poll on the output of /bin/sh") != std::string::npos;
+    ::_exit(named ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "RunCommand hung after poll failed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "RunCommand did not report the poll failure";
 }
 
 TEST(Launcher, WhatCountsAsOutOfMemory) {
