@@ -384,6 +384,8 @@ Consumer::~Consumer() { Close(); }
 void Consumer::Close() {
   if (!state_) return;
   current_.reset();
+  gathering_.clear();  // their acks go out before the goodbye
+  assembling_.reset();
   if (state_->io.joinable()) {
     // Releases still waiting on GPU work would be lost to the goodbye (the producer reclaims
     // everything of ours at once): give them a bounded time to land first.
@@ -661,6 +663,11 @@ Status Consumer::SkipRestOfEpoch() {
 
 Result<bool> Consumer::NextEpoch() {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  // A batch whose assembly a timeout interrupted belongs to the epoch being left: drop it
+  // (releasing its slots first, since the producer may wait on them to reach the next epoch)
+  // rather than let its samples open the next one.
+  gathering_.clear();
+  assembling_.reset();
   if (in_epoch_ && !epoch_ended_) RETURN_NOT_OK(SkipRestOfEpoch());
   current_.reset();
   if (stream_ended_) return false;

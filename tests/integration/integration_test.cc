@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "client/consumer.h"
@@ -252,6 +253,64 @@ TEST_F(IntegrationTest, ClientLibraryLeasesHoldTheSlotUntilReleased) {
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") == 3; }));
   EXPECT_EQ(std::vector<int64_t>(b->indices(), b->indices() + 1)[0], b->indices()[0]);
   EXPECT_EQ(indices.size(), 8u);
+}
+
+TEST_F(IntegrationTest, ABatchCutShortByATimeoutDoesNotLeakIntoTheNextEpoch) {
+  // `holder` keeps the two slots of the ring, so `reader`'s batch of 20 gets the 16 samples of
+  // those slots and then times out. A new epoch started then must not open with them.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--spare-slots", "0",
+                              "--min-consumers", "2"});
+  ConsumerOptions o;
+  o.name = "p";
+  o.timeout_ms = 20000;  // bounds the drain below should the producer stall
+  ASSERT_OK_AND_ASSIGN(auto holder, Consumer::Connect(o));
+  o.batch_size = 20;
+  o.timeout_ms = 1500;
+  ASSERT_OK_AND_ASSIGN(auto reader, Consumer::Connect(o));
+  ASSERT_OK_AND_ASSIGN(bool more, holder->NextEpoch());
+  ASSERT_TRUE(more);
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> h1, holder->Next());
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> h2, holder->Next());
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  ASSERT_TRUE(more);
+  ASSERT_EQ(reader->epoch(), 0u);
+  Result<std::optional<Batch>> cut = reader->Next();
+  ASSERT_EQ(cut.status().code(), StatusCode::kTimeout) << cut.status().ToString();
+  // The holder lets go and reads on, so the producer goes on.
+  h1.reset();
+  h2.reset();
+  std::thread drain([&] {
+    for (;;) {
+      Result<bool> epoch = holder->NextEpoch();
+      if (!epoch.ok() || !*epoch) return;
+      for (;;) {
+        Result<std::optional<Batch>> b = holder->Next();
+        if (!b.ok() || !*b) break;
+      }
+    }
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }
+  } join{drain};
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  ASSERT_TRUE(more);
+  EXPECT_EQ(reader->epoch(), 1u);
+  EXPECT_FALSE(reader->partial());
+  std::set<int64_t> seen;
+  uint64_t samples = 0;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, reader->Next());
+    if (!b) break;
+    EXPECT_EQ(b->epoch(), 1u);
+    samples += b->size();
+    seen.insert(b->indices(), b->indices() + b->size());
+  }
+  EXPECT_EQ(samples, uint64_t{kImages});
+  EXPECT_EQ(seen.size(), size_t{kImages});
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  EXPECT_FALSE(more);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
 TEST_F(IntegrationTest, KilledConsumerIsDetectedAndOthersStayExact) {
