@@ -472,6 +472,19 @@ TEST_F(IntegrationTest, ConsumerOfAMissingProducerFailsClearly) {
   EXPECT_EQ(s.Wait(10000), 1);
 }
 
+TEST_F(IntegrationTest, MalformedEndpointsAreNamedNotFatal) {
+  for (const char* command : {"status", "consume"}) {
+    for (const char* endpoint : {"bogus", "tcp://", "nosuch://x"}) {
+      SCOPED_TRACE(std::string(command) + " --endpoint " + endpoint);
+      std::vector<std::string> args = {command, "--endpoint", endpoint};
+      if (std::string(command) == "consume") args.insert(args.end(), {"--connect-timeout-ms", "1000"});
+      Child c(Coloader(args), env_);
+      EXPECT_EQ(c.Wait(10000), 1) << c.Stderr();
+      EXPECT_NE(c.Stderr().find(std::string("'") + endpoint + "'"), std::string::npos) << c.Stderr();
+    }
+  }
+}
+
 TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItResumes) {
   // SIGSTOP: alive (its pidfd stays quiet) but silent. The others wait at most the heartbeat
   // timeout (1.5 s here), then it is detached; resumed, it learns so and exits with an error.
