@@ -27,7 +27,10 @@
 namespace coloader {
 
 inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
+// Bump it with every change to a message's body, so that mismatched builds get a Reject
+// naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
+// dropped_clients.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;

@@ -45,6 +45,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   }
   ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
   if (auto* r = std::get_if<StatusReply>(&m)) return *r;
+  if (auto* reject = std::get_if<Reject>(&m)) return Status::Protocol("the producer refused the request: " + reject->reason);
   return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));
 }
 
