@@ -5,7 +5,11 @@
 // What a consumer saw is read from `consume --json`: per epoch the number of samples, how
 // many were distinct, and the sum and xor of their dataset indices. For a dataset of N images
 // an exact epoch has samples == unique == N and index_sum == N(N-1)/2.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <zmq.hpp>
 
@@ -754,6 +758,47 @@ TEST_F(IntegrationTest, TcpConsumersNeedAListedCurveKeyAndSeeExactEpochs) {
   ASSERT_EQ(status.Wait(), 0) << status.Stderr();
   EXPECT_NE(status.Stdout().find("\"pid\":" + std::to_string(producer->pid())), std::string::npos) << status.Stdout();
   producer->Signal(SIGTERM);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, TcpConsumerWaitsOutAProducerThatDropsItMidHandshake) {
+  // A producer restarting on its port closes the connections it had accepted mid-handshake.
+  // Stood in for by a plain listener that does just that; the consumer must keep trying until
+  // its deadline and meet the producer that then binds the port, not give up blaming its keys.
+  for (const char* who : {"server", "client"}) {
+    Child keygen(Coloader({"keygen", "--out", tmp_.path() + "/" + who}), env_);
+    ASSERT_EQ(keygen.Wait(), 0) << keygen.Stderr();
+  }
+  const std::string k = tmp_.path() + "/";
+  testing::WriteFile(k + "authorized", testing::ReadFile(k + "client.pub"));
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  Child c(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                    "--connect-timeout-ms", "20000", "--batch-size", "5", "--json"}), env_);
+  for (int dropped = 0; dropped < 3; ++dropped) {
+    pollfd p{listener, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 10000), 1) << "the consumer did not (re)connect: " << c.Stderr();
+    const int conn = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(conn, 0);
+    ::close(conn);
+  }
+  ::close(listener);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the old code has given up by now
+  EXPECT_TRUE(c.running()) << c.Stderr();
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", ep, "--curve-key", k + "server.key",
+                              "--authorized-keys", k + "authorized"});
+  ASSERT_EQ(c.Wait(), 0) << c.Stderr();
+  ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
