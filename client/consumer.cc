@@ -575,7 +575,12 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
       state->producer_watch = std::move(*w);
   }
   if (state->opts.device) {
-    if (!welcome->has_device) {
+    if (tcp) {
+      // The producer offers its device ring to local consumers only (CUDA IPC does not cross
+      // machines); it did not even look for one.
+      state->fallback_reason = "consumers over tcp:// read the host path: batches arrive as message payload "
+                               "(the producer's GPU memory can be mapped only on its own machine)";
+    } else if (!welcome->has_device) {
       state->fallback_reason = "the producer has no device ring (start it with --device cuda:N)";
     } else if (auto mapper = DeviceMapper::Open(welcome->device); mapper.ok()) {
       state->mapper = std::move(*mapper);

@@ -809,9 +809,12 @@ TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
   EXPECT_NE(refused.Stderr().find("--insecure"), std::string::npos) << refused.Stderr();
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
   EXPECT_NE(producer->Stderr().find("INSECURE"), std::string::npos) << producer->Stderr();
-  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json"}), env_);
+  // Asked for the device path, a remote consumer is told why it gets the host path.
+  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json", "--device"}),
+          env_);
   ASSERT_EQ(c.Wait(), 0) << c.Stderr();
   ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
+  EXPECT_NE(c.Stderr().find("over tcp:// read the host path"), std::string::npos) << c.Stderr();
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
