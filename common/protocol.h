@@ -189,7 +189,10 @@ struct StatusReply {
   uint32_t num_slots = 0, slots_in_use = 0;
   uint64_t bad_files = 0;
   uint64_t rejected_messages = 0;
-  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol or flooding
+  // Sessions the producer ended with Bye(kRejected): for a malformed message, an ack for a
+  // batch not held, a second Hello or Attach, a producer's message, a flood of messages, or a
+  // mailbox left to fill up. Leaving, exiting and heartbeat detaches are not counted.
+  uint64_t dropped_clients = 0;
   std::vector<ConsumerStatus> consumers;
 };
 const char* ProducerStateName(uint8_t state);
