@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <new>
@@ -384,6 +385,8 @@ Consumer::~Consumer() { Close(); }
 void Consumer::Close() {
   if (!state_) return;
   current_.reset();
+  gathering_.clear();  // their acks go out before the goodbye
+  assembling_.reset();
   if (state_->io.joinable()) {
     // Releases still waiting on GPU work would be lost to the goodbye (the producer reclaims
     // everything of ours at once): give them a bounded time to land first.
@@ -473,6 +476,11 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
 
   zmq::message_t reply;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
+  // Handshakes that failed for other reasons than a refused key: a producer restarting
+  // mid-handshake looks like this as well as a wrong key, so they are retried to the deadline.
+  int failed_handshakes = 0;
+  bool mismatch = false;  // the producer uses another security mechanism (CURVE or none)
+  std::string last_failure;
   for (;;) {
     std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
     if (monitor.handle() && tcp) items.push_back({monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -484,16 +492,36 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
       (void)monitor.recv(event, zmq::recv_flags::none);
       if (event.more()) (void)monitor.recv(where, zmq::recv_flags::none);
       uint16_t id = 0;
+      uint32_t value = 0;
       if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
+      if (event.size() >= 6) std::memcpy(&value, event.data<uint8_t>() + 2, 4);
       if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         return Status::Invalid("the producer at " + state->endpoint + " refused this consumer's key" +
                                (our_key.empty() ? std::string(" (none given: it requires CURVE; pass --curve-key and --server-key)")
                                                 : " " + our_key + ": its operator must add this consumer's .pub to --authorized-keys"));
       }
-      return Status::Invalid("the CURVE handshake with " + state->endpoint + " failed: " +
-                             (curve ? "check that --server-key is that producer's public key, and that it was started with --curve-key "
-                                      "(a producer started with --insecure takes no keys)"
-                                    : "the producer requires CURVE keys (--curve-key and --server-key)"));
+      ++failed_handshakes;
+      if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        char code[16];
+        std::snprintf(code, sizeof(code), "0x%08x", value);
+        mismatch = mismatch || value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
+        last_failure = std::string("a ZMTP protocol error ") + code +
+                       (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? " (security mechanisms differ)"
+                        : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC    ? " (cryptographic)"
+                                                                             : "");
+      } else {
+        last_failure = "the connection closed mid-handshake";
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline && failed_handshakes > 0) {
+      const std::string why =
+          curve ? "check that --server-key is that producer's public key, and that it was started with --curve-key "
+                  "(a producer started with --insecure takes no keys)"
+          : mismatch ? "the producer requires CURVE keys (--curve-key and --server-key)"
+                     : "is the producer restarting, or does it require CURVE keys (--curve-key and --server-key)?";
+      return Status::Invalid(std::string(curve ? "the CURVE handshake" : "the handshake") + " with " + state->endpoint +
+                             " failed " + std::to_string(failed_handshakes) + " time(s) within " +
+                             std::to_string(o.connect_timeout_ms) + " ms (last: " + last_failure + "): " + why);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
@@ -547,7 +575,12 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
       state->producer_watch = std::move(*w);
   }
   if (state->opts.device) {
-    if (!welcome->has_device) {
+    if (tcp) {
+      // The producer offers its device ring to local consumers only (CUDA IPC does not cross
+      // machines); it did not even look for one.
+      state->fallback_reason = "consumers over tcp:// read the host path: batches arrive as message payload "
+                               "(the producer's GPU memory can be mapped only on its own machine)";
+    } else if (!welcome->has_device) {
       state->fallback_reason = "the producer has no device ring (start it with --device cuda:N)";
     } else if (auto mapper = DeviceMapper::Open(welcome->device); mapper.ok()) {
       state->mapper = std::move(*mapper);
@@ -661,6 +694,11 @@ Status Consumer::SkipRestOfEpoch() {
 
 Result<bool> Consumer::NextEpoch() {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  // A batch whose assembly a timeout interrupted belongs to the epoch being left: drop it
+  // (releasing its slots first, since the producer may wait on them to reach the next epoch)
+  // rather than let its samples open the next one.
+  gathering_.clear();
+  assembling_.reset();
   if (in_epoch_ && !epoch_ended_) RETURN_NOT_OK(SkipRestOfEpoch());
   current_.reset();
   if (stream_ended_) return false;

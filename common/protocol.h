@@ -27,7 +27,10 @@
 namespace coloader {
 
 inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
+// Bump it with every change to a message's body, so that mismatched builds get a Reject
+// naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
+// dropped_clients.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -186,7 +189,10 @@ struct StatusReply {
   uint32_t num_slots = 0, slots_in_use = 0;
   uint64_t bad_files = 0;
   uint64_t rejected_messages = 0;
-  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol or flooding
+  // Sessions the producer ended with Bye(kRejected): for a malformed message, an ack for a
+  // batch not held, a second Hello or Attach, a producer's message, a flood of messages, or a
+  // mailbox left to fill up. Leaving, exiting and heartbeat detaches are not counted.
+  uint64_t dropped_clients = 0;
   std::vector<ConsumerStatus> consumers;
 };
 const char* ProducerStateName(uint8_t state);

@@ -29,7 +29,12 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
   if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
-  sock.connect(endpoint);
+  try {
+    sock.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::Invalid("cannot connect to --endpoint '" + endpoint + "': " + e.what() +
+                           " (an endpoint looks like tcp://HOST:PORT or ipc://PATH)");
+  }
   std::vector<uint8_t> req = Encode(StatusRequest{});
   sock.send(zmq::buffer(req), zmq::send_flags::none);
   zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
@@ -40,6 +45,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   }
   ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
   if (auto* r = std::get_if<StatusReply>(&m)) return *r;
+  if (auto* reject = std::get_if<Reject>(&m)) return Status::Protocol("the producer refused the request: " + reject->reason);
   return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));
 }
 

@@ -197,7 +197,10 @@ struct Producer::Impl {
   std::unordered_set<int64_t> bad_indices;
   uint64_t bad_events = 0;
   uint64_t rejected_messages = 0;
-  uint64_t dropped_clients = 0;  // sessions ended for breaking the protocol (floods included)
+  // Sessions ended with Bye(rejected): a malformed message, an ack for a batch it does not
+  // hold, a second Hello or Attach, a producer's message, a flood, or a full mailbox. Not
+  // counted: consumers that left, exited, were detached by the heartbeat or came too late.
+  uint64_t dropped_clients = 0;
   // Messages this second from each peer without a session (forgotten every second).
   std::unordered_map<std::string, RateWindow> stranger_rates;
   uint64_t strangers_since_ns = 0;

@@ -71,7 +71,7 @@ std::vector<std::pair<std::string, Message>> Samples() {
   device.device.slot_bytes = 256 + device.slots.batch_size * device.slots.sample_bytes();
   s.push_back({"welcome-device", device});
 
-  s.push_back({"reject-version", Reject{RejectCode::kVersion, "version 2 is not supported"}});
+  s.push_back({"reject-version", Reject{RejectCode::kVersion, "version 3 is not supported"}});
   s.push_back({"reject-full", Reject{RejectCode::kFull, "8 consumers already"}});
   s.push_back({"batch", BatchAnnouncement{42, 3, 1, 4096, 256, 0, 123456789}});
   s.push_back({"batch-last", BatchAnnouncement{43, 0, 1, 4352, 7, kBatchLastInEpoch, 123456790}});

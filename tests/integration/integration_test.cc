@@ -5,7 +5,11 @@
 // What a consumer saw is read from `consume --json`: per epoch the number of samples, how
 // many were distinct, and the sum and xor of their dataset indices. For a dataset of N images
 // an exact epoch has samples == unique == N and index_sum == N(N-1)/2.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <zmq.hpp>
 
@@ -14,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "client/consumer.h"
@@ -254,6 +259,64 @@ TEST_F(IntegrationTest, ClientLibraryLeasesHoldTheSlotUntilReleased) {
   EXPECT_EQ(indices.size(), 8u);
 }
 
+TEST_F(IntegrationTest, ABatchCutShortByATimeoutDoesNotLeakIntoTheNextEpoch) {
+  // `holder` keeps the two slots of the ring, so `reader`'s batch of 20 gets the 16 samples of
+  // those slots and then times out. A new epoch started then must not open with them.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--spare-slots", "0",
+                              "--min-consumers", "2"});
+  ConsumerOptions o;
+  o.name = "p";
+  o.timeout_ms = 20000;  // bounds the drain below should the producer stall
+  ASSERT_OK_AND_ASSIGN(auto holder, Consumer::Connect(o));
+  o.batch_size = 20;
+  o.timeout_ms = 1500;
+  ASSERT_OK_AND_ASSIGN(auto reader, Consumer::Connect(o));
+  ASSERT_OK_AND_ASSIGN(bool more, holder->NextEpoch());
+  ASSERT_TRUE(more);
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> h1, holder->Next());
+  ASSERT_OK_AND_ASSIGN(std::optional<Batch> h2, holder->Next());
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  ASSERT_TRUE(more);
+  ASSERT_EQ(reader->epoch(), 0u);
+  Result<std::optional<Batch>> cut = reader->Next();
+  ASSERT_EQ(cut.status().code(), StatusCode::kTimeout) << cut.status().ToString();
+  // The holder lets go and reads on, so the producer goes on.
+  h1.reset();
+  h2.reset();
+  std::thread drain([&] {
+    for (;;) {
+      Result<bool> epoch = holder->NextEpoch();
+      if (!epoch.ok() || !*epoch) return;
+      for (;;) {
+        Result<std::optional<Batch>> b = holder->Next();
+        if (!b.ok() || !*b) break;
+      }
+    }
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }
+  } join{drain};
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  ASSERT_TRUE(more);
+  EXPECT_EQ(reader->epoch(), 1u);
+  EXPECT_FALSE(reader->partial());
+  std::set<int64_t> seen;
+  uint64_t samples = 0;
+  for (;;) {
+    ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, reader->Next());
+    if (!b) break;
+    EXPECT_EQ(b->epoch(), 1u);
+    samples += b->size();
+    seen.insert(b->indices(), b->indices() + b->size());
+  }
+  EXPECT_EQ(samples, uint64_t{kImages});
+  EXPECT_EQ(seen.size(), size_t{kImages});
+  ASSERT_OK_AND_ASSIGN(more, reader->NextEpoch());
+  EXPECT_FALSE(more);
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, KilledConsumerIsDetectedAndOthersStayExact) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "3"});
   auto victim = Consume("p", {"--step-ms", "1000"});  // holds its slots and never lets go
@@ -412,6 +475,19 @@ TEST_F(IntegrationTest, ConsumerOfAMissingProducerFailsClearly) {
   EXPECT_NE(c.Stderr().find("no producer named 'nobody'"), std::string::npos) << c.Stderr();
   Child s(Coloader({"status", "--name", "nobody"}), env_);
   EXPECT_EQ(s.Wait(10000), 1);
+}
+
+TEST_F(IntegrationTest, MalformedEndpointsAreNamedNotFatal) {
+  for (const char* command : {"status", "consume"}) {
+    for (const char* endpoint : {"bogus", "tcp://", "nosuch://x"}) {
+      SCOPED_TRACE(std::string(command) + " --endpoint " + endpoint);
+      std::vector<std::string> args = {command, "--endpoint", endpoint};
+      if (std::string(command) == "consume") args.insert(args.end(), {"--connect-timeout-ms", "1000"});
+      Child c(Coloader(args), env_);
+      EXPECT_EQ(c.Wait(10000), 1) << c.Stderr();
+      EXPECT_NE(c.Stderr().find(std::string("'") + endpoint + "'"), std::string::npos) << c.Stderr();
+    }
+  }
 }
 
 TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItResumes) {
@@ -686,6 +762,47 @@ TEST_F(IntegrationTest, TcpConsumersNeedAListedCurveKeyAndSeeExactEpochs) {
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
+TEST_F(IntegrationTest, TcpConsumerWaitsOutAProducerThatDropsItMidHandshake) {
+  // A producer restarting on its port closes the connections it had accepted mid-handshake.
+  // Stood in for by a plain listener that does just that; the consumer must keep trying until
+  // its deadline and meet the producer that then binds the port, not give up blaming its keys.
+  for (const char* who : {"server", "client"}) {
+    Child keygen(Coloader({"keygen", "--out", tmp_.path() + "/" + who}), env_);
+    ASSERT_EQ(keygen.Wait(), 0) << keygen.Stderr();
+  }
+  const std::string k = tmp_.path() + "/";
+  testing::WriteFile(k + "authorized", testing::ReadFile(k + "client.pub"));
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  const std::string ep = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  Child c(Coloader({"consume", "--endpoint", ep, "--curve-key", k + "client.key", "--server-key", k + "server.pub",
+                    "--connect-timeout-ms", "20000", "--batch-size", "5", "--json"}), env_);
+  for (int dropped = 0; dropped < 3; ++dropped) {
+    pollfd p{listener, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 10000), 1) << "the consumer did not (re)connect: " << c.Stderr();
+    const int conn = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(conn, 0);
+    ::close(conn);
+  }
+  ::close(listener);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the old code has given up by now
+  EXPECT_TRUE(c.running()) << c.Stderr();
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", ep, "--curve-key", k + "server.key",
+                              "--authorized-keys", k + "authorized"});
+  ASSERT_EQ(c.Wait(), 0) << c.Stderr();
+  ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
   Child refused(Coloader({"serve", "--data", data_, "--name", "p", "--tcp", "tcp://127.0.0.1:*", "--quiet"}), env_);
   EXPECT_EQ(refused.Wait(), 2);
@@ -693,9 +810,12 @@ TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
   EXPECT_NE(refused.Stderr().find("--insecure"), std::string::npos) << refused.Stderr();
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
   EXPECT_NE(producer->Stderr().find("INSECURE"), std::string::npos) << producer->Stderr();
-  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json"}), env_);
+  // Asked for the device path, a remote consumer is told why it gets the host path.
+  Child c(Coloader({"consume", "--endpoint", TcpEndpointOf(*producer), "--batch-size", "7", "--json", "--device"}),
+          env_);
   ASSERT_EQ(c.Wait(), 0) << c.Stderr();
   ExpectExactEpoch(ParseJsonLines(c.Stdout()).at(0));
+  EXPECT_NE(c.Stderr().find("over tcp:// read the host path"), std::string::npos) << c.Stderr();
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 

@@ -55,7 +55,7 @@ std::vector<Message> Samples() {
   r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b"});
   return {Hello{4321, 128, kHelloWaitForEpoch | kHelloDevice, "trainer", std::string(16, 'g')},
           w,
-          Reject{RejectCode::kVersion, "version 2 is not supported"},
+          Reject{RejectCode::kVersion, "version 3 is not supported"},
           BatchAnnouncement{42, 3, 1, 4096, 256, kBatchLastInEpoch, 123456789},
           Ack{42},
           Heartbeat{},
@@ -120,14 +120,30 @@ TEST(ProtocolTest, BadMagicVersionAndTypeAreNamed) {
   bad[0] ^= 0xFF;
   EXPECT_NE(Decode(bad.data(), bad.size()).status().message().find("magic"), std::string::npos);
   bad = bytes;
-  bad[4] = 2;
+  bad[4] = kProtocolVersion + 1;
+  const std::string other = "version " + std::to_string(kProtocolVersion + 1);
   auto r = Decode(bad.data(), bad.size());
-  EXPECT_NE(r.status().message().find("version 2"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(other), std::string::npos) << r.status().ToString();
   ASSERT_TRUE(PeekVersion(bad.data(), bad.size()).ok());
-  EXPECT_EQ(*PeekVersion(bad.data(), bad.size()), 2);
+  EXPECT_EQ(*PeekVersion(bad.data(), bad.size()), kProtocolVersion + 1);
   bad = bytes;
   bad[6] = 200;
   EXPECT_NE(Decode(bad.data(), bad.size()).status().message().find("unknown message type"), std::string::npos);
+}
+
+// The wire format is pinned to the version: a fingerprint (FNV-1a) of every sample's encoding,
+// version bytes left out. A change to any message body changes it: bump kProtocolVersion and
+// record the new pair (when only the samples above changed, re-record at the same version).
+TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Message& m : Samples()) {
+    std::vector<uint8_t> bytes = Encode(m);
+    bytes[4] = bytes[5] = 0;
+    for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
+  }
+  EXPECT_EQ(kProtocolVersion, 2) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 6304998278391835960ull) << "the wire format changed without a new kProtocolVersion (it is "
+                            << kProtocolVersion << ")";
 }
 
 TEST(ProtocolTest, InconsistentSlotTableIsRejected) {
