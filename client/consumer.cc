@@ -562,17 +562,31 @@ Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
       return Status::IOError("cannot allocate " + std::to_string(t.slot_bytes * t.num_slots) +
                              " bytes for a remote copy of the producer's ring");
     }
-  } else {
-    ASSIGN_OR_RETURN(state->shm, SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false));
   }
-  if (!welcome->mailbox_name.empty()) {
-    ASSIGN_OR_RETURN(state->mailboxes, MailboxArea::Open(welcome->mailbox_name, welcome->mailbox_count,
-                                                         welcome->mailbox_capacity));
-    state->mailbox.emplace(state->mailboxes.at(welcome->mailbox_index));
-  }
+  // Watch the producer before mapping what it made: if it exits between its Welcome and our
+  // mapping (a restart, a kill), its shared memory is already gone, and that is said as such.
+  bool producer_gone = false;
   if (state->endpoint.rfind("ipc://", 0) == 0 && welcome->producer_pid > 0) {
     if (auto w = ProcessWatch::Open(static_cast<int>(welcome->producer_pid)); w.ok())
       state->producer_watch = std::move(*w);
+    else
+      producer_gone = true;  // no such process any more
+  }
+  auto explain = [&](Status st) {
+    if (producer_gone || (state->producer_watch.valid() && state->producer_watch.Exited()))
+      return Status::Disconnected("the producer stopped while this consumer was connecting (" + st.message() + ")");
+    return st;
+  };
+  if (!t.shm_name.empty()) {
+    auto shm = SharedMemory::Open(t.shm_name, t.slot_bytes * t.num_slots, false);
+    if (!shm.ok()) return explain(shm.status());
+    state->shm = std::move(*shm);
+  }
+  if (!welcome->mailbox_name.empty()) {
+    auto boxes = MailboxArea::Open(welcome->mailbox_name, welcome->mailbox_count, welcome->mailbox_capacity);
+    if (!boxes.ok()) return explain(boxes.status());
+    state->mailboxes = std::move(*boxes);
+    state->mailbox.emplace(state->mailboxes.at(welcome->mailbox_index));
   }
   if (state->opts.device) {
     if (tcp) {

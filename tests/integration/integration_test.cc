@@ -11,6 +11,8 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include <chrono>
@@ -605,6 +607,57 @@ class RawPeer {
   zmq::context_t ctx_{1};
   zmq::socket_t sock_;
 };
+
+TEST_F(IntegrationTest, ProducerGoneBetweenWelcomeAndMappingIsSaidAsSuch) {
+  // Found by the fault stress test: a producer that exits right after its Welcome has already
+  // unlinked its ring when the consumer maps it. The consumer must say the producer stopped,
+  // not report a missing file. A stand-in producer answers the Hello with the Welcome of a
+  // process that has exited (a reaped child) and a ring that does not exist.
+  const pid_t gone = ::fork();
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+
+  const std::string endpoint = "ipc://" + tmp_.path() + "/stand-in.sock";
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  router.set(zmq::sockopt::linger, 0);
+  router.bind(endpoint);
+  Child consumer(Coloader({"consume", "--endpoint", endpoint, "--json"}), env_);
+
+  zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(10000));
+  ASSERT_TRUE(item.revents & ZMQ_POLLIN) << "no Hello from the consumer: " << consumer.Stderr();
+  zmq::message_t identity, hello;
+  ASSERT_TRUE(router.recv(identity, zmq::recv_flags::none));
+  ASSERT_TRUE(router.recv(hello, zmq::recv_flags::none));
+  ASSERT_TRUE(std::holds_alternative<Hello>(*Decode(hello.data<uint8_t>(), hello.size())));
+
+  Welcome w;
+  w.consumer_id = 1;
+  w.producer_pid = static_cast<uint32_t>(gone);
+  w.heartbeat_ms = 100;
+  w.heartbeat_timeout_ms = 1000;
+  w.dataset_size = w.epoch_samples = 16;
+  w.slots.shm_name = "coloader-test-never-made-" + std::to_string(::getpid());
+  w.slots.num_slots = 2;
+  w.slots.batch_size = 8;
+  w.slots.indices_offset = 0;
+  w.slots.labels_offset = 64;
+  w.slots.data_offset = 4096;
+  w.slots.height = w.slots.width = 8;
+  w.slots.channels = 3;
+  w.slots.dtype = DType::kUInt8;
+  w.slots.layout = TensorLayout::kNCHW;
+  w.slots.slot_bytes = 4096 + 8 * 8 * 8 * 3;
+  const std::vector<uint8_t> bytes = Encode(w);
+  router.send(identity, zmq::send_flags::sndmore);
+  router.send(zmq::buffer(bytes), zmq::send_flags::none);
+
+  EXPECT_EQ(consumer.Wait(10000), 1) << consumer.Stderr();
+  EXPECT_NE(consumer.Stderr().find("the producer stopped while this consumer was connecting"), std::string::npos)
+      << consumer.Stderr();
+}
 
 TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
