@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -394,29 +395,43 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
 
 // When poll itself fails (here: EINVAL, because RLIMIT_NOFILE drops below the two fds it
 // watches), the helper command must be killed and reported, not waited for without a timeout.
-// The command ignores SIGPIPE and runs for 30 s or more, so the old wait outlived the alarm. It runs in a
-// forked child (the limit is process-wide) that an alarm ends if RunCommand hangs.
+// The command ignores SIGPIPE and runs for 30 s or more, so the old wait would outlive the
+// test's patience. It runs in a forked child (the limit is process-wide); a timer signal lowers
+// the limit while RunCommand polls (no thread: sanitizer runtimes and fork do not mix well), and
+// the parent kills the child if it has not finished within 10 s.
 TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    ::alarm(10);
-    std::thread lower([] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
       rlimit rl{};
       ::getrlimit(RLIMIT_NOFILE, &rl);
       rl.rlim_cur = 1;
       ::setrlimit(RLIMIT_NOFILE, &rl);
-    });
+    };
+    ::sigaction(SIGALRM, &sa, nullptr);
+    itimerval t{};
+    t.it_value.tv_usec = 300000;
+    ::setitimer(ITIMER_REAL, &t, nullptr);
     Result<CommandOutput> r = RunCommand(
         {"/bin/sh", "-c", "trap '' PIPE; i=0; while [ $i -lt 600 ]; do echo x 2>/dev/null; sleep 0.05; i=$((i+1)); done"}, 60000);
-    lower.join();
     const bool named = !r.ok() && r.status().message().find("poll on the output of /bin/sh") != std::string::npos;
     ::_exit(named ? 0 : 3);
   }
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "RunCommand hung after poll failed (signal " << WTERMSIG(status) << ")";
+  pid_t done = 0;
+  for (int i = 0; i < 1000 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "RunCommand hung after poll failed";
+  }
+  ASSERT_EQ(done, child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "RunCommand did not report the poll failure";
 }
 
