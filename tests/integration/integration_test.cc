@@ -515,7 +515,9 @@ TEST_F(IntegrationTest, ConsumersResumedLongAfterTheTimeoutLearnTheyWereDetached
   // Found by the fault stress test: a consumer resumed after a stop longer than the timeout
   // counted its own stop as producer silence and reported "not heard from" before reading the
   // producer's goodbye waiting in its socket. Several at once make the race near certain.
-  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "2"});
+  // --min-consumers: all five are connected before anything is published, so none is stopped
+  // before it has joined (one that had not joined would simply read on, forever, once resumed).
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--window", "2", "--min-consumers", "5"});
   std::vector<std::unique_ptr<Child>> stopped;
   for (int i = 0; i < 4; ++i) stopped.push_back(Consume("p", {"--batch-size", std::to_string(3 + i)}));
   auto other = Consume("p", {"--step-ms", "2"});
