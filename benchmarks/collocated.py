@@ -22,6 +22,9 @@ Setups (same files, same cores: every process of a setup runs under taskset on -
   coloader-gpudecode, synthetic+gpudecode
                       the same with `--decode gpu` (nvJPEG), run only when `coloader serve
                       --help` lists --decode
+  coloader-gpudecode-spin
+                      coloader-gpudecode with `--gpu-wait spin` (CUDA's default spinning wait
+                      instead of the producer's blocking one): what the wait costs in CPU
 Each job (benchmarks/collocated_job.py) trains a torchvision ResNet with bf16 autocast and
 channels_last, batch 128, RandomResizedCrop 224 + flip + normalise.
 
@@ -54,7 +57,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LOADERS = ["dataloader", "tensorsocket", "coloader", "coloader-pyfed"]
-GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode"]
+GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin"]
 ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode"] + GPU_DECODE
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg_img_s", "job_img_s_min",
@@ -390,7 +393,8 @@ class Bench:
         name = f"cl{self.port}"
         w = workers or self.workers(setup, n)
         loader = {"dataloader": "torch", "tensorsocket": "tensorsocket", "coloader": "coloader",
-                  "coloader-gpudecode": "coloader", "coloader-pyfed": "coloader-host"}.get(setup, "synthetic")
+                  "coloader-gpudecode": "coloader", "coloader-gpudecode-spin": "coloader",
+                  "coloader-pyfed": "coloader-host"}.get(setup, "synthetic")
         feed_common = ["--data", data, "--workers", str(w), "--consumers", str(n), "--batch-size", str(a.batch_size),
                        "--image-size", str(a.image_size)]
         if setup == "tensorsocket":
@@ -399,8 +403,9 @@ class Bench:
         elif setup == "coloader-pyfed":
             g.start("producer", [self.py, os.path.join(HERE, "collocated_feed.py"), "coloader", "--name", name]
                     + feed_common)
-        elif setup in ("coloader", "coloader-gpudecode", "synthetic+decode", "synthetic+gpudecode"):
+        elif setup in ("coloader", "synthetic+decode") or "gpudecode" in setup:
             flags = a.coloader_flags.split() + (a.gpu_decode_flags.split() if "gpudecode" in setup else [])
+            flags += ["--gpu-wait", "spin"] if setup.endswith("-spin") else []
             g.start("producer", self.serve_cmd(name, data, 1 if setup.startswith("synthetic") else n, w, flags))
             if not g.wait_log("producer", "serving", 60):
                 return [], w, "producer did not start: " + g.log_text("producer")
@@ -872,6 +877,8 @@ def main():
     args.spare_core = next((c for c in all_cores if c not in args.cores), all_cores[-1])
     help_text = subprocess.run([args.binary, "serve", "--help"], capture_output=True, text=True).stdout
     has_gpu_decode = "--decode" in help_text
+    if "--gpu-wait" not in help_text and "coloader-gpudecode-spin" in (args.setups or ""):
+        sys.exit("collocated: coloader-gpudecode-spin needs a coloader whose serve has --gpu-wait; rebuild it")
     setups = args.setups.split(",") if args.setups else list(p["setups"])
     for s in setups:
         if s not in ALL_SETUPS:

@@ -7,6 +7,7 @@
 
 #include "common/process.h"
 #include "server/cli.h"
+#include "server/device_ring.h"
 #include "server/producer.h"
 
 namespace coloader::cli {
@@ -27,13 +28,15 @@ constexpr const char* kServeUsage =
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
     "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]\n"
     "               [--decode cpu|gpu|auto]   (gpu: nvJPEG + GPU augmentation, needs --device)\n"
+    "               [--gpu-wait block|spin]   (how threads wait for the GPU; block spares the CPU)\n"
     "               [--tcp tcp://HOST:PORT (--curve-key FILE --authorized-keys FILE | --insecure)]";
 
 }  // namespace
 
 int Serve(const std::vector<std::string>& args) {
   ProducerOptions o;
-  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "cpu";
+  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "cpu",
+              gpu_wait = "block";
   bool no_shuffle = false, quiet = false, no_dct = false, help = false;
   Flags f("serve", kServeUsage);
   f.AddString("data", &o.data);
@@ -52,6 +55,7 @@ int Serve(const std::vector<std::string>& args) {
   f.AddString("layout", &layout);
   f.AddString("device", &device);
   f.AddString("decode", &decode);
+  f.AddString("gpu-wait", &gpu_wait);
   f.AddString("on-bad-file", &on_bad);
   f.AddU32("min-consumers", &o.min_consumers);
   f.AddInt("rank", &o.rank);
@@ -96,6 +100,8 @@ int Serve(const std::vector<std::string>& args) {
   if (st.ok()) {
     if (auto d = ParseDecodeMode(decode); d.ok()) o.decode = *d; else st = f.Error(d.status().message());
   }
+  if (st.ok() && gpu_wait != "block" && gpu_wait != "spin")
+    st = f.Error("--gpu-wait must be block or spin, got '" + gpu_wait + "'");
   if (st.ok() && device != "cpu") {
     // cuda:N, or a comma-separated list of them: one ring per GPU.
     size_t start = 0;
@@ -124,11 +130,19 @@ int Serve(const std::vector<std::string>& args) {
   o.on_bad_file = on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
   if (quiet) o.progress_interval_ms = 0;
 
+  // Before any other CUDA call of this process, so every context and library stream gets it.
+  // A device that refuses is reported by Make below, with the options checked first.
+  Status wait_set;
+  for (int d : o.devices) {
+    if (Status w = SetGpuWait(d, gpu_wait == "block"); !w.ok() && wait_set.ok())
+      wait_set = Status::IOError("--device cuda:" + std::to_string(d) + ": --gpu-wait " + gpu_wait + ": " + w.message());
+  }
   Result<std::unique_ptr<Producer>> producer = Producer::Make(o);
   if (!producer.ok()) {
     std::fprintf(stderr, "coloader serve: %s\n", producer.status().message().c_str());
     return producer.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
+  if (!wait_set.ok()) std::fprintf(stderr, "coloader serve: warning: %s\n", wait_set.message().c_str());
   g_producer = producer->get();
   struct sigaction sa {};
   sa.sa_handler = OnSignal;

@@ -141,6 +141,12 @@ Status DeviceRing::DownloadToHost(uint32_t slot, uint32_t count) {
   return Status::OK();
 }
 
+Status SetGpuWait(int device, bool block) {
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device));
+  CUDA_RETURN_NOT_OK(cudaSetDeviceFlags(block ? cudaDeviceScheduleBlockingSync : cudaDeviceScheduleAuto));
+  return Status::OK();
+}
+
 Status DeviceRing::WaitIdle(uint32_t slot) {
   CUDA_RETURN_NOT_OK(cudaEventSynchronize(impl_->events[slot]));
   return Status::OK();

@@ -68,6 +68,14 @@ class DeviceRing {
   DeviceTable table_;
 };
 
+// How this process's threads wait for GPU `device` (cudaSetDeviceFlags): `block` sleeps on an
+// OS primitive until the work is done; otherwise CUDA's default, which spins on a core while
+// the process has fewer contexts than cores. `coloader serve` blocks: its threads wait on
+// the GPU for most of each batch (decode, upload, download), and spinning there takes cores
+// from the jobs for a few microseconds of latency. Process-wide, so the library leaves it
+// to the program (the Python-fed producer runs inside the user's process and does not set it).
+Status SetGpuWait(int device, bool block);
+
 // The device variant of WriteSample over a whole batch (normalize.cu): uint8 NHWC in,
 // `dtype` in `layout` out, (x - mean) / std rounded exactly as the host path rounds it.
 // `stream` is a cudaStream_t.

@@ -460,6 +460,7 @@ TEST_F(IntegrationTest, WrongFlagsAreRejectedWithUsage) {
       {"serve", "--data", data_},
       {"serve", "--data", data_, "--name", "bad/name"},
       {"serve", "--data", data_, "--name", "p", "--window", "1"},
+      {"serve", "--data", data_, "--name", "p", "--gpu-wait", "sometimes"},
       {"serve", "--data", data_, "--name", "p", "--decode", "gpu", "--device", "cuda:0", "--batch-size", "65536"},
       {"consume"},
       {"frobnicate"},
