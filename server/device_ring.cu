@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/align.h"
 #include "common/cuda_internal.h"
 #include "server/device_ring.h"
 
@@ -10,7 +11,6 @@ namespace coloader {
 
 namespace {
 constexpr uint64_t kAlign = 256;
-uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 }  // namespace
 
 struct DeviceRing::Impl {

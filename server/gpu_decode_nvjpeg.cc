@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "common/align.h"
 #include "common/cuda_internal.h"
 #include "server/gpu_decode.h"
 #include "server/pipeline.h"
@@ -117,7 +118,6 @@ const char* NvjpegStatusName(nvjpegStatus_t s) {
   } while (false)
 
 constexpr uint64_t kAlign = 256;
-uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // One nvJPEG backend's handle and batched-decode state.
 struct Backend {

@@ -259,7 +259,8 @@ constexpr unsigned kNvmlGpuInstanceProfileCount = 15;  // NVML_GPU_INSTANCE_PROF
 
 // SMs by product name, for drivers that do not report it on a whole GPU (from NVIDIA's data sheets).
 int SmsByName(const std::string& name) {
-  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 132;
+  if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return 114;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 132;  // SXM, NVL
   if (name.find("A100") != std::string::npos) return 108;
   if (name.find("L40") != std::string::npos) return 142;
   if (name.find("A10") != std::string::npos) return 72;

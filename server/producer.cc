@@ -16,6 +16,7 @@
 #include <unordered_set>
 #include <zmq.hpp>
 
+#include "common/align.h"
 #include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/mailbox.h"
@@ -37,7 +38,6 @@ namespace {
 constexpr uint64_t kPageBytes = 4096;
 constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
 constexpr uint64_t kStrangerMessagesPerSecond = 1000;
-uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 // The host slot layout: dataset indices, labels, then the tensor on its own page. With a
 // device, the workers' uint8 NHWC staging area follows (uploaded from there), and the tensor
