@@ -41,7 +41,14 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
   zmq::message_t reply;
   if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
-    return Status::Timeout("producer at " + endpoint + " did not answer within " + std::to_string(timeout_ms) + " ms");
+    std::string why = "producer at " + endpoint + " did not answer within " + std::to_string(timeout_ms) + " ms";
+    if (endpoint.rfind("tcp://", 0) == 0) {
+      // A refused CURVE handshake is silent on the client's side, like a host that is down.
+      why += key_file.empty() ? ": is it running there, and without CURVE keys (--insecure)? Otherwise give "
+                                "--curve-key and --server-key (coloader keygen)"
+                              : ": is it running there, and does its --authorized-keys list this --curve-key?";
+    }
+    return Status::Timeout(why);
   }
   ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
   if (auto* r = std::get_if<StatusReply>(&m)) return *r;
