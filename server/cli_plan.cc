@@ -27,6 +27,7 @@ constexpr const char* kLaunchUsage =
 constexpr const char* kSimulateUsage =
     "coloader simulate --trace TRACE.json [--gpus 4] [--gpu-memory-mib 81559] [--gpu-sms 132]\n"
     "              [--policy all|P] [--sharing both|on|off] [--cpu-cores N] [--sm-limit 0.8] [--sample-s 300]\n"
+    "              [--interference 0.003] [--sm-saturation 1.0] (the slowdown model, docs/PLACEMENT.md)\n"
     "              [--out DIR (summary.csv, timeseries.csv)] [--csv (the summary as CSV on stdout)]";
 
 // The jobs file is the first argument; the rest are flags.
@@ -216,7 +217,8 @@ int LaunchCommand(const std::vector<std::string>& args) {
 }
 
 int SimulateCommand(const std::vector<std::string>& args) {
-  std::string trace_path, policy = "all", sharing = "both", out_dir, cpu_cores, sm_limit, mem = "81559", sample = "300";
+  std::string trace_path, policy = "all", sharing = "both", out_dir, cpu_cores, sm_limit, mem = "81559", sample = "300",
+              interference, saturation;
   int gpus_n = 0, sms = 132;
   bool csv = false, help = false;
   Flags f("simulate", kSimulateUsage);
@@ -230,6 +232,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
   f.AddString("sm-limit", &sm_limit);
   f.AddString("out", &out_dir);
   f.AddString("sample-s", &sample);
+  f.AddString("interference", &interference);
+  f.AddString("sm-saturation", &saturation);
   f.AddBool("csv", &csv);
   f.AddBool("help", &help);
   Status st = f.Parse(args);
@@ -257,6 +261,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
   if (Status e = ParseDouble(f, "cpu-cores", cpu_cores, 1, 1e6, &so.planner.cpu_cores); !e.ok()) return Fail("simulate", e);
   if (Status e = ParseDouble(f, "sm-limit", sm_limit, 0.05, 4, &so.planner.sm_limit); !e.ok()) return Fail("simulate", e);
   if (Status e = ParseDouble(f, "sample-s", sample, 1, 86400, &so.sample_s); !e.ok()) return Fail("simulate", e);
+  if (Status e = ParseDouble(f, "interference", interference, 0, 1, &so.interference); !e.ok()) return Fail("simulate", e);
+  if (Status e = ParseDouble(f, "sm-saturation", saturation, 0.05, 4, &so.sm_saturation); !e.ok()) return Fail("simulate", e);
   std::vector<Policy> policies;
   if (policy == "all") {
     policies = AllPolicies();
