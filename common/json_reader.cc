@@ -359,6 +359,21 @@ Result<std::vector<std::string>> JsonFields::StringList(const std::string& key) 
   std::vector<std::string> out;
   for (size_t i = 0; i < v->items().size(); ++i) {
     const JsonValue& item = v->items()[i];
+    if (item.is_number()) {
+      // ["--epochs", 2]: a number in a command line is its shortest text that reads back the same.
+      char text[32];
+      const double x = item.number();
+      if (x == std::floor(x) && std::fabs(x) < 9007199254740992.0) {
+        std::snprintf(text, sizeof text, "%.0f", x);  // integers as integers: 1e6 is 1000000
+      } else {
+        for (int precision = 1; precision <= 17; ++precision) {
+          std::snprintf(text, sizeof text, "%.*g", precision, x);
+          if (std::strtod(text, nullptr) == x) break;
+        }
+      }
+      out.emplace_back(text);
+      continue;
+    }
     if (!item.is_string()) {
       return Error(key, "must be a list of strings; item " + std::to_string(i) + " is " + JsonTypeName(item.type()));
     }

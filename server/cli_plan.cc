@@ -17,11 +17,11 @@ namespace coloader::cli {
 namespace {
 
 constexpr const char* kPlanUsage =
-    "coloader plan JOBS.json [--policy sharing-aware|most-memory|least-utilised|fifo-exclusive] [--no-sharing]\n"
+    "coloader plan JOBS.json|yaml [--policy sharing-aware|most-memory|least-utilised|fifo-exclusive] [--no-sharing]\n"
     "              [--gpus file|nvml] [--cpu-cores N] [--sm-limit 0.8] [--default-sm 0.5] [--memory-margin 0]\n"
     "              [--python PYTHON (runs the estimator for \"auto\" memory)] [--json]";
 constexpr const char* kLaunchUsage =
-    "coloader launch JOBS.json [--policy P] [--no-sharing] [--gpus file|nvml] [--mps | --no-mps] [--host-path]\n"
+    "coloader launch JOBS.json|yaml [--policy P] [--no-sharing] [--gpus file|nvml] [--mps | --no-mps] [--host-path]\n"
     "              [--run-dir DIR] [--max-ooms 3] [--oom-growth 1.5] [--stop-timeout-ms 10000] [--cpu-cores N]\n"
     "              [--sm-limit 0.8] [--default-sm 0.5] [--memory-margin 0] [--python PYTHON] [--json] [--quiet]";
 constexpr const char* kSimulateUsage =

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/process.h"
+#include "server/yaml_reader.h"
 
 extern char** environ;
 
@@ -236,7 +237,7 @@ Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
 }
 
 Result<JobSet> LoadJobSet(const std::string& path) {
-  ASSIGN_OR_RETURN(JsonValue doc, ReadJsonFile(path));
+  ASSIGN_OR_RETURN(JsonValue doc, ReadJsonOrYamlFile(path));
   return ParseJobSet(doc, path);
 }
 

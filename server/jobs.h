@@ -90,7 +90,8 @@ struct JobSet {
   std::string source;
 };
 
-// Reads a jobs file (JSON). Every error names the file, the job and the field.
+// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (server/yaml_reader.h).
+// Every error names the file, the job and the field.
 Result<JobSet> LoadJobSet(const std::string& path);
 Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source);
 Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& where);

@@ -1,0 +1,103 @@
+// Jobs files in YAML: the same value tree as JSON, errors that name the file and line.
+#include "server/yaml_reader.h"
+
+#include <gtest/gtest.h>
+
+#include "server/jobs.h"
+#include "server/planner.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+TEST(YamlReader, BlockAndFlowStylesBecomeTheJsonTree) {
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseYaml(R"(# a comment
+name: r18
+batch_size: 128
+sm_activity: 0.45
+isolation: true
+shared: false
+memory_mib: auto
+quoted: "7"
+nothing: ~
+command: [python3, train.py, --epochs, 2]
+pipeline:
+  data: /data/train
+  image_size: 224
+gpus:
+  - {index: 0, memory_mib: 81559}
+  - index: 1
+    memory_mib: 40960
+)", "jobs.yaml"));
+  ASSERT_TRUE(v.is_object());
+  EXPECT_EQ(v.Find("name")->string(), "r18");
+  EXPECT_EQ(v.Find("batch_size")->number(), 128);
+  EXPECT_DOUBLE_EQ(v.Find("sm_activity")->number(), 0.45);
+  EXPECT_EQ(v.Find("isolation")->type(), JsonValue::Type::kBool);
+  EXPECT_TRUE(v.Find("isolation")->bool_value());
+  EXPECT_FALSE(v.Find("shared")->bool_value());
+  EXPECT_EQ(v.Find("memory_mib")->string(), "auto");
+  EXPECT_EQ(v.Find("quoted")->string(), "7");
+  EXPECT_TRUE(v.Find("nothing")->is_null());
+  JsonFields f(v, "job");
+  EXPECT_EQ(*f.StringList("command"), (std::vector<std::string>{"python3", "train.py", "--epochs", "2"}));
+  EXPECT_EQ(v.Find("pipeline")->Find("data")->string(), "/data/train");
+  const JsonValue& gpus = *v.Find("gpus");
+  ASSERT_EQ(gpus.items().size(), 2u);
+  EXPECT_EQ(gpus.items()[1].Find("memory_mib")->number(), 40960);
+  // Keys keep the file's order, as the JSON reader's do.
+  EXPECT_EQ(v.members().front().first, "name");
+  EXPECT_EQ(v.members().back().first, "gpus");
+}
+
+TEST(YamlReader, ErrorsNameTheFileAndTheLine) {
+  Result<JsonValue> bad = ParseYaml("jobs:\n  - name: a\n   batch_size: [1, 2\n", "jobs.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message().rfind("jobs.yaml:", 0), 0u) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("jobs.yaml:3"), std::string::npos) << bad.status().message();
+  Result<JsonValue> empty = ParseYaml("  \n", "empty.yaml");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty.yaml: the file is empty"), std::string::npos);
+  Result<JsonValue> missing = ReadYamlFile("/nonexistent/jobs.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("/nonexistent/jobs.yaml"), std::string::npos);
+}
+
+TEST(YamlReader, TheYamlExampleIsTheJsonExample) {
+  const std::string dir = std::string(COLOADER_SOURCE_DIR) + "/examples/";
+  ASSERT_OK_AND_ASSIGN(JobSet yaml, LoadJobSet(dir + "jobs_example.yaml"));
+  ASSERT_OK_AND_ASSIGN(JobSet json, LoadJobSet(dir + "jobs_example.json"));
+  ASSERT_EQ(yaml.jobs.size(), json.jobs.size());
+  ASSERT_EQ(yaml.gpus.size(), json.gpus.size());
+  EXPECT_EQ(yaml.cpu_cores, json.cpu_cores);
+  for (size_t i = 0; i < json.jobs.size(); ++i) {
+    SCOPED_TRACE(json.jobs[i].name);
+    EXPECT_EQ(yaml.jobs[i].name, json.jobs[i].name);
+    EXPECT_EQ(yaml.jobs[i].command, json.jobs[i].command);
+    EXPECT_EQ(yaml.jobs[i].batch_size, json.jobs[i].batch_size);
+    EXPECT_EQ(yaml.jobs[i].memory_mib, json.jobs[i].memory_mib);
+    EXPECT_EQ(yaml.jobs[i].sm_activity, json.jobs[i].sm_activity);
+    EXPECT_EQ(yaml.jobs[i].priority, json.jobs[i].priority);
+  }
+  // And the plan is the same.
+  PlannerOptions o;
+  o.cpu_cores = json.cpu_cores;
+  Planner py(o, yaml.gpus, &yaml), pj(o, json.gpus, &json);
+  const Plan from_yaml = MakePlan(yaml, yaml.gpus, o, &py);
+  const Plan from_json = MakePlan(json, json.gpus, o, &pj);
+  EXPECT_EQ(PlanJson(yaml, py, from_yaml), PlanJson(json, pj, from_json));
+}
+
+TEST(YamlReader, AJobsFileErrorInYamlNamesTheJobAndField) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/jobs.yaml";
+  testing::WriteFile(path, "jobs:\n  - name: a\n    command: [python3, train.py]\n    batch_size: lots\n");
+  Result<JobSet> r = LoadJobSet(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("batch_size"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("\"a\""), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace coloader
