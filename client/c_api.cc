@@ -282,6 +282,10 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     if (options->heartbeat_ms > 0) o.heartbeat_ms = static_cast<uint32_t>(options->heartbeat_ms);
     if (options->heartbeat_timeout_ms > 0) o.heartbeat_timeout_ms = static_cast<uint32_t>(options->heartbeat_timeout_ms);
     o.progress_interval_ms = 0;
+    if (options->tcp_endpoint != nullptr) o.tcp_endpoint = options->tcp_endpoint;
+    if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
+    if (options->authorized_keys_file != nullptr) o.authorized_keys_file = options->authorized_keys_file;
+    o.insecure = options->insecure != 0;
     auto producer = coloader::Producer::Make(o);
     if (!producer.ok()) return Fail(producer.status());
     auto p = std::make_unique<coloader_producer>();
@@ -291,6 +295,10 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     *out = p.release();
     return COLOADER_OK;
   });
+}
+
+const char* coloader_producer_tcp_endpoint(const coloader_producer* p) {
+  return p == nullptr ? "" : p->producer->tcp_endpoint().c_str();
 }
 
 int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count, const int64_t* labels,

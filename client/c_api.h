@@ -137,10 +137,19 @@ typedef struct coloader_producer_options {
   uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
   int32_t heartbeat_ms;      /* 0: 500 */
   int32_t heartbeat_timeout_ms; /* 0: 5000 */
+  /* Consumers on other machines (host path, batches sent over the network): NULL for local
+   * consumers only, else "tcp://HOST:PORT" (port * picks a free one). It needs CURVE keys, a
+   * key pair from `coloader keygen` and the consumers' public keys, or `insecure`. */
+  const char* tcp_endpoint;
+  const char* curve_key_file;        /* this producer's key pair (NAME.key) */
+  const char* authorized_keys_file;  /* the consumers' public keys it accepts, one per line */
+  int32_t insecure;                  /* nonzero: tcp without authentication (trusted networks only) */
 } coloader_producer_options;
 
 COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* options,
                                              coloader_producer** out);
+/* The tcp:// endpoint it listens on, port resolved ("" without one); valid until close. */
+COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_producer* p);
 /* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
  * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
  * and no consumer releases one; COLOADER_E_DISCONNECTED if the producer stopped. `indices`

@@ -323,7 +323,6 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     if (keys && (opts.curve_key_file.empty() || opts.authorized_keys_file.empty()))
       return Status::Invalid("CURVE needs both --curve-key (this producer's key pair) and --authorized-keys");
     if (keys) RETURN_NOT_OK(CurveAvailable());
-    if (opts.external) return Status::Invalid("a tcp:// endpoint is not available to a Python-fed producer yet");
   } else if (!opts.curve_key_file.empty() || !opts.authorized_keys_file.empty() || opts.insecure) {
     return Status::Invalid("--curve-key, --authorized-keys and --insecure apply to a --tcp endpoint; give one");
   }

@@ -123,6 +123,10 @@ class ProducerOptions(ctypes.Structure):
         ("epoch_samples", ctypes.c_uint64),
         ("heartbeat_ms", ctypes.c_int32),
         ("heartbeat_timeout_ms", ctypes.c_int32),
+        ("tcp_endpoint", ctypes.c_char_p),
+        ("curve_key_file", ctypes.c_char_p),
+        ("authorized_keys_file", ctypes.c_char_p),
+        ("insecure", ctypes.c_int32),
     ]
 
 
@@ -187,6 +191,7 @@ def _declare(lib):
         "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
                                                      ctypes.c_void_p, ctypes.c_void_p]),
         "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
+        "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
     }
     for name, (restype, argtypes) in protos.items():

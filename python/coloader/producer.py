@@ -65,13 +65,18 @@ class Producer:
       min_consumers: the first epoch starts when this many consumers are attached.
       epoch_samples: samples per epoch, for len() on the consumers; default: len() of the
         DataLoader's sampler (or dataset), when it has one.
+      tcp: also serve consumers on other machines at this tcp:// endpoint ("tcp://0.0.0.0:5555";
+        port * picks a free one, see tcp_endpoint). They read the host path, batches sent over
+        the network. It needs curve_key (this producer's key pair, from `coloader keygen`) and
+        authorized_keys (a file of the consumers' public keys), or insecure=True.
 
     run(epochs) publishes that many epochs and then waits until the consumers have released
     every batch; publish() blocks while the ring is full (the slowest consumer sets the pace).
     """
 
     def __init__(self, iterable, name, batch_size=None, window=4, min_consumers=1, epoch_samples=None,
-                 heartbeat=None, heartbeat_timeout=None):
+                 heartbeat=None, heartbeat_timeout=None, tcp=None, curve_key=None, authorized_keys=None,
+                 insecure=False):
         import torch
 
         self._torch = torch
@@ -83,6 +88,11 @@ class Producer:
         self._epoch_samples = epoch_samples if epoch_samples is not None else self._guess_epoch_samples(iterable)
         self._heartbeat = heartbeat
         self._heartbeat_timeout = heartbeat_timeout
+        self._tcp = tcp
+        self._curve_key = curve_key
+        self._authorized_keys = authorized_keys
+        self._insecure = bool(insecure)
+        self._tcp_endpoint = None
         self._ptr = None
         self._shape = None
         self._dtype = None
@@ -121,11 +131,22 @@ class Producer:
         opts.epoch_samples = int(self._epoch_samples or 0)
         opts.heartbeat_ms = int(self._heartbeat * 1000) if self._heartbeat else 0
         opts.heartbeat_timeout_ms = int(self._heartbeat_timeout * 1000) if self._heartbeat_timeout else 0
+        opts.tcp_endpoint = str(self._tcp).encode() if self._tcp else None
+        opts.curve_key_file = str(self._curve_key).encode() if self._curve_key else None
+        opts.authorized_keys_file = str(self._authorized_keys).encode() if self._authorized_keys else None
+        opts.insecure = 1 if self._insecure else 0
         ptr = ctypes.c_void_p()
         _lib.check(_lib.lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._ptr = ptr
+        self._tcp_endpoint = _lib.lib().coloader_producer_tcp_endpoint(ptr).decode() or None
         self._shape = shape
         self._dtype = samples.dtype
+
+    @property
+    def tcp_endpoint(self):
+        """The tcp:// endpoint remote consumers connect to, its port resolved: known once the
+        first batch has opened the producer (None before, and without tcp)."""
+        return self._tcp_endpoint
 
     def publish(self, batch):
         """Publishes one batch (blocks while every slot is in use)."""

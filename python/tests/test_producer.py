@@ -84,3 +84,37 @@ def test_batches_it_cannot_carry_are_refused_clearly(env):
     with pytest.raises(ValueError, match="every batch must hold samples of shape"):
         p.run()
     t.join(timeout=30)
+
+
+def test_remote_consumers_over_tcp_with_curve_keys(env, tmp_path):
+    # A Python-fed producer also serving tcp:// (loopback here): a Loader with a listed key sees
+    # whole epochs with the batches carried over the network; a producer without keys refuses.
+    for who in ("server", "client"):
+        subprocess.run([str(BINARY), "keygen", "--out", str(tmp_path / who)], check=True, capture_output=True)
+    (tmp_path / "authorized").write_text((tmp_path / "client.pub").read_text())
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=10, shuffle=True)
+    producer = coloader.Producer(loader, name="squares-tcp", tcp="tcp://127.0.0.1:*",
+                                 curve_key=tmp_path / "server.key", authorized_keys=tmp_path / "authorized")
+    assert producer.tcp_endpoint is None  # opened by the first batch
+    thread = start(producer, epochs=2)
+    for _ in range(2000):
+        if producer.tcp_endpoint or not thread.is_alive():
+            break
+        threading.Event().wait(0.01)
+    endpoint = producer.tcp_endpoint
+    assert endpoint and endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith(":*"), endpoint
+    with coloader.Loader(endpoint=endpoint, batch_size=7, timeout=20, curve_key=tmp_path / "client.key",
+                         server_key=tmp_path / "server.pub") as remote:
+        for _ in range(2):
+            seen = []
+            for images, labels in remote:
+                assert torch.equal(images[:, 0, 0, 0], labels.float())  # the samples' own content
+                seen += labels.tolist()
+            assert sorted(seen) == list(range(N))
+    del images, labels  # the last batch's tensors keep the consumer attached until they go
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+    keyless = coloader.Producer(loader, name="squares-open", tcp="tcp://127.0.0.1:*")
+    with pytest.raises(coloader.InvalidArgument, match="without authentication"):
+        keyless.run()
