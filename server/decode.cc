@@ -34,6 +34,20 @@ ImageKind Sniff(const uint8_t* data, size_t size) {
   return ImageKind::kOther;
 }
 
+// The formats other than JPEG and PNG handed to OpenCV, by their leading bytes: BMP, TIFF,
+// WebP, PNM. OpenCV's imdecode would also try every other codec it was built with (DICOM
+// through GDCM, JPEG 2000, OpenEXR...), and some of those abort the process on hostile input
+// (found by the decode fuzzer: a GDCM assertion); no training set needs them.
+bool IsOtherKnownFormat(const uint8_t* d, size_t n) {
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return true;                                // BMP
+  if (n >= 4 && ((d[0] == 'I' && d[1] == 'I' && d[2] == 42 && d[3] == 0) ||              // TIFF, little endian
+                 (d[0] == 'M' && d[1] == 'M' && d[2] == 0 && d[3] == 42)))              // TIFF, big endian
+    return true;
+  if (n >= 12 && std::memcmp(d, "RIFF", 4) == 0 && std::memcmp(d + 8, "WEBP", 4) == 0) return true;
+  if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && std::isspace(d[2])) return true;  // PBM/PGM/PPM
+  return false;
+}
+
 uint32_t BigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
@@ -134,6 +148,10 @@ Result<cv::Mat> Decoder::DecodeRgb(const uint8_t* data, size_t size, int scale_d
 Result<cv::Mat> Decoder::DecodeRgbUnchecked(const uint8_t* data, size_t size, int scale_denom,
                                             const std::string& path) {
   const ImageKind kind = Sniff(data, size);
+  if (kind == ImageKind::kOther && !IsOtherKnownFormat(data, size)) {
+    return Status::Invalid(path + ": not a readable image (first bytes " + FirstBytes(data, size) +
+                           "; coloader reads JPEG, PNG, BMP, TIFF, WebP and PNM)");
+  }
   if (kind != ImageKind::kJpeg) {
     std::string tried;
     PluginDecode decode = LoadPlugin(&tried);

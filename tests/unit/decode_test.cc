@@ -9,6 +9,7 @@
 #include <turbojpeg.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -298,6 +299,38 @@ TEST_F(DecoderTest, NonImagesAreErrorsNamingThePathAndTheBytes) {
     EXPECT_FALSE(s.ok()) << b.size() << " bytes";
     EXPECT_EQ(s.message().rfind("/data/junk.JPEG: ", 0), 0u) << s.message();
   }
+}
+
+TEST_F(DecoderTest, OtherFormatsAreReadOnlyWhenTheyAreTrainingImageFormats) {
+  // PPM and BMP, built by hand: their pixels come back exactly.
+  const cv::Mat img = TestImage(5, 3);
+  std::string ppm = "P6\n5 3\n255\n";
+  ppm.append(reinterpret_cast<const char*>(img.data), img.total() * 3);
+  Bytes bmp = {'B', 'M'};
+  auto put32 = [&](uint32_t v) { for (int i = 0; i < 4; ++i) bmp.push_back(static_cast<uint8_t>(v >> (8 * i))); };
+  auto put16 = [&](uint16_t v) { bmp.push_back(static_cast<uint8_t>(v)); bmp.push_back(static_cast<uint8_t>(v >> 8)); };
+  const uint32_t row = 16;  // 5 x 3 bytes, padded to 4
+  put32(54 + row * 3); put32(0); put32(54);
+  put32(40); put32(5); put32(3); put16(1); put16(24); put32(0); put32(row * 3); put32(2835); put32(2835); put32(0); put32(0);
+  for (int y = 2; y >= 0; --y) {  // bottom-up, BGR
+    for (int x = 0; x < 5; ++x) {
+      const cv::Vec3b p = img.at<cv::Vec3b>(y, x);
+      bmp.insert(bmp.end(), {p[2], p[1], p[0]});
+    }
+    bmp.push_back(0);
+  }
+  for (const Bytes& b : {Bytes(ppm.begin(), ppm.end()), bmp}) {
+    ASSERT_OK_AND_ASSIGN(cv::Mat got, Decode(b, 1, "/data/x.ppm"));
+    EXPECT_EQ(cv::norm(got, img, cv::NORM_INF), 0.0);
+  }
+  // A DICOM file (magic "DICM" at byte 128) is not handed to OpenCV, whose GDCM codec aborted
+  // the process on a fuzzed one (tests/fuzz/regressions/decode): a clear error instead.
+  Bytes dicom(132, 0);
+  std::memcpy(dicom.data() + 128, "DICM", 4);
+  const Status st = PeekAndDecode(dicom, "/data/scan.dcm");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("/data/scan.dcm: not a readable image"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("JPEG, PNG, BMP, TIFF, WebP and PNM"), std::string::npos) << st.message();
 }
 
 TEST_F(DecoderTest, BrokenPngIsAnError) {
