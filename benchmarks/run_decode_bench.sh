@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Decode + augment cost per core: coloader's SampleTransform (with and without DCT scaling)
-# against PIL + torchvision, on the same files, each pinned to the same single core.
+# Decode + augment cost per core: coloader's SampleTransform (as shipped: DCT scaling and only
+# the crop's region decoded; without the region decode; with neither) against PIL +
+# torchvision, on the same files, each pinned to the same single core.
 #
 #   benchmarks/run_decode_bench.sh DATASET_DIR [extra flags for both, e.g. --limit 1000 --passes 2]
 #
@@ -36,7 +37,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 pil = next((r for r in rows if r["impl"].startswith("pil")), None)
 print(f"{'pipeline (1 core, %s %d, float32 NCHW)' % (rows[0]['mode'], rows[0]['size']):<46}{'images/s':>10}{'ms/image':>10}{'vs PIL':>8}{'errors':>8}")
 for r in rows:
-    name = {"dct": "coloader, DCT scaling", "no_dct": "coloader, no DCT scaling",
+    name = {"dct_region": "coloader, DCT scaling + crop's region only",
+            "dct": "coloader, DCT scaling, whole image", "no_dct": "coloader, whole image, full size",
             "pil": "PIL + torchvision transforms"}.get(r["config"], r["config"])
     ratio = f"{r['images_per_s'] / pil['images_per_s']:.2f}x" if pil else "-"
     print(f"{name:<46}{r['images_per_s']:>10.1f}{1000 / r['images_per_s']:>10.2f}{ratio:>8}{r['errors']:>8}")

@@ -138,16 +138,17 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rn
   return whole;
 }
 
-void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst) {
-  // The box is in full-resolution coordinates; src may be the image decoded at 1/2, 1/4, 1/8.
-  // libjpeg's scaled pixel x covers full pixels [x * d, (x + 1) * d) and the scaled size is
-  // ceil(full / d), the last pixel standing for a partial block. So when src has exactly that
-  // size the map is 1 / d; src.cols / full_width would drift by up to half a scaled pixel
-  // (4 full pixels at 1/8) towards the right and bottom edges. Any other size: the plain ratio.
-  double sx = static_cast<double>(src.cols) / full_width;
-  double sy = static_cast<double>(src.rows) / full_height;
+cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box) {
+  // The box is in full-resolution coordinates; the source may be the image decoded at 1/2,
+  // 1/4, 1/8. libjpeg's scaled pixel x covers full pixels [x * d, (x + 1) * d) and the scaled
+  // size is ceil(full / d), the last pixel standing for a partial block. So when the source
+  // has exactly that size the map is 1 / d; src_cols / full_width would drift by up to half a
+  // scaled pixel (4 full pixels at 1/8) towards the right and bottom edges. Any other size:
+  // the plain ratio.
+  double sx = static_cast<double>(src_cols) / full_width;
+  double sy = static_cast<double>(src_rows) / full_height;
   for (int d : {1, 2, 4, 8}) {
-    if ((full_width + d - 1) / d == src.cols && (full_height + d - 1) / d == src.rows) {
+    if ((full_width + d - 1) / d == src_cols && (full_height + d - 1) / d == src_rows) {
       sx = sy = 1.0 / d;
       break;
     }
@@ -156,19 +157,26 @@ void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropB
   int x0 = static_cast<int>(std::lround(box.x * sx)), y0 = static_cast<int>(std::lround(box.y * sy));
   int x1 = static_cast<int>(std::lround((box.x + box.width) * sx));
   int y1 = static_cast<int>(std::lround((box.y + box.height) * sy));
-  x0 = std::clamp(x0, 0, src.cols - 1);
-  y0 = std::clamp(y0, 0, src.rows - 1);
-  x1 = std::clamp(x1, x0 + 1, src.cols);
-  y1 = std::clamp(y1, y0 + 1, src.rows);
-  const cv::Mat roi = src(cv::Rect(x0, y0, x1 - x0, y1 - y0));
+  x0 = std::clamp(x0, 0, src_cols - 1);
+  y0 = std::clamp(y0, 0, src_rows - 1);
+  x1 = std::clamp(x1, x0 + 1, src_cols);
+  y1 = std::clamp(y1, y0 + 1, src_rows);
+  return cv::Rect(x0, y0, x1 - x0, y1 - y0);
+}
+
+void ResizeCropPixels(const cv::Mat& roi, bool flip, cv::Mat& dst) {
   // Shrinking by 2x or more: area interpolation, antialiased like PIL's resize. Below 2x,
   // bilinear already reads every source pixel (its 2x2 footprint covers them), so it aliases
   // no more than area averaging would, at a third of the cost; it is also what enlarging uses.
   const bool shrinking = roi.cols >= 2 * dst.cols && roi.rows >= 2 * dst.rows;
   cv::Mat out = dst;  // shares dst's memory: cv::resize writes in place when size and type match
   cv::resize(roi, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
-  if (box.flip) cv::flip(out, out, 1);
+  if (flip) cv::flip(out, out, 1);
   if (out.data != dst.data) out.copyTo(dst);
+}
+
+void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst) {
+  ResizeCropPixels(src(ScaledCropRect(src.cols, src.rows, full_width, full_height, box)), box.flip, dst);
 }
 
 }  // namespace coloader

@@ -73,5 +73,10 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& opts, SampleRng&
 // bilinear. `dst` must be a preallocated out_size x out_size CV_8UC3 (it may wrap slot memory).
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box,
                 cv::Mat& dst);
+// Its two halves: where the box falls in an image decoded at src_cols x src_rows (full size
+// or DCT-scaled), and the resize (and flip) of those pixels into dst. A decoder that decodes
+// only that rectangle (Decoder::DecodeJpegRegion) hands its pixels to the second.
+cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box);
+void ResizeCropPixels(const cv::Mat& roi, bool flip, cv::Mat& dst);
 
 }  // namespace coloader

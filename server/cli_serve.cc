@@ -26,7 +26,8 @@ constexpr const char* kServeUsage =
     "               [--augment train|eval|none] [--output uint8|float32|bfloat16|float16]\n"
     "               [--layout nchw|nhwc] [--device cpu|cuda:N[,cuda:M...]]\n"
     "               [--on-bad-file skip|fail] [--min-consumers N] [--rank R --world-size W]\n"
-    "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--quiet]\n"
+    "               [--heartbeat-ms MS] [--heartbeat-timeout-ms MS] [--no-dct-scaling] [--no-crop-decode]\n"
+    "               [--quiet]\n"
     "               [--decode cpu|gpu|auto]   (gpu: nvJPEG + GPU augmentation, needs --device)\n"
     "               [--gpu-wait block|spin]   (how threads wait for the GPU; block spares the CPU)\n"
     "               [--tcp tcp://HOST:PORT (--curve-key FILE --authorized-keys FILE | --insecure)]";
@@ -37,7 +38,7 @@ int Serve(const std::vector<std::string>& args) {
   ProducerOptions o;
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "cpu",
               gpu_wait = "block";
-  bool no_shuffle = false, quiet = false, no_dct = false, help = false;
+  bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false, help = false;
   Flags f("serve", kServeUsage);
   f.AddString("data", &o.data);
   f.AddString("name", &o.name);
@@ -63,6 +64,7 @@ int Serve(const std::vector<std::string>& args) {
   f.AddU32("heartbeat-ms", &o.heartbeat_ms);
   f.AddU32("heartbeat-timeout-ms", &o.heartbeat_timeout_ms);
   f.AddBool("no-dct-scaling", &no_dct);
+  f.AddBool("no-crop-decode", &no_crop_decode);
   f.AddBool("quiet", &quiet);
   f.AddString("tcp", &o.tcp_endpoint);
   f.AddString("curve-key", &o.curve_key_file);
@@ -127,6 +129,7 @@ int Serve(const std::vector<std::string>& args) {
   }
   o.shuffle = !no_shuffle;
   o.dct_scaling = !no_dct;
+  o.crop_decode = !no_crop_decode;
   o.on_bad_file = on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
   if (quiet) o.progress_interval_ms = 0;
 

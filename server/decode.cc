@@ -4,11 +4,15 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <climits>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+
+#include <jpeglib.h>  // after <cstdio>: it uses FILE
 
 #include <opencv2/imgproc.hpp>
 
@@ -93,6 +97,69 @@ void InvertedCmykToRgb(const uint8_t* cmyk, int pixels, uint8_t* rgb) {
     rgb[3 * i + 1] = static_cast<uint8_t>((m * k + 127) / 255);
     rgb[3 * i + 2] = static_cast<uint8_t>((y * k + 127) / 255);
   }
+}
+
+// libjpeg reports errors through error_exit, which must not return: it jumps back to the
+// decode's setjmp. Warnings (level < 0: corrupt data libjpeg worked around) are remembered.
+struct JpegErrors {
+  jpeg_error_mgr mgr;  // first: libjpeg hands back a pointer to it as j_common_ptr->err
+  std::jmp_buf jump;
+  bool warned;
+};
+
+[[noreturn]] void JpegFail(j_common_ptr c) { std::longjmp(reinterpret_cast<JpegErrors*>(c->err)->jump, 1); }
+
+void JpegMessage(j_common_ptr c, int level) {
+  if (level < 0) reinterpret_cast<JpegErrors*>(c->err)->warned = true;
+}
+
+bool EndsWithEoi(const uint8_t* data, size_t size) {
+  return size >= 4 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
+}
+
+// The libjpeg part of DecodeJpegRegion: rows [y, y + h) and at least columns [x, x + w) of the
+// image scaled by 1/denom, into `rows` (sized by the caller for h full scaled rows). Only C
+// objects live between setjmp and a longjmp, so the jump skips no destructor. False when the
+// region cannot be decoded cleanly; then nothing is promised about `rows`.
+bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, int w, int h, uint8_t* rows,
+                    int* out_x, int* out_w) {
+  jpeg_decompress_struct cinfo;
+  JpegErrors errors;
+  cinfo.err = jpeg_std_error(&errors.mgr);
+  errors.mgr.error_exit = JpegFail;
+  errors.mgr.emit_message = JpegMessage;
+  errors.warned = false;
+  jpeg_create_decompress(&cinfo);
+  if (setjmp(errors.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  bool ok = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK;
+  if (ok) {
+    // What tjDecompress2(TJPF_RGB) asks of libjpeg, so the pixels are the same.
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = static_cast<unsigned>(denom);
+    cinfo.out_color_space = JCS_EXT_RGB;
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(&cinfo);
+    ok = cinfo.output_components == 3 && JDIMENSION(x + w) <= cinfo.output_width &&
+         JDIMENSION(y + h) <= cinfo.output_height;
+  }
+  JDIMENSION xoff = static_cast<JDIMENSION>(x), width = static_cast<JDIMENSION>(w);
+  if (ok && width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &width);  // widens to blocks
+  if (ok && y > 0) ok = jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y)) == JDIMENSION(y);
+  for (int r = 0; ok && r < h; ++r) {
+    JSAMPROW row = rows + size_t(r) * width * 3;
+    ok = jpeg_read_scanlines(&cinfo, &row, 1) == 1;
+  }
+  ok = ok && !errors.warned;
+  jpeg_destroy_decompress(&cinfo);  // also abandons the rows below the region, never read
+  *out_x = static_cast<int>(xoff);
+  *out_w = static_cast<int>(width);
+  return ok;
 }
 
 }  // namespace
@@ -205,6 +272,38 @@ Result<cv::Mat> Decoder::DecodeRgbUnchecked(const uint8_t* data, size_t size, in
   }
   if (cmyk) InvertedCmykToRgb(cmyk_buf.data, sw * sh, rgb.data);
   return rgb;
+}
+
+std::optional<DecodedRegion> Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, int scale_denom,
+                                                       const cv::Rect& rect) {
+  if (Sniff(data, size) != ImageKind::kJpeg || !EndsWithEoi(data, size)) return std::nullopt;
+  if (rect.x < 0 || rect.y < 0 || rect.width <= 0 || rect.height <= 0) return std::nullopt;
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  auto* tj = static_cast<tjhandle>(tj_);
+  if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0 ||
+      w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || uint64_t(w) * uint64_t(h) > kMaxImagePixels) {
+    return std::nullopt;
+  }
+  const tjscalingfactor sf{1, scale_denom > 0 ? scale_denom : 1};
+  const int sw = TJSCALED(w, sf);
+  try {
+    region_buf_.resize(size_t(rect.height) * size_t(sw) * 3);  // room for whole rows: the widest the crop gets
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
+  // One more column each side where the image has it: libjpeg upsamples chroma at a cropped
+  // region's first and last columns as at an image edge, so those two may differ from the
+  // whole decode; inside them every pixel is the same.
+  const int x0 = std::max(0, rect.x - 1), x1 = std::min(sw, rect.x + rect.width + 1);
+  DecodedRegion region;
+  int width = 0;
+  if (!DecodeJpegRows(data, size, sf.denom, x0, rect.y, x1 - x0, rect.height, region_buf_.data(), &region.x,
+                      &width)) {
+    return std::nullopt;
+  }
+  region.y = rect.y;
+  region.rgb = cv::Mat(rect.height, width, CV_8UC3, region_buf_.data());  // valid until the next decode
+  return region;
 }
 
 int ChooseScaleDenom(const CropBox& box, int out_size, bool enabled) {

@@ -368,6 +368,7 @@ Status Producer::Impl::Setup() {
   to.output = staging.dtype == DType::kUInt8 ? OutputType::kUInt8 : OutputType::kFloat32;
   to.layout = staging.layout == TensorLayout::kNHWC ? Layout::kNHWC : Layout::kNCHW;
   to.dct_scaling = opts.dct_scaling;
+  to.crop_decode = opts.crop_decode;
   for (size_t i = 0; i < opts.devices.size(); ++i) {
     DeviceRingOptions d;
     d.device = opts.devices[i];

@@ -39,6 +39,7 @@ struct ProducerOptions {
   TensorLayout layout = TensorLayout::kNCHW;
   std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
   bool dct_scaling = true;
+  bool crop_decode = true;  // JPEG: decode only the crop's region (TransformOptions::crop_decode)
   DecodeMode decode = DecodeMode::kCpu;  // gpu: nvJPEG + GPU augmentation on devices[0]
   OnBadFile on_bad_file = OnBadFile::kSkip;
   uint32_t min_consumers = 1;

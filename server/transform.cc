@@ -56,15 +56,27 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
   const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
   const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
   ++scale_hist_[denom];
-  ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
   const int s = opts_.augment.size;
-  if (opts_.output == OutputType::kUInt8 && opts_.layout == Layout::kNHWC) {
-    cv::Mat out(s, s, CV_8UC3, dst);  // the slot itself: no copy after the resize
-    ResizeCrop(decoded, info.width, info.height, box, out);
-    return Status::OK();
+  const bool direct = opts_.output == OutputType::kUInt8 && opts_.layout == Layout::kNHWC;
+  cv::Mat out = direct ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;  // direct: the slot itself, no copy after the resize
+  bool done = false;
+  if (info.kind == ImageKind::kJpeg && opts_.crop_decode) {
+    // The crop's rectangle in the scaled image (libjpeg's ceil(full / d) pixels a side).
+    const int sw = (info.width + denom - 1) / denom, sh = (info.height + denom - 1) / denom;
+    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box);
+    if (rect.area() < int64_t{sw} * sh) {
+      if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
+        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box.flip, out);
+        ++region_decodes_;
+        done = true;
+      }
+    }
   }
-  ResizeCrop(decoded, info.width, info.height, box, hwc_);
-  WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  if (!done) {
+    ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
+    ResizeCrop(decoded, info.width, info.height, box, out);
+  }
+  if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
   return Status::OK();
 }
 

@@ -21,6 +21,9 @@ struct TransformOptions {
   Layout layout = Layout::kNCHW;
   NormalizeParams normalize;
   bool dct_scaling = true;
+  // JPEG: decode only the rows and columns the crop needs (Decoder::DecodeJpegRegion); the
+  // same pixels as decoding the whole image, for less work when the crop is small.
+  bool crop_decode = true;
 };
 
 // Reads a whole file into `out` (resized to fit). Errors name the path; an empty file is one.
@@ -43,6 +46,8 @@ class SampleTransform {
 
   // How many decodes used each DCT scale denominator (index 1, 2, 4, 8), for the benchmark.
   const uint64_t* scale_histogram() const { return scale_hist_; }
+  // How many JPEG decodes were of the crop's region only.
+  uint64_t region_decodes() const { return region_decodes_; }
 
  private:
   TransformOptions opts_;
@@ -50,6 +55,7 @@ class SampleTransform {
   std::vector<uint8_t> file_buf_;
   cv::Mat hwc_;  // size x size x 3 uint8 scratch
   uint64_t scale_hist_[9] = {};
+  uint64_t region_decodes_ = 0;
 };
 
 }  // namespace coloader

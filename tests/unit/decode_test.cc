@@ -17,6 +17,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "server/transform.h"
 #include "tests/support/test_support.h"
 
 #ifndef COLOADER_SOURCE_DIR
@@ -198,6 +199,69 @@ TEST_F(DecoderTest, DctScalingGivesLibjpegScaledSizes) {
     cv::resize(src(cv::Rect(0, 0, fw, fh)), ref, cv::Size(fw / d, fh / d), 0, 0, cv::INTER_AREA);
     EXPECT_LT(MeanAbsDiff(rgb(cv::Rect(0, 0, fw / d, fh / d)), ref), 3.0) << "1/" << d;
   }
+}
+
+TEST_F(DecoderTest, ARegionDecodesToTheSamePixelsAsTheWholeImage) {
+  // Noise over the gradients: any shift, edge effect or upsampling difference would show.
+  cv::Mat img = TestImage(501, 377), noise(377, 501, CV_8UC3);
+  cv::RNG rng(7);
+  rng.fill(noise, cv::RNG::UNIFORM, 0, 40);
+  img += noise;
+  struct Config {
+    const char* name;
+    int subsamp, flags;
+  };
+  for (const Config c : {Config{"4:2:0", TJSAMP_420, 0}, Config{"4:2:2", TJSAMP_422, 0},
+                         Config{"4:4:4", TJSAMP_444, 0}, Config{"4:2:0 progressive", TJSAMP_420, TJFLAG_PROGRESSIVE}}) {
+    const Bytes jpeg = EncodeJpeg(img, 88, c.flags, c.subsamp);
+    for (int denom : {1, 2, 4, 8}) {
+      SCOPED_TRACE(std::string(c.name) + ", 1/" + std::to_string(denom));
+      ASSERT_OK_AND_ASSIGN(cv::Mat whole, Decode(jpeg, denom));
+      for (int k = 0; k < 60; ++k) {
+        const int x0 = rng.uniform(0, whole.cols), y0 = rng.uniform(0, whole.rows);
+        const cv::Rect rect(x0, y0, rng.uniform(1, whole.cols - x0 + 1), rng.uniform(1, whole.rows - y0 + 1));
+        SCOPED_TRACE(::testing::Message() << "rect " << rect);
+        auto region = dec_.DecodeJpegRegion(jpeg.data(), jpeg.size(), denom, rect);
+        ASSERT_TRUE(region.has_value());
+        ASSERT_EQ(region->y, rect.y);
+        ASSERT_LE(region->x, rect.x);
+        ASSERT_GE(region->x + region->rgb.cols, rect.x + rect.width);
+        const cv::Mat got = region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height));
+        EXPECT_EQ(cv::norm(got, whole(rect), cv::NORM_INF), 0.0);
+      }
+    }
+  }
+  // Grayscale comes out as RGB, as from DecodeRgb.
+  cv::Mat gray;
+  cv::cvtColor(img, gray, cv::COLOR_RGB2GRAY);
+  const Bytes gjpeg = EncodeJpeg(gray, 90);
+  ASSERT_OK_AND_ASSIGN(cv::Mat gwhole, Decode(gjpeg));
+  auto gregion = dec_.DecodeJpegRegion(gjpeg.data(), gjpeg.size(), 1, cv::Rect(100, 50, 200, 100));
+  ASSERT_TRUE(gregion.has_value());
+  EXPECT_EQ(cv::norm(gregion->rgb(cv::Rect(100 - gregion->x, 0, 200, 100)), gwhole(cv::Rect(100, 50, 200, 100)),
+                     cv::NORM_INF), 0.0);
+}
+
+TEST_F(DecoderTest, RegionDecodingStepsAsideForWhatTheWholeDecodeMustJudge) {
+  const Bytes good = EncodeJpeg(TestImage(320, 240), 90);
+  const cv::Rect rect(10, 10, 50, 50);
+  EXPECT_TRUE(dec_.DecodeJpegRegion(good.data(), good.size(), 1, rect).has_value());
+  // Cut short (no end-of-image marker): even a crop from the intact top is not decoded alone,
+  // so the file fails as a whole, whatever the crop.
+  const Bytes cut(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
+  EXPECT_FALSE(dec_.DecodeJpegRegion(cut.data(), cut.size(), 1, rect).has_value());
+  // CMYK, out-of-image rectangles, not a JPEG, garbage: nullopt, never a crash.
+  cv::Mat cmyk(40, 40, CV_8UC4, cv::Scalar(10, 20, 30, 200));
+  const Bytes ycck = EncodeJpeg(cmyk, 90);
+  EXPECT_FALSE(dec_.DecodeJpegRegion(ycck.data(), ycck.size(), 1, cv::Rect(0, 0, 10, 10)).has_value());
+  EXPECT_FALSE(dec_.DecodeJpegRegion(good.data(), good.size(), 1, cv::Rect(300, 200, 50, 50)).has_value());
+  EXPECT_FALSE(dec_.DecodeJpegRegion(good.data(), good.size(), 1, cv::Rect(-1, 0, 5, 5)).has_value());
+  const Bytes png = EncodeStoredPng(TestImage(16, 16));
+  EXPECT_FALSE(dec_.DecodeJpegRegion(png.data(), png.size(), 1, cv::Rect(0, 0, 4, 4)).has_value());
+  // Corrupt entropy-coded data in the rows a crop reads: libjpeg warns, the region is refused.
+  Bytes damaged = good;
+  for (size_t i = damaged.size() / 4; i < damaged.size() / 4 + 64; ++i) damaged[i] ^= 0x5A;
+  EXPECT_FALSE(dec_.DecodeJpegRegion(damaged.data(), damaged.size(), 1, cv::Rect(0, 0, 320, 239)).has_value());
 }
 
 TEST_F(DecoderTest, GrayscaleJpegComesOutAsRgb) {
@@ -422,6 +486,60 @@ CropBox Box(int w, int h) {
   b.width = w;
   b.height = h;
   return b;
+}
+
+// The whole sample path (SampleTransform: crop, region decode or not, resize, flip, normalise)
+// gives the same bytes with and without the region decode, for every kind of JPEG and mode.
+TEST(SampleTransformTest, DecodingTheCropsRegionOnlyChangesNoByte) {
+  cv::Mat img = TestImage(501, 377), noise(377, 501, CV_8UC3), gray;
+  cv::RNG rng(11);
+  rng.fill(noise, cv::RNG::UNIFORM, 0, 40);
+  img += noise;
+  cv::cvtColor(img, gray, cv::COLOR_RGB2GRAY);
+  const std::vector<std::pair<std::string, Bytes>> files = {
+      {"4:2:0", EncodeJpeg(img, 90)},
+      {"4:4:4", EncodeJpeg(img, 90, 0, TJSAMP_444)},
+      {"progressive", EncodeJpeg(img, 85, TJFLAG_PROGRESSIVE)},
+      {"gray", EncodeJpeg(gray, 90)},
+      {"cmyk", Fixture("cmyk.jpg")},  // not decoded by region: the whole decode, as before
+      {"large", EncodeJpeg(TestImage(1400, 1000), 90)},  // crops >= 448 px: DCT-scaled regions
+  };
+  for (const AugmentMode mode : {AugmentMode::kTrain, AugmentMode::kEval, AugmentMode::kNone}) {
+    for (const OutputType output : {OutputType::kUInt8, OutputType::kFloat32}) {
+      TransformOptions with;
+      with.augment.mode = mode;
+      with.augment.size = 64;
+      with.output = output;
+      with.layout = output == OutputType::kUInt8 ? Layout::kNHWC : Layout::kNCHW;
+      TransformOptions without = with;
+      without.crop_decode = false;
+      SampleTransform a(with), b(without);
+      std::vector<uint8_t> out_a(a.sample_bytes()), out_b(b.sample_bytes());
+      for (const auto& [name, bytes] : files) {
+        for (uint64_t index = 0; index < 40; ++index) {
+          SCOPED_TRACE(name + " " + AugmentModeName(mode) + " " + OutputTypeName(output) + " #" + std::to_string(index));
+          ASSERT_OK(a.RunBytes(bytes.data(), bytes.size(), name, 5, 1, index, out_a.data()));
+          ASSERT_OK(b.RunBytes(bytes.data(), bytes.size(), name, 5, 1, index, out_b.data()));
+          ASSERT_EQ(out_a, out_b);
+        }
+      }
+      // Train and eval crops are smaller than the image: most decodes were of the region only.
+      if (mode != AugmentMode::kNone) {
+        EXPECT_GE(a.region_decodes(), 4u * 40 / 2);
+      }
+      EXPECT_EQ(b.region_decodes(), 0u);
+    }
+  }
+  // A file cut short fails the same way with or without it, whatever the crop.
+  const Bytes cut(files[0].second.begin(), files[0].second.begin() + static_cast<long>(files[0].second.size() / 2));
+  TransformOptions with;
+  with.augment.size = 64;
+  SampleTransform t(with);
+  std::vector<uint8_t> out(t.sample_bytes());
+  for (uint64_t index = 0; index < 10; ++index) {
+    const Status st = t.RunBytes(cut.data(), cut.size(), "/data/cut.jpg", 5, 1, index, out.data());
+    EXPECT_NE(st.message().find("/data/cut.jpg: truncated JPEG data"), std::string::npos) << st.message();
+  }
 }
 
 TEST(ChooseScaleDenomTest, LargestScaleThatKeepsTheOutputResolution) {
