@@ -32,8 +32,9 @@ Method: the jobs warm up (synthetic steps, then real ones) and print WARM; when 
 window of --window seconds is measured. Images = the samples of every step that finished on
 the GPU inside the window. CPU = utime+stime of every process the setup started and of all
 their descendants, live ones and reaped ones (cutime+cstime), read from /proc at both ends of
-the window: core-seconds per 1,000 images. Host memory = peak of the summed PSS. GPU memory
-from nvidia-smi (--query-compute-apps per process, memory.used for the total above the idle
+the window: core-seconds per 1,000 images; the producer's own CPU also per kind of thread
+(/proc/PID/task: cl-worker, cl-gpulane, the session loop, CUDA's), to say where it goes. Host
+memory = peak of the summed PSS. GPU memory from nvidia-smi (--query-compute-apps per process, memory.used for the total above the idle
 level), GPU utilisation = mean of nvidia-smi samples every 200 ms. next() = time a job spends
 in next(loader), p50/p99 over the window (hand-off plus any wait for data). Fairness: a separate
 pass runs 4 jobs of different speeds on a small dataset for 2 epochs each and counts the
@@ -62,7 +63,7 @@ ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode"] + GPU_DECODE
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg_img_s", "job_img_s_min",
            "job_img_s_median", "job_img_s_max", "cpu_core_s", "cpu_per_1k", "cpu_jobs_per_1k", "cpu_loading_per_1k",
-           "cores_busy", "mps_cpu_s", "host_mem_peak_gib", "gpu_mem_total_gib", "gpu_mem_job_mib",
+           "cores_busy", "producer_threads", "mps_cpu_s", "host_mem_peak_gib", "gpu_mem_total_gib", "gpu_mem_job_mib",
            "gpu_mem_producer_mib", "gpu_mem_job_torch_mib", "gpu_util_pct", "next_p50_us", "next_p99_us",
            "workers", "cores", "warmup", "producer_img_s", "epochs_exact", "startup_s", "teardown_s", "wall_s"]
 
@@ -85,7 +86,8 @@ PROFILES = {
 # -- /proc accounting -------------------------------------------------------------------------
 
 def read_stat(pid):
-    """(ppid, own CPU ticks, reaped children's CPU ticks, comm) or None if the process is gone."""
+    """(ppid, own CPU ticks, reaped children's CPU ticks, comm) of a process (or "PID/task/TID": a
+    thread), or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
@@ -130,6 +132,29 @@ def cpu_sample(roots, jobs):
     own = sum(stats[p][1] for p in jobs if p in stats)
     mps = sum(st[1] for st in stats.values() if st[3].startswith("nvidia-cuda-mps"))
     return total / CLK_TCK, own / CLK_TCK, mps / CLK_TCK
+
+
+def thread_cpu(pid):
+    """CPU ticks of each kind of thread of a live process, {name: ticks}, threads grouped by their
+    name without its number (coloader names its own: cl-worker-N, cl-gpulane-N; CUDA's and
+    nvJPEG's keep theirs). Empty when the process is gone."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        st = read_stat(f"{pid}/task/{tid}")
+        if st:
+            name = st[3].rstrip("0123456789").rstrip("-") or st[3]
+            out[name] = out.get(name, 0) + st[1]
+    return out
+
+
+def thread_cores(before, after, span):
+    """'name cores; ...' from two thread_cpu samples span seconds apart, busiest first."""
+    cores = {k: (after.get(k, 0) - before.get(k, 0)) / CLK_TCK / span for k in after}
+    return "; ".join(f"{k} {v:.2f}" for k, v in sorted(cores.items(), key=lambda kv: -kv[1]) if v >= 0.005)
 
 
 def pss_bytes(pids):
@@ -491,15 +516,19 @@ class Bench:
         a = self.args
         cuda = a.device == "cuda"
         sampler = GpuSampler([a.spare_core]) if cuda else None
+        producer = g.procs.get("producer")
         t0 = time.monotonic()
         cpu0 = cpu_sample(g.roots(), jobs)
+        threads0 = thread_cpu(producer.pid) if producer else {}
         time.sleep(a.window / 2)
         apps = compute_apps() if cuda else {}
         time.sleep(max(0.0, t0 + a.window - time.monotonic()))
         cpu1 = cpu_sample(g.roots(), jobs)
+        threads1 = thread_cpu(producer.pid) if producer else {}
         t1 = time.monotonic()
         util, mem = sampler.stop() if sampler else ([], [])
-        return dict(t0=t0, t1=t1, cpu=[y - x for x, y in zip(cpu0, cpu1)], jobs=jobs, apps=apps, util=util, mem=mem)
+        return dict(t0=t0, t1=t1, cpu=[y - x for x, y in zip(cpu0, cpu1)], jobs=jobs, apps=apps, util=util, mem=mem,
+                    producer_threads=thread_cores(threads0, threads1, t1 - t0) if threads1 else "")
 
     def figures(self, g, setup, w, results, base_mem):
         """The CSV row's measurements from the window and the jobs' results."""
@@ -517,7 +546,7 @@ class Bench:
                    job_img_s_min=round(rates[0], 1), job_img_s_median=round(statistics.median(rates), 1),
                    job_img_s_max=round(rates[-1], 1), cpu_core_s=round(cpu, 2), cpu_per_1k=per_1k(cpu),
                    cpu_jobs_per_1k=per_1k(own), cpu_loading_per_1k=per_1k(cpu - own),
-                   cores_busy=round(cpu / span, 2), mps_cpu_s=round(mps, 2),
+                   cores_busy=round(cpu / span, 2), producer_threads=w["producer_threads"], mps_cpu_s=round(mps, 2),
                    host_mem_peak_gib=round(g.peak_pss / 2**30, 2),
                    next_p50_us=round(1e6 * percentile(nexts, 0.5), 1) if loads else "",
                    next_p99_us=round(1e6 * percentile(nexts, 0.99), 1) if loads else "",
@@ -652,6 +681,7 @@ def summarise(rows):
             if vals:
                 stats[c] = (statistics.median(vals), min(vals), max(vals), len(vals))
         stats["workers"] = rs[0].get("workers", "")
+        stats["producer_threads"] = " | ".join(r["producer_threads"] for r in rs if r.get("producer_threads"))
         exact = [r.get("epochs_exact") for r in rs if r.get("epochs_exact")]
         stats["epochs_exact"] = "; ".join(exact)
         out[key] = stats
@@ -735,6 +765,13 @@ def write_report(rows, out, meta, fair):
         if tuned:
             md += ["", "DataLoader workers per job tried (median aggregate img/s; the best is in the table): "
                    + "; ".join(tuned)]
+        threads = [f"* {k[1]} N={k[2]}: {st['producer_threads']}" for k, st in
+                   sorted(summary.items(), key=lambda kv: (kv[0][1], kv[0][2]))
+                   if k[0] == model and st.get("producer_threads")]
+        if threads:
+            md += ["", "Where the producer's CPU went (cores per kind of thread over the window; one entry per "
+                   "repeat; cl-worker: reading, decoding, augmenting; cl-gpulane: nvJPEG and the GPU kernels; "
+                   "coloader: the session loop):", ""] + threads
         md += ["", f"Targets ({model}, medians of the same run):", "",
                "| target | wanted | measured | |", "| --- | --- | --- | --- |"] + targets(summary, model) + [""]
     errors = [r for r in rows if r.get("status") != "ok"]

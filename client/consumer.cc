@@ -189,6 +189,7 @@ struct SlotLease {
 };
 
 void ConsumerState::IoLoop() {
+  NameThisThread("cl-consumer-io");
   const uint64_t hb_ns = uint64_t{welcome.heartbeat_ms} * 1000000;
   const uint64_t timeout_ns = uint64_t{welcome.heartbeat_timeout_ms} * 1000000;
   uint64_t last_heard = MonotonicNs(), last_sent = last_heard;

@@ -1,6 +1,7 @@
 #include "common/process.h"
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,6 +26,11 @@ double ProcessCpuSeconds() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+void NameThisThread(const std::string& name) {
+  const std::string kept = name.substr(0, 15);  // the kernel's limit, without the terminator
+  ::prctl(PR_SET_NAME, kept.c_str(), 0, 0, 0);
 }
 
 Result<ProcessWatch> ProcessWatch::Open(int pid) {

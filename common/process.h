@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/status.h"
 
@@ -11,6 +12,9 @@ namespace coloader {
 uint64_t MonotonicNs();
 // CPU time (user + system) of this process, in seconds, all threads.
 double ProcessCpuSeconds();
+// Names the calling thread (at most 15 characters are kept): what top -H, perf and
+// /proc/PID/task/TID/comm show, so a thread's CPU can be told from the others'.
+void NameThisThread(const std::string& name);
 
 // A file descriptor for a process that becomes readable when it exits (pidfd_open, Linux 5.3+).
 // Lets a poll loop notice a local peer's death at once. Move-only.

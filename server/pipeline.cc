@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/process.h"
+
 namespace coloader {
 
 Pipeline::Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout)
@@ -72,7 +74,8 @@ std::vector<std::unique_ptr<BatchJob>> Pipeline::TakeCompleted() {
   return out;
 }
 
-void Pipeline::WorkerLoop(int /*worker*/) {
+void Pipeline::WorkerLoop(int worker) {
+  NameThisThread("cl-worker-" + std::to_string(worker));
   SampleTransform transform(opts_);
   const uint64_t sample_bytes = layout_.sample_bytes();
   for (;;) {
@@ -138,6 +141,7 @@ void Pipeline::Complete(BatchJob* job) {
 }
 
 void Pipeline::GpuLaneLoop(int lane) {
+  NameThisThread("cl-gpulane-" + std::to_string(lane));
   SampleTransform transform(opts_);  // for the files both GPU backends refuse
   for (;;) {
     BatchJob* job = nullptr;

@@ -1,6 +1,6 @@
 """The accounting and the report of benchmarks/collocated.py, which otherwise runs only on the GPU
-machine: CPU time of reaped descendants is counted, the DataLoader's best worker count stands for
-it, and the targets are judged from the figures."""
+machine: CPU time of reaped descendants is counted, a producer's CPU is split by its threads, the
+DataLoader's best worker count stands for it, and the targets are judged from the figures."""
 import csv
 import importlib.util
 import os
@@ -12,6 +12,8 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 collocated = pytest.importorskip("collocated")
+
+from test_loader import BINARY, dataset, env, serve  # noqa: E402,F401  (fixtures: a real producer)
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
 
@@ -59,7 +61,7 @@ def test_report_judges_targets_and_keeps_the_best_dataloader(tmp_path):
             row("tensorsocket", 4, 5000, 1.6), row("coloader", 4, 14000, 0.5),
             row("coloader", 4, 13000, 0.6, repeat=1), row("coloader", 4, 15000, 0.55, repeat=2),
             row("dataloader", 8, 1900, 4.6, "1/job"), row("tensorsocket", 8, 6000, 1.5),
-            row("coloader", 8, 5000, 0.3),
+            dict(row("coloader", 8, 5000, 0.3), producer_threads="cl-worker 3.10; coloader 0.05"),
             dict(model="resnet18", setup="coloader-pyfed", n=8, repeat=0, status="skipped: past the deadline")]
     write_rows(tmp_path / "results.csv", rows)
     summary = collocated.summarise(collocated.read_rows([tmp_path / "results.csv"]))
@@ -73,7 +75,24 @@ def test_report_judges_targets_and_keeps_the_best_dataloader(tmp_path):
     assert "met" in lines["N=4 CPU/1k img, coloader / tensorsocket"]
     assert "MISSED" in lines["N=8 highest aggregate img/s"]  # tensorsocket 6,000 > coloader 5,000
     assert "skipped: past the deadline" in md
+    assert "* coloader N=8: cl-worker 3.10; coloader 0.05" in md  # where the producer's CPU went
     assert (tmp_path / "results.md").stat().st_size > 0
     if importlib.util.find_spec("matplotlib"):  # scripts/setup.sh --bench installs it; CI need not
         for name in ("throughput.png", "cpu.png", "gpu_mem.png"):
             assert (tmp_path / name).stat().st_size > 0
+
+
+def test_a_producers_cpu_is_split_by_its_named_threads(serve):
+    # A real producer: its decode workers are named cl-worker-N, and the harness groups them.
+    p = serve(epochs=None)
+    before = collocated.thread_cpu(p.proc.pid)
+    t0 = time.monotonic()
+    consumer = subprocess.run([str(BINARY), "consume", "--name", p.name, "--epochs", "20"],
+                              capture_output=True, text=True, timeout=120)
+    assert consumer.returncode == 0, consumer.stderr
+    after = collocated.thread_cpu(p.proc.pid)
+    assert "cl-worker" in after and "coloader" in after, after
+    assert not any(name.startswith("cl-worker-") for name in after)  # the number is stripped
+    assert after["cl-worker"] > before.get("cl-worker", 0)  # 20 epochs were decoded there
+    line = collocated.thread_cores(before, after, time.monotonic() - t0)
+    assert line.startswith("cl-worker "), line  # the busiest kind first
