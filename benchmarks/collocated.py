@@ -34,8 +34,8 @@ the GPU inside the window. CPU = utime+stime of every process the setup started 
 their descendants, live ones and reaped ones (cutime+cstime), read from /proc at both ends of
 the window: core-seconds per 1,000 images; the producer's own CPU also per kind of thread
 (/proc/PID/task: cl-worker, cl-gpulane, the session loop, CUDA's), to say where it goes. Host
-memory = peak of the summed PSS. GPU memory from nvidia-smi (--query-compute-apps per process, memory.used for the total above the idle
-level), GPU utilisation = mean of nvidia-smi samples every 200 ms. next() = time a job spends
+memory = peak of the summed PSS. GPU memory from nvidia-smi (--query-compute-apps per
+process, memory.used for the total above the idle level), GPU utilisation = mean of nvidia-smi samples every 200 ms. next() = time a job spends
 in next(loader), p50/p99 over the window (hand-off plus any wait for data). Fairness: a separate
 pass runs 4 jobs of different speeds on a small dataset for 2 epochs each and counts the
 distinct samples every job received per epoch.
