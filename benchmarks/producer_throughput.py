@@ -3,7 +3,8 @@
 CPU time per image, host path vs GPU path (--device), on the same files in one run.
 With --gpu-decode, also the GPU path with `serve --decode gpu` (nvJPEG + GPU augmentation),
 with every core reading files and with only 2 worker threads: cores busy = producer CPU
-time / wall time.
+time / wall time. With --whole-decode, also the host path with `serve --no-crop-decode` (every
+JPEG decoded whole, as before the crop-region decode).
 
 From the CPU seconds per image follows how many cores it takes to feed one ResNet-50 training
 job (~4,000 images/s on an H100 in bf16).
@@ -20,9 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET50_IMAGES_PER_S = 4000
 
 
-def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu"):
+def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", whole=False):
     serve = [binary, "serve", "--data", data, "--name", name, "--batch-size", str(batch), "--epochs", str(epochs),
              "--workers", str(workers), "--window", "8", "--quiet", "--decode", decode]
+    serve += ["--no-crop-decode"] if whole else []
     consume = [binary, "consume", "--name", name, "--json"]
     if device:
         serve += ["--device", device]
@@ -47,7 +49,8 @@ def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu"):
     images = sum(e["samples"] for e in epochs_out)
     ips = sorted(e["images_per_s"] for e in epochs_out)[len(epochs_out) // 2]
     cpu = ru.ru_utime + ru.ru_stime
-    return {"path": "device" if device else "host", "decode": decode, "workers": workers, "images": images,
+    return {"path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
+            "workers": workers, "images": images,
             "images_per_s": round(ips), "producer_cpu_s": round(cpu, 2), "cores_busy": round(cpu / wall, 1),
             "images_per_cpu_s": round(images / cpu), "cores_for_resnet50": round(RESNET50_IMAGES_PER_S * cpu / images, 1),
             "path_reported": epochs_out[0]["path"]}
@@ -62,19 +65,23 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "server", "coloader"))
     ap.add_argument("--gpu-decode", action="store_true", help="also --decode gpu on --device (all workers, then 2)")
+    ap.add_argument("--whole-decode", action="store_true", help="also the host path with --no-crop-decode")
     args = ap.parse_args()
     env = dict(os.environ, COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="coloader-tp-"))
     rows = [run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tphost")]
+    if args.whole_decode:
+        rows.append(run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tpwhole",
+                        whole=True))
     if args.device:
         rows.append(run(args.binary, args.data, args.device, args.workers, args.batch_size, args.epochs, env, "tpdev"))
     if args.device and args.gpu_decode:
         for workers in (args.workers, 2):
             rows.append(run(args.binary, args.data, args.device, workers, args.batch_size, args.epochs, env,
                             "tpgpu", decode="gpu"))
-    print(f"{'path':<8}{'decode':>7}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
+    print(f"{'path':<8}{'decode':>10}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
           f"{'cores for RN50':>16}")
     for r in rows:
-        print(f"{r['path']:<8}{r['decode']:>7}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}"
+        print(f"{r['path']:<8}{r['decode']:>10}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}"
               f"{r['cores_busy']:>12}{r['images_per_cpu_s']:>11}{r['cores_for_resnet50']:>16}")
     for r in rows:
         print(json.dumps(r))
