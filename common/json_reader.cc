@@ -312,12 +312,17 @@ Result<JsonValue> ParseJson(const std::string& text, const std::string& source) 
   return Parser(text, source).Document();
 }
 
-Result<JsonValue> ReadJsonFile(const std::string& path) {
+Result<std::string> ReadTextFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
   std::ostringstream ss;
   ss << in.rdbuf();
-  return ParseJson(ss.str(), path);
+  return ss.str();
+}
+
+Result<JsonValue> ReadJsonFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseJson(text, path);
 }
 
 Status JsonFields::Error(const std::string& key, const std::string& what) const {

@@ -53,6 +53,8 @@ const char* JsonTypeName(JsonValue::Type t);
 // input in errors ("jobs.json:3:14: expected ',' or '}' after a member, got 'x'").
 Result<JsonValue> ParseJson(const std::string& text, const std::string& source = "<input>");
 Result<JsonValue> ReadJsonFile(const std::string& path);
+// A whole file as text (for the other readers of hand-written files); NotFound names the path.
+Result<std::string> ReadTextFile(const std::string& path);
 
 // Typed field access on an object, with errors naming `where` (e.g. "jobs[2] (\"resnet\")")
 // and the field. Optional fields take a default when absent; present with a wrong type is an

@@ -113,16 +113,14 @@ void JpegMessage(j_common_ptr c, int level) {
   if (level < 0) reinterpret_cast<JpegErrors*>(c->err)->warned = true;
 }
 
-bool EndsWithEoi(const uint8_t* data, size_t size) {
-  return size >= 4 && data[size - 2] == 0xFF && data[size - 1] == 0xD9;
-}
-
 // The libjpeg part of DecodeJpegRegion: rows [y, y + h) and at least columns [x, x + w) of the
-// image scaled by 1/denom, into `rows` (sized by the caller for h full scaled rows). Only C
-// objects live between setjmp and a longjmp, so the jump skips no destructor. False when the
-// region cannot be decoded cleanly; then nothing is promised about `rows`.
-bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, int w, int h, uint8_t* rows,
-                    int* out_x, int* out_w) {
+// image scaled by 1/denom, into `rows` (resized here to what the region needs). The header is
+// read once, here; an image the decoder would refuse (kMaxImageSide, kMaxImagePixels) is
+// refused before anything is allocated. Only C objects are made between setjmp and a longjmp
+// (`rows` exists before), so the jump skips no destructor. False when the region cannot be
+// decoded cleanly; then nothing is promised about `rows`.
+bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, int w, int h,
+                    std::vector<uint8_t>* rows, int* out_x, int* out_w) {
   jpeg_decompress_struct cinfo;
   JpegErrors errors;
   cinfo.err = jpeg_std_error(&errors.mgr);
@@ -136,7 +134,9 @@ bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, i
   }
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  bool ok = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK;
+  const uint64_t iw = cinfo.image_width, ih = cinfo.image_height;
+  bool ok = cinfo.jpeg_color_space != JCS_CMYK && cinfo.jpeg_color_space != JCS_YCCK && iw > 0 && ih > 0 &&
+            iw <= uint64_t(kMaxImageSide) && ih <= uint64_t(kMaxImageSide) && iw * ih <= kMaxImagePixels;
   if (ok) {
     // What tjDecompress2(TJPF_RGB) asks of libjpeg, so the pixels are the same.
     cinfo.scale_num = 1;
@@ -148,11 +148,22 @@ bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, i
     ok = cinfo.output_components == 3 && JDIMENSION(x + w) <= cinfo.output_width &&
          JDIMENSION(y + h) <= cinfo.output_height;
   }
-  JDIMENSION xoff = static_cast<JDIMENSION>(x), width = static_cast<JDIMENSION>(w);
+  // One more column each side where the image has it: libjpeg upsamples chroma at a cropped
+  // region's first and last columns as at an image edge, so those two may differ from the
+  // whole decode; inside them every pixel is the same.
+  JDIMENSION xoff = static_cast<JDIMENSION>(x > 0 ? x - 1 : 0);
+  JDIMENSION width = ok ? std::min<JDIMENSION>(cinfo.output_width, JDIMENSION(x + w + 1)) - xoff : 0;
   if (ok && width < cinfo.output_width) jpeg_crop_scanline(&cinfo, &xoff, &width);  // widens to blocks
+  if (ok) {
+    try {
+      rows->resize(size_t(h) * width * 3);
+    } catch (const std::bad_alloc&) {  // thrown by our code, not through libjpeg's frames
+      ok = false;
+    }
+  }
   if (ok && y > 0) ok = jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y)) == JDIMENSION(y);
   for (int r = 0; ok && r < h; ++r) {
-    JSAMPROW row = rows + size_t(r) * width * 3;
+    JSAMPROW row = rows->data() + size_t(r) * width * 3;
     ok = jpeg_read_scanlines(&cinfo, &row, 1) == 1;
   }
   ok = ok && !errors.warned;
@@ -163,6 +174,13 @@ bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, i
 }
 
 }  // namespace
+
+bool JpegEndsWithEoi(const uint8_t* data, size_t size) {
+  const size_t tail = std::min<size_t>(size, 64);
+  for (size_t i = size - tail; i + 1 < size; ++i)
+    if (data[i] == 0xFF && data[i + 1] == 0xD9) return true;
+  return false;
+}
 
 Decoder::Decoder() : tj_(tjInitDecompress()) {}
 Decoder::~Decoder() {
@@ -276,29 +294,12 @@ Result<cv::Mat> Decoder::DecodeRgbUnchecked(const uint8_t* data, size_t size, in
 
 std::optional<DecodedRegion> Decoder::DecodeJpegRegion(const uint8_t* data, size_t size, int scale_denom,
                                                        const cv::Rect& rect) {
-  if (Sniff(data, size) != ImageKind::kJpeg || !EndsWithEoi(data, size)) return std::nullopt;
+  if (Sniff(data, size) != ImageKind::kJpeg || !JpegEndsWithEoi(data, size)) return std::nullopt;
   if (rect.x < 0 || rect.y < 0 || rect.width <= 0 || rect.height <= 0) return std::nullopt;
-  int w = 0, h = 0, subsamp = 0, colorspace = 0;
-  auto* tj = static_cast<tjhandle>(tj_);
-  if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0 ||
-      w <= 0 || h <= 0 || w > kMaxImageSide || h > kMaxImageSide || uint64_t(w) * uint64_t(h) > kMaxImagePixels) {
-    return std::nullopt;
-  }
-  const tjscalingfactor sf{1, scale_denom > 0 ? scale_denom : 1};
-  const int sw = TJSCALED(w, sf);
-  try {
-    region_buf_.resize(size_t(rect.height) * size_t(sw) * 3);  // room for whole rows: the widest the crop gets
-  } catch (const std::bad_alloc&) {
-    return std::nullopt;
-  }
-  // One more column each side where the image has it: libjpeg upsamples chroma at a cropped
-  // region's first and last columns as at an image edge, so those two may differ from the
-  // whole decode; inside them every pixel is the same.
-  const int x0 = std::max(0, rect.x - 1), x1 = std::min(sw, rect.x + rect.width + 1);
   DecodedRegion region;
   int width = 0;
-  if (!DecodeJpegRows(data, size, sf.denom, x0, rect.y, x1 - x0, rect.height, region_buf_.data(), &region.x,
-                      &width)) {
+  if (!DecodeJpegRows(data, size, scale_denom > 0 ? scale_denom : 1, rect.x, rect.y, rect.width, rect.height,
+                      &region_buf_, &region.x, &width)) {
     return std::nullopt;
   }
   region.y = rect.y;

@@ -37,10 +37,7 @@ bool IsFrameMarker(int m) {
 std::optional<JpegFrame> ScanJpegFrame(const uint8_t* data, size_t size) {
   if (size < 4 || data[0] != 0xFF || data[1] != 0xD8) return std::nullopt;
   JpegFrame f;
-  // A complete file ends with EOI, possibly followed by a little padding some writers leave.
-  const size_t tail = std::min<size_t>(size, 64);
-  for (size_t i = size - tail; i + 1 < size; ++i)
-    if (data[i] == 0xFF && data[i + 1] == 0xD9) f.ends_with_eoi = true;
+  f.ends_with_eoi = JpegEndsWithEoi(data, size);
   size_t pos = 2;
   while (pos + 4 <= size) {
     if (data[pos] != 0xFF) return std::nullopt;

@@ -4,10 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -81,11 +77,8 @@ Result<JsonValue> ParseYaml(const std::string& text, const std::string& source) 
 }
 
 Result<JsonValue> ReadYamlFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return ParseYaml(text.str(), path);
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseYaml(text, path);
 }
 
 Result<JsonValue> ReadJsonOrYamlFile(const std::string& path) {
