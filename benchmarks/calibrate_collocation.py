@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fits the simulator's collocation slowdown model to measured collocation.
 
-The simulator (server/simulator.cc) slows each of n jobs sharing a GPU under MPS by
+The simulator (placement/simulator.cc) slows each of n jobs sharing a GPU under MPS by
     (1 + interference * (n - 1)) * max(1, U / sm_saturation),   U = the jobs' summed activity,
 where a job's activity is the share of the GPU it keeps busy alone. This script takes the
 collocated benchmark's `synthetic` rows (N copies of one model training on data already on

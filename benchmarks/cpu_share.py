@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--image-size", type=int, default=224)
     ap.add_argument("--output", default="float32")
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "server", "coloader"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "coloader"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 

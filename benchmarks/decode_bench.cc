@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "server/transform.h"
+#include "pipeline/transform.h"
 
 namespace fs = std::filesystem;
 using coloader::SampleTransform;
@@ -133,8 +133,8 @@ int main(int argc, char** argv) {
   TransformOptions opts;
   opts.augment.mode = *mode;
   opts.augment.size = args.size;
-  opts.output = coloader::OutputType::kFloat32;
-  opts.layout = coloader::Layout::kNCHW;
+  opts.output = coloader::DType::kFloat32;
+  opts.layout = coloader::TensorLayout::kNCHW;
   opts.dct_scaling = true;
   opts.crop_decode = true;
   RunConfig("dct_region", opts, files, args.passes);

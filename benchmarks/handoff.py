@@ -54,7 +54,7 @@ def main():
     ap.add_argument("--data", required=True)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "server", "coloader"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "coloader"))
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--device", action="store_true", help="the GPU path (producer on cuda:0, consumers map it)")
     # Leave cores free for the consumers: the measurement is of the hand-off, not of the

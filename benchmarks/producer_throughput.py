@@ -63,7 +63,7 @@ def main():
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "server", "coloader"))
+    ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "coloader"))
     ap.add_argument("--gpu-decode", action="store_true", help="also --decode gpu on --device (all workers, then 2)")
     ap.add_argument("--whole-decode", action="store_true", help="also the host path with --no-crop-decode")
     args = ap.parse_args()

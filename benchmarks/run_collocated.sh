@@ -5,6 +5,14 @@
 #
 #   benchmarks/run_collocated.sh --quick       (or --full, --tiny; further collocated.py flags follow)
 #
+# Issue 16's matrix (synthetic / coloader-gpudecode / coloader / dataloader, N = 1, 2, 4,
+# ResNet-18 and -50, 3 repeats) is five device commands, each under 10 minutes (15 configurations
+# of ~20 s, and the dataset: keep it small):
+#   COLLOCATED_IMAGES=5000 benchmarks/run_collocated.sh --gpudecode --stage-times --thread-states \
+#     --shard K/5 --deadline 430                                                        (K = 1..5)
+# then, here, `benchmarks/collocated.py --report OUT1 ... OUT5` merges them (median and
+# spread of the repeats, the producer's CPU per kind of thread, its stage timers).
+#
 # Makes the ImageNet-like dataset from the carried photographs (20,000 images, 1000 classes;
 # COLLOCATED_IMAGES to change) and a small one for the fairness pass, then runs the matrix.
 # Writes under $OUT (default ./out): results.csv, results.md, throughput.png, cpu.png,

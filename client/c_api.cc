@@ -1,6 +1,5 @@
-// The C ABI over coloader::Consumer. Every exported function runs its body inside Guard(),
-// which catches everything (nothing may unwind into C or Python), maps a Status or exception
-// to a coloader_error code and keeps the message in this thread's last-error string.
+// The C ABI over coloader::Consumer. Every exported function runs its body inside Guard()
+// (common/c_abi_internal.h): nothing unwinds into C or Python.
 #include "client/c_api.h"
 
 #include <cstring>
@@ -11,22 +10,13 @@
 #include <string>
 #include <utility>
 
-#include <chrono>
-#include <future>
-#include <thread>
 
 #include "client/consumer.h"
-#include "server/external_source.h"
-#include "server/producer.h"
+#include "common/c_abi_internal.h"
 
 #ifndef COLOADER_VERSION
 #define COLOADER_VERSION "unknown"
 #endif
-
-struct coloader_producer {
-  std::unique_ptr<coloader::Producer> producer;
-  std::future<coloader::Status> loop;  // the session loop, on a thread of its own
-};
 
 struct coloader_consumer {
   std::unique_ptr<coloader::Consumer> impl;
@@ -37,71 +27,31 @@ struct coloader_batch {
   coloader::Batch batch;  // the lease; destroying it acks the producer (never blocks)
 };
 
-namespace {
-
-thread_local std::string t_last_error;
-
-int SetError(int code, std::string message) {
-  // Assigning may allocate; if even that fails, the old message stays. Never throws out.
-  try {
-    t_last_error = std::move(message);
-  } catch (...) {
-  }
-  return code;
-}
-
-int CodeFor(coloader::StatusCode code) {
-  using coloader::StatusCode;
-  switch (code) {
-    case StatusCode::kOk:
-      return COLOADER_OK;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kAlreadyExists:
-      return COLOADER_E_INVALID;
-    case StatusCode::kNotFound:
-      return COLOADER_E_NOT_FOUND;
-    case StatusCode::kIOError:
-      return COLOADER_E_IO;
-    case StatusCode::kProtocolError:
-      return COLOADER_E_PROTOCOL;
-    case StatusCode::kTimeout:
-      return COLOADER_E_TIMEOUT;
-    case StatusCode::kDisconnected:
-    case StatusCode::kCancelled:
-      return COLOADER_E_DISCONNECTED;
-    case StatusCode::kInternal:
-      return COLOADER_E_INTERNAL;
-  }
-  return COLOADER_E_INTERNAL;
-}
-
-int Fail(const coloader::Status& st) { return SetError(CodeFor(st.code()), st.message()); }
-
-// Runs `body` (which returns a coloader_error code) and turns any exception into one.
-template <typename Fn>
-int Guard(const char* what, Fn&& body) noexcept {
-  try {
-    return body();
-  } catch (const std::bad_alloc&) {
-    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": out of memory");
-  } catch (const std::exception& e) {
-    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": " + e.what());
-  } catch (...) {
-    return SetError(COLOADER_E_INTERNAL, std::string(what) + ": unknown exception");
-  }
-}
-
-int NullArgument(const char* what, const char* arg) {
-  return SetError(COLOADER_E_INVALID, std::string(what) + ": " + arg + " is NULL");
-}
-
-}  // namespace
+using coloader::c_abi::Fail;
+using coloader::c_abi::Guard;
+using coloader::c_abi::NullArgument;
+using coloader::c_abi::SetError;
 
 extern "C" {
 
-const char* coloader_last_error(void) { return t_last_error.c_str(); }
+const char* coloader_last_error(void) { return coloader::c_abi::LastError().c_str(); }
 
 const char* coloader_version(void) { return COLOADER_VERSION; }
+
+size_t coloader_struct_size(const char* name) {
+  if (name == nullptr) return 0;
+  if (std::strcmp(name, "consumer_options") == 0) return sizeof(coloader_consumer_options);
+  if (std::strcmp(name, "batch_info") == 0) return sizeof(coloader_batch_info);
+  return 0;
+}
+
+const char* coloader_dtype_name(uint32_t code) {
+  return code <= COLOADER_FLOAT16 ? coloader::DTypeName(static_cast<coloader::DType>(code)) : nullptr;
+}
+
+const char* coloader_layout_name(uint32_t code) {
+  return code <= COLOADER_NCHW ? coloader::TensorLayoutName(static_cast<coloader::TensorLayout>(code)) : nullptr;
+}
 
 int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out) {
   constexpr const char* kWhat = "coloader_consumer_open";
@@ -129,9 +79,21 @@ int coloader_consumer_open(const coloader_consumer_options* options, coloader_co
     o.timeout_ms = options->timeout_ms;
     if (options->client_name != nullptr) o.client_name = options->client_name;
     o.device = options->device != 0;
-    o.wait_for_producer_ms = options->wait_for_producer_ms > 0 ? options->wait_for_producer_ms : 0;
+    o.wait_for_producer_ms = options->wait_for_producer_ms < 0 ? coloader::kDefaultWaitForProducerMs
+                                                               : options->wait_for_producer_ms;
     if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
     if (options->curve_server_key != nullptr) o.curve_server_key = options->curve_server_key;
+    if (options->group != nullptr) o.group = options->group;
+    o.rank = options->rank;
+    o.world_size = options->world_size == 0 ? 1 : options->world_size;
+    o.node_rank = options->node_rank;
+    o.num_nodes = options->num_nodes;
+    if (options->has_expect_seed != 0) o.expect_seed = options->expect_seed;
+    if (options->expect_data_key != nullptr) o.expect_data_key = options->expect_data_key;
+    o.resume = options->resume != 0;
+    o.resume_epoch = options->resume_epoch;
+    o.resume_begin = options->resume_begin;
+    o.resume_samples = options->resume_samples;
 
     auto consumer = std::make_unique<coloader_consumer>();
     auto connected = coloader::Consumer::Connect(std::move(o));
@@ -211,6 +173,43 @@ const char* coloader_consumer_fallback_reason(const coloader_consumer* c) {
   return c != nullptr && c->impl ? c->impl->fallback_reason().c_str() : "";
 }
 
+uint64_t coloader_consumer_seed(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().seed : 0;
+}
+
+const char* coloader_consumer_data_key(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().data_key.c_str() : "";
+}
+
+int32_t coloader_consumer_node_rank(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().node_rank : 0;
+}
+
+int32_t coloader_consumer_num_nodes(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->welcome().num_nodes : 0;
+}
+
+uint64_t coloader_consumer_split_begin(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->split_begin() : 0;
+}
+
+uint64_t coloader_consumer_samples_seen(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->samples_seen() : 0;
+}
+
+int coloader_consumer_resume(coloader_consumer* c, uint64_t epoch, uint64_t begin, uint64_t samples) {
+  constexpr const char* kWhat = "coloader_consumer_resume";
+  return Guard(kWhat, [&]() -> int {
+    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
+    coloader::Status st = c->impl->Resume(epoch, begin, samples);
+    return st.ok() ? COLOADER_OK : Fail(st);
+  });
+}
+
+const char* coloader_consumer_resume_note(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->resume_note().c_str() : "";
+}
+
 void coloader_consumer_close(coloader_consumer* c) {
   if (c == nullptr) return;
   (void)Guard("coloader_consumer_close", [&]() -> int {
@@ -249,93 +248,6 @@ void coloader_batch_release(coloader_batch* b) {
   if (b == nullptr) return;
   // ~Batch queues the ack for the I/O thread (an eventfd write) and never blocks.
   delete b;
-}
-
-// ---- producer fed by the caller --------------------------------------------------------------
-
-int coloader_producer_open(const coloader_producer_options* options, coloader_producer** out) {
-  constexpr const char* kWhat = "coloader_producer_open";
-  return Guard(kWhat, [&]() -> int {
-    if (out == nullptr) return NullArgument(kWhat, "out");
-    *out = nullptr;
-    if (options == nullptr) return NullArgument(kWhat, "options");
-    if (options->name == nullptr) return NullArgument(kWhat, "options->name");
-    if (options->ndim < 1 || options->ndim > 3) {
-      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": a sample has 1 to 3 dimensions, got " +
-                                              std::to_string(options->ndim));
-    }
-    if (options->dtype > 3) {
-      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": unknown dtype code " + std::to_string(options->dtype));
-    }
-    coloader::ProducerOptions o;
-    o.name = options->name;
-    o.external = true;
-    o.batch_size = options->batch_size;
-    o.sample_shape.assign(options->sample_shape, options->sample_shape + options->ndim);
-    o.output = static_cast<coloader::DType>(options->dtype);
-    o.layout = coloader::TensorLayout::kNCHW;  // samples go in as given: C,H,W order
-    o.window = options->window ? options->window : 4;
-    o.min_consumers = options->min_consumers ? options->min_consumers : 1;
-    o.epoch_samples = options->epoch_samples;
-    o.forever = true;  // the caller decides when it is over (coloader_producer_close)
-    o.workers = 1;
-    if (options->heartbeat_ms > 0) o.heartbeat_ms = static_cast<uint32_t>(options->heartbeat_ms);
-    if (options->heartbeat_timeout_ms > 0) o.heartbeat_timeout_ms = static_cast<uint32_t>(options->heartbeat_timeout_ms);
-    o.progress_interval_ms = 0;
-    if (options->tcp_endpoint != nullptr) o.tcp_endpoint = options->tcp_endpoint;
-    if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
-    if (options->authorized_keys_file != nullptr) o.authorized_keys_file = options->authorized_keys_file;
-    o.insecure = options->insecure != 0;
-    auto producer = coloader::Producer::Make(o);
-    if (!producer.ok()) return Fail(producer.status());
-    auto p = std::make_unique<coloader_producer>();
-    p->producer = std::move(*producer);
-    coloader::Producer* raw = p->producer.get();
-    p->loop = std::async(std::launch::async, [raw] { return raw->Run(); });
-    *out = p.release();
-    return COLOADER_OK;
-  });
-}
-
-const char* coloader_producer_tcp_endpoint(const coloader_producer* p) {
-  return p == nullptr ? "" : p->producer->tcp_endpoint().c_str();
-}
-
-int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count, const int64_t* labels,
-                              const int64_t* indices) {
-  constexpr const char* kWhat = "coloader_producer_publish";
-  return Guard(kWhat, [&]() -> int {
-    if (p == nullptr) return NullArgument(kWhat, "producer");
-    coloader::Status st = p->producer->external_source()->Publish(data, count, labels, indices);
-    return st.ok() ? COLOADER_OK : Fail(st);
-  });
-}
-
-int coloader_producer_end_epoch(coloader_producer* p) {
-  constexpr const char* kWhat = "coloader_producer_end_epoch";
-  return Guard(kWhat, [&]() -> int {
-    if (p == nullptr) return NullArgument(kWhat, "producer");
-    coloader::Status st = p->producer->external_source()->EndEpoch();
-    return st.ok() ? COLOADER_OK : Fail(st);
-  });
-}
-
-int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
-  constexpr const char* kWhat = "coloader_producer_close";
-  if (p == nullptr) return COLOADER_OK;
-  std::unique_ptr<coloader_producer> owned(p);
-  return Guard(kWhat, [&]() -> int {
-    // No more batches: the loop ends once consumers have released every published one.
-    owned->producer->external_source()->Finish();
-    if (timeout_ms > 0 &&
-        owned->loop.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
-      owned->producer->Stop();  // consumers are told; the loop returns at once
-    }
-    coloader::Status st = owned->loop.get();
-    owned->producer.reset();
-    if (st.ok() || st.code() == coloader::StatusCode::kCancelled) return COLOADER_OK;
-    return Fail(st);
-  });
 }
 
 }  // extern "C"

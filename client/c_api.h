@@ -9,30 +9,15 @@
 #ifndef COLOADER_C_API_H_
 #define COLOADER_C_API_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
-/* The library is built with hidden visibility; only what is marked here is exported. */
-#if defined(__GNUC__) || defined(__clang__)
-#define COLOADER_C_EXPORT __attribute__((visibility("default")))
-#else
-#define COLOADER_C_EXPORT
-#endif
+#include "common/c_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-enum coloader_error {
-  COLOADER_OK = 0,
-  COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch) */
-  COLOADER_E_INVALID = -1,
-  COLOADER_E_NOT_FOUND = -2,
-  COLOADER_E_IO = -3,
-  COLOADER_E_PROTOCOL = -4,
-  COLOADER_E_TIMEOUT = -5,
-  COLOADER_E_DISCONNECTED = -6,
-  COLOADER_E_INTERNAL = -7,
-};
 
 typedef struct coloader_consumer coloader_consumer;
 typedef struct coloader_batch coloader_batch;
@@ -54,13 +39,39 @@ typedef struct coloader_consumer_options {
    * know this field gets the host path. */
   int32_t device;
   /* Appended after `device`. A producer not (yet) running: wait this many ms for it to come
-   * up (jobs started together with it); 0 fails at once with COLOADER_E_NOT_FOUND. */
+   * up (jobs started together with it; said once on stderr); 0 fails at once with
+   * COLOADER_E_NOT_FOUND; negative: the default wait (60 s). */
   int32_t wait_for_producer_ms;
   /* Appended after `wait_for_producer_ms`. A tcp:// endpoint whose producer takes CURVE keys:
    * the path of this consumer's key pair file and the producer's public key (Z85 text or a
    * .pub file), both from `coloader keygen`; NULL for a local or --insecure producer. */
   const char* curve_key_file;
   const char* curve_server_key;
+  /* Appended after `curve_server_key`: consumer groups (docs/DISTRIBUTED.md). Rank `rank` of
+   * the `world_size` ranks of one data-parallel job, all giving the same `group` name; each
+   * rank gets its share of every epoch (common/split.h), all the same number of batches.
+   * NULL or "" group: a plain consumer (rank and world_size must then be 0/0 or 0/1). A
+   * world_size of 0 is taken as 1, so a zeroed struct is a plain consumer. */
+  const char* group;
+  uint32_t rank;
+  uint32_t world_size;
+  /* The node share this job expects the producer to serve (its --rank of --world-size);
+   * num_nodes 0: not stated, not checked. */
+  int32_t node_rank;
+  int32_t num_nodes;
+  /* What a saved state expects: nonzero has_expect_seed checks expect_seed; a non-empty
+   * expect_data_key checks the producer's data key. The producer refuses a mismatch
+   * (COLOADER_E_INVALID, naming both sides). */
+  int32_t has_expect_seed;
+  uint64_t expect_seed;
+  const char* expect_data_key;
+  /* Nonzero: resume a saved state: in epoch resume_epoch, whose split began at position
+   * resume_begin, this rank had taken resume_samples samples (coloader_consumer_resume_note()
+   * says what could not be resumed exactly). */
+  int32_t resume;
+  uint64_t resume_epoch;
+  uint64_t resume_begin;
+  uint64_t resume_samples;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */
@@ -69,8 +80,8 @@ typedef struct coloader_batch_info {
   const int64_t* indices; /* host memory: the dataset index of each sample */
   const int64_t* labels;  /* host memory (on both paths) */
   uint32_t size;         /* samples */
-  uint32_t dtype;        /* 0 uint8, 1 float32, 2 bfloat16, 3 float16 */
-  uint32_t layout;       /* 0 NHWC, 1 NCHW */
+  uint32_t dtype;        /* enum coloader_dtype */
+  uint32_t layout;       /* enum coloader_layout */
   uint32_t ndim;         /* 4 */
   int64_t shape[4];
   uint64_t bytes;
@@ -84,6 +95,13 @@ typedef struct coloader_batch_info {
 
 COLOADER_C_EXPORT const char* coloader_last_error(void);
 COLOADER_C_EXPORT const char* coloader_version(void);
+/* sizeof the named struct as this library was built ("consumer_options", "batch_info"), 0 for
+ * an unknown name: bindings that lay the structs out themselves check theirs against it. */
+COLOADER_C_EXPORT size_t coloader_struct_size(const char* name);
+/* The names of the codes of enum coloader_dtype and coloader_layout ("uint8", "nchw"), NULL
+ * past the last one: bindings read the vocabulary from here. */
+COLOADER_C_EXPORT const char* coloader_dtype_name(uint32_t code);
+COLOADER_C_EXPORT const char* coloader_layout_name(uint32_t code);
 
 COLOADER_C_EXPORT int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out);
 /* 0 when an epoch began; COLOADER_END when the producer has no more epochs. */
@@ -113,54 +131,27 @@ COLOADER_C_EXPORT int32_t coloader_consumer_on_device(const coloader_consumer* c
 /* Why the device path was asked for but is not used ("" when it is, or was not asked for).
  * Owned by the consumer, valid until coloader_consumer_close(); never NULL. */
 COLOADER_C_EXPORT const char* coloader_consumer_fallback_reason(const coloader_consumer* c);
+/* The producer's sampler seed and data key (a hex string owned by the consumer, valid until
+ * close; "" for NULL): what a saved state records and a resumed one checks. */
+COLOADER_C_EXPORT uint64_t coloader_consumer_seed(const coloader_consumer* c);
+COLOADER_C_EXPORT const char* coloader_consumer_data_key(const coloader_consumer* c);
+/* The producer's node shard: its --rank and --world-size. */
+COLOADER_C_EXPORT int32_t coloader_consumer_node_rank(const coloader_consumer* c);
+COLOADER_C_EXPORT int32_t coloader_consumer_num_nodes(const coloader_consumer* c);
+/* In a group (or resuming): where the current epoch's split began, and the samples this rank
+ * has taken in it (a resumed rank counts those of its saved state). */
+COLOADER_C_EXPORT uint64_t coloader_consumer_split_begin(const coloader_consumer* c);
+COLOADER_C_EXPORT uint64_t coloader_consumer_samples_seen(const coloader_consumer* c);
+/* Resumes a saved state on this connection (as the resume fields of the options would): only
+ * before the first coloader_consumer_next_epoch(), else COLOADER_E_INVALID. */
+COLOADER_C_EXPORT int coloader_consumer_resume(coloader_consumer* c, uint64_t epoch, uint64_t begin, uint64_t samples);
+/* What a resume could not give exactly ("" when it did, or none was asked); owned by the
+ * consumer, valid until close; never NULL. */
+COLOADER_C_EXPORT const char* coloader_consumer_resume_note(const coloader_consumer* c);
 COLOADER_C_EXPORT void coloader_consumer_close(coloader_consumer* c);               /* NULL is fine */
 
 COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out);
 COLOADER_C_EXPORT void coloader_batch_release(coloader_batch* b);                   /* NULL is fine */
-
-/* ---- A producer fed by the caller (the Python-fed producer) ---------------------------------
- * The caller publishes batches it made itself (e.g. from a torch DataLoader): each sample is a
- * tensor of one fixed shape and dtype plus an int64 label. The producer serves them through
- * the same ring, protocol and semantics as `coloader serve`: consumers of any batch size see
- * exact epochs. The session loop runs on a thread of its own; publish blocks while the ring is
- * full (back-pressure) and is for one thread. */
-typedef struct coloader_producer coloader_producer;
-
-typedef struct coloader_producer_options {
-  const char* name;          /* consumers connect by it */
-  uint32_t batch_size;       /* the most samples one publish carries */
-  uint32_t ndim;             /* of one sample, 1 to 3 */
-  int64_t sample_shape[3];   /* e.g. {3, 224, 224} */
-  uint32_t dtype;            /* 0 uint8, 1 float32, 2 bfloat16, 3 float16 */
-  uint32_t window;           /* ring slots; 0: 4 */
-  uint32_t min_consumers;    /* 0: 1 */
-  uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
-  int32_t heartbeat_ms;      /* 0: 500 */
-  int32_t heartbeat_timeout_ms; /* 0: 5000 */
-  /* Consumers on other machines (host path, batches sent over the network): NULL for local
-   * consumers only, else "tcp://HOST:PORT" (port * picks a free one). It needs CURVE keys, a
-   * key pair from `coloader keygen` and the consumers' public keys, or `insecure`. */
-  const char* tcp_endpoint;
-  const char* curve_key_file;        /* this producer's key pair (NAME.key) */
-  const char* authorized_keys_file;  /* the consumers' public keys it accepts, one per line */
-  int32_t insecure;                  /* nonzero: tcp without authentication (trusted networks only) */
-} coloader_producer_options;
-
-COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* options,
-                                             coloader_producer** out);
-/* The tcp:// endpoint it listens on, port resolved ("" without one); valid until close. */
-COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_producer* p);
-/* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
- * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
- * and no consumer releases one; COLOADER_E_DISCONNECTED if the producer stopped. `indices`
- * may be NULL: the samples' positions in the epoch are used as their indices. */
-COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count,
-                                                const int64_t* labels, const int64_t* indices);
-/* Ends the current epoch: its last published batch is marked last-in-epoch. */
-COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
-/* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
- * as long as any consumer lives), says goodbye to them, and frees the producer. */
-COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
 
 #ifdef __cplusplus
 }  /* extern "C" */

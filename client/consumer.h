@@ -22,15 +22,19 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/protocol.h"
+#include "common/split.h"
 #include "common/status.h"
 
 namespace coloader {
+
+inline constexpr int kDefaultWaitForProducerMs = 60000;
 
 struct ConsumerOptions {
   std::string name;                // producer name (resolved in the per-user run directory)
@@ -39,8 +43,10 @@ struct ConsumerOptions {
   bool drop_last = false;          // drop each epoch's last batch if it is short
   bool wait_for_epoch = false;     // join at the next epoch boundary, not mid-epoch
   int connect_timeout_ms = 5000;   // for the handshake
-  int wait_for_producer_ms = 0;    // a producer not (yet) running: wait this long for it to
-                                   // appear (jobs started together with it), 0: fail at once
+  int wait_for_producer_ms = kDefaultWaitForProducerMs;
+                                   // a producer not (yet) running: wait this long for it to
+                                   // appear (jobs started together with it; said once on
+                                   // stderr), 0: fail at once
   int timeout_ms = 0;              // max wait for one batch; 0 waits as long as the producer lives
   bool device = false;             // batches in the producer's GPU memory when it has a device
                                    // ring and this process can map it; otherwise the host path
@@ -50,6 +56,29 @@ struct ConsumerOptions {
   // producer started with --insecure. Batches arrive as message payload (no shared memory).
   std::string curve_key_file;
   std::string curve_server_key;
+
+  // Consumer group (docs/DISTRIBUTED.md): rank `rank` of the `world_size` ranks of one
+  // data-parallel job, all using the name `group`. Every member reads the whole stream and
+  // keeps its share (common/split.h); the producer serves them once all are attached. Empty
+  // group: a plain consumer that sees every sample.
+  std::string group;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // Which node's share of the global permutation this job expects the producer to serve
+  // (its --rank of --world-size); num_nodes 0: not stated, not checked.
+  int32_t node_rank = 0;
+  int32_t num_nodes = 0;
+  // What a saved state expects (unset: not checked).
+  std::optional<uint64_t> expect_seed;
+  std::string expect_data_key;
+  // Resume a saved state: in epoch `resume_epoch`, whose split began at position
+  // `resume_begin`, this member had taken `resume_samples` samples. It skips exactly those
+  // when the producer still serves that epoch at or before the group's resume point;
+  // otherwise it says so (resume_note()) and continues at the next whole epoch.
+  bool resume = false;
+  uint64_t resume_epoch = 0;
+  uint64_t resume_begin = 0;
+  uint64_t resume_samples = 0;
 };
 
 namespace internal {
@@ -60,15 +89,39 @@ struct Piece {
   std::shared_ptr<SlotLease> lease;
   uint32_t offset = 0, count = 0;
 };
+// A sample a group member takes a second time as padding (common/split.h), copied as the
+// stream passed it: host pixels, or a place in the device stash.
+struct PadSample {
+  int64_t index = 0, label = 0;
+  std::vector<uint8_t> pixels;
+  uint32_t device_slot = 0;
+};
+// Owners of a gathered batch's private memory. Each deleter holds the consumer's state, so the
+// memory can outlive the Consumer: a host buffer goes back to the consumer's pool, a device
+// buffer is freed in order on the stream that read it (after the reads).
+struct ReturnToPool {
+  std::shared_ptr<ConsumerState> state;
+  uint64_t capacity = 0;
+  void operator()(uint8_t* p) const noexcept;
+};
+struct FreeOnStream {
+  std::shared_ptr<ConsumerState> state;
+  void* stream = nullptr;
+  void operator()(uint8_t* p) const noexcept;
+};
+using HostBuffer = std::unique_ptr<uint8_t[], ReturnToPool>;
+using DeviceBuffer = std::unique_ptr<uint8_t, FreeOnStream>;
 }  // namespace internal
 
 class Batch {
  public:
-  Batch(Batch&&) noexcept;
-  Batch& operator=(Batch&&) noexcept;
+  // Moves by default: every resource is held by an owning member (the leases, the gathered
+  // buffers); a moved-from Batch holds nothing and its views are not to be used.
+  Batch(Batch&&) noexcept = default;
+  Batch& operator=(Batch&&) noexcept = default;
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
-  ~Batch();
+  ~Batch() = default;
 
   uint32_t size() const { return count_; }  // samples
   // The tensor: host memory, or device memory of device() when device() >= 0.
@@ -98,12 +151,12 @@ class Batch {
  private:
   friend class Consumer;
   Batch() = default;
+  // Destroyed last to first: the device buffer is freed (stream-ordered) before the leases go.
   std::shared_ptr<internal::ConsumerState> state_;
-  std::vector<std::shared_ptr<internal::SlotLease>> leases_;
-  std::unique_ptr<uint8_t[]> owned_;  // gathered on the host; recycled through the consumer's pool
-  uint64_t owned_capacity_ = 0;
+  std::vector<std::shared_ptr<internal::SlotLease>> leases_;  // the last reference to a slot acks it
+  internal::HostBuffer owned_;  // gathered on the host; recycled through the consumer's pool
   std::vector<int64_t> owned_indices_, owned_labels_;
-  uint8_t* owned_device_ = nullptr;  // gathered on the device (stream-ordered allocation)
+  internal::DeviceBuffer owned_device_;  // gathered on the device (stream-ordered allocation)
   void* stream_ = nullptr;
   int device_ = -1;
   const int64_t* device_labels_ = nullptr;
@@ -131,8 +184,19 @@ class Consumer {
   Result<std::optional<Batch>> Next(void* stream = nullptr);
 
   uint64_t epoch() const;      // the current epoch's number (the producer's count)
-  bool partial() const;        // this epoch began mid-way (late join)
-  uint64_t size() const;       // batches per whole epoch for this consumer's batch size
+  bool partial() const;        // this epoch began mid-way (late join, or resumed)
+  uint64_t size() const;       // batches per whole epoch for this consumer's batch size (and
+                               // in a group, for this rank's share)
+  // In a group (or resuming): where this epoch's split began, and the samples this member
+  // has taken in the epoch (a resumed member counts those of its saved state).
+  uint64_t split_begin() const;
+  uint64_t samples_seen() const;
+  // Resumes a saved state (see ConsumerOptions::resume) on this connection; only before the
+  // first NextEpoch(), when what was published since the handshake is still unread.
+  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples);
+  // What a resume did not give exactly (the producer had moved past the saved point); "" if
+  // it did, or none was asked for.
+  const std::string& resume_note() const;
   uint32_t batch_size() const;
   const SlotTable& slots() const;
   const Welcome& welcome() const;
@@ -146,6 +210,8 @@ class Consumer {
 
  private:
   explicit Consumer(std::shared_ptr<internal::ConsumerState> state);
+  // Connect's body; may throw zmq::error_t, which Connect turns into a Status.
+  static Result<std::unique_ptr<Consumer>> Handshake(ConsumerOptions opts);
   // The next announcement (a pushed-back one first); nullopt once the producer said Bye.
   Result<std::optional<BatchAnnouncement>> Take();
   Status SkipRestOfEpoch();
@@ -153,6 +219,18 @@ class Consumer {
   // their slots.
   Status Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream);
 
+  // Groups (group.cc). Plans the epoch's split from its first announcement `a`, applying a
+  // pending resume; false when this epoch is to be skipped whole (by a resume).
+  Result<bool> StartSplit(const BatchAnnouncement& a);
+  Result<std::optional<Batch>> NextInGroup(void* stream);
+  // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into
+  // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes.
+  Status Advance(uint64_t upto, uint64_t take_from, std::vector<internal::Piece>* pieces,
+                 std::optional<Batch>* gathered, void* stream);
+  Status Stash(uint32_t from, uint32_t n, void* stream);
+  Status AppendPadding(Batch& b, void* stream);
+  void FreeStash();
+  bool split_mode() const;  // in a group, or resuming: batches follow common/split.h
   std::shared_ptr<internal::ConsumerState> state_;
   // The iteration cursor; touched only by the thread that calls NextEpoch/Next.
   std::optional<BatchAnnouncement> pending_;       // read ahead, belongs to a later epoch
@@ -165,6 +243,19 @@ class Consumer {
   bool in_epoch_ = false;
   bool epoch_ended_ = false;
   bool stream_ended_ = false;
+  // Groups: this epoch's split, the next batch of it, and whether the stream has passed the
+  // epoch's end (a member's share can end before the stream's epoch does).
+  SplitSpec split_{};
+  SplitPlan plan_{};
+  uint64_t group_batch_ = 0;
+  uint64_t samples_seen_ = 0;
+  bool stream_epoch_done_ = false;
+  bool resume_pending_ = false;
+  std::string resume_note_;
+  std::vector<Segment> padding_;
+  std::map<uint64_t, internal::PadSample> stash_;
+  uint8_t* stash_device_ = nullptr;  // device path: labels, then samples, for padding_
+  void* stash_stream_ = nullptr;
 };
 
 }  // namespace coloader

@@ -5,9 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <set>
+
+#include "common/shm.h"
 
 namespace coloader {
 
@@ -68,43 +74,92 @@ Result<std::string> RunDir() {
   return dir;
 }
 
-Result<ProducerPaths> PathsFor(const std::string& name) {
-  RETURN_NOT_OK(ValidateName(name));
-  ASSIGN_OR_RETURN(std::string dir, RunDir());
+namespace {
+
+// Two run directories (COLOADER_RUN_DIR) may reuse a name: keep their rings apart by hashing
+// the directory into the shm name. The prefix every object of this run directory starts with.
+std::string ShmPrefix(const std::string& dir) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : dir) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  return "coloader-" + std::to_string(::geteuid()) + "-" + std::to_string(h % 1000003) + "-";
+}
+
+ProducerPaths PathsIn(const std::string& dir, const std::string& name) {
   ProducerPaths p;
   p.socket = dir + "/" + name + ".sock";
   p.endpoint = "ipc://" + p.socket;
   p.lock = dir + "/" + name + ".lock";
-  // Two run directories (COLOADER_RUN_DIR) may reuse a name: keep their rings apart by
-  // hashing the directory into the shm name.
-  uint64_t h = 1469598103934665603ull;
-  for (char c : dir) h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
-  p.shm_name = "coloader-" + std::to_string(::geteuid()) + "-" + std::to_string(h % 1000003) +
-               "-" + name;
+  p.shm_name = ShmPrefix(dir) + name;
+  p.mailbox_shm_name = p.shm_name + ".mbox";
   return p;
 }
 
+uint64_t FileBytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+Result<ProducerPaths> PathsFor(const std::string& name) {
+  RETURN_NOT_OK(ValidateName(name));
+  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  return PathsIn(dir, name);
+}
+
 Result<NameLock> NameLock::Acquire(const std::string& lock_path) {
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::FromErrno("cannot open lock file " + lock_path, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int err = errno;
-    char buf[32] = {};
-    ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-    ::close(fd);
-    if (err == EWOULDBLOCK) {
-      std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
-      while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-      return Status::AlreadyExists("a producer is already running under this name (pid " + pid +
-                                   ", lock " + lock_path + "); stop it or choose another --name");
+  // A holder unlinks the file while it still holds the lock (Release, `coloader clean`), so
+  // the file we opened may be gone by the time our flock succeeds: then the lock is on an
+  // orphan that nobody else will ever look at, and we try again on the path's new file.
+  for (int attempt = 0;; ++attempt) {
+    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::FromErrno("cannot open lock file " + lock_path, errno);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int err = errno;
+      char buf[32] = {};
+      ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      ::close(fd);
+      if (err == EWOULDBLOCK) {
+        std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+        while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+        return Status::AlreadyExists("a producer is already running under this name (pid " + pid +
+                                     ", lock " + lock_path + "); stop it or choose another --name");
+      }
+      return Status::FromErrno("cannot lock " + lock_path, err);
     }
-    return Status::FromErrno("cannot lock " + lock_path, err);
+    struct stat held {}, now {};
+    if (::fstat(fd, &held) == 0 && ::stat(lock_path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev) {
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      const uint32_t previous = n > 0 ? static_cast<uint32_t>(std::strtoul(buf, nullptr, 10)) : 0;
+      std::string pid = std::to_string(::getpid()) + "\n";
+      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+        // The pid is informative only; the lock itself is what matters.
+      }
+      return NameLock(fd, lock_path, previous);
+    }
+    ::close(fd);
+    if (attempt >= 100) return Status::IOError("lock file " + lock_path + " keeps being replaced; is something removing it?");
   }
-  std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
-    // The pid is informative only; the lock itself is what matters.
-  }
-  return NameLock(fd, lock_path);
 }
 
 bool NameLock::IsHeld(const std::string& lock_path) {
@@ -120,6 +175,7 @@ NameLock& NameLock::operator=(NameLock&& o) noexcept {
     if (fd_ >= 0) ::close(fd_);
     fd_ = o.fd_;
     path_ = std::move(o.path_);
+    previous_pid_ = o.previous_pid_;
     o.fd_ = -1;
   }
   return *this;
@@ -135,6 +191,71 @@ void NameLock::Release() {
   ::unlink(path_.c_str());
   ::close(fd_);
   fd_ = -1;
+}
+
+std::vector<std::string> RemoveProducerLeftovers(const ProducerPaths& p) {
+  std::vector<std::string> removed;
+  for (const std::string& shm : {p.shm_name, p.mailbox_shm_name}) {
+    if (SharedMemory::Remove(shm)) removed.push_back(std::string(kShmDir) + "/" + shm);
+  }
+  if (::unlink(p.socket.c_str()) == 0) removed.push_back(p.socket);
+  return removed;
+}
+
+Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments) {
+  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  // Names with anything in the run directory or in /dev/shm under this directory's prefix.
+  std::set<std::string> names;
+  for (const std::string& f : ListDir(dir)) {
+    for (const char* ext : {".sock", ".lock"}) {
+      if (EndsWith(f, ext)) names.insert(f.substr(0, f.size() - std::strlen(ext)));
+    }
+  }
+  const std::string prefix = ShmPrefix(dir);
+  const std::string mine = "coloader-" + std::to_string(::geteuid()) + "-";
+  if (foreign_segments) *foreign_segments = 0;
+  for (const std::string& f : ListDir(kShmDir)) {
+    if (f.compare(0, prefix.size(), prefix) == 0) {
+      std::string name = f.substr(prefix.size());
+      if (EndsWith(name, ".mbox")) name.resize(name.size() - 5);
+      names.insert(name);
+    } else if (foreign_segments && f.compare(0, mine.size(), mine) == 0) {
+      ++*foreign_segments;
+    }
+  }
+  std::vector<Leftover> out;
+  for (const std::string& name : names) {
+    if (!ValidateName(name).ok()) continue;  // not a producer's file
+    const ProducerPaths p = PathsIn(dir, name);
+    if (NameLock::IsHeld(p.lock)) continue;  // a live producer: not a leftover
+    const std::string ring = std::string(kShmDir) + "/" + p.shm_name;
+    const std::string mbox = std::string(kShmDir) + "/" + p.mailbox_shm_name;
+    if (Exists(ring)) out.push_back({name, "ring", ring, FileBytes(ring)});
+    if (Exists(mbox)) out.push_back({name, "mailboxes", mbox, FileBytes(mbox)});
+    if (Exists(p.socket)) out.push_back({name, "socket", p.socket, 0});
+    if (Exists(p.lock)) out.push_back({name, "lock", p.lock, 0});
+  }
+  return out;
+}
+
+Result<std::vector<Leftover>> CleanLeftovers() {
+  ASSIGN_OR_RETURN(std::vector<Leftover> found, FindLeftovers());
+  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  std::map<std::string, std::vector<Leftover>> by_name;
+  for (Leftover& l : found) by_name[l.name].push_back(std::move(l));
+  std::vector<Leftover> removed;
+  for (auto& [name, items] : by_name) {
+    // Taking the name's lock is what makes this safe: while we hold it no producer of that
+    // name can start, and if one started since the listing, we fail to take it and skip.
+    Result<NameLock> lock = NameLock::Acquire(PathsIn(dir, name).lock);
+    if (!lock.ok()) continue;
+    RemoveProducerLeftovers(PathsIn(dir, name));
+    lock->Release();  // removes the lock file, which was a leftover too
+    for (Leftover& l : items) {
+      if (!Exists(l.path)) removed.push_back(std::move(l));
+    }
+  }
+  return removed;
 }
 
 }  // namespace coloader

@@ -5,10 +5,17 @@
 //   socket      ipc://<run dir>/<name>.sock
 //   lock        <run dir>/<name>.lock   (flock held by the live producer; tells a crashed
 //                                        producer's leftovers from a running one)
-//   ring        /dev/shm/coloader-<uid>-<name>
+//   ring        /dev/shm/coloader-<uid>-<hash of the run dir>-<name>
+//   mailboxes   /dev/shm/coloader-<uid>-<hash of the run dir>-<name>.mbox
+//
+// A producer that dies by SIGKILL (or a container stopped under it) leaves its socket, lock file
+// and both shared-memory objects behind. The lock says whether their owner is alive: the next
+// producer of the name, `coloader status` and `coloader clean` reclaim only what a dead one left.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -25,7 +32,8 @@ struct ProducerPaths {
   std::string endpoint;   // ipc://.../<name>.sock
   std::string socket;     // the socket file itself
   std::string lock;
-  std::string shm_name;   // for shm_open (no leading slash; Boost adds it)
+  std::string shm_name;   // the ring, for shm_open (no leading slash: SharedMemory adds it)
+  std::string mailbox_shm_name;  // the consumers' mailboxes
 };
 Result<ProducerPaths> PathsFor(const std::string& name);
 
@@ -38,7 +46,9 @@ class NameLock {
   // True if some process holds the lock now (a live producer).
   static bool IsHeld(const std::string& lock_path);
 
-  NameLock(NameLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  NameLock(NameLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), previous_pid_(o.previous_pid_) {
+    o.fd_ = -1;
+  }
   NameLock& operator=(NameLock&& o) noexcept;
   NameLock(const NameLock&) = delete;
   NameLock& operator=(const NameLock&) = delete;
@@ -46,11 +56,39 @@ class NameLock {
 
   // Unlocks and removes the lock file (normal exit).
   void Release();
+  // The pid the lock file named when it was taken: a producer that died holding the name
+  // (0 when the file was new or named nobody).
+  uint32_t previous_pid() const { return previous_pid_; }
 
  private:
-  NameLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  NameLock(int fd, std::string path, uint32_t previous)
+      : fd_(fd), path_(std::move(path)), previous_pid_(previous) {}
   int fd_ = -1;
   std::string path_;
+  uint32_t previous_pid_ = 0;
 };
+
+// With the name's lock held (so its owner is dead): removes what a producer of this name left
+// behind, its ring, its mailboxes and its socket. Returns the paths it removed.
+std::vector<std::string> RemoveProducerLeftovers(const ProducerPaths& paths);
+
+// Something a dead producer left: a shared-memory object, a socket or a lock file.
+struct Leftover {
+  std::string name;  // the producer's name
+  std::string kind;  // "ring", "mailboxes", "socket", "lock"
+  std::string path;
+  uint64_t bytes = 0;
+};
+
+// Leftovers of dead producers of this run directory: its sockets and lock files whose lock no
+// process holds, and the shared-memory objects of those names (this user's, in /dev/shm).
+// A live producer's files are never listed. `foreign_segments` (if given) counts this user's
+// coloader objects in /dev/shm that belong to other run directories, whose owners cannot be
+// judged from here.
+Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments = nullptr);
+
+// Removes the leftovers of every dead producer of this run directory, each under its name lock
+// (a producer that starts meanwhile keeps its name and its files). Returns what was removed.
+Result<std::vector<Leftover>> CleanLeftovers();
 
 }  // namespace coloader

@@ -82,9 +82,10 @@ uint64_t MailboxArea::BytesFor(uint32_t count, uint32_t capacity) {
   return uint64_t{count} * (sizeof(MailboxHeader) + uint64_t{capacity} * sizeof(MailboxEntry));
 }
 
-Result<MailboxArea> MailboxArea::Create(const std::string& name, uint32_t count, uint32_t capacity) {
+Result<MailboxArea> MailboxArea::Create(const std::string& name, uint32_t count, uint32_t capacity,
+                                        bool* no_space) {
   MailboxArea a;
-  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Create(name, BytesFor(count, capacity)));
+  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Create(name, BytesFor(count, capacity), {}, no_space));
   a.count_ = count;
   a.capacity_ = capacity;
   return a;  // fresh shared memory is zero: every mailbox is free and empty

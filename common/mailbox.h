@@ -75,7 +75,9 @@ class Mailbox {
 class MailboxArea {
  public:
   static uint64_t BytesFor(uint32_t count, uint32_t capacity);
-  static Result<MailboxArea> Create(const std::string& name, uint32_t count, uint32_t capacity);
+  // Reserves all of its space (SharedMemory::Create); *no_space as there.
+  static Result<MailboxArea> Create(const std::string& name, uint32_t count, uint32_t capacity,
+                                    bool* no_space = nullptr);
   static Result<MailboxArea> Open(const std::string& name, uint32_t count, uint32_t capacity);
   MailboxArea() = default;
 

@@ -40,22 +40,9 @@ Result<ProcessWatch> ProcessWatch::Open(int pid) {
   return ProcessWatch(static_cast<int>(fd));
 }
 
-ProcessWatch& ProcessWatch::operator=(ProcessWatch&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-ProcessWatch::~ProcessWatch() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 bool ProcessWatch::Exited() const {
-  if (fd_ < 0) return false;
-  pollfd p{fd_, POLLIN, 0};
+  if (!fd_.valid()) return false;
+  pollfd p{fd_.get(), POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace coloader {
 
@@ -22,20 +23,15 @@ class ProcessWatch {
  public:
   static Result<ProcessWatch> Open(int pid);
   ProcessWatch() = default;
-  ProcessWatch(ProcessWatch&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  ProcessWatch& operator=(ProcessWatch&& o) noexcept;
-  ProcessWatch(const ProcessWatch&) = delete;
-  ProcessWatch& operator=(const ProcessWatch&) = delete;
-  ~ProcessWatch();
 
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
   // True once the process has exited (non-blocking).
   bool Exited() const;
 
  private:
   explicit ProcessWatch(int fd) : fd_(fd) {}
-  int fd_ = -1;
+  UniqueFd fd_;  // move-only through it
 };
 
 }  // namespace coloader

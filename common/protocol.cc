@@ -32,6 +32,7 @@ const char* ByeReasonName(ByeReason r) {
     case ByeReason::kDetached: return "detached";
     case ByeReason::kLeaving: return "leaving";
     case ByeReason::kRejected: return "rejected";
+    case ByeReason::kGroupBroken: return "group broken";
   }
   return "?";
 }
@@ -179,10 +180,30 @@ void Encode(Writer& w, const Hello& m) {
   w.Put(m.flags);
   w.PutString(m.client_name);
   w.PutString(m.device_uuid);
+  w.PutString(m.group);
+  w.Put(m.rank);
+  w.Put(m.world_size);
+  w.Put(m.node_rank);
+  w.Put(m.num_nodes);
+  w.Put(m.expect_seed);
+  w.PutString(m.expect_data_key);
 }
 bool DecodeBody(Reader& r, Hello* m) {
-  return r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name) &&
-         r.GetString(&m->device_uuid);
+  if (!(r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name) &&
+        r.GetString(&m->device_uuid) && r.GetString(&m->group) && r.Get(&m->rank) && r.Get(&m->world_size) &&
+        r.Get(&m->node_rank) && r.Get(&m->num_nodes) && r.Get(&m->expect_seed) && r.GetString(&m->expect_data_key)))
+    return false;
+  // The producer acts on these (a rank indexes its group's table): bound them here.
+  if (m->world_size < 1 || m->world_size > kMaxGroupSize || m->rank >= m->world_size) {
+    r.SetError("rank " + std::to_string(m->rank) + " of a group of " + std::to_string(m->world_size) +
+               " (1 to " + std::to_string(kMaxGroupSize) + " ranks)");
+    return false;
+  }
+  if (m->num_nodes < 0 || (m->num_nodes > 0 && (m->node_rank < 0 || m->node_rank >= m->num_nodes))) {
+    r.SetError("node " + std::to_string(m->node_rank) + " of " + std::to_string(m->num_nodes));
+    return false;
+  }
+  return true;
 }
 
 void PutDeviceTable(Writer& w, const DeviceTable& d) {
@@ -250,6 +271,10 @@ void Encode(Writer& w, const Welcome& m) {
   w.Put(m.mailbox_index);
   w.Put(m.mailbox_count);
   w.Put(m.mailbox_capacity);
+  w.Put(m.seed);
+  w.PutString(m.data_key);
+  w.Put(m.node_rank);
+  w.Put(m.num_nodes);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
@@ -264,8 +289,13 @@ bool DecodeBody(Reader& r, Welcome* m) {
   m->has_device = has_device == 1;
   if (m->has_device && !GetDeviceTable(r, m->slots, &m->device)) return false;
   if (!(r.GetString(&m->mailbox_name) && r.Get(&m->mailbox_index) && r.Get(&m->mailbox_count) &&
-        r.Get(&m->mailbox_capacity)))
+        r.Get(&m->mailbox_capacity) && r.Get(&m->seed) && r.GetString(&m->data_key) && r.Get(&m->node_rank) &&
+        r.Get(&m->num_nodes)))
     return false;
+  if (m->num_nodes < 1 || m->node_rank < 0 || m->node_rank >= m->num_nodes) {
+    r.SetError("producer shard " + std::to_string(m->node_rank) + " of " + std::to_string(m->num_nodes));
+    return false;
+  }
   if (!m->mailbox_name.empty() &&
       (m->mailbox_index >= m->mailbox_count || m->mailbox_capacity == 0 || m->mailbox_count > 65536 ||
        m->mailbox_capacity > 65536)) {
@@ -282,7 +312,7 @@ void Encode(Writer& w, const Reject& m) {
 bool DecodeBody(Reader& r, Reject* m) {
   uint16_t code = 0;
   if (!(r.Get(&code) && r.GetString(&m->reason))) return false;
-  if (code < 1 || code > 3) {
+  if (code < 1 || code > static_cast<uint16_t>(RejectCode::kMismatch)) {
     r.SetError("unknown reject code " + std::to_string(code));
     return false;
   }
@@ -329,7 +359,7 @@ void Encode(Writer& w, const Bye& m) {
 bool DecodeBody(Reader& r, Bye* m) {
   uint16_t reason = 0;
   if (!(r.Get(&reason) && r.GetString(&m->message))) return false;
-  if (reason < 1 || reason > 5) {
+  if (reason < 1 || reason > static_cast<uint16_t>(ByeReason::kGroupBroken)) {
     r.SetError("unknown bye reason " + std::to_string(reason));
     return false;
   }
@@ -366,6 +396,10 @@ void Encode(Writer& w, const StatusReply& m) {
     w.Put(c.held);
     w.Put(c.path);
     w.PutString(c.name);
+    w.PutString(c.group);
+    w.Put(c.rank);
+    w.Put(c.world_size);
+    w.Put(c.waiting);
   }
 }
 bool DecodeBody(Reader& r, StatusReply* m) {
@@ -385,7 +419,8 @@ bool DecodeBody(Reader& r, StatusReply* m) {
   for (ConsumerStatus& c : m->consumers) {
     if (!(r.Get(&c.id) && r.Get(&c.pid) && r.Get(&c.batch_size) && r.Get(&c.received) &&
           r.Get(&c.acked) && r.Get(&c.lag) && r.Get(&c.held) && r.Get(&c.path) &&
-          r.GetString(&c.name)))
+          r.GetString(&c.name) && r.GetString(&c.group) && r.Get(&c.rank) && r.Get(&c.world_size) &&
+          r.Get(&c.waiting)))
       return false;
   }
   return true;

@@ -5,14 +5,16 @@
 // bytes, so a malformed frame is an error value, never a crash or an over-read.
 //
 // Conversation:
-//   consumer -> Hello                    (protocol version, pid, batch size, flags)
+//   consumer -> Hello                    (protocol version, pid, batch size, flags; its consumer
+//                                         group and rank, its node, what a resumed state expects)
 //   producer -> Welcome | Reject         (slot table once: shared memory name and layout)
 //   consumer -> Attach                   (only after a Welcome offering device memory: which
 //                                         path it will read; until then it gets no batches)
 //   producer -> Batch ...                (one small announcement per producer batch)
 //   consumer -> Ack ...                  (one per Batch, when the consumer no longer reads it)
 //   both     -> Heartbeat                (when idle; a missing peer is detected by timeout)
-//   either   -> Bye                      (producer finished / stopping / detached you; consumer leaving)
+//   either   -> Bye                      (producer finished / stopping / detached you / your group
+//                                         broke; consumer leaving)
 //   status tool -> StatusRequest, producer -> StatusReply
 #pragma once
 
@@ -29,11 +31,13 @@ namespace coloader {
 inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little-endian
 // Bump it with every change to a message's body, so that mismatched builds get a Reject
 // naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
-// dropped_clients.
-inline constexpr uint16_t kProtocolVersion = 2;
+// dropped_clients. 3: consumer groups and topology (Hello, Welcome, ConsumerStatus, Bye's
+// kGroupBroken).
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
+inline constexpr uint32_t kMaxGroupSize = 65536;
 
 enum class MessageType : uint16_t {
   kHello = 1,
@@ -58,6 +62,7 @@ size_t DTypeSize(DType t);
 enum HelloFlags : uint8_t {
   kHelloWaitForEpoch = 1 << 0,  // start at the next epoch boundary, not mid-epoch
   kHelloDevice = 1 << 1,        // wants batches in the producer's GPU memory (CUDA IPC)
+  kHelloExpectSeed = 1 << 2,    // expect_seed is set: refuse me if the producer's seed differs
 };
 
 struct Hello {
@@ -66,6 +71,17 @@ struct Hello {
   uint8_t flags = 0;
   std::string client_name;
   std::string device_uuid;  // with kHelloDevice: the GPU the consumer computes on (16 bytes)
+  // Consumer group (common/split.h): the W ranks of one data-parallel job on this producer.
+  // Empty group: a plain consumer. The producer serves a group only once all W are attached.
+  std::string group;
+  uint32_t rank = 0, world_size = 1;
+  // Topology the consumer states (num_nodes 0: not stated, not checked): which node's share
+  // of the global permutation it expects this producer to serve (its --rank/--world-size).
+  int32_t node_rank = 0, num_nodes = 0;
+  // What a resumed state expects (absent: not checked): the seed (with kHelloExpectSeed) and
+  // the data key of the producer it was saved from.
+  uint64_t expect_seed = 0;
+  std::string expect_data_key;
 };
 
 // Where the ring lives and how a slot is laid out. Sent once, in Welcome.
@@ -113,9 +129,17 @@ struct Welcome {
   // rather than as Batch messages; empty name: Batch messages.
   std::string mailbox_name;
   uint32_t mailbox_index = 0, mailbox_count = 0, mailbox_capacity = 0;
+  // What the producer serves: its sampler's seed, a key of its data and settings (two
+  // producers over the same files, labels and augmentation/output settings have the same
+  // key), and its node shard (--rank of --world-size).
+  uint64_t seed = 0;
+  std::string data_key;
+  int32_t node_rank = 0, num_nodes = 1;
 };
 
-enum class RejectCode : uint16_t { kVersion = 1, kBadHello = 2, kFull = 3 };
+// kMismatch: the consumer states a group, topology, seed or data key this producer does not
+// serve (the reason names both sides).
+enum class RejectCode : uint16_t { kVersion = 1, kBadHello = 2, kFull = 3, kMismatch = 4 };
 struct Reject {
   RejectCode code = RejectCode::kBadHello;
   std::string reason;
@@ -153,6 +177,7 @@ enum class ByeReason : uint16_t {
   kDetached = 3,   // producer: you were too slow or silent and were detached
   kLeaving = 4,    // consumer: closing
   kRejected = 5,   // producer: your message broke the protocol
+  kGroupBroken = 6,  // producer: another member of your group left; the group is over
 };
 const char* ByeReasonName(ByeReason r);
 struct Bye {
@@ -172,6 +197,9 @@ struct ConsumerStatus {
   uint32_t held = 0;      // slots it holds now
   uint8_t path = 0;       // 0: host shared memory; 1 + N: the device ring on cuda:N
   std::string name;
+  std::string group;      // empty: not in a group
+  uint32_t rank = 0, world_size = 1;
+  uint8_t waiting = 0;    // 1: attached, waiting for the rest of its group
 };
 
 struct StatusReply {

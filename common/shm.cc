@@ -1,69 +1,163 @@
 #include "common/shm.h"
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
-namespace bip = boost::interprocess;
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 namespace coloader {
 
-struct SharedMemory::Impl {
-  bip::mapped_region region;
-};
+namespace {
 
-SharedMemory::SharedMemory() = default;
-SharedMemory::SharedMemory(SharedMemory&&) noexcept = default;
-SharedMemory& SharedMemory::operator=(SharedMemory&&) noexcept = default;
-SharedMemory::~SharedMemory() = default;
+// shm_open wants one leading slash; the names coloader builds have none.
+std::string ObjectName(const std::string& name) { return "/" + name; }
+std::string PathOf(const std::string& name) { return std::string(kShmDir) + "/" + name; }
 
-uint8_t* SharedMemory::data() const {
-  return impl_ ? static_cast<uint8_t*>(impl_->region.get_address()) : nullptr;
-}
-size_t SharedMemory::size() const { return impl_ ? impl_->region.get_size() : 0; }
-
-Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes) {
-  try {
-    bip::shared_memory_object::remove(name.c_str());
-    bip::permissions perm;
-    perm.set_permissions(0600);
-    bip::shared_memory_object obj(bip::create_only, name.c_str(), bip::read_write, perm);
-    obj.truncate(static_cast<bip::offset_t>(bytes));
-    SharedMemory shm;
-    shm.impl_ = std::make_unique<Impl>();
-    shm.impl_->region = bip::mapped_region(obj, bip::read_write, 0, bytes);
-    shm.name_ = name;
-    return shm;
-  } catch (const bip::interprocess_exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    return Status::IOError("cannot create shared memory /dev/shm/" + name + " of " +
-                           std::to_string(bytes >> 20) + " MiB: " + e.what() +
-                           " (is /dev/shm large enough? lower --window or --batch-size)");
-  }
+// posix_fallocate returns the error (it does not set errno). A signal can interrupt a long
+// allocation (a GiB ring takes a while to zero); it is simply asked again, and the pages it
+// already gave stay given.
+int Fallocate(int fd, uint64_t offset, uint64_t length) {
+  int rc;
+  do {
+    rc = ::posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(length));
+  } while (rc == EINTR);
+  return rc;
 }
 
-Result<SharedMemory> SharedMemory::Open(const std::string& name, size_t expected_bytes,
-                                        bool writable) {
-  try {
-    auto mode = writable ? bip::read_write : bip::read_only;
-    bip::shared_memory_object obj(bip::open_only, name.c_str(), mode);
-    bip::offset_t size = 0;
-    if (!obj.get_size(size) || static_cast<size_t>(size) < expected_bytes) {
-      return Status::Protocol("shared memory /dev/shm/" + name + " holds " + std::to_string(size) +
-                              " bytes, the producer announced " + std::to_string(expected_bytes));
+Status ReserveRanges(int fd, const std::string& name, uint64_t size, const SharedMemory::Ranges& ranges,
+                     bool* no_space) {
+  for (const auto& [offset, length] : ranges) {
+    if (length == 0) continue;
+    if (offset > size || length > size - offset) {
+      return Status::Internal("reservation [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                              ") is outside " + PathOf(name) + " of " + std::to_string(size) + " bytes");
     }
-    SharedMemory shm;
-    shm.impl_ = std::make_unique<Impl>();
-    shm.impl_->region = bip::mapped_region(obj, mode, 0, expected_bytes);
-    shm.name_ = name;
-    return shm;
-  } catch (const bip::interprocess_exception& e) {
-    return Status::IOError("cannot map the producer's shared memory /dev/shm/" + name + ": " +
-                           e.what());
+    if (int rc = Fallocate(fd, offset, length); rc != 0) {
+      if (rc == ENOSPC && no_space) *no_space = true;
+      std::string free_now;
+      if (auto s = QueryShmSpace(); s.ok()) free_now = " (" + HumanBytes(s->free_bytes) + " free now)";
+      // ENOMEM rather than ENOSPC: the tmpfs had room but the memory cgroup did not (tmpfs
+      // pages are charged to the container's memory limit).
+      return Status::IOError("cannot reserve " + HumanBytes(length) + " of " + PathOf(name) + " in " + kShmDir +
+                             free_now + ": " + std::strerror(rc) +
+                             (rc == ENOMEM ? " (pages of /dev/shm count against this container's memory limit: "
+                                             "raise it or make the ring smaller)" : ""));
+    }
   }
+  return Status::OK();
 }
 
-bool SharedMemory::Remove(const std::string& name) {
-  return bip::shared_memory_object::remove(name.c_str());
+}  // namespace
+
+Result<ShmSpace> QueryShmSpace() {
+  struct statvfs v {};
+  if (::statvfs(kShmDir, &v) != 0) return Status::FromErrno(std::string("cannot statvfs ") + kShmDir, errno);
+  ShmSpace s;
+  s.free_bytes = uint64_t{v.f_bavail} * v.f_frsize;
+  s.total_bytes = uint64_t{v.f_blocks} * v.f_frsize;
+  return s;
 }
+
+std::string HumanBytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (1ull << 30)) std::snprintf(buf, sizeof(buf), "%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
+  else if (bytes >= (1ull << 20)) std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1ull << 20));
+  else std::snprintf(buf, sizeof(buf), "%llu KiB", static_cast<unsigned long long>((bytes + 1023) >> 10));
+  return buf;
+}
+
+SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = o.data_;
+    size_ = o.size_;
+    name_ = std::move(o.name_);
+    o.data_ = nullptr;
+    o.size_ = 0;
+    o.name_.clear();
+  }
+  return *this;
+}
+
+SharedMemory::~SharedMemory() {
+  if (data_) ::munmap(data_, size_);
+}
+
+Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes, const Ranges& reserve,
+                                          bool* no_space) {
+  if (no_space) *no_space = false;
+  if (bytes == 0) return Status::Internal("shared memory " + PathOf(name) + " of 0 bytes");
+  // The caller holds the name's lock, so an object of this name is a crashed owner's leftover:
+  // unlink it (a reader still mapping it keeps its pages) and make a fresh one, never reusing
+  // its bytes or its permissions.
+  ::shm_unlink(ObjectName(name).c_str());
+  int fd = ::shm_open(ObjectName(name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::FromErrno("cannot create shared memory " + PathOf(name), errno);
+  ::fchmod(fd, 0600);  // past the umask, whatever it is
+  auto fail = [&](Status st) {
+    ::close(fd);
+    ::shm_unlink(ObjectName(name).c_str());
+    return st;
+  };
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    return fail(Status::FromErrno("cannot size shared memory " + PathOf(name) + " to " + HumanBytes(bytes), err));
+  }
+  Status reserved = ReserveRanges(fd, name, bytes, reserve.empty() ? Ranges{{0, bytes}} : reserve, no_space);
+  if (!reserved.ok()) return fail(reserved);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    return fail(Status::FromErrno("cannot map shared memory " + PathOf(name), err));
+  }
+  ::close(fd);  // the mapping keeps the object; Reserve reopens it by name
+  SharedMemory shm;
+  shm.data_ = static_cast<uint8_t*>(p);
+  shm.size_ = bytes;
+  shm.name_ = name;
+  return shm;
+}
+
+Status SharedMemory::Reserve(const Ranges& ranges, bool* no_space) {
+  if (no_space) *no_space = false;
+  int fd = ::shm_open(ObjectName(name_).c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno("cannot reopen shared memory " + PathOf(name_) + " to reserve space", errno);
+  Status st = ReserveRanges(fd, name_, size_, ranges, no_space);
+  ::close(fd);
+  return st;
+}
+
+Result<SharedMemory> SharedMemory::Open(const std::string& name, size_t expected_bytes, bool writable) {
+  int fd = ::shm_open(ObjectName(name).c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno("cannot open the producer's shared memory " + PathOf(name), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno("cannot stat " + PathOf(name), err);
+  }
+  // Mapping past the end of the object would SIGBUS on the first read there: check first.
+  if (static_cast<uint64_t>(st.st_size) < expected_bytes) {
+    ::close(fd);
+    return Status::Protocol("shared memory " + PathOf(name) + " holds " + std::to_string(st.st_size) +
+                            " bytes, the producer announced " + std::to_string(expected_bytes));
+  }
+  void* p = ::mmap(nullptr, expected_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return Status::FromErrno("cannot map the producer's shared memory " + PathOf(name), err);
+  SharedMemory shm;
+  shm.data_ = static_cast<uint8_t*>(p);
+  shm.size_ = expected_bytes;
+  shm.name_ = name;
+  return shm;
+}
+
+bool SharedMemory::Remove(const std::string& name) { return ::shm_unlink(ObjectName(name).c_str()) == 0; }
 
 }  // namespace coloader

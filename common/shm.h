@@ -1,39 +1,73 @@
-// A named POSIX shared-memory region (Boost.Interprocess), mapped once. The producer creates
-// and finally removes it; consumers open it read-only. Move-only; unmaps on destruction.
+// A named POSIX shared-memory region (shm_open + mmap), mapped once. The producer creates
+// and finally removes it; consumers open it read-only (the mailboxes read-write).
+//
+// Space is reserved when a region is made: /dev/shm is a tmpfs, and a page of a tmpfs file is
+// only allocated when first touched, so a region merely ftruncate'd to size on a full (or
+// small, e.g. Docker's 64 MB) /dev/shm kills whoever touches an unbacked page with SIGBUS, the
+// producer's workers or any consumer reading it. posix_fallocate on the tmpfs file allocates
+// the pages now, or fails with ENOSPC now, where it can be said clearly.
+//
+// Move-only; unmaps on destruction.
 #pragma once
 
 #include <cstddef>
-#include <memory>
+#include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 
 namespace coloader {
 
+// Where POSIX shared memory lives on Linux (glibc's shm_open opens files here).
+constexpr const char* kShmDir = "/dev/shm";
+
+// What the filesystem behind shm_open holds now.
+struct ShmSpace {
+  uint64_t free_bytes = 0;   // available to this user (statvfs f_bavail)
+  uint64_t total_bytes = 0;  // its size (a tmpfs's size= option)
+};
+Result<ShmSpace> QueryShmSpace();
+
+// "1.5 GiB", "64.0 MiB", "812 KiB": for messages.
+std::string HumanBytes(uint64_t bytes);
+
 class SharedMemory {
  public:
-  // Creates `name` with `bytes` bytes, mode 0600, replacing a leftover of a crashed producer
-  // of the same name (the caller holds the name's lock, so nobody live owns it).
-  static Result<SharedMemory> Create(const std::string& name, size_t bytes);
+  // Byte ranges [offset, offset + length) of a region.
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+
+  // Creates `name` with `bytes` bytes, mode 0600, and reserves the space of `reserve` (all of
+  // it when empty), replacing a leftover of a crashed producer of the same name (the caller
+  // holds the name's lock, so nobody live owns it). When the
+  // filesystem is full the status is kIOError and *no_space (if given) is set, so the caller
+  // can say what it needed and the ways out; nothing is left behind on any failure.
+  static Result<SharedMemory> Create(const std::string& name, size_t bytes, const Ranges& reserve = {},
+                                     bool* no_space = nullptr);
   // Maps an existing region; `expected_bytes` guards against a table/region mismatch.
   static Result<SharedMemory> Open(const std::string& name, size_t expected_bytes, bool writable);
   // Removes the name (mappings stay valid until unmapped). True if something was removed.
   static bool Remove(const std::string& name);
 
-  SharedMemory();
-  SharedMemory(SharedMemory&&) noexcept;
-  SharedMemory& operator=(SharedMemory&&) noexcept;
+  SharedMemory() = default;
+  SharedMemory(SharedMemory&& o) noexcept { *this = std::move(o); }
+  SharedMemory& operator=(SharedMemory&& o) noexcept;
   SharedMemory(const SharedMemory&) = delete;
   SharedMemory& operator=(const SharedMemory&) = delete;
   ~SharedMemory();
 
-  uint8_t* data() const;
-  size_t size() const;
+  // Reserves more of a region made by Create with a partial reservation (a part only some
+  // readers need): ENOSPC sets *no_space as for Create. Reserving twice is harmless.
+  Status Reserve(const Ranges& ranges, bool* no_space = nullptr);
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
   const std::string& name() const { return name_; }
 
  private:
-  struct Impl;  // keeps Boost.Interprocess out of this header
-  std::unique_ptr<Impl> impl_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
   std::string name_;
 };
 

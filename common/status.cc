@@ -15,6 +15,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kDisconnected: return "disconnected";
     case StatusCode::kAlreadyExists: return "already exists";
     case StatusCode::kCancelled: return "cancelled";
+    case StatusCode::kGroupBroken: return "group broken";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

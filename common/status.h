@@ -21,6 +21,7 @@ enum class StatusCode {
   kDisconnected,     // the peer went away (producer stopped or died, consumer detached)
   kAlreadyExists,    // a producer of this name is already running
   kCancelled,        // stopped on request (a signal)
+  kGroupBroken,      // a member of this consumer's group left: the group's run is over
   kInternal,
 };
 
@@ -40,6 +41,7 @@ class [[nodiscard]] Status {
   static Status Disconnected(std::string m) { return {StatusCode::kDisconnected, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+  static Status GroupBroken(std::string m) { return {StatusCode::kGroupBroken, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   // errno-based I/O error: "<what>: <strerror(errno)>".
   static Status FromErrno(const std::string& what, int err);

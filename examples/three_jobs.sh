@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 data=${1:?usage: examples/three_jobs.sh DATA_DIR [coloader serve flags]}
 shift
 serve_flags=("$@")
-bin=${COLOADER_BINARY:-build/server/coloader}
+bin=${COLOADER_BINARY:-build/tools/coloader}
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 python=${PYTHON:-python3}
 job_device=cpu

@@ -11,7 +11,7 @@ data=${COLOADER_DEMO_DATA:-/tmp/coloader-demo-data}
 if [[ ! -d "$data" ]]; then
   /usr/bin/python3 scripts/make_dataset.py --out "$data" --images 600 --classes 10 --seed 0
 fi
-bin=build/server/coloader
+bin=build/tools/coloader
 export COLOADER_RUN_DIR=$(mktemp -d /tmp/coloader-demo-run.XXXXXX)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$COLOADER_RUN_DIR"' EXIT
 

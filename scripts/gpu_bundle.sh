@@ -5,6 +5,10 @@
 # built here (same x86-64, same nvcc) and travel with the shared libraries they load.
 #
 #   scripts/gpu_bundle.sh          build with CUDA, then pack .device/
+#   scripts/gpu_bundle.sh --tests-only   only the test binaries, fixtures and photos: coloader
+#                                  itself comes from the wheel (scripts/build_wheel.sh, then
+#                                  scripts/gpu_wheel.sh there), so the bundle is what the wheel
+#                                  does not ship
 # COLOADER_BUNDLE=DIR packs into DIR instead; COLOADER_BUNDLE_TARGETS="coloader coloader_c"
 # builds and packs only those (the benchmarks need no test binaries); SKIP_BUILD=1 packs what
 # build/ holds.
@@ -14,6 +18,11 @@ cd "$(dirname "$0")/.."
 
 dest=${COLOADER_BUNDLE:-.device}
 targets=${COLOADER_BUNDLE_TARGETS:-}
+tests_only=
+if [[ ${1:-} == --tests-only ]]; then
+  tests_only=1
+  targets="gpu_test gpu_decode_test integration_test"
+fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
   cmake --build build -j "$(nproc)" ${targets:+--target $targets} >/dev/null
@@ -21,18 +30,21 @@ fi
 
 rm -rf "$dest"
 mkdir -p "$dest/bin" "$dest/lib" "$dest/photos" "$dest/data"
-cp build/server/coloader "$dest/bin/"
-if [[ -z $targets ]]; then
-  cp build/tests/gpu_test build/tests/integration_test "$dest/bin/"
+[[ -z $tests_only ]] && cp build/tools/coloader "$dest/bin/"
+if [[ -z $targets || -n $tests_only ]]; then
+  cp build/tests/gpu_test build/tests/integration_test build/tests/formats_test "$dest/bin/"
   [[ -f build/tests/gpu_decode_test ]] && cp build/tests/gpu_decode_test "$dest/bin/"
-  cp tests/data/* "$dest/data/"  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
+  cp -r tests/data/* "$dest/data/"  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
 fi
-[[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$dest/lib/"
+if [[ -z $tests_only ]]; then
+  [[ -f build/client/libcoloader_c.so ]] && cp build/client/libcoloader_c.so "$dest/lib/"
+  [[ -f build/producer/libcoloader_producer_c.so ]] && cp build/producer/libcoloader_producer_c.so "$dest/lib/"
+fi
 
 # The shared-library closure, less what every Linux has (glibc, the C++ runtime: the GPU
 # machine's are newer) and the CUDA driver (it has its own; cudart is linked statically).
 skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda)\.so'
-for f in "$dest"/bin/* "$dest"/lib/*.so; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
+for f in "$dest"/bin/* "$dest"/lib/*.so; do if [[ -f $f ]]; then ldd "$f"; fi; done | awk '/=> \//{print $3}' | sort -u |
   while read -r lib; do
     base=$(basename "$lib")
     [[ $base =~ $skip ]] && continue

@@ -1,11 +1,24 @@
 # Sourced, from the repository root, by the scripts that run on the GPU machine (scripts/gpu_run.sh,
-# benchmarks/run_collocated.sh): $here, $out (created; $OUT there) and the environment that finds
-# the binaries and libraries scripts/gpu_bundle.sh packed into .device/.
+# scripts/gpu_wheel.sh, benchmarks/run_collocated.sh): $here, $out (created; $OUT there) and the
+# environment that finds coloader and the test binaries.
+#   COLOADER_WHEEL_SITE=DIR   coloader comes from the wheel installed into DIR (scripts/gpu_wheel.sh
+#                             sets it): the `coloader` binary, the C ABI libraries and the package.
+#   otherwise                 from .device/ as scripts/gpu_bundle.sh packed it.
+# .device/lib stays on LD_LIBRARY_PATH for the test binaries (gpu_test, integration_test, ...):
+# the wheel's binaries load their own vendored copies (renamed by auditwheel, found through
+# their RPATH), so the two never mix.
 here=$(pwd)
 out=${OUT:-$here/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export COLOADER_BINARY="$here/.device/bin/coloader"
-export COLOADER_LIBRARY="$here/.device/lib/libcoloader_c.so"
+if [[ -n ${COLOADER_WHEEL_SITE:-} ]]; then
+  export COLOADER_BINARY="$COLOADER_WHEEL_SITE/coloader/bin/coloader"
+  export COLOADER_LIBRARY="$COLOADER_WHEEL_SITE/coloader/libcoloader_c.so"
+  export COLOADER_PRODUCER_LIBRARY="$COLOADER_WHEEL_SITE/coloader/libcoloader_producer_c.so"
+else
+  export COLOADER_BINARY="$here/.device/bin/coloader"
+  export COLOADER_LIBRARY="$here/.device/lib/libcoloader_c.so"
+  export COLOADER_PRODUCER_LIBRARY="$here/.device/lib/libcoloader_producer_c.so"
+fi
 export PYTHONUNBUFFERED=1
 export COLOADER_TEST_DATA="$here/.device/data" COLOADER_TEST_PHOTOS="$here/.device/photos"

@@ -11,6 +11,7 @@ bundle=${BUNDLE:-$here/.device}
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export COLOADER_BINARY=${COLOADER_BINARY:-$bundle/bin/coloader}
 export COLOADER_LIBRARY=${COLOADER_LIBRARY:-$bundle/lib/libcoloader_c.so}
+export COLOADER_PRODUCER_LIBRARY=${COLOADER_PRODUCER_LIBRARY:-$bundle/lib/libcoloader_producer_c.so}
 export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 out=${OUT:-$here/out}/launch_check

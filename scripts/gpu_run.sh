@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, over a copy of the repository that carries .device/ (made by
 # scripts/gpu_bundle.sh). Writes logs and results under $OUT (default ./out).
-#   scripts/gpu_run.sh tests     the GPU decode and GPU test suites, the host-path integration tests, pytest
+#   scripts/gpu_run.sh tests     the GPU decode and GPU test suites, the formats test (cpu and gpu
+#                                decode), the host-path integration tests, pytest
+#   scripts/gpu_run.sh formats   the formats test alone
 #   scripts/gpu_run.sh bench     the GPU benchmarks
 #   scripts/gpu_run.sh all       both
 #   scripts/gpu_run.sh reliability   fault stress and soak on the device path (docs/RELIABILITY.md);
@@ -15,12 +17,22 @@ status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
+if [[ $what == formats ]]; then
+  echo "== formats_test (PNG/WebP/TIFF/BMP/PNM ImageFolder, --decode cpu and gpu)"
+  .device/bin/formats_test 2>&1 | tee "$out/formats_test.log"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+
 if [[ $what == tests || $what == all ]]; then
   echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
   .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |tests? ran|Failure|mean|max'
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   echo "== gpu_test"
   .device/bin/gpu_test --gtest_output=json:"$out/gpu_test.json" 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |memory|tests? ran|Failure|Expected|Which|actual' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== formats_test (PNG/WebP/TIFF/BMP/PNM ImageFolder, --decode cpu and gpu)"
+  .device/bin/formats_test 2>&1 | tee "$out/formats_test.log" |
+    grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |tests? ran|Failure|skipped bad' || true
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   echo "== integration_test (host path, on this machine)"
   .device/bin/integration_test 2>&1 | tee "$out/integration_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true

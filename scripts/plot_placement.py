@@ -3,7 +3,7 @@
 makespan and mean job completion time per policy with and without data sharing, GPU memory and
 SM utilisation over time, and the CPU cores the loaders want over time.
 
-    build/server/coloader simulate --trace examples/trace90.json --gpus 4 --out docs/results/placement
+    build/tools/coloader simulate --trace examples/trace90.json --gpus 4 --out docs/results/placement
     /usr/bin/python3 scripts/plot_placement.py docs/results/placement docs/placement.png
 """
 import csv

@@ -54,7 +54,7 @@ if [[ $kind == address && $status -eq 0 && -x /usr/bin/python3 ]]; then
   # fault takes (detached, producer gone, killed mid-batch) runs under ASan, and LeakSanitizer
   # checks each process that exits by itself. RSS is not judged: ASan's quarantine grows it.
   start=$SECONDS
-  /usr/bin/python3 ../tests/stress/fault_stress.py --coloader server/coloader --duration 40 --min-faults 150 \
+  /usr/bin/python3 ../tests/stress/fault_stress.py --coloader tools/coloader --duration 40 --min-faults 150 \
     --producer-every 50 --rss-tolerance 100 2>&1 | grep -vE '^ ' || status=$?
   echo "sanitize($kind): fault stress ran in $((SECONDS - start)) s, exit $status"
 fi

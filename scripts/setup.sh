@@ -2,6 +2,7 @@
 # Installs what coloader needs on Debian 12 (apt) and builds it into build/.
 #   scripts/setup.sh            build and test dependencies + the build
 #   scripts/setup.sh --bench    also what the benchmarks compare against and plot with
+#   scripts/setup.sh --deps-only  the dependencies (apt, nvJPEG's header), no build
 # The CUDA code is compiled wherever nvcc is installed (COLOADER_WITH_CUDA=AUTO); it runs only
 # on a machine with a GPU, and the GPU tests skip elsewhere.
 set -euo pipefail
@@ -9,9 +10,16 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libgtest-dev
           cppzmq-dev libzmq3-dev libturbojpeg0-dev libjpeg62-turbo-dev libboost-dev
-          libopencv-core-dev libopencv-imgproc-dev libopencv-imgcodecs-dev
+          libopencv-core-dev libopencv-imgproc-dev
           mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch
           python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimate)
+packages+=(libcli11-dev)  # tools/: every subcommand's flags, usage and --help (CLI11, header-only)
+packages+=(libyaml-cpp-dev)  # placement/: jobs files in YAML and JSON, with line:column marks
+packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test
+packages+=(libspng-dev)  # PNG decoding (pipeline/decode_png.cc)
+packages+=(libwebp-dev)  # WebP decoding (pipeline/decode_webp.cc)
+packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode_tiff.cc)
+packages+=(python3-venv)  # scripts/build_wheel.sh's build venv and the wheel's fresh-venv test
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-matplotlib)
 fi
@@ -47,7 +55,10 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   fi
 fi
 
+# scripts/build_wheel.sh needs the dependencies, not this build.
+[[ " $* " == *" --deps-only "* ]] && exit 0
+
 jobs=$(nproc)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=AUTO >/dev/null
 cmake --build build -j "$jobs"
-echo "setup: built build/server/coloader"
+echo "setup: built build/tools/coloader"

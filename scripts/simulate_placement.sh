@@ -5,7 +5,7 @@
 #   scripts/simulate_placement.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${1:-build}/server/coloader
+bin=${1:-build}/tools/coloader
 out=docs/results/placement
 trace=examples/trace90.json
 "$bin" simulate --trace "$trace" --gpus 4 --out "$out" > "$out/summary.txt"

@@ -15,6 +15,7 @@ runs the `coloader` command line (serve, consume, status).
 
 from ._lib import (
     ColoaderError,
+    GroupBroken,
     InvalidArgument,
     LibraryNotFound,
     ProducerGone,
@@ -24,7 +25,7 @@ from ._lib import (
     find_library,
     version as library_version,
 )
-from .loader import DeviceFallbackWarning, Loader
+from .loader import DeviceFallbackWarning, Loader, ResumeWarning
 from .producer import Producer
 
 __version__ = "0.1.0"
@@ -33,7 +34,9 @@ __all__ = [
     "Loader",
     "Producer",
     "DeviceFallbackWarning",
+    "ResumeWarning",
     "ColoaderError",
+    "GroupBroken",
     "InvalidArgument",
     "LibraryNotFound",
     "ProducerGone",

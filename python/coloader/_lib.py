@@ -1,4 +1,7 @@
-"""ctypes bindings of the C ABI in client/c_api.h (libcoloader_c.so), and the error classes.
+"""ctypes bindings of the two C ABIs, and the error classes: client/c_api.h (the consumer,
+libcoloader_c.so) and producer/c_api.h (the producer fed by the caller,
+libcoloader_producer_c.so, loaded only by coloader.Producer: a training job that only reads
+batches never loads the decoders or OpenCV).
 
 Why ctypes and not a compiled extension module: the package then contains no code built
 against one CPython's headers. The same libcoloader_c.so works under any CPython 3.x
@@ -6,12 +9,14 @@ against one CPython's headers. The same libcoloader_c.so works under any CPython
 nanobind or pybind11 at build time; the cost is one foreign call per batch, which is
 negligible next to a batch's size.
 
-The library is looked for, in order:
-  1. $COLOADER_LIBRARY (a path to the .so),
+Each library is looked for, in order:
+  1. $COLOADER_LIBRARY or $COLOADER_PRODUCER_LIBRARY (a path to the .so),
   2. next to this package (the copy `pip install` puts there),
-  3. $COLOADER_BUILD_DIR/client/libcoloader_c.so,
-  4. the source tree's build directory, <repo>/build/client/libcoloader_c.so.
-It is loaded on first use, so `import coloader` works without it.
+  3. $COLOADER_BUILD_DIR/client/ or /producer/,
+  4. the source tree's build directory, <repo>/build/client/ or /producer/.
+It is loaded on first use, so `import coloader` works without it. On loading, the sizes of the
+structs laid out below are checked against the library's own (coloader_struct_size), so a
+package and a library of different versions fail at once instead of corrupting memory.
 """
 
 import ctypes
@@ -20,6 +25,7 @@ import threading
 from pathlib import Path
 
 LIBRARY_NAME = "libcoloader_c.so"
+PRODUCER_LIBRARY_NAME = "libcoloader_producer_c.so"
 
 # enum coloader_error
 OK = 0
@@ -31,6 +37,7 @@ E_PROTOCOL = -4
 E_TIMEOUT = -5
 E_DISCONNECTED = -6
 E_INTERNAL = -7
+E_GROUP_BROKEN = -8
 
 
 class ColoaderError(RuntimeError):
@@ -61,6 +68,10 @@ class ProtocolError(ColoaderError):
     """The producer broke the wire protocol or speaks another version of it."""
 
 
+class GroupBroken(ProducerGone):
+    """A member of this consumer's group (a rank of the same DDP job) left; the group's run is over."""
+
+
 class LibraryNotFound(ColoaderError, OSError):
     """libcoloader_c.so could not be found or loaded."""
 
@@ -73,6 +84,7 @@ _ERRORS = {
     E_TIMEOUT: Timeout,
     E_DISCONNECTED: ProducerGone,
     E_INTERNAL: ColoaderError,
+    E_GROUP_BROKEN: GroupBroken,
 }
 
 
@@ -90,6 +102,19 @@ class ConsumerOptions(ctypes.Structure):
         ("wait_for_producer_ms", ctypes.c_int32),  # appended after it
         ("curve_key_file", ctypes.c_char_p),       # appended after that: tcp:// with CURVE
         ("curve_server_key", ctypes.c_char_p),
+        # appended after those: consumer groups, topology, a saved state's expectations, resume
+        ("group", ctypes.c_char_p),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("node_rank", ctypes.c_int32),
+        ("num_nodes", ctypes.c_int32),
+        ("has_expect_seed", ctypes.c_int32),
+        ("expect_seed", ctypes.c_uint64),
+        ("expect_data_key", ctypes.c_char_p),
+        ("resume", ctypes.c_int32),
+        ("resume_epoch", ctypes.c_uint64),
+        ("resume_begin", ctypes.c_uint64),
+        ("resume_samples", ctypes.c_uint64),
     ]
 
 
@@ -134,33 +159,36 @@ def _package_dir():
     return Path(__file__).resolve().parent
 
 
-def _candidates():
-    env = os.environ.get("COLOADER_LIBRARY")
+def _candidates(library, env_var, subdir):
+    env = os.environ.get(env_var)
     if env:
         # An explicit choice is the only one tried: a wrong path should fail, not be ignored.
         return [Path(env)]
-    found = [_package_dir() / LIBRARY_NAME]
+    found = [_package_dir() / library]
     build_dir = os.environ.get("COLOADER_BUILD_DIR")
     if build_dir:
-        found.append(Path(build_dir) / "client" / LIBRARY_NAME)
-    found.append(_package_dir().parent.parent / "build" / "client" / LIBRARY_NAME)
+        found.append(Path(build_dir) / subdir / library)
+    found.append(_package_dir().parent.parent / "build" / subdir / library)
     return found
 
 
-def find_library():
-    """The path of libcoloader_c.so that load() would use; LibraryNotFound if none."""
-    tried = _candidates()
+def find_library(library=LIBRARY_NAME):
+    """The path of `library` (the consumer's by default) that loading would use; LibraryNotFound if none."""
+    env_var, subdir = (("COLOADER_PRODUCER_LIBRARY", "producer") if library == PRODUCER_LIBRARY_NAME
+                       else ("COLOADER_LIBRARY", "client"))
+    tried = _candidates(library, env_var, subdir)
     for path in tried:
         if path.is_file():
             return path
     raise LibraryNotFound(
-        "cannot find " + LIBRARY_NAME + "; looked at: " + ", ".join(str(p) for p in tried)
+        "cannot find " + library + "; looked at: " + ", ".join(str(p) for p in tried)
         + ". Install the package (pip install ./python), build the tree (cmake -S . -B build && "
-        "cmake --build build), or set COLOADER_LIBRARY to the library's path.",
+        "cmake --build build), or set " + env_var + " to the library's path.",
         E_NOT_FOUND)
 
 
 _lib = None
+_producer_lib = None
 _lock = threading.Lock()
 
 
@@ -184,9 +212,30 @@ def _declare(lib):
         "coloader_consumer_batch_size": (ctypes.c_uint32, [c_consumer_p]),
         "coloader_consumer_on_device": (ctypes.c_int32, [c_consumer_p]),
         "coloader_consumer_fallback_reason": (ctypes.c_char_p, [c_consumer_p]),
+        "coloader_consumer_seed": (ctypes.c_uint64, [c_consumer_p]),
+        "coloader_consumer_data_key": (ctypes.c_char_p, [c_consumer_p]),
+        "coloader_consumer_node_rank": (ctypes.c_int32, [c_consumer_p]),
+        "coloader_consumer_num_nodes": (ctypes.c_int32, [c_consumer_p]),
+        "coloader_consumer_split_begin": (ctypes.c_uint64, [c_consumer_p]),
+        "coloader_consumer_samples_seen": (ctypes.c_uint64, [c_consumer_p]),
+        "coloader_consumer_resume": (ctypes.c_int, [c_consumer_p, ctypes.c_uint64, ctypes.c_uint64,
+                                                    ctypes.c_uint64]),
+        "coloader_consumer_resume_note": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_close": (None, [c_consumer_p]),
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
         "coloader_batch_release": (None, [c_batch_p]),
+        "coloader_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
+        "coloader_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),
+        "coloader_layout_name": (ctypes.c_char_p, [ctypes.c_uint32]),
+    }
+    _set_prototypes(lib, protos)
+    _check_sizes(lib.coloader_struct_size, {"consumer_options": ConsumerOptions, "batch_info": BatchInfo})
+
+
+def _declare_producer(lib):
+    protos = {
+        "coloader_producer_last_error": (ctypes.c_char_p, []),
+        "coloader_producer_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
         "coloader_producer_open": (ctypes.c_int, [ctypes.POINTER(ProducerOptions), ctypes.POINTER(ctypes.c_void_p)]),
         "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
                                                      ctypes.c_void_p, ctypes.c_void_p]),
@@ -194,35 +243,93 @@ def _declare(lib):
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
     }
+    _set_prototypes(lib, protos)
+    _check_sizes(lib.coloader_producer_struct_size, {"producer_options": ProducerOptions})
+
+
+def _set_prototypes(lib, protos):
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)
         fn.restype = restype
         fn.argtypes = argtypes
 
 
+def _check_sizes(struct_size, structs):
+    for name, struct in structs.items():
+        theirs = struct_size(name.encode())
+        if theirs != ctypes.sizeof(struct):
+            raise AttributeError("the library's %s is %d bytes, this package's %d: the package and the "
+                                 "library come from different versions; reinstall them together"
+                                 % (name, theirs, ctypes.sizeof(struct)))
+
+
+def _load(library, declare):
+    path = find_library(library)
+    try:
+        loaded = ctypes.CDLL(str(path))
+        declare(loaded)
+    except (OSError, AttributeError) as e:
+        raise LibraryNotFound("cannot load " + str(path) + ": " + str(e), E_INTERNAL) from e
+    return loaded
+
+
 def lib():
-    """The loaded library (ctypes.CDLL: every call releases the GIL while it runs)."""
+    """The consumer's library (ctypes.CDLL: every call releases the GIL while it runs)."""
     global _lib
     if _lib is None:
         with _lock:
             if _lib is None:
-                path = find_library()
-                try:
-                    loaded = ctypes.CDLL(str(path))
-                    _declare(loaded)
-                except (OSError, AttributeError) as e:
-                    raise LibraryNotFound("cannot load " + str(path) + ": " + str(e), E_INTERNAL) from e
-                _lib = loaded
+                _lib = _load(LIBRARY_NAME, _declare)
     return _lib
+
+
+def producer_lib():
+    """The producer's library, loaded on first use by coloader.Producer."""
+    global _producer_lib
+    if _producer_lib is None:
+        with _lock:
+            if _producer_lib is None:
+                _producer_lib = _load(PRODUCER_LIBRARY_NAME, _declare_producer)
+    return _producer_lib
+
+
+def _raise(rc, message):
+    message = message.decode("utf-8", "replace") if message else "unknown error (code %d)" % rc
+    raise _ERRORS.get(rc, ColoaderError)(message, rc)
 
 
 def check(rc):
     """Returns rc when it is OK or END; raises the matching ColoaderError otherwise."""
-    if rc >= 0:
-        return rc
-    message = lib().coloader_last_error()
-    message = message.decode("utf-8", "replace") if message else "unknown error (code %d)" % rc
-    raise _ERRORS.get(rc, ColoaderError)(message, rc)
+    if rc < 0:
+        _raise(rc, lib().coloader_last_error())
+    return rc
+
+
+def check_producer(rc):
+    """check() for the producer's library, whose last error is its own."""
+    if rc < 0:
+        _raise(rc, producer_lib().coloader_producer_last_error())
+    return rc
+
+
+def dtype_names():
+    """{code: name} of the C ABI's dtypes, read from the library ("uint8", "float32", ...)."""
+    return _names(lib().coloader_dtype_name)
+
+
+def layout_names():
+    """{code: name} of the C ABI's layouts ("nhwc", "nchw")."""
+    return _names(lib().coloader_layout_name)
+
+
+def _names(fn):
+    out, code = {}, 0
+    while True:
+        name = fn(code)
+        if name is None:
+            return out
+        out[code] = name.decode()
+        code += 1
 
 
 def version():

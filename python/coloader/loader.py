@@ -80,12 +80,18 @@ Epochs
     yields nothing: the loop body does not run. A producer that died or went away raises
     ProducerGone instead, within its heartbeat timeout, never a hang.
 
+Distributed jobs and resume (docs/DISTRIBUTED.md, coloader/distributed.py)
+    The ranks of a data-parallel job form a consumer group: each gets its share of every epoch,
+    all the same number of batches (len(loader) per rank). rank=None reads torch.distributed,
+    torchrun or Slurm (repr says which). A rank that leaves ends its group: the others get
+    coloader.GroupBroken. state_dict()/load_state_dict() checkpoint and resume the position.
+
 Waiting
     With timeout=0 a wait for the next batch lasts as long as the producer lives; Ctrl-C is
     handled when the wait ends, as with any blocking C call. A timeout raises coloader.Timeout,
-    after which next() may be called again. Known issue (client/consumer.cc): when the batch
-    that timed out spans two producer slots, the samples already taken from the first slot are
-    lost to this epoch; use a batch size that divides the producer's if Timeouts are expected.
+    after which next() may be called again and resumes the batch it interrupted: a batch that
+    straddles producer slots keeps the samples it had gathered (client/slicing.cc), so none are
+    lost or repeated.
 
 Threads
     A Loader and its iterators are for one thread at a time. Tensors may be dropped anywhere.
@@ -97,15 +103,30 @@ import warnings
 
 import numpy as np
 
-from . import _lib
+from . import _lib, _reaper
+from .distributed import ResumeWarning, _Stateful, _topology
 
-# protocol.h DType codes -> numpy dtypes of the host views. numpy has no bfloat16: its bytes
-# are viewed as int16 and the tensor is reinterpreted as torch.bfloat16.
-_DTYPES = {0: np.uint8, 1: np.float32, 2: np.int16, 3: np.float16}
-_BFLOAT16 = 2
-# The same codes -> __cuda_array_interface__ typestrs (bfloat16 again as int16: no typestr
+# dtype names (the codes come from the library: _lib.dtype_names) -> numpy dtypes of the host
+# views. numpy has no bfloat16: its bytes are viewed as int16 and the tensor is reinterpreted
+# as torch.bfloat16.
+_NUMPY_BY_NAME = {"uint8": np.uint8, "float32": np.float32, "bfloat16": np.int16, "float16": np.float16}
+# The same names -> __cuda_array_interface__ typestrs (bfloat16 again as int16: no typestr
 # names it, and int16 is what every torch version accepts, unlike uint16).
-_TYPESTRS = {0: "|u1", 1: "<f4", 2: "<i2", 3: "<f2"}
+_TYPESTR_BY_NAME = {"uint8": "|u1", "float32": "<f4", "bfloat16": "<i2", "float16": "<f2"}
+
+
+def _dtype_tables():
+    """(numpy dtype by code, typestr by code, the bfloat16 code), read from the library once."""
+    global _DTYPE_TABLES
+    if _DTYPE_TABLES is None:
+        names = _lib.dtype_names()
+        _DTYPE_TABLES = ({c: _NUMPY_BY_NAME[n] for c, n in names.items() if n in _NUMPY_BY_NAME},
+                         {c: _TYPESTR_BY_NAME[n] for c, n in names.items() if n in _TYPESTR_BY_NAME},
+                         next(c for c, n in names.items() if n == "bfloat16"))
+    return _DTYPE_TABLES
+
+
+_DTYPE_TABLES = None
 
 
 class DeviceFallbackWarning(RuntimeWarning):
@@ -124,26 +145,38 @@ class _Session:
         self.streams = {}  # device path: the torch streams batches were ordered on, by handle
 
     def close(self):
+        """Closes now, on this thread (it may wait; see _close)."""
+        ptr, self.ptr = self.ptr, None
+        streams, self.streams = self.streams, {}
+        _close(ptr, streams)
+
+    def __del__(self):
+        # The garbage collector may run this anywhere: the closing, which waits, goes to the
+        # reaper thread (coloader/_reaper.py). The job holds the pointer and the streams, not
+        # self, so nothing is resurrected.
         ptr, self.ptr = self.ptr, None
         if ptr:
             streams, self.streams = self.streams, {}
             try:
-                # The releases of the last batches are callbacks queued on these streams; they
-                # must have run (the GPU work reading those slots is done) before the goodbye,
-                # which hands every slot of this consumer back to the producer. Usually they
-                # have: this waits only for work still queued at the loader's end.
-                for stream in streams.values():
-                    if not stream.query():
-                        stream.synchronize()
-            finally:
-                # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
-                _lib.lib().coloader_consumer_close(ptr)
+                _reaper.submit(lambda: _close(ptr, streams))
+            except Exception:  # interpreter shutdown: no thread can be started any more
+                pass
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: modules may already be torn down
-            pass
+
+def _close(ptr, streams):
+    if not ptr:
+        return
+    try:
+        # The releases of the last batches are callbacks queued on these streams; they must
+        # have run (the GPU work reading those slots is done) before the goodbye, which hands
+        # every slot of this consumer back to the producer. Usually they have: this waits
+        # only for work still queued at the loader's end.
+        for stream in streams.values():
+            if not stream.query():
+                stream.synchronize()
+    finally:
+        # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
+        _lib.lib().coloader_consumer_close(ptr)
 
 
 class _BatchLease:
@@ -237,8 +270,8 @@ def _from_numpy(torch, arr):
 
 
 class _EpochIterator:
-    """One epoch of a Loader. A Timeout leaves it usable: next() may be called again (but see
-    the known issue: samples are lost when the timed-out batch straddled producer slots)."""
+    """One epoch of a Loader. A Timeout leaves it usable: next() may be called again, and the
+    interrupted batch resumes where it stopped."""
 
     def __init__(self, loader, generation, done):
         self._loader = loader
@@ -261,10 +294,11 @@ class _EpochIterator:
         if batch is None:
             self._done = True
             raise StopIteration
+        loader._seen += int(batch[1].shape[0])
         return batch
 
 
-class Loader:
+class Loader(_Stateful):
     """Iterates the batches of the coloader producer called `name` (see the module docstring).
 
     Args:
@@ -291,8 +325,15 @@ class Loader:
         `.to(device)`, the slot being released as soon as the copy is made.
       connect_timeout: seconds to wait for the producer's handshake.
       wait_for_producer: seconds to wait for a producer of this name to come up (jobs
-        started together with it); 0 raises ProducerNotFound at once.
+        started together with it; said once on stderr); 0 raises ProducerNotFound at once.
       client_name: shown by `coloader status`.
+      rank, world_size: this process's rank in its consumer group (the ranks of one
+        data-parallel job reading this producer). None: read from torch.distributed or the
+        environment (see "Distributed jobs"); a world of one is a plain consumer.
+      group: the name all ranks of the job give; None: derived from the launcher (torchrun's
+        TORCHELASTIC_RUN_ID or MASTER_ADDR:MASTER_PORT, Slurm's job and step), or required.
+      node_rank, num_nodes: the producer shard this job expects (the producer's --rank of
+        --world-size); derived with the rank, or None: not checked.
 
     Streams on the device path: the tensors returned by next() are ready for work enqueued
     on the CUDA stream that was current (on their device) when next() was called: use them
@@ -304,13 +345,26 @@ class Loader:
 
     def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
                  wait_for_epoch=False, endpoint=None, device=None, connect_timeout=5.0,
-                 client_name=None, wait_for_producer=0, curve_key=None, server_key=None):
+                 client_name=None, wait_for_producer=60, curve_key=None, server_key=None,
+                 rank=None, world_size=None, group=None, node_rank=None, num_nodes=None):
         import torch  # imported here so that `import coloader` works without torch
 
         self._torch = torch
         self._session = None
         self._generation = 0
         self._indices = None
+        self._seen = 0  # samples yielded in the current epoch (state_dict)
+        self._started = False  # an epoch was begun (load_state_dict must then reconnect)
+        self._resume_warned = False
+        (self.rank, self.world_size, self.group, self.node_rank, self.num_nodes, local_rank,
+         self._topology_source) = _topology(torch, rank, world_size, group, node_rank, num_nodes)
+        if self.world_size > 1 and not self.group:
+            raise _lib.InvalidArgument(
+                "rank %d of %d (from %s) needs a group name that all ranks of the job share: pass group=, or "
+                "launch with torchrun (TORCHELASTIC_RUN_ID or MASTER_ADDR/MASTER_PORT) or Slurm"
+                % (self.rank, self.world_size, self._topology_source), _lib.E_INVALID)
+        if device == "cuda" and local_rank is not None:
+            device = "cuda:%d" % local_rank  # each rank on its own GPU, reading that GPU's ring
         if not name and not endpoint:
             raise _lib.InvalidArgument("give the producer's name (or an endpoint)", _lib.E_INVALID)
         if batch_size is not None and (int(batch_size) < 1 or int(batch_size) >= 2**32):
@@ -345,7 +399,21 @@ class Loader:
             elif dev.type != "cpu":
                 self._device = dev
         self.name = name
+        self._endpoint = endpoint
+        self._want_cuda = want_cuda
+        self._requested_device = device
+        self._opts_args = (name, endpoint, batch_size, drop_last, wait_for_epoch, connect_timeout, timeout,
+                           client_name, wait_for_producer, curve_key, server_key)
+        self._connect(self._options())
+        if self._fallback:
+            warnings.warn("coloader.Loader(%r, device=%r) reads host memory and yields CPU tensors: %s"
+                          % (name or endpoint, device, self._fallback), DeviceFallbackWarning, stacklevel=2)
 
+    def _options(self, resume=None):
+        """The C options for this Loader; `resume`: a checked state to resume on connecting."""
+        (name, endpoint, batch_size, drop_last, wait_for_epoch, connect_timeout, timeout, client_name,
+         wait_for_producer, curve_key, server_key) = self._opts_args
+        want_cuda = self._want_cuda
         opts = _lib.ConsumerOptions()
         opts.name = name.encode() if name else None
         opts.endpoint = endpoint.encode() if endpoint else None
@@ -361,6 +429,24 @@ class Loader:
         opts.wait_for_producer_ms = int(round(wait_for_producer * 1000)) if wait_for_producer else 0
         opts.curve_key_file = os.fsencode(curve_key) if curve_key else None
         opts.curve_server_key = os.fsencode(server_key) if server_key else None
+        opts.group = self.group.encode() if self.group else None
+        opts.rank = self.rank
+        opts.world_size = self.world_size
+        opts.node_rank = self.node_rank if self.node_rank is not None else 0
+        opts.num_nodes = self.num_nodes if self.num_nodes is not None else 0
+        if resume is not None:
+            opts.has_expect_seed = 1
+            opts.expect_seed = int(resume["seed"])
+            opts.expect_data_key = str(resume["data_key"]).encode()
+            opts.resume = 1
+            opts.resume_epoch = int(resume["epoch"])
+            opts.resume_begin = int(resume.get("split_begin", 0))
+            opts.resume_samples = int(resume["samples_seen_in_epoch"])
+        return opts
+
+    def _connect(self, opts):
+        torch = self._torch
+        want_cuda = self._want_cuda
         ptr = ctypes.c_void_p()
         if want_cuda:
             cuda = torch.cuda
@@ -381,9 +467,6 @@ class Loader:
             else:
                 reason = _lib.lib().coloader_consumer_fallback_reason(ptr.value)
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
-        if self._fallback:
-            warnings.warn("coloader.Loader(%r, device=%r) reads host memory and yields CPU tensors: %s"
-                          % (name or endpoint, device, self._fallback), DeviceFallbackWarning, stacklevel=2)
 
     # -- iteration -----------------------------------------------------------------------
 
@@ -392,6 +475,14 @@ class Loader:
         ptr = self._require_open()
         self._generation += 1
         rc = _lib.check(_lib.lib().coloader_consumer_next_epoch(ptr))
+        self._started = True
+        # A resumed epoch counts what the saved state had seen.
+        self._seen = int(_lib.lib().coloader_consumer_samples_seen(ptr))
+        note = _lib.lib().coloader_consumer_resume_note(ptr)
+        if note and not self._resume_warned:
+            self._resume_warned = True
+            warnings.warn("coloader.Loader(%r): the saved state could not be resumed exactly: producer %s"
+                          % (self.name, note.decode("utf-8", "replace")), ResumeWarning, stacklevel=2)
         return _EpochIterator(self, self._generation, done=(rc == _lib.END))
 
     def __len__(self):
@@ -428,7 +519,8 @@ class Loader:
         # On an error below, the lease is released when the last view made so far goes.
         info = _lib.BatchInfo()
         _lib.check(_lib.lib().coloader_batch_info_get(lease._ptr, ctypes.byref(info)))
-        dtype = _DTYPES.get(info.dtype)
+        numpy_dtypes, typestrs, bfloat16_code = _dtype_tables()
+        dtype = numpy_dtypes.get(info.dtype)
         if dtype is None:
             raise _lib.ProtocolError("the producer's batches have an unknown dtype code %d" % info.dtype,
                                      _lib.E_PROTOCOL)
@@ -451,12 +543,12 @@ class Loader:
                 lease._wait = (stream, info.device)
                 self._cuda_device = info.device  # later batches: that device's current stream
             handle = stream.cuda_stream
-            images = _cuda_tensor(torch, lease, info.data, _TYPESTRS[info.dtype], shape, info.device,
-                                  handle, bfloat16=(info.dtype == _BFLOAT16))
+            images = _cuda_tensor(torch, lease, info.data, typestrs[info.dtype], shape, info.device,
+                                  handle, bfloat16=(info.dtype == bfloat16_code))
             labels = _cuda_tensor(torch, lease, info.device_labels, "<i8", (n,), info.device, handle)
             return images, labels
         images = _from_numpy(torch, _view(lease, info.data, info.bytes, dtype, shape))
-        if info.dtype == _BFLOAT16:
+        if info.dtype == bfloat16_code:
             images = images.view(torch.bfloat16)
         labels = _from_numpy(torch, _view(lease, info.labels, 8 * n, np.int64, (n,)))
         del lease
@@ -538,4 +630,10 @@ class Loader:
 
     def __repr__(self):
         state = "closed" if self._session is None else "batch_size=%d" % self.batch_size
-        return "coloader.Loader(%r, %s)" % (self.name, state)
+        if self.world_size > 1 or self.group:
+            topology = "rank %d of %d in group %r" % (self.rank, self.world_size, self.group)
+            if self.num_nodes:
+                topology += " on node %d of %d" % (self.node_rank, self.num_nodes)
+        else:
+            topology = "a plain consumer"
+        return "coloader.Loader(%r, %s, %s; topology from %s)" % (self.name, state, topology, self._topology_source)

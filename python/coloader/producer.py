@@ -28,7 +28,9 @@ _LABEL_KEYS = ("label", "labels", "target", "targets")
 
 
 def _dtype_codes(torch):
-    return {torch.uint8: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
+    """{torch dtype: the C ABI's code}, the codes read from the library (coloader_dtype_name)."""
+    by_name = {name: code for code, name in _lib.dtype_names().items()}
+    return {getattr(torch, name): code for name, code in by_name.items()}
 
 
 def _split(batch, torch):
@@ -136,9 +138,9 @@ class Producer:
         opts.authorized_keys_file = str(self._authorized_keys).encode() if self._authorized_keys else None
         opts.insecure = 1 if self._insecure else 0
         ptr = ctypes.c_void_p()
-        _lib.check(_lib.lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+        _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._ptr = ptr
-        self._tcp_endpoint = _lib.lib().coloader_producer_tcp_endpoint(ptr).decode() or None
+        self._tcp_endpoint = _lib.producer_lib().coloader_producer_tcp_endpoint(ptr).decode() or None
         self._shape = shape
         self._dtype = samples.dtype
 
@@ -164,12 +166,12 @@ class Producer:
         labels = torch.as_tensor(labels).detach().to("cpu", torch.int64).contiguous().reshape(-1)
         if labels.numel() != count:
             raise ValueError("%d labels for %d samples" % (labels.numel(), count))
-        _lib.check(_lib.lib().coloader_producer_publish(self._ptr, samples.data_ptr(), count,
+        _lib.check_producer(_lib.producer_lib().coloader_producer_publish(self._ptr, samples.data_ptr(), count,
                                                         labels.data_ptr(), None))
 
     def end_epoch(self):
         if self._ptr is not None:
-            _lib.check(_lib.lib().coloader_producer_end_epoch(self._ptr))
+            _lib.check_producer(_lib.producer_lib().coloader_producer_end_epoch(self._ptr))
 
     def run(self, epochs=1):
         """Publishes `epochs` epochs of the iterable, then close()s."""
@@ -188,7 +190,7 @@ class Producer:
         while any consumer lives), tells them the producer is done, and frees it."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
-            _lib.check(_lib.lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
+            _lib.check_producer(_lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
 
     def __enter__(self):
         return self

@@ -1,7 +1,7 @@
 """coloader.Loader against a real producer process, through the build tree.
 
 Runs with: /usr/bin/python3 -m pytest -q python/tests
-It builds nothing: it expects build/server/coloader and build/client/libcoloader_c.so (or
+It builds nothing: it expects build/tools/coloader and build/client/libcoloader_c.so (or
 $COLOADER_BUILD_DIR/..., or $COLOADER_BINARY and $COLOADER_LIBRARY). Every test gets its own
 COLOADER_RUN_DIR and a producer name unique to this run (the shared-memory ring is named after
 the producer, machine-wide). Readiness is always explicit: the producer's "serving" line, a
@@ -32,7 +32,7 @@ import coloader  # noqa: E402
 torch = pytest.importorskip("torch")
 
 BUILD = Path(os.environ.get("COLOADER_BUILD_DIR", REPO / "build"))
-BINARY = Path(os.environ.get("COLOADER_BINARY", BUILD / "server" / "coloader"))
+BINARY = Path(os.environ.get("COLOADER_BINARY", BUILD / "tools" / "coloader"))
 LIBRARY = Path(os.environ.get("COLOADER_LIBRARY", BUILD / "client" / "libcoloader_c.so"))
 
 NUM_IMAGES = 103
@@ -211,7 +211,7 @@ def expected_sizes(batch, drop_last=False, n=NUM_IMAGES):
 
 def test_missing_producer_raises_producer_not_found(env):
     with pytest.raises(coloader.ProducerNotFound) as e:
-        coloader.Loader("no-such-producer-here")
+        coloader.Loader("no-such-producer-here", wait_for_producer=0)
     assert "no-such-producer-here" in str(e.value)
     assert isinstance(e.value, coloader.ColoaderError)
     assert e.value.code == -2
@@ -513,6 +513,29 @@ def test_tensors_outlive_the_loader(serve):
         assert images.numpy().tobytes() == ci and labels.tolist() == cl
     del kept, images, labels, it
     gc.collect()
+    p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
+
+
+def test_dropping_the_last_reference_closes_on_the_reaper_not_in_the_collector(serve, monkeypatch):
+    """The garbage collector never waits for a consumer's goodbye or its GPU work: the finaliser
+    hands the closing to the reaper thread, which says goodbye soon after."""
+    from coloader import _reaper
+    p = serve(epochs=None, window=3)
+    loader = loader_for(p, batch_size=5)
+    images, labels = next(iter(loader))
+    lib = coloader._lib.lib()
+    real_close = lib.coloader_consumer_close
+    closed_on = []
+
+    def recording_close(ptr):
+        closed_on.append(threading.current_thread().name)
+        return real_close(ptr)
+
+    monkeypatch.setattr(lib, "coloader_consumer_close", recording_close)
+    del loader, images, labels
+    gc.collect()
+    assert _reaper.drain(10), "the reaper did not close the consumer"
+    assert closed_on == [_reaper.THREAD_NAME]
     p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
 
 

@@ -7,11 +7,6 @@
 
 #include "tests/fuzz/fuzz_targets.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  coloader::fuzz::DecodeInit(COLOADER_IMGCODECS_PLUGIN_PATH);
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string broken = coloader::fuzz::DecodeOne(data, size);
   if (!broken.empty()) {

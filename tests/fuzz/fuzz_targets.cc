@@ -5,18 +5,17 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "server/decode.h"
-#include "server/transform.h"
+#include "pipeline/decode.h"
+#include "pipeline/transform.h"
 
 namespace coloader::fuzz {
 
 namespace {
 
-// The harness's own bound on decoded images. The decoder accepts any size its header states
-// up to 65535 x 65535 (12.9 GB of RGB from a 200-byte file), so without a bound every run
-// would stop at the first oversized header with libFuzzer's out-of-memory report instead of
-// looking further. Images above the bound are peeked but not decoded; OpenCV gets the same
-// bound (it decodes whole formats other than JPEG and PNG inside Peek).
+// The harness's own bound on decoded images. The decoder accepts what its header states up to
+// kMaxImagePixels (192 MB of RGB from a 200-byte file), so without a tighter bound runs would
+// spend their time allocating and filling large images instead of looking further. Images
+// above the bound are peeked (header only, every format) but not decoded.
 constexpr uint64_t kMaxFuzzPixels = uint64_t{1} << 22;
 
 std::string Hex(const std::vector<uint8_t>& v, size_t limit = 64) {
@@ -62,12 +61,6 @@ std::string ProtocolOne(const uint8_t* data, size_t size) {
   return "";
 }
 
-void DecodeInit(const char* imgcodecs_plugin) {
-  if (imgcodecs_plugin && *imgcodecs_plugin) ::setenv("COLOADER_IMGCODECS_PLUGIN", imgcodecs_plugin, 0);
-  // Read by libopencv_imgcodecs when it is loaded, i.e. when the plugin is first needed.
-  ::setenv("OPENCV_IO_MAX_IMAGE_PIXELS", std::to_string(kMaxFuzzPixels).c_str(), 0);
-}
-
 std::string DecodeOne(const uint8_t* data, size_t size) {
   // One decoder and two transforms for the whole run, as a producer worker keeps them: state
   // left behind by a bad input (the TurboJPEG handle's error state) must not break the next.
@@ -77,16 +70,16 @@ std::string DecodeOne(const uint8_t* data, size_t size) {
         TransformOptions o;
         o.augment.mode = AugmentMode::kTrain;
         o.augment.size = 16;
-        o.output = OutputType::kUInt8;
-        o.layout = Layout::kNHWC;
+        o.output = DType::kUInt8;
+        o.layout = TensorLayout::kNHWC;
         return std::make_unique<SampleTransform>(o);
       }(),
       [] {
         TransformOptions o;
         o.augment.mode = AugmentMode::kEval;
         o.augment.size = 12;
-        o.output = OutputType::kFloat32;
-        o.layout = Layout::kNCHW;
+        o.output = DType::kFloat32;
+        o.layout = TensorLayout::kNCHW;
         return std::make_unique<SampleTransform>(o);
       }(),
   };

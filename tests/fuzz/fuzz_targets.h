@@ -23,9 +23,4 @@ std::string ProtocolOne(const uint8_t* data, size_t size);
 // call must return (a Status or a value), and a decoded image must have the size Peek promised.
 std::string DecodeOne(const uint8_t* data, size_t size);
 
-// Sets what the decode target needs before its first input: the path of the imgcodecs plugin
-// (the fuzz binaries do not live where Decoder looks for it) and OpenCV's own limit on image
-// size (see kMaxFuzzPixels in fuzz_targets.cc).
-void DecodeInit(const char* imgcodecs_plugin);
-
 }  // namespace coloader::fuzz

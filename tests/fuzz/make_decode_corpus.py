@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Writes the seed corpus of decode_fuzz (tests/fuzz/corpus/decode): a few of the decode
-fixtures (tests/data) and small images of each JPEG layout and PNG colour type the decoder
-meets, made from tests/data/reference.png with PIL. Every file is a few KB: small seeds mutate
+fixtures (tests/data), small images of each JPEG layout and PNG colour type the decoder
+meets, made from tests/data/reference.png with PIL, and the small PNG, WebP, TIFF, BMP and PNM
+fixtures of tests/data/formats. Every file is a few KB: small seeds mutate
 faster.
     /usr/bin/python3 tests/fuzz/make_decode_corpus.py   (Debian python3-pil)
 """
@@ -39,3 +40,14 @@ save("gray.png", small.convert("L"), format="PNG")
 save("palette.png", small.convert("P"), format="PNG")
 save("interlaced.png", small, format="PNG", interlace=1)
 save("image.bmp", small.resize((8, 6)), format="BMP")
+
+# Every other format and variant the decoder reads (tests/data/formats, made by
+# scripts/make_test_fixtures.py), those of a few KB: libspng, libwebp, libtiff and the BMP/PNM
+# decoders each get seeds of every layout they take apart.
+formats = root / "tests/data/formats"
+for line in (formats / "MANIFEST").read_text().splitlines():
+    if not line or line.startswith("#") or line.startswith("jpeg_rgb"):
+        continue
+    name = line.split()[0]
+    if (formats / name).stat().st_size <= 6000:
+        shutil.copyfile(formats / name, out / ("formats-" + name))

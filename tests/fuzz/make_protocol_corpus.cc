@@ -52,6 +52,18 @@ std::vector<std::pair<std::string, Message>> Samples() {
   hello.flags = kHelloWaitForEpoch | kHelloDevice;
   hello.client_name = "";
   s.push_back({"hello-device", hello});
+  Hello member;  // rank 1 of a 4-rank group on node 0 of 2, resuming a saved state
+  member.pid = 4322;
+  member.batch_size = 64;
+  member.flags = kHelloExpectSeed;
+  member.group = "job-a";
+  member.rank = 1;
+  member.world_size = 4;
+  member.node_rank = 0;
+  member.num_nodes = 2;
+  member.expect_seed = 7;
+  member.expect_data_key = "0123456789abcdef";
+  s.push_back({"hello-group", member});
 
   s.push_back({"welcome-host", HostWelcome()});
   Welcome mailbox = HostWelcome();
@@ -81,6 +93,7 @@ std::vector<std::pair<std::string, Message>> Samples() {
   s.push_back({"heartbeat", Heartbeat{}});
   s.push_back({"bye-finished", Bye{ByeReason::kFinished, ""}});
   s.push_back({"bye-rejected", Bye{ByeReason::kRejected, "Ack for a batch never announced"}});
+  s.push_back({"bye-group-broken", Bye{ByeReason::kGroupBroken, "rank 2 of group job-a left at epoch 3, batch 17"}});
   s.push_back({"status-request", StatusRequest{}});
 
   StatusReply idle;
@@ -101,8 +114,8 @@ std::vector<std::pair<std::string, Message>> Samples() {
   busy.dropped_clients = 2;
   busy.num_slots = 4;
   busy.slots_in_use = 2;
-  busy.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a"});
-  busy.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 1, "job-b"});
+  busy.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0});
+  busy.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 1, "job-b", "", 0, 1, 0});
   s.push_back({"status-reply-busy", busy});
   return s;
 }

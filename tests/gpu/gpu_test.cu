@@ -71,6 +71,19 @@ class GpuTest : public ::testing::Test {
     return ParseJsonLines(c->Stdout());
   }
   static void ExpectExactEpoch(const JsonLine& e, uint64_t n = kImages) { testing::ExpectExactEpoch(e, n); }
+  // Polls the producer's status (the state the tests wait for) until `pred` holds.
+  template <typename Pred>
+  bool WaitForStatus(const std::string& name, Pred pred, int timeout_ms = 60000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      Child s(Coloader({"status", "--name", name, "--json"}), env_);
+      s.Wait(10000);
+      auto lines = ParseJsonLines(s.Stdout());
+      if (!lines.empty() && pred(lines[0])) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the poll interval
+    }
+    return false;
+  }
 
   testing::TempDir tmp_;
   std::string run_dir_, data_;
@@ -83,7 +96,9 @@ TEST_F(GpuTest, DeviceOutputIsExactAndBitwiseEqualToTheHostPath) {
   for (const char* output : {"uint8", "float32"}) {
     SCOPED_TRACE(output);
     auto host = RunOne("host", {"--batch-size", "16", "--epochs", "2", "--output", output}, {});
-    auto dev = RunOne("dev", {"--batch-size", "16", "--epochs", "2", "--output", output, "--device", "cuda:0"},
+    // --decode cpu: with --device, serve decodes on the GPU's JPEG engine by default.
+    auto dev = RunOne("dev", {"--batch-size", "16", "--epochs", "2", "--output", output, "--device", "cuda:0",
+                              "--decode", "cpu"},
                       {"--device"});
     ASSERT_EQ(host.size(), 2u);
     ASSERT_EQ(dev.size(), 2u);
@@ -126,13 +141,9 @@ TEST_F(GpuTest, LateJoinOnTheDevice) {
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0"});
   auto first = Consume("p", {"--device", "--step-ms", "40"});
   // Wait until the first consumer is mid-epoch: its own batches, read from the status.
-  for (int i = 0; i < 2000; ++i) {
-    Child s(Coloader({"status", "--name", "p", "--json"}), env_);
-    s.Wait(10000);
-    auto lines = ParseJsonLines(s.Stdout());
-    if (!lines.empty() && U64(lines[0], "batches_published") >= 3 && U64(lines[0], "epoch") == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
+    return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
+  }));
   auto late = Consume("p", {"--device"});
   ASSERT_EQ(late->Wait(120000), 0) << late->Stderr();
   auto epochs = ParseJsonLines(late->Stdout());
@@ -148,7 +159,8 @@ TEST_F(GpuTest, KilledDeviceConsumerIsReclaimedAndOthersStayExact) {
                        "--min-consumers", "2"});
   auto victim = Consume("p", {"--device", "--step-ms", "1000"});
   auto other = Consume("p", {"--device", "--batch-size", "13"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // let the victim hold slots
+  // Both attached (min-consumers 2) and the window full: the victim, a second per batch, holds slots.
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "slots_in_use") >= 3; }));
   victim->Signal(SIGKILL);
   ASSERT_EQ(other->Wait(120000), 0) << other->Stderr();
   for (const auto& e : ParseJsonLines(other->Stdout())) ExpectExactEpoch(e);
@@ -159,7 +171,8 @@ TEST_F(GpuTest, ProducerKilledWhileConsumersHoldDeviceBatchesGivesAClearError) {
   auto p = Serve("p", {"--batch-size", "8", "--forever", "--window", "3", "--device", "cuda:0"});
   auto a = Consume("p", {"--device", "--step-ms", "20"});
   auto b = Consume("p", {"--device", "--step-ms", "20", "--batch-size", "3"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  // Both reading, mid-stream, when the producer dies.
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 20; }));
   const auto t0 = std::chrono::steady_clock::now();
   p->Signal(SIGKILL);
   EXPECT_EQ(a->Wait(10000), 1);  // an error exit, not a crash (139) or a hang (-1)
@@ -230,10 +243,14 @@ TEST_F(GpuTest, GpuDecodeIsDeterministicWhateverTheBatchSizeAndAutoPicksTheHardw
 TEST_F(GpuTest, GpuDecodeRoutesEveryKindOfFileAndFailsBadOnesLikeTheCpuPath) {
   const char* env_dir = std::getenv("COLOADER_TEST_DATA");
   const std::string fixtures = env_dir && *env_dir ? env_dir : std::string(COLOADER_SOURCE_DIR) + "/tests/data";
-  // (PNG, the other file the CPU decodes for it, needs the imgcodecs plugin, which the GPU
-  // machine's bundle leaves out: gpu_decode_test covers it where the plugin is.)
-  for (const char* f : {"progressive.jpg", "cmyk.jpg", "gray.jpg"})
-    testing::WriteFile(data_ + "/class0/zz_" + f, testing::ReadFile(fixtures + "/" + f));
+  // The routing sends PNG (also behind a .JPEG name), WebP, TIFF, BMP and PNM to the CPU
+  // decoder, linked into the producer: none of them may be skipped on the GPU machine.
+  for (const char* f : {"progressive.jpg", "cmyk.jpg", "gray.jpg", "png_named.JPEG", "formats/webp_lossy_alpha.webp",
+                        "formats/tiff_rgb_lzw.tif", "formats/bmp_rgb24.bmp", "formats/pnm_rgb.ppm",
+                        "formats/png_gray16.png"}) {
+    const std::string name = std::string(f).substr(std::string(f).rfind('/') + 1);
+    testing::WriteFile(data_ + "/class0/zz_" + name, testing::ReadFile(fixtures + "/" + f));
+  }
   for (const char* f : {"truncated.jpg", "not_an_image.jpg"})
     testing::WriteFile(data_ + "/class1/zz_" + f, testing::ReadFile(fixtures + "/" + f));
   {
@@ -243,11 +260,12 @@ TEST_F(GpuTest, GpuDecodeRoutesEveryKindOfFileAndFailsBadOnesLikeTheCpuPath) {
     ASSERT_EQ(p->Wait(60000), 0) << p->Stderr();
     auto epochs = ParseJsonLines(c->Stdout());
     ASSERT_EQ(epochs.size(), 1u);
-    EXPECT_EQ(U64(epochs[0], "samples"), kImages + 3u);
-    EXPECT_EQ(U64(epochs[0], "unique_samples"), kImages + 3u);
+    EXPECT_EQ(U64(epochs[0], "samples"), kImages + 9u);
+    EXPECT_EQ(U64(epochs[0], "unique_samples"), kImages + 9u);
     EXPECT_NE(p->Stderr().find("zz_truncated.jpg: truncated JPEG data"), std::string::npos) << p->Stderr();
     EXPECT_NE(p->Stderr().find("zz_not_an_image.jpg"), std::string::npos) << p->Stderr();
-    EXPECT_EQ(p->Stderr().find(" 0 on the CPU"), std::string::npos) << p->Stderr();  // CMYK, grayscale
+    EXPECT_EQ(p->Stderr().find(" 0 on the CPU"), std::string::npos) << p->Stderr();  // CMYK, grayscale, ...
+    EXPECT_EQ(p->Stderr().find("skipped bad file: " + data_ + "/class0/"), std::string::npos) << p->Stderr();
     std::printf("%s", p->Stderr().c_str());
   }
   {
@@ -322,7 +340,8 @@ TEST_F(GpuTest, ConsumersShareOneAllocationAndMakeNoDeviceCopy) {
                        "--image-size", "224", "--min-consumers", "4"});
   std::vector<std::unique_ptr<Child>> consumers;
   for (int i = 0; i < 4; ++i) consumers.push_back(Consume("p", {"--device", "--step-ms", "50"}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  // All four have mapped the ring and read from it (min-consumers 4: nothing is published before).
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 8; }));
   FILE* smi = ::popen("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits", "r");
   ASSERT_NE(smi, nullptr);
   std::map<int, long> used;
@@ -375,6 +394,39 @@ TEST_F(GpuTest, ProducerAndConsumersUnderMps) {
       << testing::ReadFile(logs + "/control.log");
 }
 
+TEST_F(GpuTest, ProducerOutsideMpsServesConsumersUnderIt) {
+  // Issue 16: the producer may stay out of MPS (its pipe directory points where no daemon
+  // listens, so CUDA runs it as an ordinary context, time-sliced beside the MPS server) while
+  // the jobs are MPS clients: they must still map its ring through CUDA IPC.
+  const std::string pipes = tmp_.path() + "/mps-pipe", logs = tmp_.path() + "/mps-log";
+  const std::string none = tmp_.path() + "/no-mps";
+  for (const auto& d : {pipes, logs, none}) std::filesystem::create_directories(d);
+  std::map<std::string, std::string> mps = {{"CUDA_MPS_PIPE_DIRECTORY", pipes}, {"CUDA_MPS_LOG_DIRECTORY", logs}};
+  Child daemon({"/bin/sh", "-c", "exec nvidia-cuda-mps-control -d"}, mps);
+  ASSERT_EQ(daemon.Wait(20000), 0) << daemon.Stderr();
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0", "--decode", "gpu",
+                       "--min-consumers", "2"},
+                 {{"CUDA_MPS_PIPE_DIRECTORY", none}});
+  auto a = Consume("p", {"--device", "--batch-size", "10"}, mps);
+  auto b = Consume("p", {"--device", "--batch-size", "16"}, mps);
+  const int ra = a->Wait(120000), rb = b->Wait(120000), rp = p->Wait(60000);
+  Child stop({"/bin/sh", "-c", "echo quit | nvidia-cuda-mps-control"}, mps);
+  EXPECT_EQ(stop.Wait(30000), 0);
+  ASSERT_EQ(ra, 0) << a->Stderr();
+  ASSERT_EQ(rb, 0) << b->Stderr();
+  EXPECT_EQ(rp, 0) << p->Stderr();
+  for (auto* c : {a.get(), b.get()}) {
+    auto epochs = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(epochs.size(), 2u);
+    for (const auto& e : epochs) {
+      ExpectExactEpoch(e);
+      EXPECT_EQ(e.at("path"), "device");
+    }
+  }
+  EXPECT_NE(testing::ReadFile(logs + "/control.log").find("NEW CLIENT"), std::string::npos)
+      << testing::ReadFile(logs + "/control.log");
+}
+
 TEST_F(GpuTest, EachGpuIsServedFromARingOnItself) {
   int n = 0;
   cudaGetDeviceCount(&n);
@@ -399,6 +451,44 @@ TEST_F(GpuTest, EachGpuIsServedFromARingOnItself) {
   EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
   // The producer says which ring each consumer reads.
   EXPECT_NE(p->Stderr().find("device path"), std::string::npos) << p->Stderr();
+}
+
+TEST_F(GpuTest, GpuDecodeOnTwoGpusSplitsTheBatchesAndServesTheOneGpuBytes) {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) GTEST_SKIP() << "needs two GPUs, " << n << " visible";
+  // Each GPU's JPEG engines decode every other batch; each ring gets the other GPU's batches
+  // peer to peer. Consumers on either GPU read exact epochs, with the bytes of a one-GPU decode.
+  auto p = Serve("p", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0,cuda:1", "--decode", "gpu",
+                       "--min-consumers", "2"});
+  auto a = Consume("p", {"--device", "--batch-size", "10"}, {{"CUDA_VISIBLE_DEVICES", "0"}});
+  auto b = Consume("p", {"--device", "--batch-size", "16"}, {{"CUDA_VISIBLE_DEVICES", "1"}});
+  ASSERT_EQ(a->Wait(120000), 0) << a->Stderr();
+  ASSERT_EQ(b->Wait(120000), 0) << b->Stderr();
+  ASSERT_EQ(p->Wait(60000), 0) << p->Stderr();
+  auto one = RunOne("one", {"--batch-size", "16", "--epochs", "2", "--device", "cuda:0", "--decode", "gpu"},
+                    {"--device", "--batch-size", "7"});
+  auto ea = ParseJsonLines(a->Stdout()), eb = ParseJsonLines(b->Stdout());
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  ASSERT_EQ(one.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    ExpectExactEpoch(ea[e]);
+    ExpectExactEpoch(eb[e]);
+    EXPECT_EQ(ea[e].at("content_hash"), eb[e].at("content_hash")) << "epoch " << e;
+    EXPECT_EQ(ea[e].at("content_hash"), one[e].at("content_hash")) << "epoch " << e;
+  }
+  // Both GPUs decoded: one banner and one count line per GPU, each with images.
+  const std::string err = p->Stderr();
+  EXPECT_NE(err.find("on cuda:0, 1 lane"), std::string::npos) << err;
+  EXPECT_NE(err.find("on cuda:1, 1 lane"), std::string::npos) << err;
+  for (const char* dev : {"(cuda:0)", "(cuda:1)"}) {
+    const size_t at = err.find(dev);
+    ASSERT_NE(at, std::string::npos) << err;
+    const size_t line = err.rfind("decode gpu: ", at);
+    ASSERT_NE(line, std::string::npos) << err;
+    EXPECT_NE(err.compare(line, 14, "decode gpu: 0 "), 0) << "no hardware images on " << dev << ": " << err;
+  }
 }
 
 }  // namespace

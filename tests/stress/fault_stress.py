@@ -14,12 +14,17 @@ in time (--duration); stops by itself and then checks, and prints:
              or lock file in the run directory; with --device, no GPU memory held
   flat       per producer incarnation, open fds and RSS measured with no consumer attached,
              early and late in its life: no growth in fds, RSS within a small margin
+  shm full   now and then /dev/shm is filled to the last byte and a second producer is started:
+             it must exit 1 with the /dev/shm message while the first keeps serving (its ring
+             was reserved at start: no SIGBUS anywhere). Needs a private mount namespace with a
+             small tmpfs on /dev/shm (root: the driver re-runs itself under `unshare -m`);
+             without one this fault is skipped and the report says why.
 
 Why a Python driver: it is process orchestration (signals, /proc, exit codes, JSON lines);
 the producer and consumers under test are the real binaries, nothing runs in this process.
 
-    tests/stress/fault_stress.py --coloader build/server/coloader                 # CI: 60 s, >= 200 faults
-    tests/stress/fault_stress.py --coloader build/server/coloader --duration 900  # longer
+    tests/stress/fault_stress.py --coloader build/tools/coloader                 # CI: 60 s, >= 200 faults
+    tests/stress/fault_stress.py --coloader build/tools/coloader --duration 900  # longer
     tests/stress/fault_stress.py --coloader ... --device cuda:0                   # GPU machine
 Exit status 0 when every check holds.
 """
@@ -27,12 +32,17 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+
+INNER = "COLOADER_STRESS_SHM_NAMESPACE"
+FILLER = "/dev/shm/coloader-stress-filler"
 
 # Producer batches are 8 in a ring of 6 slots: smaller, equal, straddling, and (64) larger than
 # the whole ring.
@@ -70,7 +80,7 @@ class Driver:
         self.consumers = [Consumer(i, BATCH_SIZES[i % len(BATCH_SIZES)]) for i in range(args.consumers)]
         self.counts = {k: 0 for k in ("consumer_sigkill", "consumer_sigstop", "producer_sigkill",
                                       "producer_sigterm", "producer_sigstop", "consumer_restart",
-                                      "detached_on_resume")}
+                                      "detached_on_resume", "shm_full")}
         self.failures = []
         self.epochs_whole = 0
         self.epochs_partial = 0
@@ -80,6 +90,9 @@ class Driver:
         self.flat = []                    # per producer incarnation: early/late fds and RSS
         self.early = None
         self.gen_events = 0
+        self.shm_full = os.environ.get(INNER) == "1"  # /dev/shm is our own small tmpfs
+        self.second = None                # the second producer started on a full /dev/shm
+        self.second_count = 0
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -175,7 +188,7 @@ class Driver:
 
     def faults(self):
         return sum(self.counts[k] for k in ("consumer_sigkill", "consumer_sigstop", "producer_sigkill",
-                                            "producer_sigterm", "producer_sigstop"))
+                                            "producer_sigterm", "producer_sigstop", "shm_full"))
 
     def live(self):
         return [c for c in self.consumers if c.proc and c.proc.poll() is None]
@@ -198,6 +211,40 @@ class Driver:
             c.stopped_since, c.cont_at = now, now + hold
             c.ever_stopped = True
             self.counts["consumer_sigstop"] += 1
+
+    def fill_shm(self):
+        """/dev/shm full to the last byte, then a second producer: it must fail clearly."""
+        block, small = b"\xa5" * (1 << 20), b"\x5a" * 4096
+        with open(FILLER, "wb", buffering=0) as f:
+            for chunk in (block, small):
+                while True:
+                    try:
+                        f.write(chunk)
+                    except OSError:
+                        break
+        self.second_count += 1
+        self.second = self.s.spawn(["serve", "--data", self.data, "--name", f"{self.name}-second",
+                                    "--batch-size", "8", "--image-size", "32", "--output", "uint8", "--epochs", "1"],
+                                   f"serve-second{self.second_count}")
+        self.counts["shm_full"] += 1
+
+    def end_shm_full(self, wait):
+        """Judges the second producer once it ended, and gives /dev/shm its room back."""
+        if self.second is None:
+            return
+        if self.second.poll() is None:
+            if not wait:
+                return
+            self.second.wait(30)
+        err = self.second.stderr()
+        if self.second.rc != 1 or "/dev/shm has" not in err or "--shm-size" not in err:
+            self.fail(f"second producer on a full /dev/shm: rc {harness.SIG_NAMES.get(self.second.rc, self.second.rc)}, "
+                      f"wanted 1 and the /dev/shm message: {err[-600:]!r}")
+        shm, run = self.s.leftovers(f"{self.name}-second")
+        if shm or run:
+            self.fail(f"the failed second producer left {shm} {run}")
+        os.unlink(FILLER)
+        self.second = None
 
     def producer_pause(self, now):
         if self.producer_stopped_until is None:
@@ -241,6 +288,7 @@ class Driver:
             self.producer_stopped_until = None
 
     def end_producer(self, how):
+        self.end_shm_full(wait=True)  # a new incarnation needs its room in /dev/shm
         self.resume_producer()
         late = self.quiesce(restart=True) if self.early else None
         # Consumers attached when the producer goes: they must be told, or notice its death.
@@ -272,6 +320,7 @@ class Driver:
 
     def tick(self, now):
         """Resumes what is due, reaps what ended, restarts what is gone."""
+        self.end_shm_full(wait=False)
         if self.producer_stopped_until is not None and now >= self.producer_stopped_until:
             self.producer.signal(signal.SIGCONT)
             self.producer_stopped_until = None
@@ -324,6 +373,9 @@ class Driver:
                             self.start_consumer(c)
                 elif r < 0.06 and self.producer_stopped_until is None:
                     self.producer_pause(now)
+                elif r < 0.09 and self.shm_full and self.second is None and \
+                        self.gen_events < self.a.producer_every - 5:
+                    self.fill_shm()
                 else:
                     self.consumer_fault(now)
             time.sleep(0.01)
@@ -402,6 +454,8 @@ class Driver:
             "leftover_shm": self.leftover_shm,
             "leftover_run_dir": self.leftover_run,
             "gpu": self.gpu,
+            "shm_full": self.counts["shm_full"] if self.shm_full else
+            "skipped: no private mount namespace (" + self.a.no_namespace_reason + ")",
             "failures": len(self.failures),
         }
         print("fault stress:", json.dumps(out, indent=1))
@@ -416,6 +470,28 @@ class Driver:
         print(f"fault stress: {verdict}: {self.faults()} faults in {elapsed:.0f} s, {self.epochs_whole} whole "
               f"epochs exact, longest wait of a never-stopped consumer {self.max_wait_checked_ms:.0f} ms "
               f"(timeout {self.timeout_ms} ms)", flush=True)
+
+
+def in_namespace(a):
+    """Runs this driver again in a private mount namespace with a small tmpfs on /dev/shm, where
+    filling /dev/shm hurts nobody else. None when it ran (its exit code in a.namespace_rc), else
+    why it could not."""
+    if a.shm_mb <= 0:
+        return "--shm-mb 0"
+    if os.geteuid() != 0:
+        return f"not root (uid {os.geteuid()})"
+    if not shutil.which("unshare"):
+        return "unshare(1) is not installed"
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            f"mount -t tmpfs -o size={a.shm_mb}m tmpfs /dev/shm"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return "mount refused: " + probe.stderr.strip()
+    script = (f"mount -t tmpfs -o size={a.shm_mb}m,mode=1777 tmpfs /dev/shm && exec {sys.executable} "
+              f"{os.path.abspath(__file__)} " + " ".join(sys.argv[1:]))
+    print(f"fault stress: in a private mount namespace, /dev/shm a {a.shm_mb} MB tmpfs", flush=True)
+    a.namespace_rc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                                    env=dict(os.environ, **{INNER: "1"})).returncode
+    return None
 
 
 def main():
@@ -434,9 +510,16 @@ def main():
     ap.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     ap.add_argument("--report", help="also write the figures to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the logs (printed path)")
+    ap.add_argument("--shm-mb", type=int, default=64,
+                    help="size of the private /dev/shm for the 'shm full' fault (0: no namespace, no such fault)")
     a = ap.parse_args()
     if not 4 <= a.consumers <= 8:
         ap.error("--consumers must be 4 to 8")
+    a.no_namespace_reason = ""
+    if os.environ.get(INNER) != "1":
+        a.no_namespace_reason = in_namespace(a)  # returns only when it could not
+        if a.no_namespace_reason is None:
+            return a.namespace_rc
     print(f"fault stress: seed {a.seed} (rerun with --seed {a.seed})", flush=True)
     d = Driver(a)
     if a.keep:

@@ -12,7 +12,7 @@ with matplotlib where it is installed) and checked:
           of the first third (after the first sample)
   alive   both producers served throughout (throughput > 0 in every interval with consumers)
 
-    tests/stress/soak.py --coloader build/server/coloader --duration 120        # CI
+    tests/stress/soak.py --coloader build/tools/coloader --duration 120        # CI
     tests/stress/soak.py --coloader ... --duration 3600 --device cuda:0 --out docs/soak  # GPU
 Exit status 0 when every check holds.
 """

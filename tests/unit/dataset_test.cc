@@ -1,6 +1,6 @@
 // Dataset::Open over real temporary trees and file lists. File contents are never read by
 // Open, so every image here is an empty file.
-#include "server/dataset.h"
+#include "pipeline/dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,9 +1,9 @@
 // Decoder: JPEG (baseline, progressive, grayscale, CMYK/YCCK, DCT scaling), PNG and other
-// formats through the imgcodecs plugin, and every kind of broken input as an error naming the
-// file. Images are encoded here with TurboJPEG (no OpenCV imgcodecs in the test, as in the
-// decoder itself); the Pillow-made fixtures under tests/data/ (scripts/make_test_fixtures.py)
-// cover what TurboJPEG cannot write: Adobe CMYK as Pillow writes it.
-#include "server/decode.h"
+// formats, and every kind of broken input as an error naming the file. Images are encoded
+// here with TurboJPEG and by hand; the Pillow-made fixtures under tests/data/
+// (scripts/make_test_fixtures.py) cover what TurboJPEG cannot write: Adobe CMYK as Pillow
+// writes it. decode_formats_test.cc compares every other format against Pillow's pixels.
+#include "pipeline/decode.h"
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -17,7 +17,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "server/transform.h"
+#include "pipeline/transform.h"
 #include "tests/support/test_support.h"
 
 #ifndef COLOADER_SOURCE_DIR
@@ -387,14 +387,15 @@ TEST_F(DecoderTest, OtherFormatsAreReadOnlyWhenTheyAreTrainingImageFormats) {
     ASSERT_OK_AND_ASSIGN(cv::Mat got, Decode(b, 1, "/data/x.ppm"));
     EXPECT_EQ(cv::norm(got, img, cv::NORM_INF), 0.0);
   }
-  // A DICOM file (magic "DICM" at byte 128) is not handed to OpenCV, whose GDCM codec aborted
-  // the process on a fuzzed one (tests/fuzz/regressions/decode): a clear error instead.
+  // A DICOM file (magic "DICM" at byte 128) is no training image format: a clear error (the
+  // OpenCV imgcodecs coloader once used had a GDCM codec that aborted the process on a fuzzed
+  // one, tests/fuzz/regressions/decode).
   Bytes dicom(132, 0);
   std::memcpy(dicom.data() + 128, "DICM", 4);
   const Status st = PeekAndDecode(dicom, "/data/scan.dcm");
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("/data/scan.dcm: not a readable image"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("JPEG, PNG, BMP, TIFF, WebP and PNM"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("JPEG, PNG, WebP, TIFF, BMP and PNM"), std::string::npos) << st.message();
 }
 
 TEST_F(DecoderTest, BrokenPngIsAnError) {
@@ -505,19 +506,19 @@ TEST(SampleTransformTest, DecodingTheCropsRegionOnlyChangesNoByte) {
       {"large", EncodeJpeg(TestImage(1400, 1000), 90)},  // crops >= 448 px: DCT-scaled regions
   };
   for (const AugmentMode mode : {AugmentMode::kTrain, AugmentMode::kEval, AugmentMode::kNone}) {
-    for (const OutputType output : {OutputType::kUInt8, OutputType::kFloat32}) {
+    for (const DType output : {DType::kUInt8, DType::kFloat32}) {
       TransformOptions with;
       with.augment.mode = mode;
       with.augment.size = 64;
       with.output = output;
-      with.layout = output == OutputType::kUInt8 ? Layout::kNHWC : Layout::kNCHW;
+      with.layout = output == DType::kUInt8 ? TensorLayout::kNHWC : TensorLayout::kNCHW;
       TransformOptions without = with;
       without.crop_decode = false;
       SampleTransform a(with), b(without);
       std::vector<uint8_t> out_a(a.sample_bytes()), out_b(b.sample_bytes());
       for (const auto& [name, bytes] : files) {
         for (uint64_t index = 0; index < 40; ++index) {
-          SCOPED_TRACE(name + " " + AugmentModeName(mode) + " " + OutputTypeName(output) + " #" + std::to_string(index));
+          SCOPED_TRACE(name + " " + AugmentModeName(mode) + " " + DTypeName(output) + " #" + std::to_string(index));
           ASSERT_OK(a.RunBytes(bytes.data(), bytes.size(), name, 5, 1, index, out_a.data()));
           ASSERT_OK(b.RunBytes(bytes.data(), bytes.size(), name, 5, 1, index, out_b.data()));
           ASSERT_EQ(out_a, out_b);

@@ -55,10 +55,7 @@ std::vector<uint8_t> ReadFile(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-class FuzzRegressionTest : public ::testing::TestWithParam<Input> {
- protected:
-  static void SetUpTestSuite() { fuzz::DecodeInit(COLOADER_IMGCODECS_PLUGIN_PATH); }
-};
+class FuzzRegressionTest : public ::testing::TestWithParam<Input> {};
 
 TEST_P(FuzzRegressionTest, ReplaysWithoutCrashOrBrokenProperty) {
   const Input& input = GetParam();

@@ -1,8 +1,11 @@
 // Which files --decode gpu hands to nvJPEG and which to the CPU decoder (ScanJpegFrame,
 // GpuDecodable), on the fixtures in tests/data and on hand-made headers.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
-#include "server/gpu_decode.h"
+#include <utility>
+
+#include "pipeline/gpu_decode.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -39,6 +42,31 @@ TEST(GpuRoute, CmykGrayscaleTruncatedAndOtherFormatsStayOnTheCpu) {
   EXPECT_FALSE(GpuDecodable(*truncated));
   EXPECT_FALSE(ScanFixture("png_named.JPEG").has_value());
   EXPECT_FALSE(ScanFixture("not_an_image.jpg").has_value());
+}
+
+// Every PNG, WebP, TIFF, BMP and PNM fixture (tests/data/formats) goes to the CPU decoder,
+// whatever its name says, and so do the CMYK and YCCK JPEGs; the plain JPEG goes to the GPU.
+TEST(GpuRoute, EveryOtherFormatStaysOnTheCpu) {
+  const std::string manifest = testing::ReadFile(std::string(COLOADER_SOURCE_DIR) + "/tests/data/formats/MANIFEST");
+  int others = 0;
+  size_t at = 0;
+  while (at < manifest.size()) {
+    size_t end = manifest.find('\n', at);
+    if (end == std::string::npos) end = manifest.size();
+    const std::string line = manifest.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = "formats/" + line.substr(0, line.find(' '));
+    auto frame = ScanFixture(name);
+    if (name.rfind("formats/jpeg_", 0) == 0) {
+      ASSERT_TRUE(frame.has_value()) << name;
+      EXPECT_EQ(GpuDecodable(*frame), name == "formats/jpeg_rgb.jpg") << name;
+    } else {
+      EXPECT_FALSE(frame.has_value()) << name << " scanned as a JPEG";
+      ++others;
+    }
+  }
+  EXPECT_GE(others, 50);
 }
 
 TEST(GpuRoute, BaselineFromTheTestImagesGoesToTheGpu) {

@@ -1,6 +1,6 @@
 // The planner and the jobs-file reader: sharing, SM and memory limits, CPU cores, MIG, and
 // errors that name the job and field.
-#include "server/planner.h"
+#include "placement/planner.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -16,7 +16,7 @@
 #include <numeric>
 #include <thread>
 
-#include "server/launcher.h"
+#include "placement/launcher.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {

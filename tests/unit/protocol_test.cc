@@ -22,6 +22,16 @@ Welcome WelcomeWithDevice(Welcome w) {
   return w;
 }
 
+Hello Member(uint32_t rank, uint32_t world_size, int32_t node_rank = 0, int32_t num_nodes = 0) {
+  Hello h;
+  h.group = "g";
+  h.rank = rank;
+  h.world_size = world_size;
+  h.node_rank = node_rank;
+  h.num_nodes = num_nodes;
+  return h;
+}
+
 std::vector<Message> Samples() {
   Welcome w;
   w.consumer_id = 7;
@@ -45,15 +55,35 @@ std::vector<Message> Samples() {
   w.mailbox_index = 3;
   w.mailbox_count = 256;
   w.mailbox_capacity = 16;
+  w.seed = 17;
+  w.data_key = "9f3a2b4c5d6e7f80";
+  w.node_rank = 1;
+  w.num_nodes = 2;
   StatusReply r;
   r.name = "imagenet";
   r.pid = 99;
   r.state = 1;
   r.images_per_s = 1234.5;
   r.dropped_clients = 3;
-  r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a"});
-  r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b"});
-  return {Hello{4321, 128, kHelloWaitForEpoch | kHelloDevice, "trainer", std::string(16, 'g')},
+  r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0});
+  r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b", "ddp-b", 1, 4, 1});
+  Hello member = Member(3, 4, 1, 2);
+  member.pid = 4321;
+  member.batch_size = 96;
+  member.flags = kHelloExpectSeed;
+  member.client_name = "rank 3";
+  member.group = "ddp-b";
+  member.expect_seed = 17;
+  member.expect_data_key = "9f3a2b4c5d6e7f80";
+  Hello plain;
+  plain.pid = 4321;
+  plain.batch_size = 128;
+  plain.flags = kHelloWaitForEpoch | kHelloDevice;
+  plain.client_name = "trainer";
+  plain.device_uuid = std::string(16, 'g');
+  return {plain,
+          member,
+          Bye{ByeReason::kGroupBroken, "rank 2 of group ddp-b left at epoch 3, batch 17"},
           w,
           Reject{RejectCode::kVersion, "version 3 is not supported"},
           BatchAnnouncement{42, 3, 1, 4096, 256, kBatchLastInEpoch, 123456789},
@@ -88,6 +118,61 @@ TEST(ProtocolTest, FieldsSurvive) {
   EXPECT_EQ(a.count, 256u);
   EXPECT_EQ(a.flags, kBatchLastInEpoch);
   EXPECT_EQ(a.ready_ns, 123456789u);
+}
+
+TEST(ProtocolTest, GroupAndTopologyFieldsSurvive) {
+  Hello h = Member(1, 2, 0, 1);
+  h.group = "job-a";
+  h.flags = kHelloExpectSeed;
+  h.expect_seed = 99;
+  h.expect_data_key = "abcdef";
+  auto bytes = Encode(h);
+  auto m = Decode(bytes.data(), bytes.size());
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const auto& back = std::get<Hello>(*m);
+  EXPECT_EQ(back.group, "job-a");
+  EXPECT_EQ(back.rank, 1u);
+  EXPECT_EQ(back.world_size, 2u);
+  EXPECT_EQ(back.node_rank, 0);
+  EXPECT_EQ(back.num_nodes, 1);
+  EXPECT_EQ(back.expect_seed, 99u);
+  EXPECT_EQ(back.expect_data_key, "abcdef");
+  // A plain consumer's Hello: no group, one rank.
+  auto plain = Decode(Encode(Hello{}).data(), Encode(Hello{}).size());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(std::get<Hello>(*plain).group.empty());
+  EXPECT_EQ(std::get<Hello>(*plain).world_size, 1u);
+  auto wb = Encode(std::get<Welcome>(Samples()[3]));
+  auto w = Decode(wb.data(), wb.size());
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(std::get<Welcome>(*w).seed, 17u);
+  EXPECT_EQ(std::get<Welcome>(*w).data_key, "9f3a2b4c5d6e7f80");
+  EXPECT_EQ(std::get<Welcome>(*w).node_rank, 1);
+  EXPECT_EQ(std::get<Welcome>(*w).num_nodes, 2);
+  auto bb = Encode(Bye{ByeReason::kGroupBroken, "rank 2 left"});
+  auto b = Decode(bb.data(), bb.size());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(std::get<Bye>(*b).reason, ByeReason::kGroupBroken);
+  EXPECT_STREQ(ByeReasonName(ByeReason::kGroupBroken), "group broken");
+}
+
+TEST(ProtocolTest, ImpossibleRanksAndNodesAreRejected) {
+  // The producer indexes its group table by rank: the decoder bounds it first.
+  for (Hello h : {Member(2, 2), Member(0, 0), Member(0, kMaxGroupSize + 1), Member(0, 1, 2, 2),
+                  Member(0, 1, -1, 2), Member(0, 1, 0, -1)}) {
+    auto bytes = Encode(h);
+    auto m = Decode(bytes.data(), bytes.size());
+    EXPECT_FALSE(m.ok()) << "rank " << h.rank << " of " << h.world_size << ", node " << h.node_rank << " of "
+                         << h.num_nodes;
+  }
+  Welcome w = std::get<Welcome>(Samples()[3]);
+  w.node_rank = 2;  // of 2
+  auto bytes = Encode(w);
+  EXPECT_NE(Decode(bytes.data(), bytes.size()).status().message().find("shard 2 of 2"), std::string::npos);
+  // An unknown goodbye reason past the last one.
+  auto bye = Encode(Bye{ByeReason::kGroupBroken, ""});
+  bye[8] = 7;
+  EXPECT_FALSE(Decode(bye.data(), bye.size()).ok());
 }
 
 TEST(ProtocolTest, EveryTruncationIsRejected) {
@@ -141,13 +226,13 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 2) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 6304998278391835960ull) << "the wire format changed without a new kProtocolVersion (it is "
+  EXPECT_EQ(kProtocolVersion, 3) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 3621740238123788740ull) << "the wire format changed without a new kProtocolVersion (it is "
                             << kProtocolVersion << ")";
 }
 
 TEST(ProtocolTest, InconsistentSlotTableIsRejected) {
-  Welcome w = std::get<Welcome>(Samples()[1]);
+  Welcome w = std::get<Welcome>(Samples()[3]);
   w.slots.slot_bytes = 100;  // smaller than the tensor it claims to hold
   auto bytes = Encode(w);
   auto r = Decode(bytes.data(), bytes.size());

@@ -1,5 +1,5 @@
 // Ring accounting: a slot comes back only when every consumer it went to has let go.
-#include "server/ring.h"
+#include "producer/ring.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // Sampler: seeded per-epoch permutations and torch DistributedSampler sharding.
-#include "server/sampler.h"
+#include "pipeline/sampler.h"
 
 #include <gtest/gtest.h>
 

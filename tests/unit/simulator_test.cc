@@ -1,4 +1,4 @@
-#include "server/simulator.h"
+#include "placement/simulator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
-// Jobs files in YAML: the same value tree as JSON, errors that name the file and line.
-#include "server/yaml_reader.h"
+// Jobs files in YAML: the same value tree as JSON, errors that name the file, line and column.
+#include "placement/json_reader.h"
 
 #include <gtest/gtest.h>
 
-#include "server/jobs.h"
-#include "server/planner.h"
+#include "placement/jobs.h"
+#include "placement/planner.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -58,6 +58,21 @@ TEST(YamlReader, ErrorsNameTheFileAndTheLine) {
   Result<JsonValue> empty = ParseYaml("  \n", "empty.yaml");
   ASSERT_FALSE(empty.ok());
   EXPECT_NE(empty.status().message().find("empty.yaml: the file is empty"), std::string::npos);
+  Result<JsonValue> comments = ParseYaml("# only a comment\n", "c.yaml");
+  ASSERT_FALSE(comments.ok());
+  EXPECT_NE(comments.status().message().find("c.yaml: the file is empty"), std::string::npos);
+  const std::pair<const char*, const char*> cases[] = {
+      {"a: 1\na: 2\n", "d.yaml:2:1: duplicate key \"a\""},
+      {"a: [1, 2\n", "d.yaml:2:1: end of sequence flow not found (a missing ',' or ']'?)"},
+      {"a: 1\n---\nb: 2\n", "d.yaml:3:1: unexpected content after the end of the document"},
+      {"a: !!binary aGk=\n", "d.yaml:1:4: the tag tag:yaml.org,2002:binary is not supported"},
+      {"a: 1e999\n", "d.yaml:1:4: number 1e999 is out of range"},
+  };
+  for (const auto& [text, want] : cases) {
+    Result<JsonValue> r = ParseYaml(text, "d.yaml");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << text << " -> " << r.status().message();
+  }
   Result<JsonValue> missing = ReadYamlFile("/nonexistent/jobs.yaml");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
@@ -97,6 +112,26 @@ TEST(YamlReader, AJobsFileErrorInYamlNamesTheJobAndField) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("batch_size"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("\"a\""), std::string::npos) << r.status().message();
+  // At the value's line and column.
+  EXPECT_EQ(r.status().message().rfind(path + ":4:17: jobs[0] (\"a\"): field \"batch_size\"", 0), 0u)
+      << r.status().message();
+}
+
+// Anchors and aliases are read (YAML's way to repeat a pipeline), but a few lines that
+// expand to billions of values ("billion laughs") are refused, not built.
+TEST(YamlReader, AliasesAreReadButCannotExplode) {
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseYaml("base: &p {data: /d, image_size: 160}\ncopy: *p\n", "a.yaml"));
+  EXPECT_EQ(v.Find("copy")->Find("image_size")->number(), 160);
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev;
+    for (int k = 1; k < 10; ++k) bomb += ", " + prev;
+    bomb += "]\n";
+  }
+  Result<JsonValue> r = ParseYaml(bomb, "bomb.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("more than 1000000 values"), std::string::npos) << r.status().message();
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+#include "client/consumer_internal.h"
+
+namespace coloader {
+
+using internal::ConsumerState;
+using internal::SlotLease;
+
+// ---------------------------------------------------------------------------------------------
+// Batch
+
+namespace internal {
+
+void ReturnToPool::operator()(uint8_t* p) const noexcept {
+  state->GiveBuffer(std::unique_ptr<uint8_t[]>(p), capacity);
+}
+
+void FreeOnStream::operator()(uint8_t* p) const noexcept {
+  state->mapper->Free(p, stream);  // stream-ordered: after the reads queued on `stream`
+}
+
+}  // namespace internal
+
+void Batch::Release() {
+  owned_device_.reset();  // stream-ordered: after our reads
+  leases_.clear();        // the last reference to a slot acks it
+  owned_.reset();
+  data_ = nullptr;
+  indices_ = labels_ = device_labels_ = nullptr;
+  count_ = 0;
+}
+
+Status Batch::CopyTo(void* host_dst) const {
+  if (!data_) return Status::Invalid("the batch was released");
+  if (device_ >= 0) return state_->mapper->CopyToHost(host_dst, data_, bytes(), stream_);
+  std::memcpy(host_dst, data_, bytes());
+  return Status::OK();
+}
+
+DType Batch::dtype() const { return state_->welcome.slots.dtype; }
+TensorLayout Batch::layout() const { return state_->welcome.slots.layout; }
+uint64_t Batch::bytes() const { return uint64_t{count_} * state_->welcome.slots.sample_bytes(); }
+std::vector<int64_t> Batch::shape() const {
+  const SlotTable& t = state_->welcome.slots;
+  if (t.layout == TensorLayout::kNCHW) return {count_, t.channels, t.height, t.width};
+  return {count_, t.height, t.width, t.channels};
+}
+}  // namespace coloader

@@ -1,0 +1,194 @@
+// The consumer's shared state (private to client/):
+//   connect.cc    the handshake: find the producer, Hello/Welcome, map the ring and mailbox
+//   io_thread.cc  the background thread: heartbeats, acks, Bye, the producer's death
+//   consumer.cc   taking announcements, epochs
+//   slicing.cc    cutting producer batches to the consumer's batch size (gathering stragglers)
+//   batch.cc      Batch: a lease on producer memory whose end is the ack
+#pragma once
+
+#include "client/consumer.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <zmq.hpp>
+
+#include "client/device_mapper.h"
+#include "common/curve.h"
+#include "common/endpoint.h"
+#include "common/mailbox.h"
+#include "common/process.h"
+#include "common/shm.h"
+#include "common/unique_fd.h"
+
+namespace coloader {
+namespace internal {
+
+// Where releases land: any thread (a garbage collector's, a CUDA callback's) queues an ack
+// without blocking, and the I/O thread sends them.
+struct AckSink {
+  std::mutex mu;
+  std::vector<uint64_t> acks;
+  EventFd wake;                 // made by Consumer::Connect; the I/O thread polls it
+  std::atomic<int> pending{0};  // stream-ordered releases whose ack is not queued yet
+
+  void Queue(uint64_t seq) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      acks.push_back(seq);
+    }
+    Wake();
+  }
+  void Wake() { wake.Signal(); }  // never blocks: the counter only grows
+  std::vector<uint64_t> Take() {
+    wake.Drain();
+    std::vector<uint64_t> out;
+    std::lock_guard<std::mutex> lock(mu);
+    out.swap(acks);
+    return out;
+  }
+};
+
+// Everything the background thread and the leases share. Leases keep it (and so the mapping)
+// alive after the Consumer is gone.
+struct ConsumerState {
+  ConsumerOptions opts;
+  std::string endpoint;
+  Welcome welcome;
+  SharedMemory shm;
+  // A remote consumer's copy of the ring: the payload of each batch lands in its slot here.
+  // The producer reuses a slot only after our ack, so a slot is never overwritten under a lease.
+  std::unique_ptr<uint8_t[]> local_slots;
+  const uint8_t* slot_memory() const { return local_slots ? local_slots.get() : shm.data(); }
+  std::unique_ptr<DeviceMapper> mapper;  // set on the device path
+  MailboxArea mailboxes;                 // local consumers: announcements arrive here
+  std::optional<Mailbox> mailbox;
+  std::string fallback_reason;
+  ProcessWatch producer_watch;
+  zmq::context_t ctx{1};
+  zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+  std::thread io;
+  std::atomic<bool> stopping{false};
+
+  // Announcements and the producer's fate, from the I/O thread to the user's thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<BatchAnnouncement> queue;
+  std::optional<Bye> bye;
+  Status error;
+
+  // Host buffers of gathered batches, reused: a consumer whose batches straddle slots gathers
+  // every one, and fresh allocations would page-fault and zero-fill each time.
+  std::mutex pool_mu;
+  std::vector<std::pair<std::unique_ptr<uint8_t[]>, uint64_t>> pool;
+  static constexpr size_t kPoolMax = 4;
+
+  std::pair<std::unique_ptr<uint8_t[]>, uint64_t> TakeBuffer(uint64_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(pool_mu);
+      for (auto it = pool.begin(); it != pool.end(); ++it) {
+        if (it->second >= bytes) {
+          auto out = std::move(*it);
+          pool.erase(it);
+          return out;
+        }
+      }
+    }
+    return {std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};  // uninitialised on purpose
+  }
+  void GiveBuffer(std::unique_ptr<uint8_t[]> buf, uint64_t capacity) {
+    std::lock_guard<std::mutex> lock(pool_mu);
+    if (pool.size() < kPoolMax) pool.emplace_back(std::move(buf), capacity);
+  }
+
+  // Acks from any thread to the I/O thread. A separate object, so that a CUDA callback
+  // queueing a late ack never holds (and never destroys) the whole state.
+  std::shared_ptr<AckSink> sink = std::make_shared<AckSink>();
+
+  void QueueAck(uint64_t seq) { sink->Queue(seq); }
+
+  void Fail(Status st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (error.ok()) error = std::move(st);
+      cv.notify_all();
+    }
+    if (mailbox) mailbox->Wake();
+  }
+
+  std::string Who() const {
+    return "producer '" + (opts.name.empty() ? endpoint : opts.name) + "' (pid " +
+           std::to_string(welcome.producer_pid) + ")";
+  }
+
+  void IoLoop();
+
+  // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
+  Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
+    zmq::message_t payload;
+    if (!head.more() || !sock.recv(payload, zmq::recv_flags::none)) {
+      return Status::Protocol(Who() + " sent batch " + std::to_string(a.seq) + " without its payload");
+    }
+    const SlotTable& t = welcome.slots;
+    const uint64_t n = a.count, tensor = n * t.sample_bytes();
+    if (payload.more() || payload.size() != 16 * n + tensor) {
+      return Status::Protocol(Who() + " sent a payload of " + std::to_string(payload.size()) + " bytes for " +
+                              std::to_string(n) + " samples (want " + std::to_string(16 * n + tensor) + ")");
+    }
+    uint8_t* slot = local_slots.get() + uint64_t{a.slot} * t.slot_bytes;
+    const auto* in = payload.data<uint8_t>();
+    std::memcpy(slot + t.indices_offset, in, 8 * n);
+    std::memcpy(slot + t.labels_offset, in + 8 * n, 8 * n);
+    std::memcpy(slot + t.data_offset, in + 16 * n, tensor);
+    return Status::OK();
+  }
+};
+
+// One producer slot this consumer was given. Its destruction is the ack, so exactly one
+// exists per announcement (not copyable). On the device path the ack waits until the work
+// enqueued on the consumer's stream by then has finished: the producer may overwrite the
+// slot as soon as it has every ack, so no kernel of ours may still be reading it.
+struct SlotLease {
+  SlotLease(std::shared_ptr<ConsumerState> s, const BatchAnnouncement& ann, const uint8_t* b)
+      : state(std::move(s)), a(ann), base(b) {}
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease() {
+    if (state->mapper && on_stream) {
+      const uint64_t seq = a.seq;
+      // The callback holds only the sink and the pending count: it must not be the one to
+      // destroy the consumer (no CUDA calls are allowed in a stream callback).
+      std::shared_ptr<AckSink> sink = state->sink;
+      sink->pending.fetch_add(1);
+      state->mapper->WhenStreamDone(stream, [sink, seq] {
+        sink->Queue(seq);
+        sink->pending.fetch_sub(1);
+      });
+    } else {
+      state->QueueAck(a.seq);
+    }
+  }
+
+  std::shared_ptr<ConsumerState> state;
+  BatchAnnouncement a;
+  const uint8_t* base = nullptr;         // host slot
+  const uint8_t* device_base = nullptr;  // device slot (device path)
+  void* stream = nullptr;                // the consumer stream that reads it (the last one)
+  bool on_stream = false;
+  void* waited_stream = nullptr;         // the stream last made to wait for the slot's event
+  bool waited = false;
+};
+
+}  // namespace internal
+}  // namespace coloader

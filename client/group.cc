@@ -1,0 +1,306 @@
+// A consumer group member's side of the split (common/split.h): every member reads the whole
+// stream in order and acks every slot; it keeps the positions of its own batches, and copies
+// of the few padding positions its last batch repeats. A member batch within one producer
+// slot is a view, as for a plain consumer; one that straddles slots, or holds padding, is
+// gathered.
+#include <cstdio>
+
+#include "client/consumer_internal.h"
+
+namespace coloader {
+
+using internal::ConsumerState;
+using internal::Piece;
+using internal::SlotLease;
+
+Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
+  const ConsumerOptions& o = state_->opts;
+  FreeStash();
+  split_ = SplitSpec{a.first, state_->welcome.epoch_samples, o.group.empty() ? 1 : o.world_size,
+                     o.group.empty() ? 0 : o.rank, o.batch_size, o.drop_last};
+  group_batch_ = 0;
+  samples_seen_ = 0;
+  stream_epoch_done_ = false;
+  if (resume_pending_) {
+    const std::string where = "epoch " + std::to_string(o.resume_epoch);
+    if (a.epoch < o.resume_epoch) {
+      // The producer (shared, or restarted without --resume) is behind: the state's epoch is
+      // still to come. Pass over this one whole.
+      resume_note_ = "the producer served epoch " + std::to_string(a.epoch) + " before the saved " + where +
+                     "; it was skipped";
+      std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+      return false;
+    }
+    resume_pending_ = false;
+    if (a.epoch == o.resume_epoch) {
+      SplitSpec saved = split_;
+      saved.begin = o.resume_begin;
+      auto plan = PlanSplit(saved);
+      if (!plan.ok()) return plan.status();
+      const uint64_t done = o.resume_samples / o.batch_size;  // batches this member had taken
+      if (done >= plan->batches) {
+        resume_note_.clear();  // it had finished the epoch: the next one is the resume point
+        return false;
+      }
+      const uint64_t at = ResumePosition(saved, *plan, done);
+      if (a.first <= at) {  // (positions before the saved split's begin are passed over)
+        // Exactly the rest: the saved split, from the member's next batch on. Every member
+        // sees this same first batch (the group starts together) and decides alike.
+        split_ = saved;
+        plan_ = *plan;
+        group_batch_ = done;
+        samples_seen_ = o.resume_samples;
+        padding_ = PaddingSegments(split_, plan_);
+        partial_ = true;
+        return true;
+      }
+      const uint64_t lost = plan->per_rank > o.resume_samples ? plan->per_rank - o.resume_samples : 0;
+      resume_note_ = "was at position " + std::to_string(a.first) + " of " + where + ", past this group's resume point " +
+                     std::to_string(at) + ": the rest of " + where + " (" + std::to_string(lost) +
+                     " samples of this rank) is skipped; continuing at the next whole epoch";
+      std::fprintf(stderr, "coloader: %s %s (restart the producer with `coloader serve --resume STATE` to "
+                   "resume exactly)\n", state_->Who().c_str(), resume_note_.c_str());
+      return false;
+    }
+    resume_note_ = "had moved on to epoch " + std::to_string(a.epoch) + " past the saved " + where +
+                   ": its rest is skipped";
+    std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+  }
+  auto plan = PlanSplit(split_);
+  if (!plan.ok()) return plan.status();
+  plan_ = *plan;
+  padding_ = PaddingSegments(split_, plan_);
+  return true;
+}
+
+void Consumer::FreeStash() {
+  stash_.clear();
+  padding_.clear();
+  if (stash_device_ && state_->mapper) state_->mapper->Free(stash_device_, stash_stream_);
+  stash_device_ = nullptr;
+}
+
+Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
+  if (padding_.empty()) return Status::OK();
+  const BatchAnnouncement& a = current_->a;
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  DeviceMapper* m = state_->mapper.get();
+  uint64_t slots = 0;
+  for (const Segment& seg : padding_) slots += seg.size();
+  const uint64_t labels_bytes = (slots * 8 + 255) / 256 * 256;
+  for (uint32_t i = from; i < from + n; ++i) {
+    const uint64_t pos = a.first + i;
+    uint64_t slot = 0;
+    bool wanted = false;
+    for (const Segment& seg : padding_) {
+      if (pos >= seg.begin && pos < seg.end) {
+        slot += pos - seg.begin;
+        wanted = true;
+        break;
+      }
+      slot += seg.size();
+    }
+    if (!wanted || stash_.count(pos)) continue;
+    internal::PadSample p;
+    p.index = reinterpret_cast<const int64_t*>(current_->base + t.indices_offset)[i];
+    p.label = reinterpret_cast<const int64_t*>(current_->base + t.labels_offset)[i];
+    if (m) {
+      // On the device: the copy is ordered on `stream` after the producer's work on the
+      // slot, and the slot's release after the copy.
+      if (!(current_->waited && current_->waited_stream == stream)) {
+        RETURN_NOT_OK(m->StreamWaitSlot(a.slot, stream));
+        current_->waited = true;
+        current_->waited_stream = stream;
+      }
+      if (!stash_device_) {
+        ASSIGN_OR_RETURN(stash_device_, m->Allocate(labels_bytes + slots * sample_bytes, stream));
+        stash_stream_ = stream;
+      }
+      const DeviceTable& d = state_->welcome.device;
+      RETURN_NOT_OK(m->CopyAsync(stash_device_ + 8 * slot, current_->device_base + d.labels_offset + 8ull * i, 8, stream));
+      RETURN_NOT_OK(m->CopyAsync(stash_device_ + labels_bytes + slot * sample_bytes,
+                                 current_->device_base + d.data_offset + i * sample_bytes, sample_bytes, stream));
+      current_->stream = stream;
+      current_->on_stream = true;
+      p.device_slot = static_cast<uint32_t>(slot);
+    } else {
+      const uint8_t* px = current_->base + t.data_offset + i * sample_bytes;
+      p.pixels.assign(px, px + sample_bytes);
+    }
+    stash_.emplace(pos, std::move(p));
+  }
+  return Status::OK();
+}
+
+Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
+                         void* stream) {
+  for (;;) {
+    if (!current_ || offset_ == current_->a.count) {
+      if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
+        stream_epoch_done_ = true;
+        return Status::OK();
+      }
+      current_.reset();
+      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+      if (!a) {  // the producer finished or stopped
+        stream_ended_ = true;
+        stream_epoch_done_ = true;
+        return Status::OK();
+      }
+      if (a->epoch != epoch_) {  // this epoch was cut short (a skip): the next one begins
+        pending_ = a;
+        stream_epoch_done_ = true;
+        return Status::OK();
+      }
+      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
+      current_ = std::make_shared<SlotLease>(state_, *a, base);
+      offset_ = 0;
+      if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
+      continue;
+    }
+    // Positions within a batch are consecutive; skipped bad files leave a gap at its end.
+    const uint64_t pos = current_->a.first + offset_;
+    if (pos >= upto) return Status::OK();
+    uint64_t n = std::min<uint64_t>(current_->a.count - offset_, upto - pos);
+    const bool take = pieces != nullptr && pos >= take_from;
+    if (pieces != nullptr && pos < take_from) n = std::min<uint64_t>(n, take_from - pos);
+    const auto count = static_cast<uint32_t>(n);
+    RETURN_NOT_OK(Stash(offset_, count, stream));
+    if (take) {
+      if (state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
+        RETURN_NOT_OK(state_->mapper->StreamWaitSlot(current_->a.slot, stream));
+        current_->waited = true;
+        current_->waited_stream = stream;
+      }
+      pieces->push_back({current_, offset_, count});
+      current_->stream = stream;
+      current_->on_stream = true;
+      if (pieces->size() > 1 || *gathered) RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
+    }
+    offset_ += count;
+    // A slot passed to its end is let go by the cursor (the last one of the epoch is kept
+    // to tell where the epoch ends): its ack goes as soon as no batch refers to it.
+    if (offset_ == current_->a.count && !(current_->a.flags & kBatchLastInEpoch)) current_.reset();
+  }
+}
+
+Status Consumer::AppendPadding(Batch& b, void* stream) {
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  DeviceMapper* m = state_->mapper.get();
+  const uint32_t want = state_->opts.batch_size;
+  const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
+  uint64_t slots = 0;
+  for (const Segment& seg : padding_) slots += seg.size();
+  const uint64_t stash_labels = (slots * 8 + 255) / 256 * 256;
+  for (const Segment& seg : padding_) {
+    for (uint64_t pos = seg.begin; pos < seg.end; ++pos) {
+      auto it = stash_.find(pos);
+      if (it == stash_.end()) continue;  // a bad file the producer skipped: one sample fewer
+      const internal::PadSample& p = it->second;
+      const uint64_t at = b.count_;
+      if (m) {
+        RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * at, stash_device_ + 8ull * p.device_slot, 8, stream));
+        RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + at * sample_bytes,
+                                   stash_device_ + stash_labels + p.device_slot * sample_bytes, sample_bytes, stream));
+      } else {
+        std::memcpy(b.owned_.get() + at * sample_bytes, p.pixels.data(), sample_bytes);
+      }
+      b.owned_indices_.push_back(p.index);
+      b.owned_labels_.push_back(p.label);
+      ++b.count_;
+    }
+  }
+  b.indices_ = b.owned_indices_.data();
+  b.labels_ = b.owned_labels_.data();
+  return Status::OK();
+}
+
+Result<std::optional<Batch>> Consumer::NextInGroup(void* stream) {
+  if (epoch_ended_ || group_batch_ >= plan_.batches) {
+    epoch_ended_ = true;
+    return std::optional<Batch>();
+  }
+  // Resume a batch whose assembly a timeout interrupted: the cursor is past what it took.
+  std::vector<Piece> pieces = std::move(gathering_);
+  gathering_.clear();
+  std::optional<Batch> gathered = std::move(assembling_);
+  assembling_.reset();
+  auto keep = [&](Status st) {
+    gathering_ = std::move(pieces);
+    assembling_ = std::move(gathered);
+    return st;
+  };
+  const std::vector<Segment> segs = BatchSegments(split_, plan_, group_batch_);
+  const bool last = group_batch_ + 1 == plan_.batches;
+  const size_t from_stream = segs.size() - (last ? padding_.size() : 0);
+  for (size_t i = 0; i < from_stream && !stream_epoch_done_; ++i)
+    if (Status st = Advance(segs[i].end, segs[i].begin, &pieces, &gathered, stream); !st.ok()) return keep(st);
+  if (last && !padding_.empty()) {
+    // Padding lies in the last round: pass it (keeping copies) before the batch is complete.
+    uint64_t upto = 0;
+    for (const Segment& seg : padding_) upto = std::max(upto, seg.end);
+    if (!stream_epoch_done_)
+      if (Status st = Advance(upto, upto, nullptr, nullptr, stream); !st.ok()) return keep(st);
+    if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
+    if (Status st = AppendPadding(*gathered, stream); !st.ok()) return keep(st);
+  }
+  ++group_batch_;
+  if (group_batch_ == plan_.batches) {
+    epoch_ended_ = true;
+    // Nothing more of this slot is ours: the cursor's reference goes, unless it holds the
+    // epoch's end (kept to tell where it ends when the epoch is drained).
+    if (current_ && !(current_->a.flags & kBatchLastInEpoch)) current_.reset();
+  }
+  uint32_t collected = gathered ? gathered->count_ : 0;
+  for (const Piece& p : pieces) collected += p.count;
+  if (collected == 0) {
+    // The stream ended before this batch (the producer stopped, or every one of its samples
+    // was a skipped bad file): the epoch ends here for this member.
+    epoch_ended_ = true;
+    return std::optional<Batch>();
+  }
+  samples_seen_ += collected;
+  if (gathered) return gathered;
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const Piece& p = pieces.front();
+  Batch b;
+  b.state_ = state_;
+  b.count_ = collected;
+  b.epoch_ = epoch_;
+  b.ready_ns_ = p.lease->a.ready_ns;
+  b.stream_ = stream;
+  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+  if (state_->mapper) {
+    const DeviceTable& d = state_->welcome.device;
+    b.device_ = state_->mapper->device();
+    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
+  } else {
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
+  }
+  b.leases_.push_back(p.lease);
+  return std::optional<Batch>(std::move(b));
+}
+
+Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
+  if (in_epoch_ || stream_ended_)
+    return Status::Invalid("resume a saved state before the first epoch begins (load_state_dict before iterating)");
+  ConsumerOptions& o = state_->opts;  // read by this (the user's) thread only
+  o.resume = true;
+  o.resume_epoch = epoch;
+  o.resume_begin = begin;
+  o.resume_samples = samples;
+  resume_pending_ = true;
+  return Status::OK();
+}
+
+bool Consumer::split_mode() const { return !state_->opts.group.empty() || state_->opts.resume; }
+uint64_t Consumer::split_begin() const { return split_.begin; }
+uint64_t Consumer::samples_seen() const { return samples_seen_; }
+const std::string& Consumer::resume_note() const { return resume_note_; }
+
+}  // namespace coloader

@@ -1,0 +1,177 @@
+// Slicing: producer batches cut to the consumer's batch size; a batch that straddles two
+// producer slots is gathered into a private buffer (host or device).
+#include "client/consumer_internal.h"
+
+namespace coloader {
+
+using internal::ConsumerState;
+using internal::SlotLease;
+
+Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const uint32_t want = state_->opts.batch_size;
+  DeviceMapper* m = state_->mapper.get();
+  // Device layout of a gathered batch: labels (room for `want`, 256-aligned), then the tensor.
+  const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
+  if (!gathered) {
+    Batch g;
+    g.state_ = state_;
+    g.stream_ = stream;
+    g.epoch_ = epoch_;
+    g.ready_ns_ = pieces.empty() ? 0 : pieces.front().lease->a.ready_ns;  // empty: padding only
+    if (m) {
+      ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
+      g.owned_device_ = internal::DeviceBuffer(device, internal::FreeOnStream{state_, stream});
+      g.device_ = m->device();
+    } else {
+      auto [buffer, capacity] = state_->TakeBuffer(uint64_t{want} * sample_bytes);
+      g.owned_ = internal::HostBuffer(buffer.release(), internal::ReturnToPool{state_, capacity});
+    }
+    g.owned_indices_.reserve(want);
+    g.owned_labels_.reserve(want);
+    gathered = std::move(g);
+  }
+  Batch& b = *gathered;
+  while (!pieces.empty()) {
+    const internal::Piece& p = pieces.front();
+    const uint64_t done = b.count_;
+    if (m) {
+      // Stream-ordered: the source slot's ack waits for these copies (its lease is on `stream`).
+      const DeviceTable& d = state_->welcome.device;
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
+                                 8ull * p.count, stream));
+      RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + done * sample_bytes,
+                                 p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes,
+                                 stream));
+    } else {
+      std::memcpy(b.owned_.get() + done * sample_bytes, p.lease->base + t.data_offset + p.offset * sample_bytes,
+                  p.count * sample_bytes);
+    }
+    const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+    const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+    b.owned_indices_.insert(b.owned_indices_.end(), idx, idx + p.count);
+    b.owned_labels_.insert(b.owned_labels_.end(), lbl, lbl + p.count);
+    b.count_ += p.count;
+    pieces.erase(pieces.begin());  // its slot goes back as soon as nothing else refers to it
+  }
+  if (m) {
+    b.device_labels_ = reinterpret_cast<const int64_t*>(b.owned_device_.get());
+    b.data_ = b.owned_device_.get() + labels_bytes;
+  } else {
+    b.data_ = b.owned_.get();
+  }
+  b.indices_ = b.owned_indices_.data();
+  b.labels_ = b.owned_labels_.data();
+  return Status::OK();
+}
+
+Result<std::optional<Batch>> Consumer::Next(void* stream) {
+  if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
+  if (split_mode()) return NextInGroup(stream);
+  if (epoch_ended_) return std::optional<Batch>();
+  const uint32_t want = state_->opts.batch_size;
+  using internal::Piece;
+  // A batch that straddles slots is gathered as it is read: each slot's samples are copied out
+  // and the slot let go at once, so a consumer batch larger than the whole ring never holds
+  // more than the slot it is slicing (holding them all would wait forever for a free slot).
+  // Resume a batch whose assembly a timeout interrupted: its samples are not lost.
+  std::vector<Piece> pieces = std::move(gathering_);
+  gathering_.clear();
+  std::optional<Batch> gathered = std::move(assembling_);
+  assembling_.reset();
+  uint32_t collected = gathered ? gathered->count_ : 0;
+  for (const Piece& p : pieces) collected += p.count;
+  auto keep = [&](Status st) {
+    gathering_ = std::move(pieces);
+    assembling_ = std::move(gathered);
+    return st;
+  };
+  bool last = false;
+  while (collected < want) {
+    if (!current_ || offset_ == current_->a.count) {
+      if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
+        last = true;
+        break;
+      }
+      current_.reset();
+      Result<std::optional<BatchAnnouncement>> taken = Take();
+      if (!taken.ok()) return keep(taken.status());
+      std::optional<BatchAnnouncement> a = std::move(*taken);
+      if (!a) {  // the producer finished or stopped: this epoch ends here
+        stream_ended_ = true;
+        last = true;
+        break;
+      }
+      if (a->epoch != epoch_) {  // a new epoch began (this one was cut short by a skip)
+        pending_ = a;
+        last = true;
+        break;
+      }
+      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
+      current_ = std::make_shared<SlotLease>(state_, *a, base);
+      offset_ = 0;
+      if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
+    }
+    const uint32_t take = std::min(want - collected, current_->a.count - offset_);
+    if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
+      // Every stream that reads the slot waits for the producer's work on it first.
+      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) return keep(st);
+      current_->waited = true;
+      current_->waited_stream = stream;
+    }
+    if (take > 0) {
+      pieces.push_back({current_, offset_, take});
+      current_->stream = stream;  // its release is ordered after this stream's reads
+      current_->on_stream = true;
+      if (pieces.size() > 1 || gathered) {
+        if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
+      }
+    }
+    offset_ += take;
+    collected += take;
+    if (offset_ == current_->a.count && (current_->a.flags & kBatchLastInEpoch)) {
+      last = true;
+      break;
+    }
+    // A slot sliced to its end belongs to the batches taken from it alone: drop the cursor's
+    // reference, so that releasing them acks the slot at once (not at the next Next()).
+    if (offset_ == current_->a.count) current_.reset();
+  }
+  if (last) {
+    epoch_ended_ = true;
+    current_.reset();  // nothing more to slice from it; views keep their own reference
+  }
+  if (collected == 0 || (collected < want && state_->opts.drop_last)) {
+    epoch_ended_ = true;
+    return std::optional<Batch>();  // a partly gathered batch gives its buffer back
+  }
+  if (gathered) return gathered;
+
+  // Within one slot: a view.
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const Piece& p = pieces.front();
+  Batch b;
+  b.state_ = state_;
+  b.count_ = collected;
+  b.epoch_ = epoch_;
+  b.ready_ns_ = p.lease->a.ready_ns;
+  b.stream_ = stream;
+  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+  if (state_->mapper) {
+    // Device path: the tensor and labels are device pointers; indices and labels are also
+    // readable on the host from the host slot.
+    const DeviceTable& d = state_->welcome.device;
+    b.device_ = state_->mapper->device();
+    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
+  } else {
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
+  }
+  b.leases_.push_back(p.lease);
+  return std::optional<Batch>(std::move(b));
+}
+}  // namespace coloader

@@ -1,0 +1,54 @@
+/* What the two C ABIs of coloader share (client/c_api.h, the consumer; producer/c_api.h, the
+ * producer fed by the caller): the export macro, the error codes and the tensor vocabulary.
+ * The dtype and layout codes are the wire protocol's (DType, TensorLayout in
+ * common/protocol.h; c_abi.cc checks that they agree), and the libraries export their names
+ * (coloader_dtype_name, coloader_layout_name) so that bindings read them instead of repeating
+ * them. */
+#ifndef COLOADER_C_ABI_H_
+#define COLOADER_C_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The libraries are built with hidden visibility; only what is marked is exported. */
+#if defined(__GNUC__) || defined(__clang__)
+#define COLOADER_C_EXPORT __attribute__((visibility("default")))
+#else
+#define COLOADER_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum coloader_error {
+  COLOADER_OK = 0,
+  COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch) */
+  COLOADER_E_INVALID = -1,
+  COLOADER_E_NOT_FOUND = -2,
+  COLOADER_E_IO = -3,
+  COLOADER_E_PROTOCOL = -4,
+  COLOADER_E_TIMEOUT = -5,
+  COLOADER_E_DISCONNECTED = -6,
+  COLOADER_E_INTERNAL = -7,
+  /* A member of the consumer's group left (died, was detached or closed): the group is over. */
+  COLOADER_E_GROUP_BROKEN = -8,
+};
+
+enum coloader_dtype {
+  COLOADER_UINT8 = 0,
+  COLOADER_FLOAT32 = 1,
+  COLOADER_BFLOAT16 = 2,
+  COLOADER_FLOAT16 = 3,
+};
+
+enum coloader_layout {
+  COLOADER_NHWC = 0,
+  COLOADER_NCHW = 1,
+};
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* COLOADER_C_ABI_H_ */

@@ -1,0 +1,26 @@
+#include "common/unique_fd.h"
+
+#include <sys/eventfd.h>
+
+#include <cerrno>
+
+namespace coloader {
+
+Result<EventFd> EventFd::Make() {
+  const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return Status::FromErrno("eventfd", errno);
+  return EventFd(fd);
+}
+
+void EventFd::Signal() const noexcept {
+  const uint64_t one = 1;
+  (void)!::write(fd_.get(), &one, sizeof(one));
+}
+
+uint64_t EventFd::Drain() const noexcept {
+  uint64_t counter = 0;
+  if (::read(fd_.get(), &counter, sizeof(counter)) != static_cast<ssize_t>(sizeof(counter))) return 0;
+  return counter;
+}
+
+}  // namespace coloader

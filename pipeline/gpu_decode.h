@@ -1,0 +1,139 @@
+// `serve --decode gpu`: JPEG decode by nvJPEG and augmentation by a CUDA kernel, on the GPU
+// of the first --device ring, written into that ring's per-slot device staging (uint8 NHWC,
+// dense), from where DeviceRing::Upload normalises, casts and lays it out into the slot.
+//
+// Division of work, per batch:
+//  - workers (CPU threads, Prepare): read the file, route it. A complete 8-bit 3-component
+//    JPEG keeps its bytes and gets its crop box from the CPU path's own SampleCrop and
+//    SampleRng, so both paths crop the same box for the same seed. Anything else (PNG,
+//    grayscale, CMYK, an unterminated file, an implausible size) is decoded and augmented on
+//    the CPU into the host staging area, exactly as --decode cpu does, errors included.
+//  - a GPU lane thread (Finish): nvJPEG's hardware backend on what nvjpegDecodeBatchedSupported
+//    accepts, then the GPU hybrid backend on the rest (progressive files, or a batch the
+//    hardware refused), then the CPU for what both refuse; one kernel crops, resizes and flips
+//    every sample; the CPU-decoded samples are copied up beside them.
+//
+// libnvjpeg is loaded at run time (dlopen): one binary runs with or without it. No CUDA types
+// in this header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "pipeline/augment.h"
+
+namespace coloader {
+
+class SampleTransform;
+struct BatchJob;
+
+enum class DecodeMode { kCpu, kGpu, kAuto };
+// The resize kernel gives each sample of a batch one row of its CUDA grid, and a grid has at
+// most 65535 rows: larger batches decode on the CPU.
+constexpr uint32_t kMaxGpuDecodeBatch = 65535;
+Result<DecodeMode> ParseDecodeMode(const std::string& s);  // "cpu" | "gpu" | "auto"
+const char* DecodeModeName(DecodeMode mode);
+
+// What a JPEG's frame header says: enough to route the file before any decoder sees it.
+struct JpegFrame {
+  int sof = 0;         // the frame marker: 0xC0 baseline, 0xC1 extended, 0xC2 progressive...
+  int precision = 0;   // bits per sample
+  int components = 0;  // 1 grayscale, 3 YCbCr (or RGB), 4 CMYK/YCCK
+  int width = 0, height = 0;
+  bool adobe_no_transform = false;  // APP14 "Adobe" with transform 0: stored as RGB/CMYK as is
+  bool ends_with_eoi = false;       // the end-of-image marker closes the data (not cut short)
+};
+// Walks the markers up to the frame header. nullopt when there is none to read.
+std::optional<JpegFrame> ScanJpegFrame(const uint8_t* data, size_t size);
+// Whether a GPU decoder gets this file: complete, 8-bit, 3 components in YCbCr, a
+// Huffman-coded DCT frame, a plausible size. The rest goes to the CPU decoder.
+bool GpuDecodable(const JpegFrame& f);
+
+// What a worker leaves in the job for the GPU lane about one sample.
+struct GpuSample {
+  bool on_gpu = false;  // false: done on the CPU (or failed)
+  std::vector<uint8_t> bytes;
+  int width = 0, height = 0;
+  CropBox box;
+};
+
+struct GpuDecodeOptions {
+  int device = 0;
+  uint32_t num_slots = 0;
+  uint32_t batch_size = 0;
+  AugmentOptions augment;
+  // Batches decoded at once on this GPU, each on its own thread, stream and nvJPEG states.
+  // One: nvJPEG's hardware path holds its thread for the whole engine time of a batch (it
+  // polls, issue 16), so a second lane nearly doubles the lanes' CPU without adding
+  // throughput (H200, one job: 0.65 vs 0.66 of the ceiling, lanes at 0.88 vs 1.66 cores).
+  // `serve --gpu-lanes`.
+  int lanes = 1;
+  bool use_hardware = true;  // false: the GPU hybrid backend only (for tests)
+};
+
+// Samples per decoder, for the log line at the end and for tests.
+struct GpuDecodeCounts {
+  uint64_t hardware = 0, hybrid = 0, cpu = 0;
+};
+
+class GpuDecodeStage {
+ public:
+  // Loads nvJPEG, creates the lanes and the device staging (num_slots batches of uint8 NHWC).
+  // Errors say what is missing and what to do.
+  static Result<std::unique_ptr<GpuDecodeStage>> Make(const GpuDecodeOptions& o);
+  // For --decode auto: whether nvJPEG loads and `device` has a hardware JPEG decoder. `why`
+  // says what was found either way.
+  static bool HardwareAvailable(int device, std::string* why);
+  ~GpuDecodeStage();
+  GpuDecodeStage(const GpuDecodeStage&) = delete;
+  GpuDecodeStage& operator=(const GpuDecodeStage&) = delete;
+
+  // On a worker thread, for the sample at `host_dst` (its uint8 NHWC place in the host
+  // staging area): keeps `bytes` in `out` for the GPU, or runs `cpu` on them into host_dst.
+  static Status Prepare(SampleTransform& cpu, const AugmentOptions& augment, std::vector<uint8_t> bytes,
+                        const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, GpuSample* out,
+                        void* host_dst);
+
+  // On lane thread `lane`: decodes and augments the job's GPU samples into its slot's device
+  // staging, copies the CPU ones up, all at dense positions (failed samples left out), and
+  // waits for the GPU. Failures found here are added to job.failures; `host_staging` is the
+  // slot's uint8 NHWC host area, `paths` names each position's file for error messages.
+  Status Finish(int lane, BatchJob& job, uint8_t* host_staging, const std::vector<std::string>& paths,
+                SampleTransform& cpu, uint64_t seed);
+
+  const uint8_t* device_staging(uint32_t slot) const;
+  int device() const;
+  int lanes() const;
+  GpuDecodeCounts counts() const;
+  // "nvJPEG hardware backend on cuda:0" or "nvJPEG GPU hybrid backend on cuda:0".
+  std::string description() const;
+
+  struct Impl;
+
+ private:
+  explicit GpuDecodeStage(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The GPU variant of ResizeCrop (augment.cu), over a batch. Each task crops a box out of one
+// decoded full-size RGB image in device memory, resizes it to out_size x out_size (area
+// averaging when shrinking by 2x or more in both axes, bilinear otherwise: the CPU path's
+// rule and OpenCV's sampling grid) and flips it if asked, into uint8 NHWC at
+// dst + dst_index * out_size * out_size * 3.
+struct ResizeCropTask {
+  const uint8_t* src = nullptr;  // device, interleaved RGB
+  int32_t pitch = 0;             // bytes per row
+  int32_t x = 0, y = 0, width = 0, height = 0;
+  int32_t flip = 0;
+  uint32_t dst_index = 0;
+};
+// `tasks` is in device memory; `stream` is a cudaStream_t.
+Status ResizeCropBatchOnDevice(const ResizeCropTask* tasks, uint32_t count, int out_size, uint8_t* dst,
+                               void* stream);
+
+}  // namespace coloader

@@ -1,0 +1,201 @@
+#include "pipeline/pipeline.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/process.h"
+#include "pipeline/stage_times.h"
+
+namespace coloader {
+
+Pipeline::Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout)
+    : dataset_(dataset), opts_(std::move(opts)), seed_(seed), layout_(std::move(layout)) {}
+
+Result<std::unique_ptr<Pipeline>> Pipeline::Make(const Dataset* dataset, TransformOptions opts,
+                                                 int workers, uint64_t seed, SlotTable layout,
+                                                 std::vector<std::unique_ptr<GpuDecodeStage>> gpu) {
+  if (workers < 1) return Status::Invalid("--workers must be at least 1, got " + std::to_string(workers));
+  std::unique_ptr<Pipeline> p(new Pipeline(dataset, std::move(opts), seed, std::move(layout)));
+  p->gpu_ = std::move(gpu);
+  p->gpu_jobs_.resize(p->gpu_.size());
+  ASSIGN_OR_RETURN(p->events_, EventFd::Make());
+  for (int w = 0; w < workers; ++w) p->threads_.emplace_back([raw = p.get(), w] { raw->WorkerLoop(w); });
+  for (uint32_t s = 0; s < p->gpu_.size(); ++s)
+    for (int l = 0; l < p->gpu_[s]->lanes(); ++l)
+      p->lanes_.emplace_back([raw = p.get(), s, l] { raw->GpuLaneLoop(s, l); });
+  return p;
+}
+
+Pipeline::~Pipeline() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    tasks_.clear();
+    for (auto& q : gpu_jobs_) q.clear();
+  }
+  cv_.notify_all();
+  gpu_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  for (auto& t : lanes_) t.join();
+  gpu_.clear();  // their log lines and device memory go before the eventfd
+  if (StageTimes::enabled()) std::fprintf(stderr, "%s", StageTimes::Report().c_str());
+}
+
+void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
+  const uint32_t n = static_cast<uint32_t>(job->indices.size());
+  job->remaining.store(n);
+  in_flight_.fetch_add(1);
+  if (!gpu_.empty()) {
+    job->gpu.assign(n, GpuSample{});
+    job->decoder = static_cast<uint32_t>(job->seq % gpu_.size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (n == 0) {
+      completed_.push_back(std::move(job));
+    } else {
+      for (uint32_t i = 0; i < n; ++i) tasks_.emplace_back(job.get(), i);
+      running_.push_back(std::move(job));
+    }
+  }
+  if (n == 0) events_.Signal();
+  cv_.notify_all();
+}
+
+std::vector<std::unique_ptr<BatchJob>> Pipeline::TakeCompleted() {
+  events_.Drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<BatchJob>> out;
+  out.swap(completed_);
+  in_flight_.fetch_sub(out.size());
+  return out;
+}
+
+void Pipeline::WorkerLoop(int worker) {
+  NameThisThread("cl-worker-" + std::to_string(worker));
+  SampleTransform transform(opts_);
+  const uint64_t sample_bytes = layout_.sample_bytes();
+  for (;;) {
+    BatchJob* job = nullptr;
+    uint32_t pos = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (stopping_) return;
+      std::tie(job, pos) = tasks_.front();
+      tasks_.pop_front();
+    }
+    const int64_t index = job->indices[pos];
+    const Sample& sample = (*dataset_)[static_cast<size_t>(index)];
+    auto* idx_out = reinterpret_cast<int64_t*>(job->slot_base + layout_.indices_offset);
+    auto* lbl_out = reinterpret_cast<int64_t*>(job->slot_base + layout_.labels_offset);
+    idx_out[pos] = index;
+    lbl_out[pos] = sample.label;
+    Status st;
+    uint8_t* dst = job->slot_base + layout_.data_offset + pos * sample_bytes;
+    try {
+      if (!gpu_.empty()) {
+        std::vector<uint8_t> bytes;
+        {
+          ScopedStage timer(Stage::kWorkerRead);
+          st = ReadWholeFile(sample.path, &bytes);
+        }
+        if (st.ok()) {
+          ScopedStage timer(Stage::kWorkerRoute);
+          st = GpuDecodeStage::Prepare(transform, opts_.augment, std::move(bytes), sample.path, seed_, job->epoch,
+                                       static_cast<uint64_t>(index), &job->gpu[pos], dst);
+        }
+      } else {
+        ScopedStage timer(Stage::kWorkerCpuTransform);
+        st = transform.Run(sample.path, seed_, job->epoch, static_cast<uint64_t>(index), dst);
+      }
+    } catch (const std::exception& e) {  // a bad file must never end the producer
+      st = Status::Invalid(sample.path + ": " + e.what());
+    }
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(job->failures_mu);
+      job->failures.emplace_back(pos, st.message());
+    }
+    if (job->remaining.fetch_sub(1) == 1) {
+      // Last sample of the batch: on to a GPU lane, or back to the producer thread.
+      if (!gpu_.empty()) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          gpu_jobs_[job->decoder].push_back(job);
+        }
+        gpu_cv_.notify_all();  // one condition for every stage's lanes: wake the right one
+      } else {
+        Complete(job);
+      }
+    }
+  }
+}
+
+void Pipeline::Complete(BatchJob* job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [job](const std::unique_ptr<BatchJob>& j) { return j.get() == job; });
+    completed_.push_back(std::move(*it));
+    running_.erase(it);
+  }
+  events_.Signal();
+}
+
+void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
+  GpuDecodeStage& gpu = *gpu_[stage];
+  NameThisThread("cl-gpulane-" + std::to_string(gpu.device()) + "-" + std::to_string(lane));
+  std::deque<BatchJob*>& queue = gpu_jobs_[stage];
+  SampleTransform transform(opts_);  // for the files both GPU backends refuse
+  for (;;) {
+    BatchJob* job = nullptr;
+    {
+      ScopedStage idle(Stage::kLaneQueueWait, 0);
+      std::unique_lock<std::mutex> lock(mu_);
+      gpu_cv_.wait(lock, [this, &queue] { return stopping_ || !queue.empty(); });
+      if (stopping_) return;
+      job = queue.front();
+      queue.pop_front();
+    }
+    std::vector<std::string> paths(job->indices.size());
+    for (size_t i = 0; i < paths.size(); ++i) paths[i] = (*dataset_)[static_cast<size_t>(job->indices[i])].path;
+    Status st;
+    try {
+      st = gpu.Finish(lane, *job, job->slot_base + layout_.data_offset, paths, transform, seed_);
+    } catch (const std::exception& e) {
+      st = Status::Internal(std::string("GPU decode: ") + e.what());
+    }
+    // The GPU itself failed (not a file): the producer stops with this error, whatever
+    // --on-bad-file says, rather than publish a half-written batch.
+    if (!st.ok()) job->fatal = Status::IOError("GPU decode on cuda:" + std::to_string(gpu.device()) + ": " + st.message());
+    Complete(job);
+  }
+}
+
+uint32_t Pipeline::Compact(BatchJob& job) const {
+  const uint32_t n = static_cast<uint32_t>(job.indices.size());
+  if (job.failures.empty()) return n;
+  std::vector<bool> bad(n, false);
+  for (const auto& f : job.failures) bad[f.first] = true;
+  const uint64_t sample_bytes = layout_.sample_bytes();
+  auto* idx = reinterpret_cast<int64_t*>(job.slot_base + layout_.indices_offset);
+  auto* lbl = reinterpret_cast<int64_t*>(job.slot_base + layout_.labels_offset);
+  uint8_t* data = job.slot_base + layout_.data_offset;
+  uint32_t out = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (bad[i]) continue;
+    if (out != i) {
+      idx[out] = idx[i];
+      lbl[out] = lbl[i];
+      if (gpu_.empty()) std::memmove(data + out * sample_bytes, data + i * sample_bytes, sample_bytes);
+    }
+    ++out;
+  }
+  return out;
+}
+
+}  // namespace coloader

@@ -1,0 +1,105 @@
+// The producer's worker pool: fills a slot with one batch, sample by sample, on N threads.
+// Each sample is read, decoded and augmented straight into its place in the slot, so the
+// host path makes no copy after decoding. Finished batches are handed back through an
+// eventfd that the producer's poll loop watches.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/protocol.h"
+#include "common/unique_fd.h"
+#include "pipeline/dataset.h"
+#include "pipeline/gpu_decode.h"
+#include "pipeline/transform.h"
+
+namespace coloader {
+
+struct BatchJob {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  uint64_t epoch = 0;
+  uint64_t first = 0;  // position of the first sample within the epoch
+  bool last_in_epoch = false;
+  std::vector<int64_t> indices;  // dataset indices, in order
+  uint8_t* slot_base = nullptr;  // the slot's memory (the pipeline writes indices, labels, data)
+
+  // Filled in by the workers.
+  std::atomic<uint32_t> remaining{0};
+  std::mutex failures_mu;
+  std::vector<std::pair<uint32_t, std::string>> failures;  // (position in batch, reason)
+  std::vector<GpuSample> gpu;  // with --decode gpu: what each position left for the GPU lane
+  uint32_t decoder = 0;        // with --decode gpu: which GPU's stage decodes it (seq mod count)
+  Status fatal;                // the GPU failed on this batch (not a file): the run stops
+};
+
+class Pipeline {
+ public:
+  // `dataset` must outlive the pipeline. Starts `workers` threads. With `gpu` (--decode gpu,
+  // one stage per GPU that decodes) the workers read and route files, and one thread per lane
+  // of each stage finishes batches on its GPU: batch k goes to stage k mod gpu.size(), so
+  // every GPU's JPEG engines take an equal share. `layout` must then be the uint8 NHWC
+  // staging layout.
+  static Result<std::unique_ptr<Pipeline>> Make(const Dataset* dataset, TransformOptions opts,
+                                                int workers, uint64_t seed, SlotTable layout,
+                                                std::vector<std::unique_ptr<GpuDecodeStage>> gpu = {});
+  ~Pipeline();  // stops and joins the workers
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  void Submit(std::unique_ptr<BatchJob> job);
+  // Jobs whose every sample is done, in completion order.
+  std::vector<std::unique_ptr<BatchJob>> TakeCompleted();
+  // Readable while TakeCompleted has something to return.
+  int event_fd() const { return events_.fd(); }
+  size_t in_flight() const { return in_flight_.load(); }
+  int workers() const { return static_cast<int>(threads_.size()); }
+
+  // Removes the samples that failed from a completed job's slot, moving the later ones down
+  // so that the batch stays dense. Returns the new count. (With --decode gpu the device
+  // staging is written dense already; only the indices and labels move.)
+  uint32_t Compact(BatchJob& job) const;
+
+  // With --decode gpu: a completed job's finished uint8 NHWC batch on the GPU that decoded it,
+  // and that GPU; nullptr and -1 otherwise.
+  const uint8_t* DeviceStaging(const BatchJob& job) const {
+    return gpu_.empty() ? nullptr : gpu_[job.decoder]->device_staging(job.slot);
+  }
+  int DecodeDevice(const BatchJob& job) const { return gpu_.empty() ? -1 : gpu_[job.decoder]->device(); }
+
+ private:
+  Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout);
+  void WorkerLoop(int worker);
+  void GpuLaneLoop(uint32_t stage, int lane);
+  void Complete(BatchJob* job);
+
+  const Dataset* dataset_;
+  TransformOptions opts_;
+  uint64_t seed_;
+  SlotTable layout_;
+  EventFd events_;  // signalled when a batch completes
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<BatchJob*, uint32_t>> tasks_;  // (job, position) in submission order
+  std::vector<std::unique_ptr<BatchJob>> running_;
+  std::vector<std::unique_ptr<BatchJob>> completed_;
+  bool stopping_ = false;
+  std::atomic<size_t> in_flight_{0};
+  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<GpuDecodeStage>> gpu_;
+  // Per stage: jobs with every sample routed, waiting for one of that stage's lanes.
+  std::vector<std::deque<BatchJob*>> gpu_jobs_;
+  std::condition_variable gpu_cv_;
+  std::vector<std::thread> lanes_;
+};
+
+}  // namespace coloader

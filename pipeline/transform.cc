@@ -1,0 +1,83 @@
+#include "pipeline/transform.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace coloader {
+
+SampleTransform::SampleTransform(TransformOptions opts) : opts_(std::move(opts)) {
+  hwc_.create(opts_.augment.size, opts_.augment.size, CV_8UC3);
+}
+
+size_t SampleTransform::sample_bytes() const {
+  const size_t s = static_cast<size_t>(opts_.augment.size);
+  return s * s * 3 * DTypeSize(opts_.output);
+}
+
+Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(path + ": cannot open", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::FromErrno(path + ": cannot stat", err);
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < out->size()) {
+    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      return err ? Status::FromErrno(path + ": read failed", err)
+                 : Status::IOError(path + ": file shrank while being read");
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (out->empty()) return Status::Invalid(path + ": empty file");
+  return Status::OK();
+}
+
+Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
+  return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
+}
+
+Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
+                                 uint64_t epoch, uint64_t index, void* dst) {
+  ASSIGN_OR_RETURN(ImageInfo info, decoder_.Peek(data, size, path));
+  SampleRng rng(seed, epoch, index);
+  const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
+  const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
+  ++scale_hist_[denom];
+  const int s = opts_.augment.size;
+  const bool direct = opts_.output == DType::kUInt8 && opts_.layout == TensorLayout::kNHWC;
+  cv::Mat out = direct ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;  // direct: the slot itself, no copy after the resize
+  bool done = false;
+  if (info.kind == ImageKind::kJpeg && opts_.crop_decode) {
+    // The crop's rectangle in the scaled image (libjpeg's ceil(full / d) pixels a side).
+    const int sw = (info.width + denom - 1) / denom, sh = (info.height + denom - 1) / denom;
+    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box);
+    if (rect.area() < int64_t{sw} * sh) {
+      if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
+        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box.flip, out);
+        ++region_decodes_;
+        done = true;
+      }
+    }
+  }
+  if (!done) {
+    ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
+    ResizeCrop(decoded, info.width, info.height, box, out);
+  }
+  if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  return Status::OK();
+}
+
+}  // namespace coloader

@@ -1,0 +1,458 @@
+#include "placement/jobs.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/process.h"
+
+extern char** environ;
+
+namespace coloader {
+
+std::string JobPipeline::Key() const {
+  return data + "|augment=" + augment + "|size=" + std::to_string(image_size) + "|output=" + output +
+         "|seed=" + std::to_string(seed);
+}
+
+double JobPipeline::SampleBytes() const {
+  const double bytes_per_elem = output == "uint8" ? 1 : (output == "float32" ? 4 : 2);
+  return 3.0 * image_size * image_size * bytes_per_elem;
+}
+
+double JobPipeline::RingMiB() const {
+  const double slots = window + window / 2;
+  return slots * producer_batch * SampleBytes() / (1024.0 * 1024.0);
+}
+
+double JobPipeline::GatherMiB(uint32_t batch) const {
+  if (batch == 0 || producer_batch % batch == 0) return 0;
+  const double labels_bytes = std::ceil(batch * 8.0 / 256.0) * 256.0;  // as Consumer::Spill lays them out
+  return kGatherDepth * (labels_bytes + batch * SampleBytes()) / (1024.0 * 1024.0);
+}
+
+namespace {
+
+// The largest integer a JSON number (a double) holds exactly; seeds above it would be rounded.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+// A whole number in lo..hi (or `fallback` when absent), so that the casts after it are defined:
+// the file is untrusted, and a double out of an integer type's range makes the cast undefined.
+Result<double> IntegerIn(const JsonFields& f, const std::string& key, double fallback, double lo, double hi) {
+  ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
+  if (!(v >= lo && v <= hi) || v != std::floor(v)) {
+    char range[96];
+    std::snprintf(range, sizeof(range), "must be an integer in %.0f..%.0f, got %.15g", lo, hi, v);
+    return f.Error(key, range);
+  }
+  return v;
+}
+
+Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) {
+  if (!v.is_object()) return v.ErrorAt(where + " must be an object (data, augment, image_size, ...)");
+  JsonFields f(v, where);
+  RETURN_NOT_OK(f.OnlyKnown({"data", "augment", "image_size", "output", "seed", "producer_batch", "window", "serve_args"}));
+  JobPipeline p;
+  ASSIGN_OR_RETURN(p.data, f.String("data"));
+  if (p.data.empty()) return f.Error("data", "must name a dataset (an ImageFolder directory or a file list)");
+  ASSIGN_OR_RETURN(p.augment, f.String("augment", p.augment));
+  if (p.augment != "train" && p.augment != "eval" && p.augment != "none")
+    return f.Error("augment", "must be train, eval or none, got \"" + p.augment + "\"");
+  ASSIGN_OR_RETURN(double size, IntegerIn(f, "image_size", p.image_size, 8, 4096));
+  p.image_size = static_cast<int>(size);
+  ASSIGN_OR_RETURN(p.output, f.String("output", p.output));
+  if (p.output != "uint8" && p.output != "float32" && p.output != "bfloat16" && p.output != "float16")
+    return f.Error("output", "must be uint8, float32, bfloat16 or float16, got \"" + p.output + "\"");
+  ASSIGN_OR_RETURN(double seed, IntegerIn(f, "seed", 0, 0, kMaxExactInteger));
+  p.seed = static_cast<uint64_t>(seed);
+  ASSIGN_OR_RETURN(double pb, IntegerIn(f, "producer_batch", p.producer_batch, 1, 65536));
+  p.producer_batch = static_cast<uint32_t>(pb);
+  ASSIGN_OR_RETURN(double window, IntegerIn(f, "window", p.window, 1, 1024));
+  p.window = static_cast<uint32_t>(window);
+  ASSIGN_OR_RETURN(p.serve_args, f.StringList("serve_args", {}));
+  return p;
+}
+
+Result<double> NonNegative(const JsonFields& f, const std::string& key, double fallback) {
+  ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
+  if (!(v >= 0) || !std::isfinite(v)) return f.Error(key, "must be a number >= 0");
+  return v;
+}
+
+Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::map<std::string, JobPipeline>& named,
+                     std::vector<JobPipeline>* pipelines) {
+  if (!v.is_object()) return v.ErrorAt(where + " must be an object");
+  JsonFields f(v, where);
+  RETURN_NOT_OK(f.OnlyKnown({"name", "command", "pipeline", "batch_size", "memory_mib", "model", "optimizer",
+                             "precision", "channels_last", "sm_activity", "priority", "loader_cores", "isolation",
+                             "arrival_s", "duration_s", "actual_memory_mib"}));
+  Job j;
+  ASSIGN_OR_RETURN(j.name, f.String("name"));
+  if (j.name.empty() || j.name.find_first_of(" \t\n/") != std::string::npos)
+    return f.Error("name", "must be a non-empty word without spaces or '/'");
+  JsonFields named_fields(v, where + " (\"" + j.name + "\")");
+  const JsonFields& g = named_fields;
+  ASSIGN_OR_RETURN(j.command, g.StringList("command", {}));
+  ASSIGN_OR_RETURN(double batch, IntegerIn(g, "batch_size", 0, 0, 1e6));
+  j.batch_size = static_cast<uint32_t>(batch);
+
+  const JsonValue* pv = v.Find("pipeline");
+  if (!pv) return g.Error("pipeline", "is missing (a name from \"pipelines\", or an object with \"data\")");
+  JobPipeline p;
+  if (pv->is_string()) {
+    auto it = named.find(pv->string());
+    if (it == named.end()) return g.Error("pipeline", "names \"" + pv->string() + "\", which \"pipelines\" does not define");
+    p = it->second;
+  } else {
+    ASSIGN_OR_RETURN(p, ParsePipeline(*pv, g.where() + ".pipeline"));
+  }
+  // Jobs whose pipelines have the same key share one producer, however the file spelt them.
+  j.pipeline = -1;
+  for (size_t i = 0; i < pipelines->size(); ++i) {
+    if ((*pipelines)[i].Key() == p.Key()) j.pipeline = static_cast<int>(i);
+  }
+  if (j.pipeline < 0) {
+    pipelines->push_back(p);
+    j.pipeline = static_cast<int>(pipelines->size() - 1);
+  }
+
+  const JsonValue* mem = v.Find("memory_mib");
+  if (!mem) return g.Error("memory_mib", "is missing (MiB at peak, or \"auto\" to run the estimator)");
+  if (mem->is_string() && mem->string() == "auto") {
+    j.memory_auto = true;
+  } else if (mem->is_number() && mem->number() > 0 && std::isfinite(mem->number())) {
+    j.memory_mib = mem->number();
+  } else {
+    return g.Error("memory_mib", "must be a number of MiB > 0 or \"auto\"");
+  }
+  ASSIGN_OR_RETURN(j.model, g.String("model", ""));
+  ASSIGN_OR_RETURN(j.optimizer, g.String("optimizer", j.optimizer));
+  ASSIGN_OR_RETURN(j.precision, g.String("precision", j.precision));
+  ASSIGN_OR_RETURN(j.channels_last, g.Bool("channels_last", false));
+  if (j.memory_auto) {
+    if (j.model.empty()) return g.Error("model", "is needed when memory_mib is \"auto\" (e.g. \"torchvision:resnet50\")");
+    if (j.batch_size == 0) return g.Error("batch_size", "is needed when memory_mib is \"auto\"");
+    if (j.optimizer != "sgd" && j.optimizer != "adam" && j.optimizer != "adamw")
+      return g.Error("optimizer", "must be sgd, adam or adamw, got \"" + j.optimizer + "\"");
+    if (j.precision != "fp32" && j.precision != "bf16-amp" && j.precision != "fp16-amp")
+      return g.Error("precision", "must be fp32, bf16-amp or fp16-amp, got \"" + j.precision + "\"");
+  }
+  if (g.Has("sm_activity")) {
+    ASSIGN_OR_RETURN(j.sm_activity, g.Number("sm_activity"));
+    if (!(j.sm_activity >= 0 && j.sm_activity <= 1)) return g.Error("sm_activity", "must be between 0 and 1");
+  }
+  ASSIGN_OR_RETURN(double prio, IntegerIn(g, "priority", 0, -1e6, 1e6));
+  j.priority = static_cast<int>(prio);
+  ASSIGN_OR_RETURN(j.loader_cores, NonNegative(g, "loader_cores", j.loader_cores));
+  ASSIGN_OR_RETURN(j.isolation, g.Bool("isolation", false));
+  ASSIGN_OR_RETURN(j.arrival_s, NonNegative(g, "arrival_s", 0));
+  ASSIGN_OR_RETURN(j.duration_s, NonNegative(g, "duration_s", 0));
+  ASSIGN_OR_RETURN(j.actual_memory_mib, NonNegative(g, "actual_memory_mib", 0));
+  return j;
+}
+
+}  // namespace
+
+Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& where) {
+  if (!array.is_array()) return array.ErrorAt(where + " must be an array of GPUs");
+  std::vector<Gpu> gpus;
+  for (size_t i = 0; i < array.items().size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    const JsonValue& v = array.items()[i];
+    if (!v.is_object()) return v.ErrorAt(w + " must be an object");
+    JsonFields f(v, w);
+    RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles"}));
+    Gpu g;
+    ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
+    g.index = static_cast<int>(index);
+    ASSIGN_OR_RETURN(g.name, f.String("name", "gpu" + std::to_string(g.index)));
+    ASSIGN_OR_RETURN(g.memory_mib, f.Number("memory_mib"));
+    if (!(g.memory_mib > 0)) return f.Error("memory_mib", "must be > 0");
+    ASSIGN_OR_RETURN(double sms, IntegerIn(f, "sms", 0, 0, 1e6));
+    g.sms = static_cast<int>(sms);
+    ASSIGN_OR_RETURN(g.mig, f.Bool("mig", false));
+    if (const JsonValue* profiles = v.Find("mig_profiles")) {
+      if (!profiles->is_array()) return f.Error("mig_profiles", "must be an array");
+      for (size_t k = 0; k < profiles->items().size(); ++k) {
+        const std::string pw = w + ".mig_profiles[" + std::to_string(k) + "]";
+        if (!profiles->items()[k].is_object()) return profiles->items()[k].ErrorAt(pw + " must be an object");
+        JsonFields pf(profiles->items()[k], pw);
+        RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count"}));
+        MigProfile m;
+        ASSIGN_OR_RETURN(m.name, pf.String("name"));
+        ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
+        if (!(m.memory_mib > 0)) return pf.Error("memory_mib", "must be > 0");
+        ASSIGN_OR_RETURN(double psms, IntegerIn(pf, "sms", 0, 0, 1e6));
+        ASSIGN_OR_RETURN(double count, IntegerIn(pf, "count", 1, 1, 1024));
+        m.sms = static_cast<int>(psms);
+        m.count = static_cast<int>(count);
+        g.mig_profiles.push_back(m);
+      }
+    }
+    if (g.mig && g.mig_profiles.empty()) return f.Error("mig_profiles", "must list the profiles when mig is true");
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
+Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
+  // Errors below are positioned by the values ("jobs.json:4:17: jobs[0] ..."); a document made
+  // in code has no positions, so the top level names the source itself.
+  if (!doc.is_object()) {
+    return Status::Invalid((doc.Position().empty() ? source : doc.Position()) +
+                           ": the top level must be an object with \"jobs\"");
+  }
+  JsonFields top(doc, "");
+  RETURN_NOT_OK(top.OnlyKnown({"jobs", "pipelines", "gpus", "cpu_cores", "comment"}));
+  JobSet set;
+  set.source = source;
+  ASSIGN_OR_RETURN(set.cpu_cores, NonNegative(top, "cpu_cores", 0));
+  std::map<std::string, JobPipeline> named;
+  if (const JsonValue* pl = doc.Find("pipelines")) {
+    if (!pl->is_object()) return top.Error("pipelines", "must be an object of name -> pipeline");
+    for (const auto& [name, v] : pl->members()) {
+      ASSIGN_OR_RETURN(JobPipeline p, ParsePipeline(v, "pipelines." + name));
+      named[name] = p;
+    }
+  }
+  const JsonValue* jobs = doc.Find("jobs");
+  if (!jobs || !jobs->is_array() || jobs->items().empty())
+    return top.Error("jobs", "must be a non-empty array of jobs");
+  for (size_t i = 0; i < jobs->items().size(); ++i) {
+    ASSIGN_OR_RETURN(Job j, ParseJob(jobs->items()[i], "jobs[" + std::to_string(i) + "]", named, &set.pipelines));
+    for (const Job& other : set.jobs) {
+      if (other.name == j.name) return jobs->items()[i].ErrorAt("two jobs are named \"" + j.name + "\"");
+    }
+    set.jobs.push_back(std::move(j));
+  }
+  if (const JsonValue* gpus = doc.Find("gpus")) {
+    ASSIGN_OR_RETURN(set.gpus, ParseGpus(*gpus, "gpus"));
+  }
+  return set;
+}
+
+Result<JobSet> LoadJobSet(const std::string& path) {
+  ASSIGN_OR_RETURN(JsonValue doc, ReadJsonOrYamlFile(path));
+  return ParseJobSet(doc, path);
+}
+
+// ---- NVML, opened at run time ----------------------------------------------------------------
+
+namespace {
+
+// The few NVML entry points we use, declared from NVML's public API reference so the binary
+// neither needs nvml.h to build nor libnvidia-ml to start.
+using nvmlDevice_t = void*;
+struct NvmlMemory {
+  unsigned long long total, free, used;
+};
+struct NvmlGpuInstanceProfileInfo {  // nvmlGpuInstanceProfileInfo_t (v1)
+  unsigned int id, isP2pSupported, sliceCount, instanceCount, multiprocessorCount, copyEngineCount, decoderCount,
+      encoderCount, jpegCount, ofaCount;
+  unsigned long long memorySizeMB;
+};
+constexpr unsigned kNvmlGpuInstanceProfileCount = 15;  // NVML_GPU_INSTANCE_PROFILE_COUNT (upper bound we probe)
+
+// SMs by product name, for drivers that do not report it on a whole GPU (from NVIDIA's data sheets).
+int SmsByName(const std::string& name) {
+  if (name.find("H100") != std::string::npos && name.find("PCIe") != std::string::npos) return 114;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) return 132;  // SXM, NVL
+  if (name.find("A100") != std::string::npos) return 108;
+  if (name.find("L40") != std::string::npos) return 142;
+  if (name.find("A10") != std::string::npos) return 72;
+  return 0;
+}
+
+}  // namespace
+
+Result<std::vector<Gpu>> GpusFromNvml() {
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return Status::NotFound("NVML is not available (libnvidia-ml.so.1: no NVIDIA driver here); give \"gpus\" in the jobs file");
+  auto sym = [&](const char* name) { return ::dlsym(lib, name); };
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  using HandleFn = int (*)(unsigned, nvmlDevice_t*);
+  using NameFn = int (*)(nvmlDevice_t, char*, unsigned);
+  using MemFn = int (*)(nvmlDevice_t, NvmlMemory*);
+  using MigModeFn = int (*)(nvmlDevice_t, unsigned*, unsigned*);
+  using ProfileFn = int (*)(nvmlDevice_t, unsigned, NvmlGpuInstanceProfileInfo*);
+  auto init = reinterpret_cast<InitFn>(sym("nvmlInit_v2"));
+  auto count = reinterpret_cast<CountFn>(sym("nvmlDeviceGetCount_v2"));
+  auto handle = reinterpret_cast<HandleFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
+  auto name_fn = reinterpret_cast<NameFn>(sym("nvmlDeviceGetName"));
+  auto mem_fn = reinterpret_cast<MemFn>(sym("nvmlDeviceGetMemoryInfo"));
+  auto mig_fn = reinterpret_cast<MigModeFn>(sym("nvmlDeviceGetMigMode"));
+  auto profile_fn = reinterpret_cast<ProfileFn>(sym("nvmlDeviceGetGpuInstanceProfileInfo"));
+  auto shutdown = reinterpret_cast<InitFn>(sym("nvmlShutdown"));
+  if (!init || !count || !handle || !name_fn || !mem_fn) {
+    ::dlclose(lib);
+    return Status::NotFound("libnvidia-ml.so.1 lacks the functions we need (driver too old?)");
+  }
+  if (int rc = init(); rc != 0) {
+    ::dlclose(lib);
+    return Status::NotFound("nvmlInit failed (error " + std::to_string(rc) + "); is the NVIDIA driver loaded?");
+  }
+  unsigned n = 0;
+  std::vector<Gpu> gpus;
+  if (count(&n) == 0) {
+    for (unsigned i = 0; i < n; ++i) {
+      nvmlDevice_t dev = nullptr;
+      if (handle(i, &dev) != 0) continue;
+      Gpu g;
+      g.index = static_cast<int>(i);
+      char name[96] = {0};
+      if (name_fn(dev, name, sizeof(name)) == 0) g.name = name;
+      NvmlMemory m{};
+      // What is free now: memory other processes already hold is not ours to plan with.
+      if (mem_fn(dev, &m) == 0) g.memory_mib = static_cast<double>(m.free) / (1024.0 * 1024.0);
+      g.sms = SmsByName(g.name);
+      unsigned current = 0, pending = 0;
+      if (mig_fn && mig_fn(dev, &current, &pending) == 0 && current == 1) {
+        g.mig = true;
+        for (unsigned p = 0; profile_fn && p < kNvmlGpuInstanceProfileCount; ++p) {
+          NvmlGpuInstanceProfileInfo info{};
+          if (profile_fn(dev, p, &info) != 0 || info.instanceCount == 0) continue;
+          MigProfile mp;
+          mp.name = std::to_string(info.sliceCount) + "g." + std::to_string((info.memorySizeMB + 1023) / 1024) + "gb";
+          mp.memory_mib = static_cast<double>(info.memorySizeMB);
+          mp.sms = static_cast<int>(info.multiprocessorCount);
+          mp.count = static_cast<int>(info.instanceCount);
+          g.mig_profiles.push_back(mp);
+        }
+      }
+      gpus.push_back(std::move(g));
+    }
+  }
+  if (shutdown) shutdown();
+  ::dlclose(lib);
+  if (gpus.empty()) return Status::NotFound("NVML reports no GPU; give \"gpus\" in the jobs file");
+  return gpus;
+}
+
+// ---- running helper commands ------------------------------------------------------------------
+
+SpawnArgs::SpawnArgs(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env)
+    : arg_strings_(argv) {
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (!env.count(kv.substr(0, kv.find('=')))) env_strings_.push_back(kv);
+  }
+  for (const auto& [k, v] : env) env_strings_.push_back(k + "=" + v);
+  for (auto& a : arg_strings_) args_.push_back(a.data());
+  args_.push_back(nullptr);
+  for (auto& e : env_strings_) envp_.push_back(e.data());
+  envp_.push_back(nullptr);
+}
+
+Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeout_ms,
+                                 const std::map<std::string, std::string>& env) {
+  if (argv.empty()) return Status::Invalid("empty command");
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[0]);
+    ::close(out_pipe[1]);
+    return Status::FromErrno("pipe", errno);
+  }
+  SpawnArgs spawn(argv, env);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, argv[0].c_str(), &fa, nullptr, spawn.argv(), spawn.envp());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) {
+    ::close(out_pipe[0]);
+    ::close(err_pipe[0]);
+    return Status::NotFound("cannot run " + argv[0] + ": " + std::strerror(rc));
+  }
+  CommandOutput result;
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+  bool timed_out = false;
+  int poll_errno = 0;
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    const uint64_t now = MonotonicNs();
+    if (now >= deadline) {
+      timed_out = true;
+      break;
+    }
+    if (::poll(fds, 2, static_cast<int>((deadline - now) / 1000000ull) + 1) < 0) {
+      if (errno == EINTR) continue;  // revents are stale: poll again
+      // We can no longer watch the child, so it must not be left to run (and the waitpid below
+      // has no timeout): stop it as if it had timed out.
+      poll_errno = errno;
+      break;
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
+      if (n > 0) {
+        (k == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        ::close(fds[k].fd);
+        fds[k].fd = -1;
+      }
+    }
+  }
+  for (auto& p : fds) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  if (timed_out || poll_errno != 0) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (poll_errno != 0) return Status::FromErrno("poll on the output of " + argv[0] + " (stopped it)", poll_errno);
+  if (timed_out) return Status::Timeout(argv[0] + " did not finish within " + std::to_string(timeout_ms) + " ms");
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::vector<std::string> EstimatorCommand(const Job& job, const std::string& python) {
+  std::vector<std::string> cmd = {python, "-m", "coloader.estimate", "--model", job.model, "--batch-size",
+                                  std::to_string(job.batch_size), "--optimizer", job.optimizer, "--precision",
+                                  job.precision};
+  if (job.channels_last) cmd.push_back("--channels-last");
+  cmd.push_back("--json");
+  return cmd;
+}
+
+Status EstimateAutoJobs(JobSet* set, const std::string& python) {
+  for (Job& job : set->jobs) {
+    if (!job.memory_auto) continue;
+    const std::vector<std::string> cmd = EstimatorCommand(job, python);
+    std::string line;
+    for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
+    const std::string what = "job \"" + job.name + "\": memory_mib is \"auto\" but the estimator (" + line + ")";
+    Result<CommandOutput> r = RunCommand(cmd, 600000);
+    if (!r.ok()) return Status::Invalid(what + " could not run: " + r.status().message());
+    if (r->exit_code != 0) {
+      std::string tail = r->err.size() > 600 ? r->err.substr(r->err.size() - 600) : r->err;
+      return Status::Invalid(what + " failed (exit " + std::to_string(r->exit_code) + "): " + tail +
+                             "\nInstall the coloader Python package (pip install ./python) or give memory_mib in MiB.");
+    }
+    Result<JsonValue> doc = ParseJson(r->out, "estimator output for job \"" + job.name + "\"");
+    if (!doc.ok()) return Status::Invalid(what + " printed something that is not JSON: " + doc.status().message());
+    const JsonValue* total = doc->Find("total_mib");
+    if (!total || !total->is_number() || !(total->number() > 0))
+      return Status::Invalid(what + " printed no positive \"total_mib\"");
+    job.memory_mib = total->number();
+  }
+  return Status::OK();
+}
+
+}  // namespace coloader

@@ -1,0 +1,132 @@
+// What the planner packs: jobs (from a jobs file or a trace), the data pipelines they read, and
+// the GPUs (from the file, or from NVML at run time). The jobs-file format is in docs/PLACEMENT.md.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "placement/json_reader.h"
+#include "common/status.h"
+
+namespace coloader {
+
+// A dataset pipeline: the producer a group of jobs can share. Two jobs share one producer
+// exactly when their pipelines have the same key (the dataset path and everything that
+// changes the batches it makes: augmentation, image size, output type, seed).
+struct JobPipeline {
+  std::string data;
+  std::string augment = "train";
+  int image_size = 224;
+  std::string output = "float32";
+  uint64_t seed = 0;
+  // How the producer is run; these do not change what a consumer sees, so they are not in the key.
+  uint32_t producer_batch = 256;
+  uint32_t window = 4;
+  std::vector<std::string> serve_args;  // more `coloader serve` flags
+
+  std::string Key() const;
+  // One sample as the producer lays it out in a slot: image_size^2 x 3 elements of the output type.
+  double SampleBytes() const;
+  // The producer's ring as `coloader serve` sizes it: window + window/2 spare slots of
+  // producer_batch samples of image_size^2 x 3 elements of the output type.
+  double RingMiB() const;
+  // What the producer holds on each GPU it serves: the ring plus its own CUDA context and
+  // allocator slack (kProducerContextMiB, an allowance that scripts/gpu_launch_check.sh measures).
+  double DeviceMiB() const { return RingMiB() + kProducerContextMiB; }
+  static constexpr double kProducerContextMiB = 600;
+  // What a consumer of `batch` samples allocates on the GPU to gather its batches on the device
+  // path (client/consumer.cc, Consumer::Spill): a batch that straddles two ring slots is copied
+  // into a buffer of its own, cudaMallocAsync'd on the consumer's stream, 256-aligned labels
+  // (8 bytes each) then batch x SampleBytes(), and freed (stream-ordered) when the batch goes.
+  // kGatherDepth of them are live at once: the batch the training step still holds while the
+  // loop's next() gathers the following one. Zero when batches never straddle slots: `batch`
+  // divides producer_batch (slices stay inside one slot), or 0 (not stated: the producer's).
+  double GatherMiB(uint32_t batch) const;
+  static constexpr int kGatherDepth = 2;
+};
+
+struct Job {
+  std::string name;
+  std::vector<std::string> command;  // argv; "{producer}" is replaced by the producer's name
+  int pipeline = -1;                 // index into JobSet::pipelines
+  uint32_t batch_size = 0;
+  double memory_mib = 0;  // the estimate the planner packs by (peak, as nvidia-smi reports it)
+  bool memory_auto = false;
+  std::string model, optimizer = "sgd", precision = "fp32";
+  bool channels_last = false;
+  double sm_activity = -1;  // expected SM activity alone on the GPU, 0..1; < 0 unknown
+  int priority = 0;         // higher first
+  double loader_cores = 4;  // CPU cores its own (per-job) loader would need
+  bool isolation = false;   // must not share SMs/memory bandwidth: MIG or a GPU of its own
+  // Trace-only fields (the simulator): when it arrives, how long it runs alone, what it really uses.
+  double arrival_s = 0;
+  double duration_s = 0;
+  double actual_memory_mib = 0;  // 0: equal to the estimate
+};
+
+struct MigProfile {
+  std::string name;  // e.g. "3g.40gb"
+  double memory_mib = 0;
+  int sms = 0;
+  int count = 0;  // how many instances of it the GPU can hold
+};
+
+struct Gpu {
+  int index = 0;
+  std::string name;
+  double memory_mib = 0;
+  int sms = 0;
+  bool mig = false;
+  std::vector<MigProfile> mig_profiles;
+};
+
+struct JobSet {
+  std::vector<JobPipeline> pipelines;
+  std::vector<Job> jobs;
+  std::vector<Gpu> gpus;  // from the file; empty when it names none
+  double cpu_cores = 0;   // the machine's cores for loading; 0: this machine's count
+  std::string source;
+};
+
+// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (placement/json_reader.h).
+// Every error names the file, the line:column, the job and the field.
+Result<JobSet> LoadJobSet(const std::string& path);
+Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source);
+Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& where);
+
+// The GPUs NVML reports (libnvidia-ml.so.1 opened at run time; no link-time dependency), with
+// the memory free at this moment as their memory_mib.
+// NotFound when there is no driver or no GPU.
+Result<std::vector<Gpu>> GpusFromNvml();
+
+// Fills memory_mib of every `auto` job by running the estimator
+// (`<python> -m coloader.estimate ... --json`); an error names the job and says what failed.
+Status EstimateAutoJobs(JobSet* set, const std::string& python);
+
+// The estimator's command line for one job (exposed for tests and messages).
+std::vector<std::string> EstimatorCommand(const Job& job, const std::string& python);
+
+// argv and envp for posix_spawn: this process's environment with `env` added or replaced.
+// The arrays point into this object, which must outlive the spawn call.
+class SpawnArgs {
+ public:
+  SpawnArgs(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env);
+  char* const* argv() { return args_.data(); }
+  char* const* envp() { return envp_.data(); }
+
+ private:
+  std::vector<std::string> arg_strings_, env_strings_;
+  std::vector<char*> args_, envp_;
+};
+
+// Runs argv, returns its exit status and captured stdout/stderr (for the estimator, mps control).
+struct CommandOutput {
+  int exit_code = -1;  // 128 + signal when killed
+  std::string out, err;
+};
+Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeout_ms,
+                                 const std::map<std::string, std::string>& env = {});
+
+}  // namespace coloader

@@ -1,0 +1,490 @@
+#include "placement/json_reader.h"
+
+#include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion, which yaml.h does not include
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <unordered_set>
+
+namespace coloader {
+
+JsonValue JsonValue::Bool(bool b) {
+  JsonValue v;
+  v.type_ = Type::kBool;
+  v.bool_ = b;
+  return v;
+}
+JsonValue JsonValue::Number(double d) {
+  JsonValue v;
+  v.type_ = Type::kNumber;
+  v.number_ = d;
+  return v;
+}
+JsonValue JsonValue::String(std::string s) {
+  JsonValue v;
+  v.type_ = Type::kString;
+  v.string_ = std::move(s);
+  return v;
+}
+JsonValue JsonValue::Array(std::vector<JsonValue> items) {
+  JsonValue v;
+  v.type_ = Type::kArray;
+  v.items_ = std::move(items);
+  return v;
+}
+JsonValue JsonValue::Object(std::vector<std::pair<std::string, JsonValue>> members) {
+  JsonValue v;
+  v.type_ = Type::kObject;
+  v.members_ = std::move(members);
+  return v;
+}
+
+const JsonValue* JsonValue::Find(const std::string& key) const {
+  for (const auto& [k, v] : members_) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+std::string JsonValue::Position() const {
+  if (!source_) return "";
+  return *source_ + ":" + std::to_string(line_) + ":" + std::to_string(column_);
+}
+
+void JsonValue::set_position(std::shared_ptr<const std::string> source, int line, int column) {
+  source_ = std::move(source);
+  line_ = line;
+  column_ = column;
+}
+
+Status JsonValue::ErrorAt(const std::string& what) const {
+  return Status::Invalid(source_ ? Position() + ": " + what : what);
+}
+
+const char* JsonTypeName(JsonValue::Type t) {
+  switch (t) {
+    case JsonValue::Type::kNull: return "null";
+    case JsonValue::Type::kBool: return "a boolean";
+    case JsonValue::Type::kNumber: return "a number";
+    case JsonValue::Type::kString: return "a string";
+    case JsonValue::Type::kArray: return "an array";
+    case JsonValue::Type::kObject: return "an object";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr int kMaxDepth = 64;
+// Aliases let a few lines of YAML name a tree of billions of values ("billion laughs"); the
+// tree is built here, so its size is bounded here. Jobs files have hundreds.
+constexpr size_t kMaxValues = 1000000;
+
+enum class Syntax { kJson, kYaml };
+
+Status FailAt(const std::string& source, int line, int column, const std::string& what) {
+  return Status::Invalid(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
+}
+
+// A surrogate pair that PrepareJson rewrote (12 characters to 10) before yaml-cpp read the
+// text: its line and where it ends in the rewritten text, so the columns of marks after it
+// on that line can be given back.
+struct Shift {
+  int line;
+  size_t end;
+};
+
+int Hex4(const std::string& s, size_t at) {
+  if (at + 4 > s.size()) return -1;
+  int v = 0;
+  for (size_t i = at; i < at + 4; ++i) {
+    const char h = s[i];
+    v <<= 4;
+    if (h >= '0' && h <= '9') v |= h - '0';
+    else if (h >= 'a' && h <= 'f') v |= h - 'a' + 10;
+    else if (h >= 'A' && h <= 'F') v |= h - 'A' + 10;
+    else return -1;
+  }
+  return v;
+}
+
+// JSON's lexical rules that YAML's flow syntax relaxes, in one pass over the text before
+// yaml-cpp reads it: strings end, hold no raw control characters and only JSON's escapes; no
+// comma before a closing bracket; no comments. Surrogate pairs, which YAML does not accept in
+// \u escapes, are rewritten as the one \U escape YAML takes for the same character. The
+// structure, the numbers and the literals are yaml-cpp's and the converter's business.
+Status PrepareJson(const std::string& text, const std::string& source, std::string* out, std::vector<Shift>* shifts) {
+  out->clear();
+  out->reserve(text.size());
+  int line = 1, column = 1, string_line = 0, string_column = 0;
+  bool in_string = false;
+  char last = '\0';  // the last character outside strings that is not white space
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (in_string && c == '\\' && i + 1 < text.size()) {
+      const char e = text[i + 1];
+      if (e != 'u') {
+        if (e == '\0' || !std::strchr("\"\\/bfnrt", e)) {
+          return FailAt(source, line, column + 1, "invalid escape \\" + std::string(1, e) + " in a string");
+        }
+        out->append(text, i, 2);
+        i += 2;
+        column += 2;
+        continue;
+      }
+      const int unit = Hex4(text, i + 2);
+      if (unit < 0) return FailAt(source, line, column, "\\u needs four hex digits");
+      if (unit >= 0xDC00 && unit < 0xE000) {
+        return FailAt(source, line, column,
+                      "lone low surrogate \\u" + text.substr(i + 2, 4) + " (it must follow a high one, \\uD800..\\uDBFF)");
+      }
+      if (unit >= 0xD800 && unit < 0xDC00) {
+        const int low = text.compare(i + 6, 2, "\\u") == 0 ? Hex4(text, i + 8) : -1;
+        if (low < 0xDC00 || low >= 0xE000) {
+          return FailAt(source, line, column,
+                        "invalid low surrogate after \\u" + text.substr(i + 2, 4) + " (expected \\uDC00..\\uDFFF)");
+        }
+        char escape[16];
+        std::snprintf(escape, sizeof escape, "\\U%08X", 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00));
+        out->append(escape);
+        shifts->push_back({line, out->size()});
+        i += 12;
+        column += 12;
+        continue;
+      }
+      out->append(text, i, 6);
+      i += 6;
+      column += 6;
+      continue;
+    }
+    if (in_string) {
+      if (static_cast<unsigned char>(c) < 0x20) {
+        return FailAt(source, line, column,
+                      "unescaped control character " + std::to_string(static_cast<int>(c)) + " in a string");
+      }
+      in_string = c != '"';
+    } else if (c == '"') {
+      in_string = true;
+      string_line = line;
+      string_column = column;
+    } else if (c == '#') {
+      return FailAt(source, line, column, "a comment is not JSON (a .yaml file may have them)");
+    } else if ((c == '}' || c == ']') && last == ',') {
+      return FailAt(source, line, column,
+                    std::string(c == '}' ? "expected a member name in double quotes" : "expected a value") + ", got '" +
+                        c + "' (a trailing comma?)");
+    }
+    if (c == '"' || (!in_string && c != ' ' && c != '\t' && c != '\n' && c != '\r')) last = c;
+    out->push_back(c);
+    ++i;
+    if (c == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  if (in_string) {
+    return FailAt(source, line, column,
+                  "unterminated string (it opens at " + std::to_string(string_line) + ":" + std::to_string(string_column) + ")");
+  }
+  return Status::OK();
+}
+
+// yaml-cpp's parse errors are terse; the common ones get the likely cause.
+std::string Explain(const std::string& msg) {
+  if (msg == YAML::ErrorMsg::END_OF_MAP_FLOW) return msg + " (a missing ',' or '}'?)";
+  if (msg == YAML::ErrorMsg::END_OF_SEQ_FLOW) return msg + " (a missing ',' or ']'?)";
+  if (msg == YAML::ErrorMsg::END_OF_MAP || msg == YAML::ErrorMsg::END_OF_SEQ) return msg + " (is the indentation even?)";
+  return msg;
+}
+
+// Turns yaml-cpp's node tree into JsonValues with positions, applying each format's rules.
+class Converter {
+ public:
+  Converter(const std::string& text, const std::string& source, Syntax syntax, const std::vector<Shift>& shifts)
+      : text_(text), source_(std::make_shared<const std::string>(source)), syntax_(syntax), shifts_(shifts) {}
+
+  Status ErrorAt(const YAML::Mark& m, const std::string& what) const {
+    if (m.is_null()) return Status::Invalid(*source_ + ": " + what);
+    const auto [line, column] = LineColumn(m);
+    return FailAt(*source_, line, column, what);
+  }
+
+  Result<JsonValue> Convert(const YAML::Node& n, int depth) {
+    const YAML::Mark m = n.Mark();
+    if (depth > kMaxDepth) return ErrorAt(m, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    if (++values_ > kMaxValues) {
+      return ErrorAt(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
+    }
+    const bool json = syntax_ == Syntax::kJson;
+    const char at = m.pos >= 0 && static_cast<size_t>(m.pos) < text_.size() ? text_[static_cast<size_t>(m.pos)] : '\0';
+    const std::string& tag = n.Tag();
+    if (!tag.empty() && tag != "?" && tag != "!") {
+      return ErrorAt(m, "the tag " + tag + " is not supported (quote a value to make it a string)");
+    }
+    JsonValue v;
+    switch (n.Type()) {
+      case YAML::NodeType::Null:
+        if (json && text_.compare(static_cast<size_t>(std::max(0, m.pos)), 4, "null") != 0) {
+          return ErrorAt(m, NotJson(at, ""));
+        }
+        break;
+      case YAML::NodeType::Scalar: {
+        ASSIGN_OR_RETURN(v, Scalar(n, m, at));
+        break;
+      }
+      case YAML::NodeType::Sequence: {
+        if (json && at != '[') return ErrorAt(m, NotJsonCollection(at));
+        std::vector<JsonValue> items;
+        for (const YAML::Node& item : n) {
+          ASSIGN_OR_RETURN(JsonValue x, Convert(item, depth + 1));
+          items.push_back(std::move(x));
+        }
+        v = JsonValue::Array(std::move(items));
+        break;
+      }
+      case YAML::NodeType::Map: {
+        if (json && at != '{') return ErrorAt(m, NotJsonCollection(at));
+        std::vector<std::pair<std::string, JsonValue>> members;
+        std::unordered_set<std::string> seen;  // a set: a hostile object of n members costs O(n), not O(n^2)
+        for (const auto& kv : n) {
+          const YAML::Node& key = kv.first;
+          const YAML::Mark km = key.Mark();
+          const char key_at = km.pos >= 0 && static_cast<size_t>(km.pos) < text_.size() ? text_[static_cast<size_t>(km.pos)] : '\0';
+          if (!key.IsScalar() || (json && key_at != '"')) {
+            return ErrorAt(km, std::string(json ? "expected a member name in double quotes" : "expected a key (a string)") +
+                                   (key.IsScalar() ? ", got '" + key.Scalar() + "'" : ""));
+          }
+          if (!seen.insert(key.Scalar()).second) {
+            return ErrorAt(km, std::string(json ? "duplicate member" : "duplicate key") + " \"" + key.Scalar() + "\"");
+          }
+          ASSIGN_OR_RETURN(JsonValue x, Convert(kv.second, depth + 1));
+          members.emplace_back(key.Scalar(), std::move(x));
+        }
+        v = JsonValue::Object(std::move(members));
+        break;
+      }
+      case YAML::NodeType::Undefined:
+        return ErrorAt(m, "expected a value");
+    }
+    const auto [line, column] = LineColumn(m);
+    v.set_position(source_, line, column);
+    return v;
+  }
+
+ private:
+  // yaml-cpp counts from 0; people and editors from 1.
+  std::pair<int, int> LineColumn(const YAML::Mark& m) const {
+    int column = m.column + 1;
+    for (const Shift& s : shifts_) {
+      if (s.line == m.line + 1 && static_cast<int64_t>(s.end) <= m.pos) column += 2;
+    }
+    return {m.line + 1, column};
+  }
+
+  // What a value that JSON does not allow is told, by the character it starts with.
+  static std::string NotJson(char at, const std::string& text) {
+    const std::string got = text.empty() ? (at ? std::string(1, at) : std::string("end of input")) : text;
+    if (at == '\'') return "strings must be in double quotes in JSON, got '" + got + "'";
+    if (at == '&' || at == '*') return "anchors and aliases are YAML, not JSON";
+    if (at == '?' || at == '|' || at == '>') return "block-style YAML is not JSON (write {...} and [...], or name the file .yaml)";
+    return "expected a value (an object, array, string in double quotes, number, true, false or null), got '" + got + "'";
+  }
+
+  // A sequence or mapping in JSON that does not open with '[' or '{'.
+  static std::string NotJsonCollection(char at) {
+    if (at == '&' || at == '*' || at == '!') return NotJson(at, "");
+    return "block-style YAML is not JSON (write {...} and [...], or name the file .yaml)";
+  }
+
+  Result<JsonValue> Scalar(const YAML::Node& n, const YAML::Mark& m, char at) const {
+    // yaml-cpp tags a quoted scalar "!" and a plain one "?": only plain ones are numbers,
+    // booleans or null, so "7" stays a string.
+    const std::string& s = n.Scalar();
+    if (n.Tag() == "!") {
+      if (syntax_ == Syntax::kJson && at != '"') return ErrorAt(m, NotJson(at, s));
+      return JsonValue::String(s);
+    }
+    if (syntax_ == Syntax::kJson) {
+      if (text_.compare(static_cast<size_t>(std::max(0, m.pos)), s.size(), s) != 0) return ErrorAt(m, NotJson(at, s));
+      if (s == "true" || s == "false") return JsonValue::Bool(s == "true");
+      static const std::regex json_number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?)");
+      if (std::regex_match(s, json_number)) return Number(s, m);
+      if (s.find_first_of(" \t\r\n") != std::string::npos) {
+        // yaml-cpp reads `[1 2]` as the one plain scalar "1 2".
+        return ErrorAt(m, "expected ',' between values (or a string in double quotes), got '" + s + "'");
+      }
+      if (!s.empty() && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) {
+        return ErrorAt(m, "'" + s + "' is not a JSON number (no leading zeros, digits after '.' and in the exponent)");
+      }
+      return ErrorAt(m, NotJson(at, s));
+    }
+    if (s == "true" || s == "True" || s == "TRUE") return JsonValue::Bool(true);
+    if (s == "false" || s == "False" || s == "FALSE") return JsonValue::Bool(false);
+    static const std::regex yaml_number(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");  // YAML 1.2 core
+    if (std::regex_match(s, yaml_number)) return Number(s, m);
+    return JsonValue::String(s);
+  }
+
+  Result<JsonValue> Number(const std::string& s, const YAML::Mark& m) const {
+    errno = 0;
+    const double d = std::strtod(s.c_str(), nullptr);
+    if (errno == ERANGE && std::isinf(d)) return ErrorAt(m, "number " + s + " is out of range");
+    return JsonValue::Number(d);
+  }
+
+  const std::string& text_;
+  std::shared_ptr<const std::string> source_;
+  Syntax syntax_;
+  const std::vector<Shift>& shifts_;
+  size_t values_ = 0;
+};
+
+Result<JsonValue> Parse(const std::string& text, const std::string& source, Syntax syntax) {
+  std::string json_text;
+  std::vector<Shift> shifts;
+  if (syntax == Syntax::kJson) RETURN_NOT_OK(PrepareJson(text, source, &json_text, &shifts));
+  const std::string& input = syntax == Syntax::kJson ? json_text : text;
+  Converter converter(input, source, syntax, shifts);
+  // yaml-cpp reports every problem by exception; none may leave this Status-returning function.
+  try {
+    std::vector<YAML::Node> docs = YAML::LoadAll(input);
+    if (docs.empty()) return Status::Invalid(source + ": the file is empty");
+    if (docs.size() > 1) return converter.ErrorAt(docs[1].Mark(), "unexpected content after the end of the document");
+    return converter.Convert(docs[0], 0);
+  } catch (const YAML::DeepRecursion& e) {
+    return converter.ErrorAt(e.mark, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+  } catch (const YAML::Exception& e) {
+    return converter.ErrorAt(e.mark, Explain(e.msg));
+  }
+}
+
+}  // namespace
+
+Result<JsonValue> ParseJson(const std::string& text, const std::string& source) {
+  return Parse(text, source, Syntax::kJson);
+}
+
+Result<JsonValue> ParseYaml(const std::string& text, const std::string& source) {
+  return Parse(text, source, Syntax::kYaml);
+}
+
+Result<std::string> ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<JsonValue> ReadJsonFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseJson(text, path);
+}
+
+Result<JsonValue> ReadYamlFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseYaml(text, path);
+}
+
+Result<JsonValue> ReadJsonOrYamlFile(const std::string& path) {
+  auto ends_with = [&](const std::string& suffix) {
+    return path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends_with(".yaml") || ends_with(".yml")) return ReadYamlFile(path);
+  return ReadJsonFile(path);
+}
+
+Status JsonFields::Error(const std::string& key, const std::string& what) const {
+  const JsonValue* v = obj_.Find(key);
+  return (v ? *v : obj_).ErrorAt((where_.empty() ? "" : where_ + ": ") + "field \"" + key + "\" " + what);
+}
+
+Status JsonFields::ErrorHere(const std::string& what) const { return obj_.ErrorAt(where_ + " " + what); }
+
+Result<const JsonValue*> JsonFields::Typed(const std::string& key, JsonValue::Type t) const {
+  const JsonValue* v = obj_.Find(key);
+  if (!v) return Error(key, "is missing");
+  if (v->type() != t) {
+    return Error(key, std::string("must be ") + JsonTypeName(t) + ", got " + JsonTypeName(v->type()));
+  }
+  return v;
+}
+
+Result<std::string> JsonFields::String(const std::string& key) const {
+  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kString));
+  return v->string();
+}
+Result<std::string> JsonFields::String(const std::string& key, const std::string& fallback) const {
+  if (!Has(key)) return fallback;
+  return String(key);
+}
+Result<double> JsonFields::Number(const std::string& key) const {
+  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kNumber));
+  return v->number();
+}
+Result<double> JsonFields::Number(const std::string& key, double fallback) const {
+  if (!Has(key)) return fallback;
+  return Number(key);
+}
+Result<bool> JsonFields::Bool(const std::string& key, bool fallback) const {
+  if (!Has(key)) return fallback;
+  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kBool));
+  return v->bool_value();
+}
+Result<std::vector<std::string>> JsonFields::StringList(const std::string& key) const {
+  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kArray));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->items().size(); ++i) {
+    const JsonValue& item = v->items()[i];
+    if (item.is_number()) {
+      // ["--epochs", 2]: a number in a command line is its shortest text that reads back the same.
+      char text[32];
+      const double x = item.number();
+      if (x == std::floor(x) && std::fabs(x) < 9007199254740992.0) {
+        std::snprintf(text, sizeof text, "%.0f", x);  // integers as integers: 1e6 is 1000000
+      } else {
+        for (int precision = 1; precision <= 17; ++precision) {
+          std::snprintf(text, sizeof text, "%.*g", precision, x);
+          if (std::strtod(text, nullptr) == x) break;
+        }
+      }
+      out.emplace_back(text);
+      continue;
+    }
+    if (!item.is_string()) {
+      return item.ErrorAt((where_.empty() ? "" : where_ + ": ") + "field \"" + key + "\" must be a list of strings; item " +
+                          std::to_string(i) + " is " + JsonTypeName(item.type()));
+    }
+    out.push_back(item.string());
+  }
+  return out;
+}
+Result<std::vector<std::string>> JsonFields::StringList(const std::string& key,
+                                                        std::vector<std::string> fallback) const {
+  if (!Has(key)) return fallback;
+  return StringList(key);
+}
+
+Status JsonFields::OnlyKnown(const std::vector<std::string>& known) const {
+  for (const auto& [k, v] : obj_.members()) {
+    bool ok = false;
+    for (const auto& name : known) ok = ok || name == k;
+    if (!ok) {
+      std::string list;
+      for (const auto& name : known) list += (list.empty() ? "" : ", ") + name;
+      return v.ErrorAt((where_.empty() ? "" : where_ + ": ") + "unknown field \"" + k + "\" (known: " + list + ")");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace coloader

@@ -1,0 +1,592 @@
+#include "placement/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "common/json.h"
+#include "common/process.h"
+
+namespace coloader {
+
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void OnStopSignal(int sig) { g_stop_signal = sig; }
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string FileTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  const std::streamoff start = size > static_cast<std::streamoff>(max_bytes) ? size - static_cast<std::streamoff>(max_bytes) : 0;
+  in.seekg(start);
+  std::string out(static_cast<size_t>(size - start), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
+}
+
+// One child process: its own process group (so a job's children stop with it), stdout and
+// stderr in files under the run directory, and a pidfd that the main loop polls.
+struct Proc {
+  pid_t pid = -1;
+  ProcessWatch watch;
+  int job = -1;       // or -1 for a producer
+  int pipeline = -1;  // for a producer
+  uint64_t start_ns = 0;
+  bool term_sent = false, kill_sent = false;
+  std::string out_path, err_path;
+};
+
+Result<std::unique_ptr<Proc>> Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                                    const std::string& log_base) {
+  if (argv.empty()) return Status::Invalid("empty command");
+  auto p = std::make_unique<Proc>();
+  p->out_path = log_base + ".out";
+  p->err_path = log_base + ".err";
+  SpawnArgs spawn(argv, env);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, p->out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, p->err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  const int rc = ::posix_spawnp(&p->pid, argv[0].c_str(), &fa, &attr, spawn.argv(), spawn.envp());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return Status::NotFound("cannot start " + argv[0] + ": " + std::strerror(rc));
+  p->start_ns = MonotonicNs();
+  Result<ProcessWatch> w = ProcessWatch::Open(p->pid);
+  if (!w.ok()) {
+    ::kill(p->pid, SIGKILL);
+    ::waitpid(p->pid, nullptr, 0);
+    return w.status();
+  }
+  p->watch = std::move(*w);
+  return p;
+}
+
+std::string SelfBinary() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "coloader" : path.string();
+}
+
+std::string Join(const std::vector<int>& v, const char* sep) {
+  std::string out;
+  for (int x : v) out += (out.empty() ? "" : sep) + std::to_string(x);
+  return out;
+}
+
+class Launcher {
+ public:
+  Launcher(const JobSet& set, const std::vector<Gpu>& gpus, const LaunchOptions& opts)
+      : set_(set), opts_(opts), planner_(opts.planner, gpus, &set_) {}
+
+  Result<LaunchSummary> Run();
+
+ private:
+  void Log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  Status StartMps();
+  void StopMps();
+  Status PlaceRound();
+  Status StartProducer(int pipeline);
+  Status StartJob(const Placement& p);
+  void Reap(Proc* p);
+  void MarkFailed(int j, int exit_code = -1);
+  void PruneReaped();
+  void JobEnded(int j, int exit_code, bool signalled_by_us, double runtime_s);
+  void StopProducerIfIdle(int pipeline);
+  void StopAll();
+  std::map<std::string, std::string> BaseEnv() const;
+  bool AllEnded() const;
+
+  JobSet set_;
+  LaunchOptions opts_;
+  Planner planner_;
+  std::string run_dir_, mps_pipe_, mps_log_;
+  bool mps_running_ = false;
+  std::vector<int> queue_;
+  std::vector<std::unique_ptr<Proc>> procs_;
+  std::map<int, Proc*> producer_of_;  // pipeline -> its running producer
+  std::vector<LaunchJobReport> reports_;
+  std::vector<int> ended_;            // 1 when a job is done, failed or impossible
+  LaunchSummary summary_;
+};
+
+void Launcher::Log(const char* fmt, ...) {
+  if (opts_.quiet) return;
+  va_list ap;
+  va_start(ap, fmt);
+  std::fputs("[coloader launch] ", stderr);
+  std::vfprintf(stderr, fmt, ap);
+  std::fputc('\n', stderr);
+  va_end(ap);
+}
+
+std::map<std::string, std::string> Launcher::BaseEnv() const {
+  if (!mps_running_) return {};
+  return {{"CUDA_MPS_PIPE_DIRECTORY", mps_pipe_}, {"CUDA_MPS_LOG_DIRECTORY", mps_log_}};
+}
+
+Status Launcher::StartMps() {
+  mps_pipe_ = run_dir_ + "/mps-pipe";
+  mps_log_ = run_dir_ + "/mps-log";
+  std::filesystem::create_directories(mps_pipe_);
+  std::filesystem::create_directories(mps_log_);
+  std::map<std::string, std::string> env = {{"CUDA_MPS_PIPE_DIRECTORY", mps_pipe_}, {"CUDA_MPS_LOG_DIRECTORY", mps_log_}};
+  // The daemon sees every planned GPU in index order, so that a client's CUDA_VISIBLE_DEVICES
+  // (an NVML index) means the same GPU to the MPS server (it remaps what the daemon was given).
+  std::vector<int> all;
+  for (const Gpu& g : planner_.gpus()) all.push_back(g.index);
+  std::sort(all.begin(), all.end());
+  env["CUDA_VISIBLE_DEVICES"] = Join(all, ",");
+  Result<CommandOutput> r = RunCommand({"nvidia-cuda-mps-control", "-d"}, 30000, env);
+  if (!r.ok() || r->exit_code != 0) {
+    return Status::IOError("cannot start the MPS control daemon (nvidia-cuda-mps-control -d): " +
+                           (r.ok() ? r->err : r.status().message()) + "; run with --no-mps to launch without MPS");
+  }
+  mps_running_ = true;
+  Log("MPS control daemon started (pipes %s)", mps_pipe_.c_str());
+  return Status::OK();
+}
+
+void Launcher::StopMps() {
+  if (!mps_running_) return;
+  Result<CommandOutput> r = RunCommand({"/bin/sh", "-c", "echo quit | nvidia-cuda-mps-control"}, 30000, BaseEnv());
+  if (!r.ok() || r->exit_code != 0) Log("stopping the MPS daemon failed: %s", r.ok() ? r->err.c_str() : r.status().message().c_str());
+  else Log("MPS control daemon stopped");
+  mps_running_ = false;
+}
+
+Status Launcher::StartProducer(int pipeline) {
+  const JobPipeline& pl = set_.pipelines[pipeline];
+  const std::string name = ProducerName(set_, pipeline);
+  std::vector<std::string> argv = {opts_.coloader_binary.empty() ? SelfBinary() : opts_.coloader_binary,
+                                   "serve", "--data", pl.data, "--name", name, "--augment", pl.augment,
+                                   "--image-size", std::to_string(pl.image_size), "--output", pl.output,
+                                   "--seed", std::to_string(pl.seed), "--batch-size", std::to_string(pl.producer_batch),
+                                   "--window", std::to_string(pl.window), "--forever", "--quiet"};
+  std::map<std::string, std::string> env = BaseEnv();
+  const std::set<int> gpus = planner_.ProducerGpus(pipeline);
+  std::vector<int> physical;
+  for (int g : gpus) physical.push_back(planner_.gpus()[g].index);
+  if (!physical.empty()) {
+    // The producer sees exactly its GPUs, as cuda:0..k-1; consumers find a ring by GPU UUID.
+    env["CUDA_VISIBLE_DEVICES"] = Join(physical, ",");
+    std::string device;
+    for (size_t k = 0; k < physical.size(); ++k) device += (k ? ",cuda:" : "cuda:") + std::to_string(k);
+    argv.push_back("--device");
+    argv.push_back(device);
+  }
+  for (const auto& a : pl.serve_args) argv.push_back(a);
+  ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
+  p->pipeline = pipeline;
+  Proc* raw = p.get();
+  procs_.push_back(std::move(p));
+  ++summary_.producers_started;
+  Log("producer %s started (pid %d, %s)", name.c_str(), raw->pid,
+      physical.empty() ? "host memory" : ("GPU " + Join(physical, ",")).c_str());
+  // Jobs start once it serves: wait for its readiness line, or its early end.
+  const uint64_t deadline = MonotonicNs() + 120ull * 1000000000ull;
+  while (FileTail(raw->err_path, 1 << 16).find("serving") == std::string::npos) {
+    if (raw->watch.Exited() || MonotonicNs() > deadline || g_stop_signal) {
+      const std::string tail = FileTail(raw->err_path, 2000);
+      if (!raw->watch.Exited()) ::kill(-raw->pid, SIGKILL);
+      Reap(raw);
+      return Status::IOError("producer " + name + " for " + pl.data + " did not start: " +
+                             (tail.empty() ? std::string("no output") : tail));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  producer_of_[pipeline] = raw;
+  planner_.LockProducer(pipeline);
+  return Status::OK();
+}
+
+Status Launcher::StartJob(const Placement& pl) {
+  const int j = pl.job;
+  const Job& job = set_.jobs[j];
+  LaunchJobReport& rep = reports_[j];
+  std::map<std::string, std::string> env = BaseEnv();
+  for (const auto& [k, v] : JobEnvironment(set_, planner_, pl)) {
+    if (!mps_running_ && k.rfind("CUDA_MPS_", 0) == 0) continue;
+    env[k] = v;
+  }
+  if (mps_running_ && !env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") && planner_.ModeOf(pl) != Mode::kMig) {
+    // Alone on its GPU for now; others may join it later, so it gets its limit from the start.
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(static_cast<long long>(std::ceil(pl.reserved_mib))) + "M";
+  }
+  std::vector<std::string> argv = job.command;
+  const std::string producer = pl.producer >= 0 ? ProducerName(set_, pl.producer) : "";
+  for (auto& a : argv) {
+    for (size_t at; (at = a.find("{producer}")) != std::string::npos;) a.replace(at, 10, producer);
+  }
+  ++rep.attempts;
+  rep.gpu = planner_.gpus()[pl.gpu].index;
+  rep.mode = ModeName(planner_.ModeOf(pl));
+  rep.memory_mib = pl.reserved_mib;
+  Result<std::unique_ptr<Proc>> p = Spawn(argv, env, run_dir_ + "/job-" + job.name + "." + std::to_string(rep.attempts));
+  if (!p.ok()) return Status::Invalid("job \"" + job.name + "\": " + p.status().message());
+  (*p)->job = j;
+  Log("job %s started (pid %d) on GPU %d, %s, %.0f MiB%s%s", job.name.c_str(), (*p)->pid, rep.gpu, rep.mode.c_str(),
+      pl.reserved_mib, producer.empty() ? "" : ", reads ", producer.c_str());
+  procs_.push_back(std::move(*p));
+  return Status::OK();
+}
+
+Status Launcher::PlaceRound() {
+  std::vector<Placement> placed;
+  for (int j : planner_.QueueOrder(queue_)) {
+    std::optional<Placement> p = planner_.TryPlace(j);
+    if (!p) {
+      if (opts_.planner.policy == Policy::kFifoExclusive) break;
+      continue;
+    }
+    queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+    placed.push_back(*p);
+  }
+  for (const Placement& p : placed) {
+    if (p.producer < 0 || producer_of_.count(p.producer) || ended_[p.job]) continue;
+    if (Status st = StartProducer(p.producer); !st.ok()) {
+      // Its jobs cannot run: report them failed rather than retrying a broken pipeline forever.
+      Log("%s", st.message().c_str());
+      for (const Placement& q : placed) {
+        if (q.producer != p.producer || ended_[q.job]) continue;
+        planner_.Release(q.job);
+        MarkFailed(q.job);
+      }
+      for (int j : std::vector<int>(queue_)) {
+        if (set_.jobs[j].pipeline == p.producer && opts_.planner.sharing) {
+          queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+          MarkFailed(j);
+        }
+      }
+    }
+  }
+  for (const Placement& p : placed) {
+    if (ended_[p.job]) continue;
+    if (Status st = StartJob(p); !st.ok()) {
+      Log("%s", st.message().c_str());
+      planner_.Release(p.job);
+      MarkFailed(p.job);
+    }
+  }
+  return Status::OK();
+}
+
+// A job, or a producer, that cannot run (or ran and failed): it is done with, and counted.
+// `exit_code` is its last exit status, -1 when it never ran.
+void Launcher::MarkFailed(int j, int exit_code) {
+  reports_[j].outcome = "failed";
+  reports_[j].exit_code = exit_code;
+  ended_[j] = 1;
+  ++summary_.failed;
+}
+
+void Launcher::Reap(Proc* p) {
+  if (p->pid <= 0) return;
+  // A job's children are in its process group: make sure none outlives it. The group is killed
+  // while the leader is an unreaped zombie, which keeps its pid (so the group id) from being
+  // reused; after wait4 the id could already name someone else's group.
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(p->pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  ::kill(-p->pid, SIGKILL);
+  int status = 0;
+  rusage ru{};
+  while (::wait4(p->pid, &status, 0, &ru) < 0 && errno == EINTR) {
+  }
+  p->watch = ProcessWatch();  // its pidfd: one per attempt would otherwise stay open for the run
+  const double cpu = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                     static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  const double runtime_s = static_cast<double>(MonotonicNs() - p->start_ns) * 1e-9;
+  const bool by_us = p->term_sent || p->kill_sent;
+  const pid_t pid = p->pid;
+  p->pid = -1;
+  if (p->job >= 0) {
+    JobEnded(p->job, code, by_us, runtime_s);
+  } else {
+    summary_.producer_cpu_s += cpu;
+    for (auto it = producer_of_.begin(); it != producer_of_.end(); ++it) {
+      if (it->second != p) continue;
+      if (!by_us) Log("producer %s (pid %d) ended by itself (exit %d)", ProducerName(set_, it->first).c_str(), pid, code);
+      planner_.UnlockProducer(it->first);
+      producer_of_.erase(it);
+      break;
+    }
+  }
+}
+
+bool LooksLikeOomImpl(int exit_code, bool killed_by_us, const std::string& tail) {
+  if (exit_code == 0) return false;
+  if (exit_code == 128 + SIGKILL && !killed_by_us) return true;
+  return Lower(tail).find("out of memory") != std::string::npos;
+}
+
+void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
+  const Job& job = set_.jobs[j];
+  LaunchJobReport& rep = reports_[j];
+  rep.runtime_s += runtime_s;
+  rep.exit_code = exit_code;
+  summary_.per_job_loader_cpu_s += job.loader_cores * runtime_s;
+  planner_.Release(j);
+  const std::string tail = FileTail(run_dir_ + "/job-" + job.name + "." + std::to_string(rep.attempts) + ".err", 8192);
+  if (exit_code == 0) {
+    rep.outcome = "done";
+    ended_[j] = 1;
+    ++summary_.done;
+    Log("job %s done in %.1f s", job.name.c_str(), runtime_s);
+  } else if (g_stop_signal || by_us) {
+    rep.outcome = "stopped";
+    ended_[j] = 1;
+  } else if (LooksLikeOomImpl(exit_code, by_us, tail) && rep.ooms < opts_.max_ooms) {
+    ++rep.ooms;
+    ++summary_.ooms;
+    set_.jobs[j].memory_mib *= opts_.oom_growth;
+    Log("job %s ran out of GPU memory (exit %d); requeued with %.0f MiB", job.name.c_str(), exit_code,
+        set_.jobs[j].memory_mib);
+    if (!planner_.FitsEmpty(j)) {
+      MarkFailed(j, exit_code);
+      Log("job %s: %.0f MiB fits no GPU here; not retried", job.name.c_str(), set_.jobs[j].memory_mib);
+    } else {
+      queue_.push_back(j);
+    }
+  } else {
+    MarkFailed(j, exit_code);
+    Log("job %s failed (exit %d); its log: %s/job-%s.%d.err", job.name.c_str(), exit_code, run_dir_.c_str(),
+        job.name.c_str(), rep.attempts);
+  }
+  StopProducerIfIdle(job.pipeline);
+}
+
+void Launcher::StopProducerIfIdle(int pipeline) {
+  auto it = producer_of_.find(pipeline);
+  if (it == producer_of_.end() || !opts_.planner.sharing) return;
+  for (size_t k = 0; k < set_.jobs.size(); ++k) {
+    if (set_.jobs[k].pipeline == pipeline && !ended_[k]) return;  // running or queued: still needed
+  }
+  if (!it->second->term_sent) {
+    ::kill(it->second->pid, SIGTERM);
+    it->second->term_sent = true;
+  }
+}
+
+// Drops the processes already reaped (nothing points at them any more: producer_of_ forgets a
+// producer when it is reaped), so a long run with many attempts does not grow procs_.
+void Launcher::PruneReaped() {
+  procs_.erase(std::remove_if(procs_.begin(), procs_.end(), [](const auto& p) { return p->pid <= 0; }), procs_.end());
+}
+
+bool Launcher::AllEnded() const {
+  return std::all_of(ended_.begin(), ended_.end(), [](int e) { return e != 0; });
+}
+
+void Launcher::StopAll() {
+  // Jobs first (they hold the producers' slots), then producers; SIGKILL whatever outlives the timeout.
+  for (int round = 0; round < 2; ++round) {
+    const bool producers = round == 1;
+    for (auto& p : procs_) {
+      if (p->pid <= 0 || (p->job < 0) != producers || p->term_sent) continue;
+      ::kill(-p->pid, SIGTERM);
+      p->term_sent = true;
+    }
+    const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(std::max(0, opts_.stop_timeout_ms)) * 1000000ull;
+    for (auto& p : procs_) {
+      if (p->pid <= 0 || (p->job < 0) != producers) continue;
+      while (!p->watch.Exited() && MonotonicNs() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!p->watch.Exited()) {
+        Log("pid %d did not stop within %d ms: SIGKILL", p->pid, opts_.stop_timeout_ms);
+        ::kill(-p->pid, SIGKILL);
+        p->kill_sent = true;
+      }
+      Reap(p.get());
+    }
+  }
+}
+
+Result<LaunchSummary> Launcher::Run() {
+  const uint64_t t0 = MonotonicNs();
+  run_dir_ = opts_.run_dir;
+  if (run_dir_.empty()) {
+    char tmpl[] = "/tmp/coloader-launch-XXXXXX";
+    if (!::mkdtemp(tmpl)) return Status::FromErrno("mkdtemp /tmp/coloader-launch-XXXXXX", errno);
+    run_dir_ = tmpl;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(run_dir_, ec);
+    if (ec) return Status::IOError("cannot create the run directory " + run_dir_ + ": " + ec.message());
+  }
+  summary_.run_dir = run_dir_;
+  reports_.resize(set_.jobs.size());
+  ended_.assign(set_.jobs.size(), 0);
+  for (size_t j = 0; j < set_.jobs.size(); ++j) {
+    reports_[j].name = set_.jobs[j].name;
+    reports_[j].memory_mib = set_.jobs[j].memory_mib;
+    if (!planner_.FitsEmpty(static_cast<int>(j))) {
+      reports_[j].outcome = "impossible";
+      ended_[j] = 1;
+      ++summary_.failed;
+      Log("job %s (%.0f MiB) fits no GPU here; not started", set_.jobs[j].name.c_str(), set_.jobs[j].memory_mib);
+    } else {
+      queue_.push_back(static_cast<int>(j));
+    }
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_stop_signal = 0;
+
+  Status st = opts_.mps ? StartMps() : Status::OK();
+  Log("run directory %s; %zu job(s), %zu pipeline(s), policy %s, data sharing %s", run_dir_.c_str(), set_.jobs.size(),
+      set_.pipelines.size(), PolicyName(opts_.planner.policy), opts_.planner.sharing ? "on" : "off");
+  while (st.ok() && !g_stop_signal) {
+    st = PlaceRound();
+    if (!st.ok()) break;
+    if (AllEnded() && std::all_of(procs_.begin(), procs_.end(), [](const auto& p) { return p->pid <= 0; })) break;
+    std::vector<pollfd> fds;
+    std::vector<Proc*> who;
+    for (auto& p : procs_) {
+      if (p->pid <= 0) continue;
+      fds.push_back({p->watch.fd(), POLLIN, 0});
+      who.push_back(p.get());
+    }
+    if (fds.empty()) {
+      // Nothing runs, yet jobs wait: nothing will free room for them.
+      for (int j : queue_) {
+        MarkFailed(j);
+        Log("job %s cannot be placed and nothing runs that could make room", set_.jobs[j].name.c_str());
+      }
+      queue_.clear();
+      continue;
+    }
+    const int n = ::poll(fds.data(), fds.size(), 500);
+    if (n < 0 && errno != EINTR) {
+      st = Status::FromErrno("poll", errno);
+      break;
+    }
+    for (size_t k = 0; n > 0 && k < fds.size(); ++k) {
+      if (fds[k].revents & (POLLIN | POLLHUP | POLLERR)) Reap(who[k]);
+    }
+    PruneReaped();
+  }
+  if (g_stop_signal) {
+    summary_.stopped = true;
+    Log("stopping (signal %d): jobs, producers%s", static_cast<int>(g_stop_signal), mps_running_ ? ", MPS daemon" : "");
+  }
+  StopAll();
+  StopMps();
+  for (size_t j = 0; j < reports_.size(); ++j) {
+    if (reports_[j].outcome.empty()) reports_[j].outcome = summary_.stopped ? "stopped" : "not started";
+    reports_[j].memory_mib = set_.jobs[j].memory_mib;
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  if (!st.ok()) return st;
+  summary_.jobs = reports_;
+  summary_.wall_s = static_cast<double>(MonotonicNs() - t0) * 1e-9;
+  return summary_;
+}
+
+}  // namespace
+
+bool LooksLikeOom(int exit_code, bool killed_by_us, const std::string& stderr_tail) {
+  return LooksLikeOomImpl(exit_code, killed_by_us, stderr_tail);
+}
+
+Result<LaunchSummary> Launch(const JobSet& set, const std::vector<Gpu>& gpus, const LaunchOptions& opts) {
+  Launcher l(set, gpus, opts);
+  return l.Run();
+}
+
+std::string LaunchSummaryText(const LaunchSummary& s) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "\n%-20s %-11s %8s %5s %9s %4s %-9s %10s\n", "job", "outcome", "attempts", "OOMs",
+                "runtime s", "gpu", "mode", "final MiB");
+  out += line;
+  for (const LaunchJobReport& j : s.jobs) {
+    std::snprintf(line, sizeof(line), "%-20s %-11s %8d %5d %9.1f %4d %-9s %10.0f\n", j.name.c_str(), j.outcome.c_str(),
+                  j.attempts, j.ooms, j.runtime_s, j.gpu, j.mode.c_str(), j.memory_mib);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line),
+                "\n%d job(s) done, %d failed, %d OOM requeue(s)%s; %d producer(s); %.1f s wall\n"
+                "loading CPU: producers used %.1f core-seconds; per-job loaders would use %.1f "
+                "(each job's loader_cores x its runtime)\nlogs: %s\n",
+                s.done, s.failed, s.ooms, s.stopped ? ", stopped by a signal" : "", s.producers_started, s.wall_s,
+                s.producer_cpu_s, s.per_job_loader_cpu_s, s.run_dir.c_str());
+  out += line;
+  return out;
+}
+
+std::string LaunchSummaryJson(const LaunchSummary& s) {
+  JsonWriter w;
+  w.BeginObject()
+      .Field("done", s.done)
+      .Field("failed", s.failed)
+      .Field("ooms", s.ooms)
+      .Field("stopped", s.stopped)
+      .Field("producers", s.producers_started)
+      .Field("producer_cpu_s", s.producer_cpu_s)
+      .Field("per_job_loader_cpu_s", s.per_job_loader_cpu_s)
+      .Field("wall_s", s.wall_s)
+      .Field("run_dir", s.run_dir);
+  w.BeginArray("jobs");
+  for (const LaunchJobReport& j : s.jobs) {
+    w.BeginObject()
+        .Field("name", j.name)
+        .Field("outcome", j.outcome)
+        .Field("exit_code", j.exit_code)
+        .Field("attempts", j.attempts)
+        .Field("ooms", j.ooms)
+        .Field("runtime_s", j.runtime_s)
+        .Field("gpu", j.gpu)
+        .Field("mode", j.mode)
+        .Field("memory_mib", j.memory_mib)
+        .EndObject();
+  }
+  w.EndArray().EndObject();
+  return w.str();
+}
+
+}  // namespace coloader

@@ -1,0 +1,60 @@
+// `coloader launch`: carries a plan out on this machine. Starts the MPS control daemon (with
+// its own pipe and log directories), one producer per shared pipeline, and the jobs with their
+// environment; watches every process through a pidfd; requeues a job that ran out of GPU
+// memory with a larger estimate; stops everything cleanly on SIGINT/SIGTERM; and reports what
+// sharing the loaders saved in CPU time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "placement/planner.h"
+
+namespace coloader {
+
+struct LaunchOptions {
+  PlannerOptions planner;
+  bool mps = true;             // run an MPS control daemon (off without a GPU, or by --no-mps)
+  std::string run_dir;         // logs and MPS directories; empty: a new directory under /tmp
+  std::string coloader_binary; // for the producers; empty: this process's own binary
+  int max_ooms = 3;            // per job; after that it is reported as failed
+  double oom_growth = 1.5;     // the estimate after an OOM: times this
+  int stop_timeout_ms = 10000; // SIGTERM, then SIGKILL after this
+  bool quiet = false;
+};
+
+struct LaunchJobReport {
+  std::string name;
+  std::string outcome;  // done, failed, stopped, impossible
+  int exit_code = 0;
+  int attempts = 0;
+  int ooms = 0;
+  double runtime_s = 0;      // all attempts
+  double memory_mib = 0;     // the final estimate
+  int gpu = -1;
+  std::string mode;
+};
+
+struct LaunchSummary {
+  std::vector<LaunchJobReport> jobs;
+  int done = 0, failed = 0, ooms = 0;
+  bool stopped = false;              // by a signal
+  double producer_cpu_s = 0;         // loading CPU time the producers really used (rusage)
+  double per_job_loader_cpu_s = 0;   // sum of each job's loader_cores x its runtime: what per-job loaders would use
+  int producers_started = 0;
+  double wall_s = 0;
+  std::string run_dir;
+};
+
+// Launches `set` on `gpus`. Returns when every job has ended or a stop was requested (then
+// everything it started has been stopped). A stop request is SIGINT/SIGTERM to this process.
+Result<LaunchSummary> Launch(const JobSet& set, const std::vector<Gpu>& gpus, const LaunchOptions& opts);
+
+std::string LaunchSummaryText(const LaunchSummary& s);
+std::string LaunchSummaryJson(const LaunchSummary& s);
+
+// True when a job's end looks like running out of GPU memory: a non-zero exit with "out of
+// memory" in the tail of its stderr, or SIGKILL that we did not send (the kernel OOM killer).
+bool LooksLikeOom(int exit_code, bool killed_by_us, const std::string& stderr_tail);
+
+}  // namespace coloader

@@ -1,0 +1,438 @@
+#include "placement/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "common/json.h"
+
+namespace coloader {
+
+const char* PolicyName(Policy p) {
+  switch (p) {
+    case Policy::kFifoExclusive: return "fifo-exclusive";
+    case Policy::kMostMemory: return "most-memory";
+    case Policy::kLeastUtilised: return "least-utilised";
+    case Policy::kSharingAware: return "sharing-aware";
+  }
+  return "?";
+}
+
+std::vector<Policy> AllPolicies() {
+  return {Policy::kFifoExclusive, Policy::kMostMemory, Policy::kLeastUtilised, Policy::kSharingAware};
+}
+
+Result<Policy> ParsePolicy(const std::string& name) {
+  for (Policy p : AllPolicies()) {
+    if (name == PolicyName(p)) return p;
+  }
+  return Status::Invalid("unknown policy '" + name + "' (fifo-exclusive, most-memory, least-utilised, sharing-aware)");
+}
+
+const char* ModeName(Mode m) {
+  switch (m) {
+    case Mode::kExclusive: return "exclusive";
+    case Mode::kMps: return "mps";
+    case Mode::kMig: return "mig";
+  }
+  return "?";
+}
+
+Planner::Planner(PlannerOptions opts, std::vector<Gpu> gpus, const JobSet* set)
+    : opts_(opts), gpus_(std::move(gpus)), set_(set), loads_(gpus_.size()) {}
+
+double Planner::SmOf(int j) const {
+  const double sm = set_->jobs[j].sm_activity;
+  return sm >= 0 ? sm : opts_.default_sm;
+}
+
+double Planner::ReservationOf(int j) const { return set_->jobs[j].memory_mib * (1.0 + opts_.memory_margin); }
+
+double Planner::ClientMiBOf(int j, bool host_path) const {
+  const Job& job = set_->jobs[j];
+  if (!opts_.sharing || host_path) return 0;
+  return set_->pipelines[job.pipeline].GatherMiB(job.batch_size);
+}
+
+double Planner::ProducerCores(int pipeline) const {
+  auto it = producer_cores_.find(pipeline);
+  return it == producer_cores_.end() ? 0.0 : it->second;
+}
+
+double Planner::CoresToAdd(int j) const {
+  const Job& job = set_->jobs[j];
+  if (!opts_.sharing) return job.loader_cores;
+  // One producer makes one stream at the pace of its group: the cores of the most demanding
+  // member's own loader serve all of them.
+  return std::max(0.0, job.loader_cores - ProducerCores(job.pipeline));
+}
+
+bool Planner::PipelineOnHostPath(int pipeline) const {
+  if (opts_.host_path) return true;
+  for (size_t k = 0; k < set_->jobs.size(); ++k) {
+    const Job& job = set_->jobs[k];
+    if (job.pipeline == pipeline && job.isolation) return true;
+  }
+  return false;
+}
+
+std::set<int> Planner::ProducerGpus(int pipeline) const {
+  std::set<int> out;
+  auto it = producer_members_.find(pipeline);
+  if (it == producer_members_.end() || PipelineOnHostPath(pipeline)) return out;
+  for (const auto& [g, n] : it->second) {
+    if (n > 0 && !gpus_[g].mig) out.insert(g);
+  }
+  return out;
+}
+
+double Planner::RingCostOn(int j, int g) const {
+  const int p = set_->jobs[j].pipeline;
+  // MIG consumers read the host-memory ring: nothing of the producer lives on a MIG GPU.
+  if (!opts_.sharing || PipelineOnHostPath(p) || gpus_[g].mig) return 0;
+  auto it = producer_members_.find(p);
+  if (it != producer_members_.end() && it->second.count(g) && it->second.at(g) > 0) return 0;
+  return set_->pipelines[p].DeviceMiB();
+}
+
+void Planner::LockProducer(int pipeline) {
+  const std::set<int> gpus = ProducerGpus(pipeline);
+  if (!gpus.empty()) locked_[pipeline] = gpus;
+}
+void Planner::UnlockProducer(int pipeline) { locked_.erase(pipeline); }
+
+std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
+  const Job& job = set_->jobs[j];
+  const Gpu& gpu = gpus_[g];
+  const GpuLoad& load = loads_[g];
+  Placement p;
+  p.job = j;
+  p.gpu = g;
+  p.producer = opts_.sharing ? job.pipeline : -1;
+  p.host_path = opts_.sharing && PipelineOnHostPath(job.pipeline);
+  // The estimate is of the training step; MPS's pinned-memory limit also counts what our own
+  // consumer allocates, so that is held too.
+  p.client_mib = gpu.mig ? 0 : ClientMiBOf(j, p.host_path);
+  const double need = ReservationOf(j) + p.client_mib;
+  if (load.exclusive) return std::nullopt;
+  if (gpu.mig) {
+    // The smallest free profile that holds the estimate. (Slice placement rules inside the
+    // GPU are left to the driver; the count and the GPU's memory bound what we hand out.)
+    const MigProfile* best = nullptr;
+    for (const MigProfile& m : gpu.mig_profiles) {
+      auto used = load.mig_used.find(m.name);
+      const int in_use = used == load.mig_used.end() ? 0 : used->second;
+      if (m.memory_mib < need || in_use >= m.count || load.used_mib + m.memory_mib > gpu.memory_mib) continue;
+      if (!best || m.memory_mib < best->memory_mib) best = &m;
+    }
+    if (!best) return std::nullopt;
+    p.mode = Mode::kMig;
+    p.mig_profile = best->name;
+    p.reserved_mib = best->memory_mib;
+    p.host_path = opts_.sharing;  // CUDA IPC does not cross MIG instances
+    return p;
+  }
+  const bool empty = load.jobs.empty();
+  if (job.isolation || opts_.policy == Policy::kFifoExclusive) {
+    if (!empty) return std::nullopt;
+    p.mode = Mode::kExclusive;
+  }
+  if (load.used_mib + need + RingCostOn(j, g) > gpu.memory_mib) return std::nullopt;
+  if (opts_.policy == Policy::kSharingAware && !empty && load.sm + SmOf(j) > opts_.sm_limit + 1e-9) return std::nullopt;
+  p.reserved_mib = need;
+  return p;
+}
+
+std::optional<Placement> Planner::TryPlace(int j) {
+  if (placed_.count(j)) return placed_.at(j);
+  const Job& job = set_->jobs[j];
+  const double cores = CoresToAdd(j);
+  if (opts_.policy == Policy::kSharingAware && cores_used_ + cores > opts_.cpu_cores + 1e-9 && cores_used_ > 0) {
+    return std::nullopt;
+  }
+  // A producer whose process already runs cannot grow a ring on another GPU: its jobs go where it is.
+  std::set<int> allowed;
+  if (opts_.sharing) {
+    auto lk = locked_.find(job.pipeline);
+    if (lk != locked_.end()) allowed = lk->second;
+  }
+  std::optional<Placement> best;
+  double best_score = 0;
+  for (int g = 0; g < static_cast<int>(gpus_.size()); ++g) {
+    if (!allowed.empty() && !allowed.count(g)) continue;
+    std::optional<Placement> p = PlaceOnGpu(j, g);
+    if (!p) continue;
+    const GpuLoad& load = loads_[g];
+    const double free_after = gpus_[g].memory_mib - load.used_mib - p->reserved_mib - RingCostOn(j, g);
+    double score = 0;  // lower is better
+    switch (opts_.policy) {
+      case Policy::kFifoExclusive: score = g; break;
+      case Policy::kMostMemory: score = -free_after; break;
+      case Policy::kLeastUtilised: score = load.sm * 1e6 - free_after * 1e-3; break;
+      case Policy::kSharingAware:
+        // Next to its producer first (ring already paid, zero-copy), then where SMs are least
+        // busy, then where most memory is left.
+        score = (RingCostOn(j, g) == 0 && opts_.sharing && ProducerRunning(job.pipeline) ? 0 : 1e9) +
+                (load.sm + SmOf(j)) * 1e6 - free_after * 1e-3;
+        break;
+    }
+    if (!best || score < best_score) {
+      best = p;
+      best_score = score;
+    }
+  }
+  if (!best) return std::nullopt;
+  GpuLoad& load = loads_[best->gpu];
+  const double ring = RingCostOn(j, best->gpu);
+  load.used_mib += best->reserved_mib + ring;
+  load.producer_mib += ring;
+  load.sm += SmOf(j);
+  load.jobs.push_back(j);
+  if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
+  if (best->mode == Mode::kExclusive && job.isolation) load.exclusive = true;
+  cores_used_ += cores;
+  if (opts_.sharing) {
+    producer_members_[job.pipeline][best->gpu]++;
+    producer_cores_[job.pipeline] = std::max(ProducerCores(job.pipeline), job.loader_cores);
+  }
+  placed_[j] = *best;
+  return best;
+}
+
+void Planner::Release(int j) {
+  auto it = placed_.find(j);
+  if (it == placed_.end()) return;
+  const Placement p = it->second;
+  placed_.erase(it);
+  const Job& job = set_->jobs[j];
+  GpuLoad& load = loads_[p.gpu];
+  load.used_mib -= p.reserved_mib;
+  load.sm -= SmOf(j);
+  load.jobs.erase(std::remove(load.jobs.begin(), load.jobs.end(), j), load.jobs.end());
+  if (p.mode == Mode::kMig) load.mig_used[p.mig_profile]--;
+  if (load.jobs.empty()) {
+    load.exclusive = false;
+    load.sm = 0;  // no drift from repeated float adds
+  }
+  if (!opts_.sharing) {
+    cores_used_ -= job.loader_cores;
+    return;
+  }
+  auto& members = producer_members_[job.pipeline];
+  if (--members[p.gpu] == 0) {
+    members.erase(p.gpu);
+    if (!PipelineOnHostPath(job.pipeline) && !gpus_[p.gpu].mig) {
+      const double ring = set_->pipelines[job.pipeline].DeviceMiB();
+      load.used_mib -= ring;
+      load.producer_mib -= ring;
+    }
+  }
+  double still_needed = 0;
+  for (const auto& [k, q] : placed_) {
+    if (set_->jobs[k].pipeline == job.pipeline) still_needed = std::max(still_needed, set_->jobs[k].loader_cores);
+  }
+  cores_used_ -= ProducerCores(job.pipeline) - still_needed;
+  if (members.empty()) {
+    producer_members_.erase(job.pipeline);
+    producer_cores_.erase(job.pipeline);
+  } else {
+    producer_cores_[job.pipeline] = still_needed;
+  }
+  if (load.jobs.empty()) load.used_mib = load.producer_mib = 0;
+  if (cores_used_ < 1e-9) cores_used_ = 0;
+}
+
+bool Planner::FitsEmpty(int j) const {
+  PlannerOptions o = opts_;
+  Planner empty(o, gpus_, set_);
+  if (o.policy == Policy::kSharingAware && empty.CoresToAdd(j) > o.cpu_cores) {
+    // One loader larger than the machine still runs (alone, slower): do not refuse it forever.
+    empty.opts_.cpu_cores = empty.CoresToAdd(j);
+  }
+  return empty.TryPlace(j).has_value();
+}
+
+std::vector<int> Planner::QueueOrder(std::vector<int> jobs) const {
+  std::stable_sort(jobs.begin(), jobs.end(), [&](int a, int b) {
+    const Job &x = set_->jobs[a], &y = set_->jobs[b];
+    if (x.priority != y.priority) return x.priority > y.priority;
+    if (x.arrival_s != y.arrival_s) return x.arrival_s < y.arrival_s;
+    return a < b;
+  });
+  return jobs;
+}
+
+Mode Planner::ModeOf(const Placement& p) const {
+  if (p.mode == Mode::kMig) return Mode::kMig;
+  if (p.mode == Mode::kExclusive) return Mode::kExclusive;
+  return loads_[p.gpu].jobs.size() <= 1 ? Mode::kExclusive : Mode::kMps;
+}
+
+int Planner::MpsThreadPercentage(const Placement& p) const {
+  if (ModeOf(p) != Mode::kMps) return 100;
+  const double share = SmOf(p.job) / opts_.sm_limit;
+  return std::clamp(static_cast<int>(std::ceil(share * 100.0)), 10, 100);
+}
+
+Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, Planner* planner_out) {
+  Planner local(opts, gpus, &set);
+  Planner& planner = planner_out ? *planner_out : local;
+  Plan plan;
+  std::vector<int> all(set.jobs.size());
+  std::iota(all.begin(), all.end(), 0);
+  bool blocked = false;
+  for (int j : planner.QueueOrder(all)) {
+    if (!planner.FitsEmpty(j)) {
+      plan.impossible.push_back(j);
+      continue;
+    }
+    std::optional<Placement> p;
+    // FIFO is strict: nothing overtakes a job that waits.
+    if (!(blocked && opts.policy == Policy::kFifoExclusive)) p = planner.TryPlace(j);
+    if (p) {
+      plan.placements.push_back(*p);
+    } else {
+      plan.queued.push_back(j);
+      blocked = true;
+    }
+  }
+  plan.cpu_cores_used = planner.cores_used();
+  for (const Placement& p : plan.placements) plan.cpu_cores_without_sharing += set.jobs[p.job].loader_cores;
+  return plan;
+}
+
+std::string ProducerName(const JobSet& set, int pipeline) {
+  // Readable and stable: the dataset's last path component plus the pipeline's index.
+  std::string data = set.pipelines[pipeline].data;
+  while (data.size() > 1 && data.back() == '/') data.pop_back();
+  // The last two path components ("imagenet/train" -> "imagenet-train").
+  const size_t last = data.find_last_of('/');
+  const size_t before = last == std::string::npos || last == 0 ? std::string::npos : data.find_last_of('/', last - 1);
+  std::string base = before == std::string::npos ? data.substr(last == std::string::npos ? 0 : last + 1) : data.substr(before + 1);
+  std::string name;
+  for (char c : base) name += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '-';
+  if (name.empty()) name = "data";
+  if (name.size() > 40) name.resize(40);
+  return "plan-" + name + "-" + std::to_string(pipeline);
+}
+
+std::map<std::string, std::string> JobEnvironment(const JobSet& set, const Planner& planner, const Placement& p) {
+  std::map<std::string, std::string> env;
+  const Gpu& gpu = planner.gpus()[p.gpu];
+  env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpu.index);
+  if (p.producer >= 0) env["COLOADER_NAME"] = ProducerName(set, p.producer);
+  const Mode mode = planner.ModeOf(p);
+  if (mode == Mode::kMps) {
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(planner.MpsThreadPercentage(p));
+    // The job sees one device, ordinal 0. The limit is the estimate: past it the job gets an
+    // out-of-memory error (and is requeued with a larger estimate) instead of starving others.
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] =
+        "0=" + std::to_string(static_cast<long long>(std::ceil(p.reserved_mib))) + "M";
+  }
+  if (mode == Mode::kMig) env["COLOADER_MIG_PROFILE"] = p.mig_profile;
+  return env;
+}
+
+std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan) {
+  JsonWriter w;
+  w.BeginObject().Field("policy", PolicyName(planner.options().policy)).Field("sharing", planner.options().sharing);
+  w.BeginArray("gpus");
+  for (size_t g = 0; g < planner.gpus().size(); ++g) {
+    const Gpu& gpu = planner.gpus()[g];
+    const GpuLoad& load = planner.loads()[g];
+    w.BeginObject()
+        .Field("index", gpu.index)
+        .Field("name", gpu.name)
+        .Field("memory_mib", gpu.memory_mib)
+        .Field("sms", gpu.sms)
+        .Field("planned_mib", load.used_mib)
+        .Field("producer_mib", load.producer_mib)
+        .Field("sm_activity", load.sm);
+    w.BeginArray("jobs");
+    for (int j : load.jobs) w.Value(set.jobs[j].name);
+    w.EndArray().EndObject();
+  }
+  w.EndArray();
+  w.BeginArray("jobs");
+  for (const Placement& p : plan.placements) {
+    const Job& job = set.jobs[p.job];
+    w.BeginObject()
+        .Field("name", job.name)
+        .Field("gpu", planner.gpus()[p.gpu].index)
+        .Field("mode", ModeName(planner.ModeOf(p)))
+        .Field("reserved_mib", p.reserved_mib)
+        .Field("client_mib", p.client_mib)
+        .Field("sm_activity", planner.SmOf(p.job));
+    if (!p.mig_profile.empty()) w.Field("mig_profile", p.mig_profile);
+    if (p.producer >= 0) w.Field("producer", ProducerName(set, p.producer)).Field("host_path", p.host_path);
+    w.Key("env").BeginObject();
+    for (const auto& [k, v] : JobEnvironment(set, planner, p)) w.Field(k.c_str(), v);
+    w.EndObject().EndObject();
+  }
+  w.EndArray();
+  w.BeginArray("producers");
+  for (size_t pi = 0; pi < set.pipelines.size(); ++pi) {
+    if (!planner.options().sharing || !planner.ProducerRunning(static_cast<int>(pi))) continue;
+    const JobPipeline& pl = set.pipelines[pi];
+    const std::set<int> gpus = planner.ProducerGpus(static_cast<int>(pi));
+    w.BeginObject()
+        .Field("name", ProducerName(set, static_cast<int>(pi)))
+        .Field("data", pl.data)
+        .Field("pipeline", pl.Key())
+        .Field("device_mib_per_gpu", gpus.empty() ? 0.0 : pl.DeviceMiB())
+        .Field("cores", planner.ProducerCores(static_cast<int>(pi)));
+    w.BeginArray("gpus");
+    for (int g : gpus) w.Value(planner.gpus()[g].index);
+    w.EndArray().BeginArray("jobs");
+    for (const Placement& p : plan.placements) {
+      if (p.producer == static_cast<int>(pi)) w.Value(set.jobs[p.job].name);
+    }
+    w.EndArray().EndObject();
+  }
+  w.EndArray();
+  w.BeginArray("queued");
+  for (int j : plan.queued) w.Value(set.jobs[j].name);
+  w.EndArray().BeginArray("impossible");
+  for (int j : plan.impossible) w.Value(set.jobs[j].name);
+  w.EndArray();
+  w.Field("cpu_cores_used", plan.cpu_cores_used).Field("cpu_cores_without_sharing", plan.cpu_cores_without_sharing);
+  w.EndObject();
+  return w.str();
+}
+
+std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& plan) {
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof(line), "policy %s, data sharing %s\n\n", PolicyName(planner.options().policy),
+                planner.options().sharing ? "on" : "off");
+  out += line;
+  std::snprintf(line, sizeof(line), "%-20s %4s %-10s %10s %6s %5s %5s %-28s %s\n", "job", "gpu", "mode", "mem MiB",
+                "client", "SM", "thr%", "producer", "path");
+  out += line;
+  for (const Placement& p : plan.placements) {
+    const Mode mode = planner.ModeOf(p);
+    const std::string mode_s = mode == Mode::kMig ? "mig " + p.mig_profile : ModeName(mode);
+    std::snprintf(line, sizeof(line), "%-20s %4d %-10s %10.0f %6.0f %5.2f %5d %-28s %s\n", set.jobs[p.job].name.c_str(),
+                  planner.gpus()[p.gpu].index, mode_s.c_str(), p.reserved_mib, p.client_mib, planner.SmOf(p.job),
+                  planner.MpsThreadPercentage(p), p.producer >= 0 ? ProducerName(set, p.producer).c_str() : "(own loader)",
+                  p.producer < 0 ? "-" : (p.host_path ? "host" : "cuda-ipc"));
+    out += line;
+  }
+  out += "\n";
+  for (size_t g = 0; g < planner.gpus().size(); ++g) {
+    const Gpu& gpu = planner.gpus()[g];
+    const GpuLoad& load = planner.loads()[g];
+    std::snprintf(line, sizeof(line), "gpu %d (%s): %.0f of %.0f MiB planned (producers %.0f), SM activity %.2f, %zu job(s)\n",
+                  gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.producer_mib, load.sm, load.jobs.size());
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "CPU cores for loading: %.1f (per-job loaders would need %.1f)\n",
+                plan.cpu_cores_used, plan.cpu_cores_without_sharing);
+  out += line;
+  for (int j : plan.queued) out += "queued (waits for room): " + set.jobs[j].name + "\n";
+  for (int j : plan.impossible) out += "cannot run on these GPUs (too large): " + set.jobs[j].name + "\n";
+  return out;
+}
+
+}  // namespace coloader

@@ -1,0 +1,143 @@
+// The placement planner: which GPU each job runs on, in which mode (a GPU of its own, MPS with
+// limits, or a MIG instance), and which jobs share one producer. Incremental, so that `plan`
+// (place a whole jobs file), `launch` (place as GPUs free up, replace after an OOM) and
+// `simulate` (replay a trace) all run this same code.
+//
+// What it respects (the collocation studies this project builds on, see docs/PLACEMENT.md):
+// the memory of everything on a GPU must fit; under the sharing-aware policy the combined SM
+// activity of collocated jobs stays at or below sm_limit (~80%); CPU cores for loading are a
+// packed resource like memory. With data sharing, jobs of one pipeline share one producer:
+// its ring is counted once per GPU it lives on, its CPU cores once; while the producer runs,
+// its jobs are kept on its GPU (zero-copy under MPS). Jobs that need isolation get a MIG
+// instance (reading the producer's host-memory ring) or a GPU of their own.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "placement/jobs.h"
+
+namespace coloader {
+
+enum class Policy {
+  kFifoExclusive,   // one job per GPU, strictly in queue order
+  kMostMemory,      // the GPU with the most free memory where the job fits
+  kLeastUtilised,   // the GPU with the least combined SM activity where the job fits
+  kSharingAware,    // coloader's: SM cap, CPU cores, producers shared and kept on one GPU
+};
+const char* PolicyName(Policy p);
+Result<Policy> ParsePolicy(const std::string& name);
+std::vector<Policy> AllPolicies();
+
+struct PlannerOptions {
+  Policy policy = Policy::kSharingAware;
+  bool sharing = true;          // jobs of one pipeline share a producer
+  double sm_limit = 0.8;        // combined SM activity allowed on one GPU (sharing-aware policy)
+  double default_sm = 0.5;      // SM activity assumed for a job that does not state it
+  double memory_margin = 0.0;   // fraction added to every estimate
+  double cpu_cores = 64;        // cores for loading on this machine
+  bool host_path = false;       // producers keep rings in host memory (no GPU cost): no CUDA here
+};
+
+enum class Mode { kExclusive, kMps, kMig };
+const char* ModeName(Mode m);
+
+struct Placement {
+  int job = -1;
+  int gpu = -1;             // index into the planner's GPU list
+  Mode mode = Mode::kMps;   // final mode is known once collocation is (see Planner::ModeOf)
+  std::string mig_profile;  // for kMig
+  double reserved_mib = 0;  // held on that GPU: the job's estimate (plus margin) and client_mib
+  double client_mib = 0;    // of which the coloader consumer's own device buffers (JobPipeline::GatherMiB)
+  int producer = -1;        // the pipeline whose shared producer it reads; -1: its own loader
+  bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
+};
+
+// Per-GPU state, exposed for reports and the simulator.
+struct GpuLoad {
+  double used_mib = 0;      // jobs' reservations + producer rings
+  double producer_mib = 0;      // of which producers (ring + context, once per producer)
+  double sm = 0;            // combined expected SM activity
+  std::vector<int> jobs;
+  std::map<std::string, int> mig_used;  // profile -> instances in use
+  bool exclusive = false;   // holds a job that may not share it
+};
+
+class Planner {
+ public:
+  Planner(PlannerOptions opts, std::vector<Gpu> gpus, const JobSet* set);
+
+  // Places job `j` now if the policy finds room; nullopt when it must wait. The planner keeps
+  // the job's resources until Release(j).
+  std::optional<Placement> TryPlace(int j);
+  void Release(int j);
+  // Fixes a running producer's GPUs: its later jobs go only there (the launcher calls this once
+  // the producer process runs, since a running producer cannot add a ring on another GPU).
+  // Until UnlockProducer (the launcher stopped that process), even while none of its jobs runs.
+  void LockProducer(int pipeline);
+  void UnlockProducer(int pipeline);
+  // True if the job could be placed on an empty machine (otherwise it never can).
+  bool FitsEmpty(int j) const;
+  // Jobs' order of consideration: priority (higher first), then arrival, then file order.
+  std::vector<int> QueueOrder(std::vector<int> jobs) const;
+
+  double SmOf(int j) const;
+  double ReservationOf(int j) const;
+  // What job j's coloader consumer allocates on the GPU beyond its estimate: its gather buffers
+  // when it reads a shared producer's device ring (not on the host path, MIG, or its own loader).
+  double ClientMiBOf(int j, bool host_path) const;
+  // Cores a job adds when placed now: its own loader's, or what its producer needs beyond what it has.
+  double CoresToAdd(int j) const;
+  double cores_used() const { return cores_used_; }
+  const std::vector<Gpu>& gpus() const { return gpus_; }
+  const std::vector<GpuLoad>& loads() const { return loads_; }
+  const PlannerOptions& options() const { return opts_; }
+  const std::map<int, Placement>& placed() const { return placed_; }
+  // GPUs on which a pipeline's producer currently keeps a ring (empty: producer not running).
+  std::set<int> ProducerGpus(int pipeline) const;
+  bool ProducerRunning(int pipeline) const { return producer_members_.count(pipeline) > 0; }
+  double ProducerCores(int pipeline) const;
+  // Exclusive when alone on its GPU, MPS when sharing it, MIG for a MIG instance.
+  Mode ModeOf(const Placement& p) const;
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a job under MPS: its share of the SM budget.
+  int MpsThreadPercentage(const Placement& p) const;
+
+ private:
+  bool PipelineOnHostPath(int pipeline) const;
+  std::optional<Placement> PlaceOnGpu(int j, int g) const;
+  double RingCostOn(int j, int g) const;
+
+  PlannerOptions opts_;
+  std::vector<Gpu> gpus_;
+  const JobSet* set_;
+  std::vector<GpuLoad> loads_;
+  std::map<int, Placement> placed_;
+  double cores_used_ = 0;
+  std::map<int, std::map<int, int>> producer_members_;  // pipeline -> gpu -> running members
+  std::map<int, double> producer_cores_;                  // pipeline -> cores charged for its producer
+  std::map<int, std::set<int>> locked_;                   // pipeline -> GPUs of its running process
+};
+
+// A whole-file plan: place every job in queue order; what does not fit now is listed as queued.
+struct Plan {
+  std::vector<Placement> placements;
+  std::vector<int> queued;      // fit an empty machine, but not next to the others
+  std::vector<int> impossible;  // larger than any GPU (or MIG profile, with isolation)
+  double cpu_cores_used = 0;
+  double cpu_cores_without_sharing = 0;
+};
+Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, Planner* planner_out = nullptr);
+
+// The plan as one JSON object, and as a table a person reads.
+std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan);
+std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& plan);
+
+// The environment a planned job runs with (CUDA_VISIBLE_DEVICES, MPS limits, COLOADER_NAME).
+std::map<std::string, std::string> JobEnvironment(const JobSet& set, const Planner& planner, const Placement& p);
+// The producer's name for a pipeline (what consumers connect to).
+std::string ProducerName(const JobSet& set, int pipeline);
+
+}  // namespace coloader

@@ -1,0 +1,121 @@
+// The C ABI of the producer fed by the caller (producer/c_api.h) over coloader::Producer with
+// an ExternalSource. Every exported function runs its body inside Guard()
+// (common/c_abi_internal.h): nothing unwinds into C or Python.
+#include "producer/c_api.h"
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "common/c_abi_internal.h"
+#include "producer/external_source.h"
+#include "producer/producer.h"
+
+struct coloader_producer {
+  std::unique_ptr<coloader::Producer> producer;
+  std::future<coloader::Status> loop;  // the session loop, on a thread of its own
+};
+
+using coloader::c_abi::Fail;
+using coloader::c_abi::Guard;
+using coloader::c_abi::NullArgument;
+using coloader::c_abi::SetError;
+
+extern "C" {
+
+const char* coloader_producer_last_error(void) { return coloader::c_abi::LastError().c_str(); }
+
+size_t coloader_producer_struct_size(const char* name) {
+  if (name != nullptr && std::strcmp(name, "producer_options") == 0) return sizeof(coloader_producer_options);
+  return 0;
+}
+
+int coloader_producer_open(const coloader_producer_options* options, coloader_producer** out) {
+  constexpr const char* kWhat = "coloader_producer_open";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    *out = nullptr;
+    if (options == nullptr) return NullArgument(kWhat, "options");
+    if (options->name == nullptr) return NullArgument(kWhat, "options->name");
+    if (options->ndim < 1 || options->ndim > 3) {
+      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": a sample has 1 to 3 dimensions, got " +
+                                              std::to_string(options->ndim));
+    }
+    if (options->dtype > COLOADER_FLOAT16) {
+      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": unknown dtype code " + std::to_string(options->dtype));
+    }
+    coloader::ProducerOptions o;
+    o.name = options->name;
+    o.external = true;
+    o.batch_size = options->batch_size;
+    o.sample_shape.assign(options->sample_shape, options->sample_shape + options->ndim);
+    o.output = static_cast<coloader::DType>(options->dtype);
+    o.layout = coloader::TensorLayout::kNCHW;  // samples go in as given: C,H,W order
+    o.window = options->window ? options->window : 4;
+    o.min_consumers = options->min_consumers ? options->min_consumers : 1;
+    o.epoch_samples = options->epoch_samples;
+    o.forever = true;  // the caller decides when it is over (coloader_producer_close)
+    o.workers = 1;
+    if (options->heartbeat_ms > 0) o.heartbeat_ms = static_cast<uint32_t>(options->heartbeat_ms);
+    if (options->heartbeat_timeout_ms > 0) o.heartbeat_timeout_ms = static_cast<uint32_t>(options->heartbeat_timeout_ms);
+    o.progress_interval_ms = 0;
+    if (options->tcp_endpoint != nullptr) o.tcp_endpoint = options->tcp_endpoint;
+    if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
+    if (options->authorized_keys_file != nullptr) o.authorized_keys_file = options->authorized_keys_file;
+    o.insecure = options->insecure != 0;
+    auto producer = coloader::Producer::Make(o);
+    if (!producer.ok()) return Fail(producer.status());
+    auto p = std::make_unique<coloader_producer>();
+    p->producer = std::move(*producer);
+    coloader::Producer* raw = p->producer.get();
+    p->loop = std::async(std::launch::async, [raw] { return raw->Run(); });
+    *out = p.release();
+    return COLOADER_OK;
+  });
+}
+
+const char* coloader_producer_tcp_endpoint(const coloader_producer* p) {
+  return p == nullptr ? "" : p->producer->tcp_endpoint().c_str();
+}
+
+int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count, const int64_t* labels,
+                              const int64_t* indices) {
+  constexpr const char* kWhat = "coloader_producer_publish";
+  return Guard(kWhat, [&]() -> int {
+    if (p == nullptr) return NullArgument(kWhat, "producer");
+    coloader::Status st = p->producer->external_source()->Publish(data, count, labels, indices);
+    return st.ok() ? COLOADER_OK : Fail(st);
+  });
+}
+
+int coloader_producer_end_epoch(coloader_producer* p) {
+  constexpr const char* kWhat = "coloader_producer_end_epoch";
+  return Guard(kWhat, [&]() -> int {
+    if (p == nullptr) return NullArgument(kWhat, "producer");
+    coloader::Status st = p->producer->external_source()->EndEpoch();
+    return st.ok() ? COLOADER_OK : Fail(st);
+  });
+}
+
+int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
+  constexpr const char* kWhat = "coloader_producer_close";
+  if (p == nullptr) return COLOADER_OK;
+  std::unique_ptr<coloader_producer> owned(p);
+  return Guard(kWhat, [&]() -> int {
+    // No more batches: the loop ends once consumers have released every published one.
+    owned->producer->external_source()->Finish();
+    if (timeout_ms > 0 &&
+        owned->loop.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
+      owned->producer->Stop();  // consumers are told; the loop returns at once
+    }
+    coloader::Status st = owned->loop.get();
+    owned->producer.reset();
+    if (st.ok() || st.code() == coloader::StatusCode::kCancelled) return COLOADER_OK;
+    return Fail(st);
+  });
+}
+
+}  // extern "C"

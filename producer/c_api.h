@@ -1,0 +1,69 @@
+/* The C ABI of the producer fed by the caller (what Python's coloader.Producer loads, as
+ * libcoloader_producer_c.so). A library of its own, next to the producer: the consumer's
+ * library (client/c_api.h) links neither the decoders nor OpenCV. Nothing throws across it:
+ * every function returns 0 or a negative coloader_error code, and
+ * coloader_producer_last_error() gives this thread's last message. */
+#ifndef COLOADER_PRODUCER_C_API_H_
+#define COLOADER_PRODUCER_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/c_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The caller publishes batches it made itself (e.g. from a torch DataLoader): each sample is a
+ * tensor of one fixed shape and dtype plus an int64 label. The producer serves them through
+ * the same ring, protocol and semantics as `coloader serve`: consumers of any batch size see
+ * exact epochs. The session loop runs on a thread of its own; publish blocks while the ring is
+ * full (back-pressure) and is for one thread. */
+typedef struct coloader_producer coloader_producer;
+
+typedef struct coloader_producer_options {
+  const char* name;          /* consumers connect by it */
+  uint32_t batch_size;       /* the most samples one publish carries */
+  uint32_t ndim;             /* of one sample, 1 to 3 */
+  int64_t sample_shape[3];   /* e.g. {3, 224, 224} */
+  uint32_t dtype;            /* enum coloader_dtype */
+  uint32_t window;           /* ring slots; 0: 4 */
+  uint32_t min_consumers;    /* 0: 1 */
+  uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
+  int32_t heartbeat_ms;      /* 0: 500 */
+  int32_t heartbeat_timeout_ms; /* 0: 5000 */
+  /* Consumers on other machines (host path, batches sent over the network): NULL for local
+   * consumers only, else "tcp://HOST:PORT" (port * picks a free one). It needs CURVE keys, a
+   * key pair from `coloader keygen` and the consumers' public keys, or `insecure`. */
+  const char* tcp_endpoint;
+  const char* curve_key_file;        /* this producer's key pair (NAME.key) */
+  const char* authorized_keys_file;  /* the consumers' public keys it accepts, one per line */
+  int32_t insecure;                  /* nonzero: tcp without authentication (trusted networks only) */
+} coloader_producer_options;
+
+COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* options,
+                                             coloader_producer** out);
+/* The tcp:// endpoint it listens on, port resolved ("" without one); valid until close. */
+COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_producer* p);
+/* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
+ * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
+ * and no consumer releases one; COLOADER_E_DISCONNECTED if the producer stopped. `indices`
+ * may be NULL: the samples' positions in the epoch are used as their indices. */
+COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count,
+                                                const int64_t* labels, const int64_t* indices);
+/* Ends the current epoch: its last published batch is marked last-in-epoch. */
+COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
+/* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
+ * as long as any consumer lives), says goodbye to them, and frees the producer. */
+COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
+
+COLOADER_C_EXPORT const char* coloader_producer_last_error(void);
+/* sizeof the named struct as this library was built ("producer_options"), 0 if unknown. */
+COLOADER_C_EXPORT size_t coloader_producer_struct_size(const char* name);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* COLOADER_PRODUCER_C_API_H_ */

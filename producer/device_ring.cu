@@ -1,0 +1,163 @@
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common/align.h"
+#include "common/cuda_internal.h"
+#include "pipeline/stage_times.h"
+#include "producer/device_ring.h"
+
+namespace coloader {
+
+namespace {
+constexpr uint64_t kAlign = 256;
+}  // namespace
+
+struct DeviceRing::Impl {
+  DeviceRingOptions opts;
+  uint8_t* device_base = nullptr;  // every slot, one allocation, one IPC handle
+  uint8_t* staging = nullptr;      // one uint8 batch: uploads are serialised on `stream`
+  uint64_t slot_bytes = 0, labels_offset = 0, data_offset = 0, alloc_bytes = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<cudaEvent_t> events;
+  std::vector<void*> host_registered;  // what cudaHostRegister pinned, to unregister
+
+  ~Impl() {
+    if (stream) cudaStreamSynchronize(stream);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+    if (staging) cudaFree(staging);
+    if (device_base) cudaFree(device_base);
+    for (void* p : host_registered) cudaHostUnregister(p);
+  }
+  uint64_t sample_bytes() const { return uint64_t{opts.height} * opts.width * 3 * DTypeSize(opts.dtype); }
+  uint64_t staged_sample_bytes() const { return uint64_t{opts.height} * opts.width * 3; }
+  uint8_t* host_slot(uint32_t s) const { return opts.host_base + s * opts.host_slot_bytes; }
+  uint8_t* device_slot(uint32_t s) const { return device_base + s * slot_bytes; }
+};
+
+DeviceRing::DeviceRing(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DeviceRing::~DeviceRing() {
+  if (impl_) cudaSetDevice(impl_->opts.device);
+}
+
+uint64_t DeviceRing::device_bytes() const { return impl_->alloc_bytes; }
+
+Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    return Status::Invalid("--device cuda:" + std::to_string(o.device) + ": no CUDA device is visible to this process");
+  }
+  if (o.device < 0 || o.device >= count) {
+    return Status::Invalid("--device cuda:" + std::to_string(o.device) + ": only " + std::to_string(count) +
+                           " CUDA device(s) visible (cuda:0 to cuda:" + std::to_string(count - 1) + ")");
+  }
+  CUDA_RETURN_NOT_OK(cudaSetDevice(o.device));
+  auto impl = std::make_unique<Impl>();
+  impl->opts = o;
+  Impl& r = *impl;
+  r.labels_offset = 0;
+  r.data_offset = RoundUp(8ull * o.batch_size, kAlign);
+  r.slot_bytes = RoundUp(r.data_offset + uint64_t{o.batch_size} * r.sample_bytes(), 2 << 20);
+  r.alloc_bytes = r.slot_bytes * o.num_slots;
+  CUDA_RETURN_NOT_OK(cudaMalloc(&r.device_base, r.alloc_bytes));
+  CUDA_RETURN_NOT_OK(cudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
+  CUDA_RETURN_NOT_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
+  if (o.register_host) {
+    // Portable: every device's uploads read it as pinned memory.
+    std::vector<std::pair<uint64_t, uint64_t>> pin = o.host_pinned;
+    if (pin.empty()) pin.emplace_back(0, o.host_bytes);
+    for (const auto& [offset, length] : pin) {
+      if (length == 0) continue;
+      CUDA_RETURN_NOT_OK(cudaHostRegister(o.host_base + offset, length, cudaHostRegisterPortable));
+      r.host_registered.push_back(o.host_base + offset);
+    }
+  }
+
+  DeviceTable t;
+  t.device = o.device;
+  cudaDeviceProp prop{};
+  CUDA_RETURN_NOT_OK(cudaGetDeviceProperties(&prop, o.device));
+  t.device_uuid.assign(prop.uuid.bytes, sizeof(prop.uuid.bytes));
+  cudaIpcMemHandle_t mem{};
+  CUDA_RETURN_NOT_OK(cudaIpcGetMemHandle(&mem, r.device_base));
+  t.mem_handle.assign(reinterpret_cast<const char*>(&mem), sizeof(mem));
+  r.events.resize(o.num_slots, nullptr);
+  for (uint32_t s = 0; s < o.num_slots; ++s) {
+    CUDA_RETURN_NOT_OK(cudaEventCreateWithFlags(&r.events[s], cudaEventDisableTiming | cudaEventInterprocess));
+    // Recorded once at the start so that a wait on a never-filled slot is already satisfied.
+    CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[s], r.stream));
+    cudaIpcEventHandle_t ev{};
+    CUDA_RETURN_NOT_OK(cudaIpcGetEventHandle(&ev, r.events[s]));
+    t.event_handles.emplace_back(reinterpret_cast<const char*>(&ev), sizeof(ev));
+  }
+  t.slot_bytes = r.slot_bytes;
+  t.labels_offset = r.labels_offset;
+  t.data_offset = r.data_offset;
+  t.dtype = o.dtype;
+  t.layout = o.layout;
+  std::unique_ptr<DeviceRing> ring(new DeviceRing(std::move(impl)));
+  ring->table_ = std::move(t);
+  return Result<std::unique_ptr<DeviceRing>>(std::move(ring));
+}
+
+Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged, int staged_device) {
+  Impl& r = *impl_;
+  ScopedStage timer(Stage::kUploadEnqueue, count);
+  CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
+  const uint8_t* host = r.host_slot(slot);
+  uint8_t* dev = r.device_slot(slot);
+  if (count > 0) {
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.labels_offset, host + r.opts.host_labels_offset, 8ull * count,
+                                       cudaMemcpyHostToDevice, r.stream));
+    const uint64_t staged = uint64_t{count} * r.staged_sample_bytes();
+    if (device_staged != nullptr) {
+      // Decoded and augmented on a GPU: convert from there, no host copy in between.
+      const uint8_t* src = device_staged;
+      if (staged_device != r.opts.device) {
+        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging, r.opts.device, device_staged, staged_device, staged, r.stream));
+        src = r.staging;
+      }
+      RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
+                                           r.opts.normalize, dev + r.data_offset, r.stream));
+    } else if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
+      // Already in its final form: one copy straight into the slot.
+      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.data_offset, host + r.opts.host_staging_offset, staged,
+                                         cudaMemcpyHostToDevice, r.stream));
+    } else {
+      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging, host + r.opts.host_staging_offset, staged,
+                                         cudaMemcpyHostToDevice, r.stream));
+      RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging, count, r.opts.height, r.opts.width, r.opts.dtype,
+                                           r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream));
+    }
+  }
+  CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[slot], r.stream));
+  return Status::OK();
+}
+
+Status DeviceRing::DownloadToHost(uint32_t slot, uint32_t count) {
+  Impl& r = *impl_;
+  CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
+  if (count > 0) {
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.host_slot(slot) + r.opts.host_output_offset, r.device_slot(slot) + r.data_offset,
+                                       uint64_t{count} * r.sample_bytes(), cudaMemcpyDeviceToHost, r.stream));
+  }
+  CUDA_RETURN_NOT_OK(cudaStreamSynchronize(r.stream));
+  return Status::OK();
+}
+
+Status SetGpuWait(int device, bool block) {
+  CUDA_RETURN_NOT_OK(cudaSetDevice(device));
+  CUDA_RETURN_NOT_OK(cudaSetDeviceFlags(block ? cudaDeviceScheduleBlockingSync : cudaDeviceScheduleAuto));
+  return Status::OK();
+}
+
+Status DeviceRing::WaitIdle(uint32_t slot) {
+  ScopedStage timer(Stage::kUploadWaitIdle, 0);
+  CUDA_RETURN_NOT_OK(cudaEventSynchronize(impl_->events[slot]));
+  return Status::OK();
+}
+
+}  // namespace coloader

@@ -1,0 +1,120 @@
+#include "producer/external_source.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace coloader {
+
+Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(SlotTable layout, uint8_t* base) {
+  std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(layout), base));
+  ASSIGN_OR_RETURN(s->events_, EventFd::Make());
+  return Result<std::unique_ptr<ExternalSource>>(std::move(s));
+}
+
+ExternalSource::~ExternalSource() = default;
+
+void ExternalSource::Grant(uint32_t slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(slot);
+  }
+  cv_.notify_all();
+}
+
+bool ExternalSource::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_;
+}
+
+void ExternalSource::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  cv_.notify_all();
+}
+
+std::vector<std::unique_ptr<BatchJob>> ExternalSource::TakeCompleted() {
+  events_.Drain();
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<BatchJob>> out;
+  out.swap(completed_);
+  return out;
+}
+
+std::vector<uint32_t> ExternalSource::TakeReturned() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint32_t> out;
+  out.swap(returned_);
+  return out;
+}
+
+void ExternalSource::Complete(std::unique_ptr<BatchJob> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    completed_.push_back(std::move(job));
+  }
+  events_.Signal();
+}
+
+Status ExternalSource::Publish(const void* data, uint32_t count, const int64_t* labels, const int64_t* indices) {
+  if (count == 0 || count > layout_.batch_size) {
+    return Status::Invalid("a batch of " + std::to_string(count) + " samples; this producer takes 1 to " +
+                           std::to_string(layout_.batch_size) + " per batch (its batch_size)");
+  }
+  if (!data || !labels) return Status::Invalid("publish needs the samples and their labels");
+  uint32_t slot = 0;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (finished_) return Status::Invalid("the producer was finished; open a new one");
+    cv_.wait(lock, [this] { return !free_.empty() || stopped_; });  // back-pressure
+    if (stopped_) return Status::Disconnected("the producer stopped");
+    slot = free_.front();
+    free_.pop_front();
+  }
+  uint8_t* base = base_ + uint64_t{slot} * layout_.slot_bytes;
+  auto job = std::make_unique<BatchJob>();
+  job->seq = seq_++;
+  job->slot = slot;
+  job->epoch = epoch_;
+  job->first = position_;
+  job->slot_base = base;
+  job->indices.resize(count);
+  for (uint32_t i = 0; i < count; ++i) job->indices[i] = indices ? indices[i] : static_cast<int64_t>(position_ + i);
+  std::memcpy(base + layout_.indices_offset, job->indices.data(), 8ull * count);
+  std::memcpy(base + layout_.labels_offset, labels, 8ull * count);
+  std::memcpy(base + layout_.data_offset, data, uint64_t{count} * layout_.sample_bytes());
+  position_ += count;
+  if (held_) Complete(std::move(held_));
+  held_ = std::move(job);
+  return Status::OK();
+}
+
+Status ExternalSource::EndEpoch() {
+  if (held_) {
+    held_->last_in_epoch = true;
+    Complete(std::move(held_));
+  }
+  ++epoch_;
+  position_ = 0;
+  return Status::OK();
+}
+
+void ExternalSource::Finish() {
+  // A batch still held back ends its epoch: nothing follows it.
+  if (held_) {
+    held_->last_in_epoch = true;
+    Complete(std::move(held_));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    returned_.assign(free_.begin(), free_.end());
+    free_.clear();
+  }
+  events_.Signal();
+}
+
+}  // namespace coloader

@@ -1,0 +1,390 @@
+#include "producer/producer.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "common/curve.h"
+#include "producer/producer_internal.h"
+#include "producer/slot_layout.h"
+
+namespace coloader {
+
+namespace {
+
+// --decode: one GPU stage per --device for gpu (and for auto where the first --device has a
+// hardware JPEG decoder), none for the CPU decoder. Says which was chosen, and why for auto
+// (serve's default: with --device the hardware engine decodes where there is one, the CPU
+// elsewhere). Each GPU decodes its share of the batches (Pipeline), so with several devices
+// decode capacity grows with their JPEG engines; under auto a device without an engine is
+// left out of decoding (its ring is still filled, peer to peer).
+Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const ProducerOptions& o,
+                                                                        const SlotTable& table,
+                                                                        const AugmentOptions& augment) {
+  using Stages = std::vector<std::unique_ptr<GpuDecodeStage>>;
+  const char* name = o.name.c_str();
+  if (o.decode == DecodeMode::kCpu) return Stages();
+  if (o.devices.empty()) {
+    if (o.decode == DecodeMode::kGpu)
+      return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
+    std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
+    return Stages();
+  }
+  std::vector<int> decoders = o.devices;
+  std::string why;
+  if (o.decode == DecodeMode::kAuto) {
+    if (table.batch_size > kMaxGpuDecodeBatch) {
+      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name,
+                   kMaxGpuDecodeBatch);
+      return Stages();
+    }
+    if (!GpuDecodeStage::HardwareAvailable(o.devices[0], &why)) {
+      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
+      return Stages();
+    }
+    decoders.erase(std::remove_if(decoders.begin() + 1, decoders.end(),
+                                  [](int d) {
+                                    std::string unused;
+                                    return !GpuDecodeStage::HardwareAvailable(d, &unused);
+                                  }),
+                   decoders.end());
+  }
+  Stages stages;
+  for (int d : decoders) {
+    GpuDecodeOptions g;
+    g.device = d;
+    g.num_slots = table.num_slots;
+    g.batch_size = table.batch_size;
+    g.augment = augment;
+    g.lanes = o.gpu_lanes;
+    ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
+    if (o.decode == DecodeMode::kAuto && stages.empty()) {
+      std::fprintf(stderr, "[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name,
+                   stage->description().c_str(), why.c_str());
+    } else {
+      std::fprintf(stderr, "[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
+    }
+    stages.push_back(std::move(stage));
+  }
+  return stages;
+}
+
+// Test hook: COLOADER_TEST_CRASH_AT=<point> makes the producer SIGKILL itself at that point of
+// start-up (lock, ring, mailboxes, bind), leaving exactly what a crash there leaves, so that
+// tests/shm/startup_kill_test.py can check that the next start reclaims it. Read nowhere else.
+void CrashPointForTest(const char* point) {
+  static const char* at = std::getenv("COLOADER_TEST_CRASH_AT");
+  if (at != nullptr && std::strcmp(at, point) == 0) {
+    std::fprintf(stderr, "[coloader] test hook: SIGKILL at start-up point '%s'\n", point);
+    ::raise(SIGKILL);
+  }
+}
+
+}  // namespace
+
+Producer::Producer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Producer::~Producer() {
+  if (!impl_) return;
+  impl_->pipeline.reset();     // join workers before the memory they write goes
+  // Last to first: the first ring pinned the host memory and unregisters it before it is unmapped.
+  while (!impl_->device_rings.empty()) impl_->device_rings.pop_back();
+  impl_->router.close();
+  // Only a producer that holds the name removes what is under it: one that failed to take the
+  // lock must not touch the running producer's socket.
+  if (impl_->lock) {
+    if (!impl_->shm.name().empty()) SharedMemory::Remove(impl_->shm.name());
+    if (!impl_->mailboxes.name().empty()) SharedMemory::Remove(impl_->mailboxes.name());
+    ::unlink(impl_->paths.socket.c_str());
+    impl_->lock->Release();
+  }
+}
+
+const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
+const std::string& Producer::tcp_endpoint() const { return impl_->tcp_bound; }
+ExternalSource* Producer::external_source() const { return impl_->external.get(); }
+
+void Producer::Stop() {
+  impl_->stop_requested.store(true);
+  impl_->stop_fd.Signal();  // async-signal-safe
+}
+
+Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
+  if (opts.batch_size < 1 || opts.batch_size > 65536)
+    return Status::Invalid("--batch-size must be between 1 and 65536, got " + std::to_string(opts.batch_size));
+  if (opts.decode == DecodeMode::kGpu && opts.batch_size > kMaxGpuDecodeBatch)
+    return Status::Invalid("--decode gpu takes --batch-size up to " + std::to_string(kMaxGpuDecodeBatch) +
+                           ", got " + std::to_string(opts.batch_size) + ": use a smaller batch or --decode cpu");
+  if (opts.gpu_lanes < 1 || opts.gpu_lanes > 16)
+    return Status::Invalid("--gpu-lanes must be between 1 and 16, got " + std::to_string(opts.gpu_lanes));
+  if (opts.image_size < 8 || opts.image_size > 4096)
+    return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(opts.image_size));
+  if (opts.window < 2 || opts.window > 1024)
+    return Status::Invalid("--window must be between 2 and 1024 slots, got " + std::to_string(opts.window));
+  if (opts.spare_slots < 0) opts.spare_slots = static_cast<int>(std::max(1u, opts.window / 2));
+  if (opts.spare_slots > 1024)
+    return Status::Invalid("--spare-slots must be between 0 and 1024, got " + std::to_string(opts.spare_slots));
+  if (!opts.forever && opts.epochs == 0)
+    return Status::Invalid("--epochs must be at least 1 (or use --forever)");
+  if (opts.min_consumers < 1)
+    return Status::Invalid("--min-consumers must be at least 1");
+  if (opts.heartbeat_ms < 10 || opts.heartbeat_timeout_ms < 2 * opts.heartbeat_ms)
+    return Status::Invalid("--heartbeat-timeout-ms must be at least twice --heartbeat-ms (got " +
+                           std::to_string(opts.heartbeat_timeout_ms) + " and " +
+                           std::to_string(opts.heartbeat_ms) + ")");
+  const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
+  if (half && opts.devices.empty() && !opts.external)
+    return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
+  if (opts.external) {
+    if (opts.sample_shape.empty() || opts.sample_shape.size() > 3)
+      return Status::Invalid("a sample shape needs 1 to 3 dimensions, got " + std::to_string(opts.sample_shape.size()));
+    for (int64_t d : opts.sample_shape)
+      if (d < 1 || d > 65536) return Status::Invalid("sample dimension " + std::to_string(d) + " is out of range (1 to 65536)");
+  }
+  if (!opts.tcp_endpoint.empty()) {
+    if (opts.tcp_endpoint.rfind("tcp://", 0) != 0)
+      return Status::Invalid("--tcp must be a tcp:// endpoint (e.g. tcp://0.0.0.0:5555), got '" + opts.tcp_endpoint + "'");
+    const bool keys = !opts.curve_key_file.empty() || !opts.authorized_keys_file.empty();
+    if (keys && opts.insecure) return Status::Invalid("give CURVE keys or --insecure, not both");
+    if (!keys && !opts.insecure)
+      return Status::Invalid("refusing to serve " + opts.tcp_endpoint + " without authentication: give --curve-key FILE "
+                             "(the producer's key pair, from `coloader keygen --out NAME`) and --authorized-keys FILE "
+                             "(the consumers' .pub keys), or --insecure to accept anyone who can reach the port");
+    if (keys && (opts.curve_key_file.empty() || opts.authorized_keys_file.empty()))
+      return Status::Invalid("CURVE needs both --curve-key (this producer's key pair) and --authorized-keys");
+    if (keys) RETURN_NOT_OK(CurveAvailable());
+  } else if (!opts.curve_key_file.empty() || !opts.authorized_keys_file.empty() || opts.insecure) {
+    return Status::Invalid("--curve-key, --authorized-keys and --insecure apply to a --tcp endpoint; give one");
+  }
+  if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  auto impl = std::make_unique<Impl>();
+  impl->opts = std::move(opts);
+  // ZeroMQ reports failures by throwing (cppzmq); none may cross this Status boundary.
+  Status st;
+  try {
+    st = impl->Setup();
+  } catch (const zmq::error_t& e) {
+    st = Status::IOError("setting up producer '" + impl->opts.name + "': ZeroMQ failed: " + e.what());
+  }
+  if (!st.ok()) {
+    // Whatever Setup made before it failed (a ring, the mailboxes) goes with the lock: a
+    // failed start leaves nothing in /dev/shm or the run directory.
+    Producer cleanup(std::move(impl));
+    return st;
+  }
+  return std::unique_ptr<Producer>(new Producer(std::move(impl)));
+}
+
+Status Producer::Impl::Setup() {
+  ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
+  if (!opts.external) {
+    ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+    SamplerOptions so;
+    so.shuffle = opts.shuffle;
+    so.seed = opts.seed;
+    so.rank = opts.rank;
+    so.world_size = opts.world_size;
+    ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
+    sampler.emplace(std::move(s));
+  }
+  data_key = ComputeDataKey();
+  RETURN_NOT_OK(CheckStart());
+
+  // Claim the name before touching the socket or ring, so a second producer of the same
+  // name fails cleanly instead of stealing them.
+  ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
+  lock.emplace(std::move(l));
+  CrashPointForTest("lock");
+  // We hold the name, so whoever made anything still under it is dead: take it back (before
+  // measuring /dev/shm, where a crashed ring still takes room).
+  if (std::vector<std::string> gone = RemoveProducerLeftovers(paths); !gone.empty()) {
+    std::string list;
+    for (const std::string& g : gone) list += (list.empty() ? "" : ", ") + g;
+    const uint32_t prev = lock->previous_pid();
+    std::fprintf(stderr, "[coloader %s] reclaimed what a dead producer of this name%s left: %s\n", opts.name.c_str(),
+                 prev ? (" (pid " + std::to_string(prev) + ")").c_str() : "", list.c_str());
+  }
+
+  // A /dev/shm too small for the ring is said now, in one message with the ways out; the
+  // reservation below makes sure it is never found later as a SIGBUS.
+  const bool device = !opts.devices.empty();
+  SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
+  table = layouts.table;
+  staging = layouts.staging;
+  host_tensors = HostTensorReservation(layouts, device);
+  auto too_small = [&]() -> Status {
+    ShmSpace space;
+    if (auto s = QueryShmSpace(); s.ok()) space = *s;
+    return Status::IOError(ShmTooSmallMessage(opts, space));
+  };
+  if (auto space = QueryShmSpace(); space.ok() && space->free_bytes < ShmBytesAtStart(opts)) return too_small();
+  bool no_space = false;
+  auto created = SharedMemory::Create(paths.shm_name, table.slot_bytes * table.num_slots,
+                                      StartReservation(layouts, device), &no_space);
+  if (!created.ok()) return no_space ? too_small() : created.status();
+  shm = std::move(*created);
+  CrashPointForTest("ring");
+  ring = RingAccounting(table.num_slots);
+  auto boxes = MailboxArea::Create(paths.mailbox_shm_name, kMailboxes, MailboxCapacity(table.num_slots), &no_space);
+  if (!boxes.ok()) return no_space ? too_small() : boxes.status();
+  mailboxes = std::move(*boxes);
+  mailbox_used.assign(kMailboxes, false);
+  CrashPointForTest("mailboxes");
+
+  TransformOptions to;
+  to.augment.mode = opts.augment;
+  to.augment.size = opts.image_size;
+  to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
+  to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  to.dct_scaling = opts.dct_scaling;
+  to.crop_decode = opts.crop_decode;
+  for (size_t i = 0; i < opts.devices.size(); ++i) {
+    DeviceRingOptions d;
+    d.device = opts.devices[i];
+    d.register_host = i == 0;
+    d.num_slots = table.num_slots;
+    d.batch_size = table.batch_size;
+    d.height = table.height;
+    d.width = table.width;
+    d.dtype = table.dtype;
+    d.layout = table.layout;
+    d.normalize = to.normalize;
+    d.host_base = shm.data();
+    d.host_bytes = shm.size();
+    d.host_pinned = StartReservation(layouts, device);  // pinning faults pages in: only reserved ones
+    d.host_slot_bytes = table.slot_bytes;
+    d.host_labels_offset = table.labels_offset;
+    d.host_staging_offset = staging.data_offset;
+    d.host_output_offset = table.data_offset;
+    ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
+    device_rings.push_back(std::move(r));
+  }
+  if (opts.external) {
+    ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
+  } else {
+    ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(opts, table, to.augment));
+    ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
+  }
+
+  ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
+
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::router_mandatory, 1);
+  router.set(zmq::sockopt::sndhwm, 100000);
+  try {
+    router.bind(paths.endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("cannot bind " + paths.endpoint + ": " + e.what());
+  }
+  ::chmod(paths.socket.c_str(), 0600);
+  CrashPointForTest("bind");
+  if (!opts.tcp_endpoint.empty()) RETURN_NOT_OK(BindTcp());
+  progress_tty = ::isatty(STDERR_FILENO);
+  return Status::OK();
+}
+
+Status Producer::Impl::ReserveHostTensors() {
+  if (host_tensors.empty()) return Status::OK();
+  bool no_space = false;
+  Status st = shm.Reserve(host_tensors, &no_space);
+  if (!st.ok()) {
+    if (!no_space) return st;
+    ShmSpace space;
+    if (auto s = QueryShmSpace(); s.ok()) space = *s;
+    return Status::IOError(std::string(kShmDir) + " has " + HumanBytes(space.free_bytes) +
+                           " free, and the host copy of this GPU ring for host-path consumers needs " +
+                           HumanBytes(TotalBytes(host_tensors)) + " (" + std::to_string(table.num_slots) + " slots x " +
+                           HumanBytes(TotalBytes(host_tensors) / table.num_slots) +
+                           "): read the device path (a consumer on this GPU, --device), or give " + kShmDir +
+                           " more room (docker run --shm-size, a Kubernetes emptyDir with medium: Memory)");
+  }
+  std::fprintf(stderr, "[coloader %s] reserved %s of %s for host-path consumers\n", opts.name.c_str(),
+               HumanBytes(TotalBytes(host_tensors)).c_str(), kShmDir);
+  host_tensors.clear();  // reserved for good
+  return Status::OK();
+}
+
+Status Producer::Impl::Loop() {
+  last_progress_ns = MonotonicNs();
+  rate_mark_ns = last_progress_ns;
+  for (;;) {
+    SubmitWork();
+    PublishReady();
+    if (!fatal.ok()) {
+      Shutdown(ByeReason::kStopping, fatal.message());
+      return fatal;
+    }
+    if (all_submitted && done.empty() && InFlight() == 0 && ring.in_use() == 0) {
+      ReportProgress(MonotonicNs(), true);
+      Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
+      return Status::OK();
+    }
+    if (stop_requested.load()) {
+      ReportProgress(MonotonicNs(), true);
+      Shutdown(ByeReason::kStopping, "the producer was asked to stop");
+      return Status::Cancelled("stopped by signal");
+    }
+
+    std::vector<zmq::pollitem_t> items = {
+        {router.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, SourceFd(), ZMQ_POLLIN, 0},
+        {nullptr, stop_fd.fd(), ZMQ_POLLIN, 0},
+    };
+    for (const auto& [id, s] : sessions)
+      if (s.watch.valid()) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
+    if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+    const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return Status::IOError(std::string("poll: ") + e.what());
+    }
+    // Drain the socket: each message is [routing id][payload].
+    for (int budget = 0; budget < 10000; ++budget) {
+      zmq::message_t identity, payload;
+      if (!router.recv(identity, zmq::recv_flags::dontwait)) break;
+      if (!identity.more()) continue;
+      (void)router.recv(payload, zmq::recv_flags::none);
+      bool extra = payload.more();
+      while (extra) {  // frames beyond the one we expect: swallow them and count the message
+        zmq::message_t junk;
+        (void)router.recv(junk, zmq::recv_flags::none);
+        extra = junk.more();
+        if (!extra) ++rejected_messages;
+      }
+      // Only tcp:// peers passed the ZAP handler, which gave them a user id.
+      const char* user = zmq_msg_gets(payload.handle(), "User-Id");
+      HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size(), user && *user);
+    }
+    if (zap) zap->HandlePending();
+    const uint64_t now = MonotonicNs();
+    CheckLiveness(now);
+    ReportProgress(now, false);
+  }
+}
+
+void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
+  if (external) external->Stop();  // a caller blocked in Publish learns that it is over
+  for (auto& [identity, s] : sessions) Send(identity, Bye{reason, message});
+  // Give the goodbyes a moment to leave: consumers mapped the ring and keep reading what they
+  // hold after we unlink it, so only the messages need to get out.
+  router.set(zmq::sockopt::linger, 1000);
+  sessions.clear();
+}
+
+Status Producer::Run() {
+  try {
+    return impl_->Loop();
+  } catch (const zmq::error_t& e) {  // a socket call outside the loop's own handling
+    return Status::IOError("producer '" + impl_->opts.name + "': ZeroMQ failed: " + e.what());
+  }
+}
+
+}  // namespace coloader

@@ -1,0 +1,217 @@
+// The producer's state, shared by the files that implement it (private to producer/):
+//   producer.cc  options, set-up, the session loop, shutdown
+//   sessions.cc  handshakes, messages, flood control, liveness (pidfd and heartbeat)
+//   publish.cc   back-pressure, submitting work, publishing in order with the device fan-out
+//   report.cc    `coloader status` replies and the progress line
+//   tcp.cc       the tcp:// endpoint: CURVE/ZAP, batches sent as payload
+// Only the session loop's thread touches it (the pipeline's workers see their BatchJobs).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/endpoint.h"
+#include "common/mailbox.h"
+#include "common/process.h"
+#include "common/protocol.h"
+#include "common/shm.h"
+#include "common/unique_fd.h"
+#include "pipeline/dataset.h"
+#include "pipeline/pipeline.h"
+#include "pipeline/sampler.h"
+#include "producer/device_ring.h"
+#include "producer/external_source.h"
+#include "producer/producer.h"
+#include "producer/ring.h"
+#include "producer/zap.h"
+
+namespace coloader {
+
+constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
+constexpr uint64_t kStrangerMessagesPerSecond = 1000;
+
+// Messages counted over one-second windows: how a flood is told from a busy consumer.
+struct RateWindow {
+  uint64_t start_ns = 0;
+  uint64_t count = 0;
+  // Counts one message at `now`; the count within the current second.
+  uint64_t Add(uint64_t now) {
+    if (now - start_ns >= 1'000'000'000) {
+      start_ns = now;
+      count = 0;
+    }
+    return ++count;
+  }
+};
+
+struct Session {
+  uint64_t id = 0;
+  std::string identity;  // the ROUTER's routing id of this consumer's connection
+  uint32_t pid = 0;
+  uint32_t batch_size = 0;
+  std::string name;
+  bool waiting_for_epoch = false;
+  bool device = false;  // reads the device ring (CUDA IPC); otherwise the host slots
+  bool pending = false; // offered the device ring, has not said (Attach) which path it takes
+  int mailbox = -1;     // its shared-memory mailbox, or -1: announcements go as Batch messages
+  bool remote = false;  // came over tcp://: batches go as message payload, liveness by heartbeat
+  size_t ring = 0;      // with `device`: which of the device rings it maps
+  ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
+  uint64_t last_heard_ns = 0;
+  uint64_t last_sent_ns = 0;
+  uint64_t received = 0;
+  uint64_t acked = 0;
+  uint64_t first_seq = 0;   // the first batch announced to it
+  uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
+  RateWindow rate;              // its messages this second
+  uint64_t received_at_rate = 0;  // `received` when that second began
+  // Consumer group membership (empty group: a plain consumer). A member gets no batches
+  // until every rank of its group is attached (`group_waiting`), so that all start together.
+  std::string group;
+  uint32_t rank = 0, world_size = 1;
+  bool group_waiting = false;
+};
+
+// The ranks of one consumer group attached to this producer, by routing id (empty: free).
+struct Group {
+  uint32_t world_size = 1;
+  std::vector<std::string> members;
+  bool running = false;  // every rank attached: they were started together
+};
+
+struct Producer::Impl {
+  ProducerOptions opts;
+  ProducerPaths paths;
+  std::optional<NameLock> lock;
+  Dataset dataset;
+  std::optional<Sampler> sampler;
+  SlotTable table;
+  SlotTable staging;
+  SharedMemory shm;
+  SharedMemory::Ranges host_tensors;  // with a GPU ring: host tensor areas not reserved yet
+  std::vector<std::unique_ptr<DeviceRing>> device_rings;  // one per --device GPU
+  MailboxArea mailboxes;
+  std::vector<bool> mailbox_used;
+  std::unique_ptr<Pipeline> pipeline;
+  std::unique_ptr<ExternalSource> external;  // instead of the pipeline, with opts.external
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  std::unique_ptr<ZapHandler> zap;  // with a tcp:// endpoint: who may connect
+  std::string tcp_bound;
+  EventFd stop_fd;  // Stop() signals it; the loop polls it
+  std::atomic<bool> stop_requested{false};
+
+  RingAccounting ring{1};
+  std::map<uint64_t, std::unique_ptr<BatchJob>> done;  // completed, waiting to publish in order
+  std::unordered_map<std::string, Session> sessions;   // by routing id
+  std::map<std::string, Group> groups;                 // by group name
+  uint64_t next_consumer_id = 1;
+  // A stable hash of the dataset (paths relative to its root, labels) and of the settings that
+  // shape each sample: what a resumed consumer checks that it reads the same data.
+  std::string data_key;
+
+  // Where production stands.
+  bool started = false;       // min_consumers reached once
+  uint64_t epoch = 0;         // epoch being submitted
+  uint64_t position = 0;      // samples submitted in that epoch
+  std::vector<int64_t> epoch_indices;
+  bool all_submitted = false;
+  uint64_t next_submit_seq = 0;
+  uint64_t next_publish_seq = 0;
+  uint64_t published_epoch = 0, published_position = 0;
+
+  // Statistics.
+  uint64_t start_ns = 0;
+  uint64_t batches_published = 0, samples_published = 0;
+  std::unordered_set<int64_t> bad_indices;
+  uint64_t bad_events = 0;
+  uint64_t rejected_messages = 0;
+  // Sessions ended with Bye(rejected): a malformed message, an ack for a batch it does not
+  // hold, a second Hello or Attach, a producer's message, a flood, or a full mailbox. Not
+  // counted: consumers that left, exited, were detached by the heartbeat or came too late.
+  uint64_t dropped_clients = 0;
+  // Messages this second from each peer without a session (forgotten every second).
+  std::unordered_map<std::string, RateWindow> stranger_rates;
+  uint64_t strangers_since_ns = 0;
+  double rate_batches = 0, rate_images = 0;
+  uint64_t rate_mark_ns = 0, rate_mark_batches = 0, rate_mark_samples = 0;
+  uint64_t last_progress_ns = 0;
+  bool progress_tty = false;
+  Status fatal;  // set when --on-bad-file fail hits
+
+  uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
+  uint64_t epoch_samples() const { return external ? opts.epoch_samples : sampler->epoch_size(); }
+  uint64_t dataset_size() const { return external ? opts.epoch_samples : dataset.size(); }
+  size_t InFlight() const { return pipeline ? pipeline->in_flight() : 0; }
+  int SourceFd() const { return external ? external->event_fd() : pipeline->event_fd(); }
+
+  Status Setup();
+  Status Loop();
+  // Reserves the host tensor areas of a GPU ring in /dev/shm before the first host-path reader
+  // (they are reserved at start without a GPU ring); a clear error when it does not fit.
+  Status ReserveHostTensors();
+  void Shutdown(ByeReason reason, const std::string& message);
+
+  // The back-pressure rule: the producer runs at most `window` batches ahead of how far each
+  // live consumer has read: the announcements it has taken from its mailbox (batches go to a
+  // session with consecutive numbers from its first), or for one without a mailbox the newest
+  // batch it has released. A consumer that keeps an old batch (a tensor it holds on to) but
+  // reads on is not behind and does not hold back the others: the kept slot is one of the
+  // spares. One that stops reading stays behind, and the producer waits for it.
+  bool WithinWindow() const {
+    const uint64_t on_the_way = next_submit_seq - next_publish_seq;
+    for (const auto& [id, s] : sessions) {
+      if (s.pending || s.received == 0) continue;
+      const uint64_t read_upto = s.mailbox >= 0
+                                     ? s.first_seq + mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken()
+                                     : std::max(s.acked_upto, s.first_seq);
+      if (next_publish_seq - read_upto + on_the_way >= opts.window) return false;
+    }
+    return on_the_way < opts.window;
+  }
+  // Attached consumer processes (what --min-consumers counts: each rank of a group is one).
+  size_t ActiveSessions() const {
+    return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(),
+                                             [](const auto& kv) { return !kv.second.pending; }));
+  }
+  // Those that take batches now: not still choosing a path, not waiting for their group.
+  size_t Receivers() const {
+    return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(), [](const auto& kv) {
+      return !kv.second.pending && !kv.second.group_waiting;
+    }));
+  }
+  std::string ComputeDataKey() const;
+  // With --resume: the epoch and position to start from (checked against the data).
+  Status CheckStart();
+  uint64_t start_epoch = 0, start_position = 0;
+  // Why `hello` cannot be served (topology, seed, data key, group), or nullopt.
+  std::optional<std::string> Refusal(const Hello& hello) const;
+  // Starts `name` when every rank is attached and has chosen its path.
+  void MaybeStartGroup(const std::string& name);
+  // A member of a group left: the others are told (Bye kGroupBroken) and dropped.
+  void BreakGroup(const Session& gone, const char* why);
+  void SubmitWork();
+  void PublishReady();
+  void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
+  bool Flooding(Session& s, uint64_t now);
+  void HandleHello(const std::string& identity, const Hello& hello, bool remote);
+  Status BindTcp();
+  void SendWithPayload(Session& s, const BatchAnnouncement& a);
+  void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye);
+  bool Send(const std::string& identity, const Message& m);
+  void SendToSession(Session& s, const Message& m);
+  void CheckLiveness(uint64_t now);
+  StatusReply MakeStatus() const;
+  void ReportProgress(uint64_t now, bool final_line);
+};
+
+}  // namespace coloader

@@ -1,0 +1,206 @@
+// Back-pressure and publishing: submitting work while the window allows, publishing finished
+// batches in sequence order with one upload per GPU that has readers.
+#include "producer/producer_internal.h"
+
+#include <cstdio>
+
+#include "common/split.h"
+
+namespace coloader {
+
+void Producer::Impl::SubmitWork() {
+  if (!started) {
+    if (ActiveSessions() < opts.min_consumers) return;
+    started = true;
+    start_ns = rate_mark_ns = MonotonicNs();
+    // --resume: the epoch and position a checkpointed group resumes from (CheckStart).
+    epoch = start_epoch;
+    position = start_position;
+    if (!external) epoch_indices = sampler->EpochIndices(epoch);
+  }
+  if (external) {
+    // The caller fills the slots: grant it every free one, take back what it returns.
+    for (uint32_t slot : external->TakeReturned()) {
+      ring.Abandon(slot);
+      --next_submit_seq;  // granted, never filled
+    }
+    if (external->finished()) {
+      all_submitted = true;
+      return;
+    }
+    while (WithinWindow()) {
+      std::optional<uint32_t> slot = ring.Acquire();
+      if (!slot) break;
+      external->Grant(*slot);
+      ++next_submit_seq;  // counts as on its way until the caller's batch is published
+    }
+    return;
+  }
+  // Keep the workers fed while there is a free slot; each batch is published in order later.
+  while (!all_submitted && fatal.ok() && WithinWindow()) {
+    std::optional<uint32_t> slot = ring.Acquire();
+    if (!slot) break;
+    // The slot's previous uploads may still be reading its staging area.
+    Status idle;
+    for (auto& r : device_rings)
+      if (idle.ok()) idle = r->WaitIdle(*slot);
+    if (!idle.ok()) {
+      fatal = idle;
+      ring.Abandon(*slot);
+      break;
+    }
+    auto job = std::make_unique<BatchJob>();
+    job->seq = next_submit_seq++;
+    job->slot = *slot;
+    job->epoch = epoch;
+    job->first = position;
+    const uint64_t count = std::min<uint64_t>(opts.batch_size, epoch_indices.size() - position);
+    job->indices.assign(epoch_indices.begin() + static_cast<std::ptrdiff_t>(position),
+                        epoch_indices.begin() + static_cast<std::ptrdiff_t>(position + count));
+    job->slot_base = shm.data() + uint64_t{*slot} * table.slot_bytes;
+    position += count;
+    job->last_in_epoch = position == epoch_indices.size();
+    pipeline->Submit(std::move(job));
+    if (position == epoch_indices.size()) {
+      ++epoch;
+      position = 0;
+      if (epoch >= EpochsWanted()) {
+        all_submitted = true;
+      } else {
+        epoch_indices = sampler->EpochIndices(epoch);
+      }
+    }
+  }
+}
+
+Status Producer::Impl::CheckStart() {
+  const ProducerOptions::ResumePoint& r = opts.resume;
+  if (!r.set) return Status::OK();
+  if (external) return Status::Invalid("--resume applies to a producer that reads a dataset, not a caller-fed one");
+  if (!r.data_key.empty() && r.data_key != data_key) {
+    return Status::Invalid("--resume: the state was saved from data key " + r.data_key + ", but this producer's is " +
+                           data_key + " (another dataset, or other --image-size/--augment/--output/--layout/--no-shuffle)");
+  }
+  const uint64_t n = epoch_samples();
+  if (r.begin >= n) {
+    return Status::Invalid("--resume: the state's epoch split begins at position " + std::to_string(r.begin) +
+                           " of an epoch of " + std::to_string(n) + " samples: it was saved from another dataset or shard");
+  }
+  auto plan = PlanSplit(SplitSpec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last});
+  if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
+  const uint64_t done = r.samples / r.batch_size;  // batches each rank had taken
+  if (done >= plan->batches) {
+    start_epoch = r.epoch + 1;  // that epoch was complete: the next one from its start
+    start_position = 0;
+  } else {
+    start_epoch = r.epoch;
+    start_position = ResumePosition(SplitSpec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last}, *plan, done);
+  }
+  if (!opts.forever && start_epoch >= opts.epochs) {
+    return Status::Invalid("--resume: the state resumes at epoch " + std::to_string(start_epoch) + ", but --epochs " +
+                           std::to_string(opts.epochs) + " ends before it: give --epochs beyond it (they count from "
+                           "epoch 0 of the whole run) or --forever");
+  }
+  std::fprintf(stderr, "[coloader %s] resuming at epoch %llu, position %llu (a group of %u resuming after %llu "
+               "batch(es) of %u per rank)\n", opts.name.c_str(), static_cast<unsigned long long>(start_epoch),
+               static_cast<unsigned long long>(start_position), r.world_size, static_cast<unsigned long long>(done),
+               r.batch_size);
+  return Status::OK();
+}
+
+void Producer::Impl::PublishReady() {
+  for (auto& job : external ? external->TakeCompleted() : pipeline->TakeCompleted())
+    done.emplace(job->seq, std::move(job));
+  // Publish strictly in sequence order, and only when someone is there to take it: a batch
+  // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
+  // Members waiting for the rest of their group are not there yet either.
+  while (!done.empty() && done.begin()->first == next_publish_seq && Receivers() > 0) {
+    std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
+    done.erase(done.begin());
+    ++next_publish_seq;
+
+    if (!job->fatal.ok()) {
+      if (fatal.ok()) fatal = job->fatal;
+      ring.Abandon(job->slot);
+      return;
+    }
+    uint32_t count = static_cast<uint32_t>(job->indices.size());
+    if (!job->failures.empty()) {
+      std::sort(job->failures.begin(), job->failures.end());
+      for (const auto& [pos, reason] : job->failures) {
+        ++bad_events;
+        const int64_t index = job->indices[pos];
+        const bool first_time = bad_indices.insert(index).second;
+        if (opts.on_bad_file == OnBadFile::kFail) {
+          if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
+        } else if (first_time) {
+          std::fprintf(stderr, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
+        }
+      }
+      if (!fatal.ok()) {
+        ring.Abandon(job->slot);
+        return;
+      }
+      count = pipeline ? pipeline->Compact(*job) : count;
+    }
+
+    if (!device_rings.empty()) {
+      // One upload per GPU that has a consumer now; a host copy if anyone reads the host path.
+      std::vector<bool> in_use(device_rings.size(), false);
+      bool host_readers = false;
+      for (const auto& [id, s] : sessions) {
+        if (s.pending || s.group_waiting) continue;
+        if (s.device) in_use[s.ring] = true;
+        else host_readers = true;
+      }
+      if (host_readers) in_use[0] = true;  // the host copy comes down from the first ring
+      Status st;
+      for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
+        if (in_use[i])
+          st = device_rings[i]->Upload(job->slot, count, pipeline ? pipeline->DeviceStaging(*job) : nullptr,
+                                       pipeline ? pipeline->DecodeDevice(*job) : -1);
+      if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
+      if (!st.ok()) {
+        fatal = st;
+        ring.Abandon(job->slot);
+        return;
+      }
+    }
+
+    BatchAnnouncement a;
+    a.seq = job->seq;
+    a.slot = job->slot;
+    a.epoch = job->epoch;
+    a.first = job->first;
+    a.count = count;
+    a.flags = job->last_in_epoch ? kBatchLastInEpoch : 0;
+    a.ready_ns = MonotonicNs();
+    std::vector<uint64_t> holders;
+    std::vector<std::string> stuck;
+    for (auto& [identity, s] : sessions) {
+      // A group member reads every batch (and acks it) and keeps its own share (common/split.h).
+      if (s.pending || s.group_waiting) continue;
+      if (s.waiting_for_epoch) {
+        if (job->first != 0) continue;
+        s.waiting_for_epoch = false;  // joins at this epoch's start
+      }
+      if (s.mailbox >= 0 && !mailboxes.at(static_cast<uint32_t>(s.mailbox)).Push(a)) {
+        stuck.push_back(identity);  // more outstanding than the window allows: not ours to fix
+        continue;
+      }
+      holders.push_back(s.id);
+      if (s.received++ == 0) s.first_seq = job->seq;
+      if (s.remote) SendWithPayload(s, a);
+      else if (s.mailbox < 0) SendToSession(s, a);
+    }
+    ring.Publish(job->slot, job->seq, holders);
+    for (const std::string& identity : stuck)
+      DropSession(identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
+    ++batches_published;
+    samples_published += count;
+    published_epoch = job->epoch;
+    published_position = job->first + job->indices.size();
+  }
+}
+
+}  // namespace coloader

@@ -1,0 +1,61 @@
+// The tcp:// endpoint: CURVE keys checked by the ZAP handler, batches sent as payload to
+// consumers that cannot map the ring.
+#include "producer/producer_internal.h"
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "common/curve.h"
+
+namespace coloader {
+
+Status Producer::Impl::BindTcp() {
+  // libzmq copies a socket's options into each endpoint when it is bound: the ipc endpoint
+  // above has neither CURVE nor a ZAP domain; this one has both (or ZAP alone, insecure).
+  std::optional<std::set<std::string>> allowed;
+  CurveKeyPair pair;
+  if (!opts.insecure) {
+    ASSIGN_OR_RETURN(pair, ReadCurveKeyPair(opts.curve_key_file));
+    ASSIGN_OR_RETURN(allowed, ReadAuthorizedKeys(opts.authorized_keys_file));
+  }
+  const std::string name = opts.name;
+  ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
+                     std::fprintf(stderr, "[coloader %s] %s\n", name.c_str(), line.c_str());
+                   }));
+  try {
+    router.set(zmq::sockopt::zap_domain, ZapHandler::kDomain);
+    if (!opts.insecure) {
+      router.set(zmq::sockopt::curve_server, 1);
+      router.set(zmq::sockopt::curve_secretkey, pair.secret_key);
+    }
+    router.bind(opts.tcp_endpoint);
+    tcp_bound = router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::IOError("cannot bind " + opts.tcp_endpoint + ": " + e.what());
+  }
+  return Status::OK();
+}
+
+void Producer::Impl::SendWithPayload(Session& s, const BatchAnnouncement& a) {
+  // A remote consumer cannot map the ring: the slot's indices, labels and tensor go along,
+  // packed as [int64 indices][int64 labels][tensor] for the batch's samples.
+  const uint8_t* slot = shm.data() + uint64_t{a.slot} * table.slot_bytes;
+  const uint64_t n = a.count, tensor = n * table.sample_bytes();
+  zmq::message_t payload(16 * n + tensor);
+  auto* out = payload.data<uint8_t>();
+  std::memcpy(out, slot + table.indices_offset, 8 * n);
+  std::memcpy(out + 8 * n, slot + table.labels_offset, 8 * n);
+  std::memcpy(out + 16 * n, slot + table.data_offset, tensor);
+  std::vector<uint8_t> head = Encode(a);
+  try {
+    if (router.send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+        router.send(payload, zmq::send_flags::dontwait))
+      s.last_sent_ns = MonotonicNs();
+  } catch (const zmq::error_t&) {
+    // The connection is gone; the heartbeat timeout drops the session.
+  }
+}
+
+}  // namespace coloader

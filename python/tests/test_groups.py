@@ -1,0 +1,239 @@
+"""Consumer groups through the Python package: real torchrun + DDP (gloo, CPU) over
+examples/ddp_train.py against a real producer, and a 2-rank job SIGKILLed mid-epoch and
+resumed from its checkpoint. What each rank trained on is read from the ranks' own logs
+(examples/ddp_train.py writes every step's dataset indices), not from coloader's counters.
+
+Runs with: /usr/bin/python3 -m pytest -q python/tests/test_groups.py
+(Debian's torch 1.13 under Python 3.11 needs torchrun's --redirects/--tee given: its default
+"0" does not parse there; see _torchrun.)
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_loader import (  # noqa: E402  (fixtures and helpers of the Loader tests)
+    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, Producer, dataset, env, serve, torch)
+
+import coloader  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "ddp_train.py"
+BATCH = 8
+PER_RANK = (NUM_IMAGES + 1) // 2  # ceil(103 / 2): DistributedSampler's count for 2 replicas
+STEPS = (PER_RANK + BATCH - 1) // BATCH
+
+pytestmark = pytest.mark.skipif(not hasattr(torch, "distributed") or not torch.distributed.is_available(),
+                                reason="this torch has no torch.distributed")
+
+
+def _free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(log_dir, name, *extra, epochs=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+           "--redirects", "2", "--tee", "2", "--log_dir", str(log_dir / "torchrun"),
+           str(EXAMPLE), "--name", name, "--epochs", str(epochs), "--batch-size", str(BATCH),
+           "--classes", "3", "--log-dir", str(log_dir), "--timeout", str(STEP_TIMEOUT), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group: killed whole below
+
+
+def _steps(log_dir, rank):
+    """The rank's step lines (epoch, indices), in order; a line cut by a kill is not one."""
+    out = []
+    path = log_dir / ("rank%d.jsonl" % rank)
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if "indices" in rec:
+            out.append(rec)
+    return out
+
+
+def _check_exact(per_rank_epoch_indices, epochs):
+    """Each rank: exactly its share per epoch (PER_RANK samples in STEPS steps); both ranks
+    together: every sample, with the one padding repeat ceil(103/2)*2 - 103 = 1."""
+    for e in range(epochs):
+        union = []
+        for rank in (0, 1):
+            got = per_rank_epoch_indices[rank].get(e, [])
+            assert len(got) == PER_RANK, "rank %d epoch %d: %d samples, want %d" % (rank, e, len(got), PER_RANK)
+            union += got
+        assert sorted(set(union)) == list(range(NUM_IMAGES)), "epoch %d: the ranks' union is not the dataset" % e
+        assert len(union) - NUM_IMAGES == 2 * PER_RANK - NUM_IMAGES
+
+
+def test_torchrun_ddp_ranks_split_every_epoch(serve, tmp_path):
+    producer = serve(epochs=2)
+    run = _torchrun(tmp_path, producer.name)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, out
+    per_rank = {}
+    for rank in (0, 1):
+        by_epoch = {}
+        for rec in _steps(tmp_path, rank):
+            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
+        per_rank[rank] = by_epoch
+        summaries = [json.loads(l) for l in (tmp_path / ("rank%d.jsonl" % rank)).read_text().splitlines()
+                     if '"steps"' in l]
+        assert [s["steps"] for s in summaries] == [STEPS, STEPS], summaries  # equal step counts
+    _check_exact(per_rank, 2)
+    assert producer.wait() == 0
+
+
+def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_path):
+    ckpt = tmp_path / "ckpt.pt"
+    producer = serve(epochs=3, window=2)
+    first = tmp_path / "first"
+    run = _torchrun(first, producer.name, "--checkpoint", str(ckpt), "--checkpoint-every", "2", "--step-ms", "40",
+                    "--group", "job-a", epochs=3)
+    # Wait for a checkpoint inside epoch 1 (mid-epoch: some of its steps taken), then SIGKILL
+    # both ranks (and torchrun) and the producer: a crashed node.
+    deadline = time.monotonic() + 120
+    state = None
+    while time.monotonic() < deadline:
+        if ckpt.exists():
+            try:
+                state = torch.load(str(ckpt))["loader"]
+            except Exception:  # being replaced this instant
+                state = None
+            if state and state["epoch"] == 1 and 0 < state["samples_seen_in_epoch"] < PER_RANK - BATCH:
+                break
+        assert run.poll() is None, run.communicate()[0]
+        time.sleep(0.02)
+    else:
+        pytest.fail("no mid-epoch checkpoint in epoch 1")
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    producer.stop()
+    state = torch.load(str(ckpt))["loader"]  # the last one written before the kill
+    assert state["epoch"] == 1 and state["world_size"] == 2 and state["group"]
+    state_file = tmp_path / "loader_state.json"
+    state_file.write_text(json.dumps(state))
+
+    # Restart: the producer from the state (it starts at the round where the group resumes),
+    # the job from its checkpoint.
+    restarted = serve("--resume", str(state_file), epochs=3, window=2)
+    assert any("resuming at epoch 1" in l for l in restarted.lines)
+    second = tmp_path / "second"
+    run = _torchrun(second, restarted.name, "--checkpoint", str(ckpt), "--resume", "--group", "job-a", epochs=3)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, out
+    assert "could not be resumed exactly" not in out, out
+
+    # Over the whole run: the first run's steps up to the checkpoint (what the resumed model
+    # had trained on), then the second run's.
+    kept_steps = state["samples_seen_in_epoch"] // BATCH
+    per_rank = {}
+    for rank in (0, 1):
+        by_epoch = {}
+        seen_in = {}
+        for rec in _steps(first, rank):
+            e = rec["epoch"]
+            seen_in[e] = seen_in.get(e, 0) + 1
+            if e < 1 or (e == 1 and seen_in[e] <= kept_steps):
+                by_epoch.setdefault(e, []).extend(rec["indices"])
+        for rec in _steps(second, rank):
+            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
+        per_rank[rank] = by_epoch
+        for e in range(3):  # no sample twice within a rank's epoch (the one repeat is across ranks)
+            assert len(set(by_epoch[e])) == len(by_epoch[e]), (rank, e, sorted(by_epoch[e]))
+    _check_exact(per_rank, 3)
+
+
+def test_a_state_of_another_group_size_or_seed_is_refused(serve):
+    producer = serve(epochs=None)
+    loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=1, timeout=STEP_TIMEOUT)
+    state = loader.state_dict()
+    with pytest.raises(coloader.InvalidArgument, match="world size 2 in the state, 1 here"):
+        loader.load_state_dict(dict(state, world_size=2))
+    with pytest.raises(coloader.InvalidArgument, match="seed 5 in the state, 0 here"):
+        loader.load_state_dict(dict(state, seed=5))
+    with pytest.raises(coloader.InvalidArgument, match="data key 'feed' in the state"):
+        loader.load_state_dict(dict(state, data_key="feed"))
+    loader.close()
+
+
+def test_rank_from_the_environment_needs_a_group_name(serve, monkeypatch):
+    producer = serve(epochs=None)
+    for var in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(coloader.InvalidArgument, match="needs a group name"):
+        coloader.Loader(producer.name, wait_for_producer=0)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    # Node 1 of 2 asks a producer that serves the whole dataset (--world-size 1): refused,
+    # naming both sides.
+    with pytest.raises(coloader.InvalidArgument, match=r"node 1 of 2, but producer '.*' serves shard 0 of 1"):
+        coloader.Loader(producer.name, wait_for_producer=0)
+
+
+def test_a_shared_producer_that_moved_on_warns_and_continues_at_the_next_epoch(serve):
+    # A shared producer is not restarted for one job: when it has passed the saved point, the
+    # Loader says so (ResumeWarning, naming what is skipped) and goes on with whole epochs.
+    producer = serve(epochs=None)
+    saved = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=1, group="solo",
+                            timeout=STEP_TIMEOUT)
+    it = iter(saved)
+    for _ in range(3):
+        next(it)
+    state = saved.state_dict()
+    assert state["epoch"] == 0 and state["samples_seen_in_epoch"] == 3 * BATCH
+    del it
+    saved.close()
+    other = coloader.Loader(producer.name, batch_size=BATCH, timeout=STEP_TIMEOUT)
+    for _epoch in range(2):  # the producer moves on, into epoch 1 and beyond
+        for batch in other:
+            del batch  # (a batch still referenced would keep `other` attached, holding the producer back)
+    other.close()
+    resumed = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=1, group="solo",
+                              timeout=STEP_TIMEOUT)
+    resumed.load_state_dict(state)
+    with pytest.warns(coloader.ResumeWarning, match="skipped"):
+        batches = sum(1 for _ in resumed)
+    assert resumed.epoch >= 1 and batches > 0
+    resumed.close()
+
+
+def test_a_killed_rank_raises_group_broken_in_the_others(serve):
+    producer = serve(epochs=None, window=2)
+    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", "pair", "--rank", "1",
+                              "--world-size", "2", "--batch-size", str(BATCH), "--step-ms", "20"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=2, group="pair",
+                                 timeout=STEP_TIMEOUT)
+        assert len(loader) == STEPS
+        it = iter(loader)
+        next(it)
+        other.kill()
+        t0 = time.monotonic()
+        with pytest.raises(coloader.GroupBroken, match="rank 1 of group pair left at epoch"):
+            for _ in range(10 * STEPS):
+                for _ in loader:
+                    pass
+        assert time.monotonic() - t0 < 1.5 + 2.0  # the heartbeat timeout (pidfd sees it at once), plus slack
+        assert isinstance(coloader.GroupBroken("x"), coloader.ProducerGone)
+    finally:
+        other.kill()
+        other.wait()

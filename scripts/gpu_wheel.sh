@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root of a copy that carries the wheel (dist/,
+# made here by scripts/build_wheel.sh) and the test binaries (.device/, made here by
+# scripts/gpu_bundle.sh --tests-only). Installs the wheel as a user would and runs the GPU
+# suites against it. Writes logs under $OUT (default ./out).
+#
+#   scripts/gpu_wheel.sh              install, check, the clean-environment runs, then the suites
+#   scripts/gpu_wheel.sh collocated   the same install, then one collocated benchmark configuration
+#                                     (benchmarks/run_collocated.sh --tiny) with the wheel's binary
+#
+# 1. `pip install --no-deps --no-index --target` the wheel into a fresh folder (the GPU machine has
+#    no package registry; its Python is not ours to modify); without pip, the wheel (a zip) is
+#    unpacked the way pip would.
+# 2. ldd of every ELF file installed: all resolved, no GDAL/GDCM/poppler (wheel.log).
+# 3. With a clean environment (env -i: PATH, HOME, and PYTHONPATH naming the install folder, which
+#    is what a pip install into site-packages amounts to; no LD_LIBRARY_PATH, no COLOADER_*):
+#    `coloader serve` (the console script) on the GPU ring with --decode gpu and with --decode
+#    cpu, each feeding a coloader.Loader on cuda:0 for an exact epoch; the serve banner says which
+#    nvJPEG it loaded (smoke.log).
+# 4. The GPU suites with the wheel's binary and libraries (scripts/gpu_env.sh with
+#    COLOADER_WHEEL_SITE): gpu_decode_test, gpu_test, integration_test, then pytest python/tests.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-tests}
+site=/tmp/coloader-wheel-site
+export COLOADER_WHEEL_SITE=$site
+source scripts/gpu_env.sh
+status=0
+
+wheels=(dist/coloader-*.whl)
+if [[ ${#wheels[@]} -ne 1 || ! -f ${wheels[0]} ]]; then
+  echo "gpu_wheel: expected one dist/coloader-*.whl, found: ${wheels[*]} (run scripts/build_wheel.sh and carry dist/)" >&2
+  exit 1
+fi
+wheel=${wheels[0]}
+if [[ $what == tests && ! -x .device/bin/gpu_test ]]; then
+  echo "gpu_wheel: no .device/bin/gpu_test: run scripts/gpu_bundle.sh --tests-only where the wheel was built, and carry .device/" >&2
+  exit 1
+fi
+# At most 8 files come back from $OUT: wheel.log (GPU, install, ldd), smoke.log, one log per suite.
+log=$out/wheel.log
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$log"
+echo "== install $(basename "$wheel") ($(du -h "$wheel" | cut -f1)) into $site" | tee -a "$log"
+rm -rf "$site"
+if ! python3 -m pip install --no-deps --no-index --no-compile --no-cache-dir --target "$site" "$wheel" \
+     >>"$log" 2>&1; then
+  echo "gpu_wheel: pip could not install it (see wheel.log); unpacking the wheel instead" | tee -a "$log"
+  python3 - "$wheel" "$site" <<'PY' 2>&1 | tee -a "$log"
+# What pip does for a pure-Python-tagged wheel with no scripts to rewrite: unpack, keep modes.
+import os, sys, zipfile
+wheel, site = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    for info in z.infolist():
+        path = z.extract(info, site)
+        mode = info.external_attr >> 16
+        if mode:
+            os.chmod(path, mode & 0o777)
+os.makedirs(os.path.join(site, "bin"), exist_ok=True)
+script = os.path.join(site, "bin", "coloader")
+with open(script, "w") as f:
+    f.write("#!%s\nimport sys\nfrom coloader.__main__ import main\nsys.exit(main())\n" % sys.executable)
+os.chmod(script, 0o755)
+print("gpu_wheel: unpacked into", site)
+PY
+fi
+[[ -x $site/coloader/bin/coloader && -x $site/bin/coloader ]] || { echo "gpu_wheel: the install lacks coloader/bin/coloader or bin/coloader" >&2; exit 1; }
+
+echo "== ldd of every ELF file the wheel installed"
+python3 - "$site" >"$out/ldd.tmp" <<'PY'
+import subprocess, sys
+from pathlib import Path
+site = Path(sys.argv[1])
+bad = []
+for path in sorted(site.rglob("*")):
+    if not path.is_file() or path.is_symlink() or path.read_bytes()[:4] != b"\x7fELF":
+        continue
+    out = subprocess.run(["ldd", str(path)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout
+    print("##", path.relative_to(site)); print(out)
+    bad += ["%s: %s" % (path.relative_to(site), l.strip()) for l in out.splitlines()
+            if "not found" in l or any(x in l for x in ("libgdal", "libgdcm", "libpoppler"))]
+print("\n".join(["PROBLEMS:"] + bad) if bad else "OK: every library resolved, no GDAL/GDCM/poppler")
+sys.exit(1 if bad else 0)
+PY
+[[ $? -eq 0 ]] || status=1
+cat "$out/ldd.tmp" >>"$log" && rm "$out/ldd.tmp"
+tail -1 "$log"
+
+if [[ $what == tests ]]; then
+  data=/tmp/coloader-wheel-data
+  [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images 600 --classes 10 >/dev/null 2>&1
+  images=$(find "$data" -type f | wc -l)
+  py=$(command -v python3)
+  clean=(env -i "PATH=$(dirname "$py"):/usr/bin:/bin" "HOME=$HOME" "PYTHONPATH=$site" "TMPDIR=/tmp")
+  for decode in gpu cpu; do
+    name=wheel-smoke-$decode-$$
+    slog="$out/smoke_$decode.tmp"
+    echo "== clean environment: coloader serve --device cuda:0 --decode $decode + coloader.Loader(device='cuda'), $images images"
+    "${clean[@]}" "$site/bin/coloader" serve --data "$data" --name "$name" --device cuda:0 --decode "$decode" \
+      --batch-size 64 --epochs 1 --workers "$(nproc)" --quiet >"$slog" 2>&1 &
+    producer=$!
+    "${clean[@]}" timeout 300 python3 - "$name" "$images" <<'PY' >>"$slog" 2>&1
+import sys, torch, coloader
+name, images = sys.argv[1], int(sys.argv[2])
+assert "coloader-wheel-site" in coloader.__file__, coloader.__file__
+loader = coloader.Loader(name, batch_size=100, device="cuda", wait_for_producer=120, timeout=120)
+seen = []
+for x, y in loader:
+    assert x.is_cuda and x.shape[0] == y.shape[0]
+    seen += loader.indices.tolist()
+torch.cuda.synchronize()
+ok = sorted(seen) == list(range(images))
+print("smoke: %d samples, %d unique, exact epoch: %s" % (len(seen), len(set(seen)), ok))
+sys.exit(0 if ok else 1)
+PY
+    rc=$?
+    wait "$producer" || rc=1
+    grep -E "decode: gpu|exact epoch|error|Error" "$slog" | head -5
+    [[ $rc -eq 0 ]] || { status=1; echo "gpu_wheel: the clean-environment run with --decode $decode failed (see smoke.log)"; tail -20 "$slog"; }
+    { echo "== --decode $decode"; cat "$slog"; } >>"$out/smoke.log" && rm "$slog"
+  done
+
+  echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
+  .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== gpu_test (with the wheel's coloader: $COLOADER_BINARY)"
+  .device/bin/gpu_test 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== integration_test (host path, the wheel's coloader)"
+  .device/bin/integration_test 2>&1 | tee "$out/integration_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== python tests against the wheel's libraries and binary (torch $(python3 -c 'import torch; print(torch.__version__)'))"
+  python3 -m pytest -q -p no:cacheprovider python/tests -rfEs 2>&1 | tee "$out/pytest.log" | tail -15
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+elif [[ $what == collocated ]]; then
+  # A smaller dataset than the benchmark default keeps the command within the device limit.
+  COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
+else
+  echo "usage: scripts/gpu_wheel.sh [tests|collocated]" >&2
+  exit 2
+fi
+echo "gpu_wheel: status $status"
+exit $status

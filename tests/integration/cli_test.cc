@@ -1,0 +1,99 @@
+// The command line as users meet it, through the real binary: every subcommand answers
+// --help on stdout with exit 0, and an unknown flag or a malformed value with exit 2, the
+// flag and value named, and its usage; values mean what they say (decimal, last one wins).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+using testing::Child;
+using testing::Coloader;
+
+const std::vector<std::string> kCommands = {"serve", "consume", "status", "plan", "launch", "simulate", "keygen",
+                                            "clean"};
+
+TEST(Cli, EverySubcommandHasHelp) {
+  for (const std::string& command : kCommands) {
+    SCOPED_TRACE(command);
+    Child c(Coloader({command, "--help"}));
+    ASSERT_EQ(c.Wait(), 0) << c.Stderr();
+    EXPECT_NE(c.Stdout().find("\nusage: coloader " + command), std::string::npos) << c.Stdout();
+    EXPECT_NE(c.Stdout().find("--help"), std::string::npos) << c.Stdout();
+    EXPECT_EQ(c.Stderr(), "");
+  }
+  // What benchmarks/collocated.py and scripts/gpu_decode_profile.sh look for in serve's help.
+  Child serve(Coloader({"serve", "--help"}));
+  ASSERT_EQ(serve.Wait(), 0);
+  for (const char* flag : {"--decode", "--gpu-wait", "--device", "--output", "--tcp"}) {
+    EXPECT_NE(serve.Stdout().find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(Cli, AnUnknownFlagIsAUsageErrorInEverySubcommand) {
+  for (const std::string& command : kCommands) {
+    SCOPED_TRACE(command);
+    // Plan and launch take their jobs file first; the flag must be refused before it is read.
+    std::vector<std::string> args = {command};
+    if (command == "plan" || command == "launch") args.push_back("/nonexistent/jobs.json");
+    args.push_back("--frobnicate");
+    Child c(Coloader(args));
+    ASSERT_EQ(c.Wait(), 2) << c.Stderr();
+    EXPECT_EQ(c.Stderr().find("coloader " + command + ": "), 0u) << c.Stderr();
+    EXPECT_NE(c.Stderr().find("--frobnicate"), std::string::npos) << c.Stderr();
+    EXPECT_NE(c.Stderr().find("\nusage: coloader " + command), std::string::npos) << c.Stderr();
+    EXPECT_EQ(c.Stdout(), "");
+  }
+}
+
+TEST(Cli, BadValuesNameTheFlagAndTheValue) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"serve", "--data", "/d", "--name", "p", "--output", "int4"}, "--output: int4 not in {uint8,float32,bfloat16,float16}"},
+      {{"serve", "--data", "/d", "--name", "p", "--device", "cuda:x"}, "--device must be cpu or cuda:N[,cuda:M...] (e.g. cuda:0), got 'cuda:x'"},
+      {{"serve", "--data", "/d", "--name", "p", "--device", "cuda:1,cuda:1"}, "--device names cuda:1 twice"},
+      {{"serve", "--data", "/d", "--name", "p", "--epochs", "-1"}, "--epochs: must not be negative, got -1"},
+      {{"serve", "--data", "/d", "--name", "p", "--batch-size", "4294967296"}, "--batch-size: must be at most 4294967295"},
+      {{"serve", "--data", "/d", "--name", "p", "--epochs", "2", "--forever"}, "--epochs excludes --forever"},
+      {{"serve", "--data", "/d", "--name", "p", "--window"}, "--window"},
+      {{"serve", "--data", "/d"}, "--name is required"},
+      {{"status", "--name", "p", "--timeout-ms", "0x10"}, "--timeout-ms: expects an integer, got '0x10'"},
+      {{"consume", "--batch-size", "8"}, "--name (or --endpoint) is required"},
+      {{"plan", "/nonexistent/jobs.json", "--sm-limit", "nan"}, "--sm-limit: expects a number, got 'nan'"},
+      {{"plan", "/nonexistent/jobs.json", "--sm-limit", "9"}, "--sm-limit: expects a number in [0.05, 4], got 9"},
+      {{"plan", "/nonexistent/jobs.json", "--policy", "random"}, "--policy: random not in"},
+      {{"plan", "--json"}, "the jobs file (JSON or YAML) is required"},
+      {{"launch", "/nonexistent/jobs.json", "--mps", "--no-mps"}, "--mps excludes --no-mps"},
+      {{"simulate", "--trace", "/nonexistent/t.json", "--sharing", "maybe"}, "--sharing: maybe not in {both,on,off}"},
+      {{"keygen"}, "--out is required"},
+  };
+  for (const auto& [args, want] : cases) {
+    Child c(Coloader(args));
+    EXPECT_EQ(c.Wait(), 2) << want << ": " << c.Stderr();
+    EXPECT_NE(c.Stderr().find(want), std::string::npos) << c.Stderr();
+    EXPECT_NE(c.Stderr().find("usage: coloader " + args[0]), std::string::npos) << c.Stderr();
+  }
+}
+
+// Integers are decimal ("010" is ten, not CLI11's octal eight), --flag=value is --flag value,
+// and a flag given twice takes its last value.
+TEST(Cli, ValuesMeanWhatTheySay) {
+  testing::TempDir tmp;
+  const std::string trace = tmp.path() + "/trace.json";
+  testing::WriteFile(trace, R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5000,
+                                          "duration_s": 600}]})");
+  Child sim(Coloader({"simulate", "--trace=" + trace, "--gpus", "3", "--gpus", "010", "--policy=fifo-exclusive",
+                      "--sharing", "off"}));
+  ASSERT_EQ(sim.Wait(60000), 0) << sim.Stderr();
+  EXPECT_NE(sim.Stdout().find("1 jobs on 10 GPUs"), std::string::npos) << sim.Stdout();
+
+  Child keygen(Coloader({"keygen", "--out=" + tmp.path() + "/k"}));
+  ASSERT_EQ(keygen.Wait(), 0) << keygen.Stderr();
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() + "/k.key"));
+  EXPECT_TRUE(std::filesystem::exists(tmp.path() + "/k.pub"));
+}
+
+}  // namespace
+}  // namespace coloader

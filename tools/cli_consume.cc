@@ -1,0 +1,199 @@
+// The reference consumer: iterates epochs through the client library and reports what it
+// saw, computed from the dataset indices carried with every batch. Tests and users check a
+// producer's semantics with it.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "client/consumer.h"
+#include "common/json.h"
+#include "common/process.h"
+#include "tools/cli.h"
+
+namespace coloader::cli {
+
+namespace {
+
+constexpr const char* kConsumeSynopsis = "coloader consume --name NAME | --endpoint EP [options]";
+
+uint64_t Fnv1a(const uint8_t* p, uint64_t n, uint64_t h) {
+  for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+}  // namespace
+
+int Consume(const std::vector<std::string>& args) {
+  ConsumerOptions o;
+  uint64_t epochs = 0;  // 0: until the producer finishes
+  bool json = false, checksum = false, list_indices = false;
+  int step_ms = 0;
+  Command cmd("consume", kConsumeSynopsis,
+              "The reference consumer: iterates epochs from a producer and reports what it saw (batches, samples, "
+              "the dataset indices' sum and xor), so a producer's semantics can be checked.");
+  cmd.Add("--name", &o.name, "the producer's name (coloader serve --name)")->type_name("NAME");
+  cmd.Add("--endpoint", &o.endpoint, "or its ZeroMQ endpoint (tcp://HOST:PORT for a producer elsewhere)")
+      ->type_name("EP");
+  cmd.Add("--batch-size", &o.batch_size, "this consumer's batch size (0: the producer's)");
+  cmd.Add("--epochs", &epochs, "stop after this many epochs (0: when the producer finishes)");
+  cmd.Add("--drop-last", &o.drop_last, "drop each epoch's last batch if it is short");
+  cmd.Add("--wait-for-epoch", &o.wait_for_epoch, "join at the next epoch boundary, not mid-epoch");
+  cmd.Add("--device", &o.device, "batches in the producer's GPU memory where it has a device ring");
+  cmd.Add("--json", &json, "one JSON object per epoch");
+  cmd.Add("--checksum", &checksum, "add an order-independent hash of every sample's index, label and pixels");
+  cmd.Add("--step-ms", &step_ms, "sleep this long per batch (a slow training step)");
+  cmd.Add("--timeout-ms", &o.timeout_ms, "give up on a batch after this long (0: wait while the producer lives)");
+  cmd.Add("--connect-timeout-ms", &o.connect_timeout_ms, "the handshake's deadline");
+  cmd.Add("--wait-ms", &o.wait_for_producer_ms,
+          "wait this long for a producer that is not running yet (default 60000; 0: fail at once)");
+  cmd.Add("--group", &o.group, "the consumer group (the ranks of one data-parallel job share this name)")
+      ->type_name("G");
+  cmd.Add("--rank", &o.rank, "this member's rank in the group (with --group)");
+  cmd.Add("--world-size", &o.world_size, "the group's size (with --group)");
+  cmd.Add("--node-rank", &o.node_rank, "this node's index (checked against the producer's --rank)");
+  cmd.Add("--num-nodes", &o.num_nodes, "the number of nodes (checked against the producer's --world-size)");
+  cmd.Add("--indices", &list_indices, "with --json: list every sample's dataset index, in order");
+  cmd.Add("--curve-key", &o.curve_key_file, "this consumer's key pair, for a tcp:// producer (coloader keygen)")
+      ->type_name("FILE");
+  cmd.Add("--server-key", &o.curve_server_key, "the producer's public key (Z85 text or its .pub file)")
+      ->type_name("KEY|FILE");
+  if (std::optional<int> exit = cmd.Parse(args)) return *exit;
+  if (o.name.empty() && o.endpoint.empty()) return cmd.UsageError("--name (or --endpoint) is required");
+  if (o.group.empty() && (cmd.Given("--rank") || cmd.Given("--world-size")))
+    return cmd.UsageError("--rank and --world-size need --group NAME (the name all ranks of the job share)");
+  if (!o.group.empty() && o.rank >= o.world_size)
+    return cmd.UsageError("--rank " + std::to_string(o.rank) + " is outside --world-size " + std::to_string(o.world_size));
+  o.client_name = o.group.empty() ? "coloader consume"
+                                   : "coloader consume (" + o.group + " rank " + std::to_string(o.rank) + ")";
+  auto consumer = Consumer::Connect(o);
+  if (!consumer.ok()) {
+    std::fprintf(stderr, "coloader consume: %s\n", consumer.status().message().c_str());
+    return 1;
+  }
+  Consumer& c = **consumer;
+  if (o.device && !c.on_device()) {
+    std::fprintf(stderr, "coloader consume: using the host path: %s\n", c.fallback_reason().c_str());
+  }
+  std::vector<uint8_t> host_copy;
+  const uint64_t dataset_size = c.welcome().dataset_size;
+  uint64_t done_epochs = 0;
+  while (epochs == 0 || done_epochs < epochs) {
+    const uint64_t epoch_asked_ns = MonotonicNs();
+    Result<bool> more = c.NextEpoch();
+    if (!more.ok()) {
+      std::fprintf(stderr, "coloader consume: %s\n", more.status().message().c_str());
+      return 1;
+    }
+    if (!*more) break;
+    std::vector<uint8_t> seen(dataset_size, 0);
+    std::string indices;  // with --indices: every sample's dataset index, in order
+    uint64_t batches = 0, samples = 0, unique = 0, index_sum = 0, index_xor = 0, content = 0;
+    std::vector<double> handoff_us, queued_next_us;
+    // The longest this consumer waited for data (the epoch's first batch included): what a
+    // stalled peer or producer costs it. The fault stress test bounds it by the timeout.
+    uint64_t max_wait_ns = MonotonicNs() - epoch_asked_ns;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const uint64_t asked_ns = MonotonicNs();
+      Result<std::optional<Batch>> next = c.Next();
+      if (!next.ok()) {
+        std::fprintf(stderr, "coloader consume: %s\n", next.status().message().c_str());
+        return 1;
+      }
+      if (!*next) break;
+      const uint64_t got_ns = MonotonicNs();
+      max_wait_ns = std::max(max_wait_ns, got_ns - asked_ns);
+      Batch& b = **next;
+      // Hand-off latency counts only batches that became ready while we were waiting;
+      // the others sat in our queue because we were busy, which measures us, not the transport.
+      if (b.ready_ns() >= asked_ns) {
+        handoff_us.push_back(static_cast<double>(got_ns - b.ready_ns()) * 1e-3);
+      } else {
+        // Already announced when asked: the cost of Next() itself (slicing, mapping, the
+        // device path's stream wait), without the transport.
+        queued_next_us.push_back(static_cast<double>(got_ns - asked_ns) * 1e-3);
+      }
+      ++batches;
+      samples += b.size();
+      const uint64_t sample_bytes = b.bytes() / std::max<uint32_t>(1, b.size());
+      const uint8_t* pixels = static_cast<const uint8_t*>(b.data());
+      if (checksum && b.device() >= 0) {  // hash what the GPU holds, byte for byte
+        host_copy.resize(b.bytes());
+        if (Status st = b.CopyTo(host_copy.data()); !st.ok()) {
+          std::fprintf(stderr, "coloader consume: %s\n", st.message().c_str());
+          return 1;
+        }
+        pixels = host_copy.data();
+      }
+      for (uint32_t i = 0; i < b.size(); ++i) {
+        const auto idx = static_cast<uint64_t>(b.indices()[i]);
+        index_sum += idx;
+        index_xor ^= idx;
+        if (list_indices) {
+          if (!indices.empty()) indices += ',';
+          indices += std::to_string(idx);
+        }
+        if (idx < seen.size() && !seen[idx]) {
+          seen[idx] = 1;
+          ++unique;
+        }
+        if (checksum) {
+          // Order-independent: a sum over samples of a hash of (index, label, pixels), so
+          // consumers with different batch sizes can be compared sample for sample.
+          const uint8_t* px = pixels + i * sample_bytes;
+          uint64_t h = Fnv1a(reinterpret_cast<const uint8_t*>(&b.indices()[i]), 8, 1469598103934665603ull);
+          h = Fnv1a(reinterpret_cast<const uint8_t*>(&b.labels()[i]), 8, h);
+          content += Fnv1a(px, sample_bytes, h);
+        }
+      }
+      if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++done_epochs;
+    if (json) {
+      JsonWriter w;
+      w.BeginObject()
+          .Field("epoch", c.epoch())
+          .Field("partial", c.partial())
+          .Field("batches", batches)
+          .Field("samples", samples)
+          .Field("unique_samples", unique)
+          .Field("index_sum", index_sum)
+          .Field("index_xor", index_xor)
+          .Field("images_per_s", secs > 0 ? static_cast<double>(samples) / secs : 0.0)
+          .Field("expected_batches", c.size())
+          .Field("handoff_p50_us", Percentile(handoff_us, 0.5))
+          .Field("handoff_p99_us", Percentile(handoff_us, 0.99))
+          .Field("handoff_samples", static_cast<uint64_t>(handoff_us.size()))
+          .Field("queued_next_p50_us", Percentile(queued_next_us, 0.5))
+          .Field("max_wait_ms", static_cast<double>(max_wait_ns) * 1e-6)
+          .Field("path", c.on_device() ? "device" : "host");
+      if (checksum) w.Field("content_hash", content);
+      if (!o.group.empty()) {
+        w.Field("group", o.group).Field("rank", static_cast<uint64_t>(o.rank))
+            .Field("world_size", static_cast<uint64_t>(o.world_size)).Field("split_begin", c.split_begin());
+      }
+      if (list_indices) w.Field("indices", indices);
+      w.EndObject();
+      std::printf("%s\n", w.str().c_str());
+    } else {
+      std::printf("epoch %llu%s: %llu batches, %llu samples (%llu unique), %.0f images/s\n",
+                  static_cast<unsigned long long>(c.epoch()), c.partial() ? " (partial)" : "",
+                  static_cast<unsigned long long>(batches), static_cast<unsigned long long>(samples),
+                  static_cast<unsigned long long>(unique), secs > 0 ? static_cast<double>(samples) / secs : 0.0);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace coloader::cli

@@ -1,0 +1,206 @@
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+
+#include "common/process.h"
+#include "placement/json_reader.h"
+#include "tools/cli.h"
+#include "producer/device_ring.h"
+#include "producer/producer.h"
+
+namespace coloader::cli {
+
+namespace {
+
+Producer* g_producer = nullptr;
+
+// --resume STATE: a Loader's state_dict() saved as JSON (json.dump(loader.state_dict(), f)).
+Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) {
+  ASSIGN_OR_RETURN(JsonValue v, ReadJsonFile(path));
+  if (!v.is_object()) return Status::Invalid("--resume " + path + ": expected a JSON object (a Loader's state_dict())");
+  auto number = [&](const char* key, bool required, uint64_t* out) -> Status {
+    const JsonValue* f = v.Find(key);
+    if (f == nullptr || f->is_null()) {
+      return required ? Status::Invalid("--resume " + path + ": no \"" + key + "\" (is it a Loader's state_dict()?)")
+                      : Status::OK();
+    }
+    if (!f->is_number() || f->number() < 0) return Status::Invalid("--resume " + path + ": \"" + key + "\" must be a number >= 0");
+    *out = static_cast<uint64_t>(f->number());
+    return Status::OK();
+  };
+  ProducerOptions::ResumePoint& r = o->resume;
+  uint64_t world = 1, batch = 0, seed = 0;
+  RETURN_NOT_OK(number("epoch", true, &r.epoch));
+  RETURN_NOT_OK(number("samples_seen_in_epoch", true, &r.samples));
+  RETURN_NOT_OK(number("batch_size", true, &batch));
+  RETURN_NOT_OK(number("world_size", false, &world));
+  RETURN_NOT_OK(number("split_begin", false, &r.begin));
+  if (batch < 1 || world < 1) return Status::Invalid("--resume " + path + ": batch_size and world_size must be >= 1");
+  r.batch_size = static_cast<uint32_t>(batch);
+  r.world_size = static_cast<uint32_t>(world);
+  if (const JsonValue* d = v.Find("drop_last"); d != nullptr && d->type() == JsonValue::Type::kBool) r.drop_last = d->bool_value();
+  if (const JsonValue* k = v.Find("data_key"); k != nullptr && k->is_string()) r.data_key = k->string();
+  if (const JsonValue* sd = v.Find("seed"); sd != nullptr && sd->is_number()) {
+    RETURN_NOT_OK(number("seed", false, &seed));
+    if (seed_given && seed != o->seed) {
+      return Status::Invalid("--resume " + path + ": the state was saved with --seed " + std::to_string(seed) +
+                             ", but --seed " + std::to_string(o->seed) + " was given: its epochs hold other samples");
+    }
+    o->seed = seed;  // the state's, when none is given
+  }
+  r.set = true;
+  return Status::OK();
+}
+
+void OnSignal(int) {
+  if (g_producer) g_producer->Stop();
+}
+
+constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [options]";
+
+}  // namespace
+
+int Serve(const std::vector<std::string>& args) {
+  ProducerOptions o;
+  std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
+              gpu_wait = "block";
+  bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
+  Command cmd("serve", kServeSynopsis,
+              "Run a producer: decode and augment every batch once and serve it, under a name, to any number of "
+              "consumers (README.md has the semantics).");
+  cmd.Add("--data", &o.data, "an ImageFolder tree (DIR/<class>/<image>) or a file list (path,label per line)")
+      ->type_name("PATH");
+  cmd.Add("--name", &o.name, "what consumers connect to ([A-Za-z0-9._-], up to 64)")->type_name("NAME");
+  cmd.Add("--batch-size", &o.batch_size, "producer batch (samples per ring slot)");
+  cmd.Add("--image-size", &o.image_size, "output is S x S");
+  cmd.Add("--workers", &o.workers, "decode threads (0: one per core)");
+  cmd.Add("--window", &o.window, "how many batches the producer may run ahead of the slowest consumer");
+  cmd.Add("--spare-slots", &o.spare_slots, "extra ring slots for batches consumers keep (-1: window/2, at least 1)");
+  CLI::Option* epochs = cmd.Add("--epochs", &o.epochs, "how many epochs to serve");
+  cmd.Add("--forever", &o.forever, "serve epochs until stopped")->excludes(epochs);
+  cmd.Add("--seed", &o.seed, "the permutation and augmentation are functions of (seed, epoch, index)");
+  cmd.Add("--no-shuffle", &no_shuffle, "serve every epoch in dataset order");
+  cmd.Add("--augment", &augment, "RandomResizedCrop + flip; Resize + CenterCrop; plain resize")
+      ->check(CLI::IsMember({"train", "eval", "none"}));
+  cmd.Add("--output", &output, "raw pixels or ImageNet-normalised floats (the 16-bit types need --device)")
+      ->check(CLI::IsMember({"uint8", "float32", "bfloat16", "float16"}));
+  cmd.Add("--layout", &layout, "default: nhwc for uint8, nchw otherwise")->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd.Add("--device", &device, "cpu, or cuda:N[,cuda:M...]: the ring in GPU memory, one ring per GPU (CUDA IPC)");
+  cmd.Add("--decode", &decode, "gpu: nvJPEG + GPU augmentation on the first --device; auto: gpu where it has a "
+                               "JPEG engine")
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
+  cmd.Add("--gpu-wait", &gpu_wait, "how threads wait for the GPU: block spares the CPU, spin is CUDA's default")
+      ->check(CLI::IsMember({"block", "spin"}));
+  cmd.Add("--gpu-lanes", &o.gpu_lanes, "batches each decoding GPU works on at once");
+  cmd.Add("--on-bad-file", &on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
+      ->check(CLI::IsMember({"skip", "fail"}));
+  cmd.Add("--min-consumers", &o.min_consumers, "start the first epoch when this many consumers are attached");
+  cmd.Add("--rank", &o.rank, "this producer's shard of the dataset, as torch's DistributedSampler");
+  cmd.Add("--world-size", &o.world_size, "the number of shards (one producer per node)");
+  cmd.Add("--heartbeat-ms", &o.heartbeat_ms, "liveness pings to consumers that are not local processes");
+  cmd.Add("--heartbeat-timeout-ms", &o.heartbeat_timeout_ms, "a consumer silent this long is dropped");
+  cmd.Add("--no-dct-scaling", &no_dct, "decode JPEGs at full size even when the crop is small");
+  cmd.Add("--no-crop-decode", &no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
+  cmd.Add("--quiet", &quiet, "no progress line");
+  cmd.Add("--tcp", &o.tcp_endpoint, "also serve consumers on other machines (host path); needs --curve-key and "
+                                    "--authorized-keys, or --insecure")
+      ->type_name("tcp://HOST:PORT");
+  cmd.Add("--curve-key", &o.curve_key_file, "this producer's key pair (coloader keygen)")->type_name("FILE");
+  cmd.Add("--authorized-keys", &o.authorized_keys_file, "the consumers' public keys it accepts, one per line")
+      ->type_name("FILE");
+  cmd.Add("--insecure", &o.insecure, "--tcp without authentication: anyone who reaches the port may connect");
+  std::string resume;
+  cmd.Add("--resume", &resume, "a Loader's state_dict() saved as JSON: start where that job resumes")
+      ->type_name("STATE.json");
+  if (std::optional<int> exit = cmd.Parse(args)) return *exit;
+
+  if (o.data.empty()) return cmd.UsageError("--data is required (an ImageFolder directory or a file list)");
+  if (o.name.empty()) return cmd.UsageError("--name is required (consumers connect by it)");
+  if (Result<AugmentMode> a = ParseAugmentMode(augment); a.ok()) o.augment = *a;
+  else return cmd.UsageError(a.status().message());
+  if (Result<DecodeMode> d = ParseDecodeMode(decode); d.ok()) o.decode = *d;
+  else return cmd.UsageError(d.status().message());
+  if (!resume.empty()) {
+    if (Status r = ReadResume(resume, cmd.Given("--seed"), &o); !r.ok()) return cmd.UsageError(r.message());
+  }
+  if (output == "uint8") o.output = DType::kUInt8;
+  else if (output == "bfloat16") o.output = DType::kBFloat16;
+  else if (output == "float16") o.output = DType::kFloat16;
+  else o.output = DType::kFloat32;
+  // uint8 is what a GPU-side normalisation wants (NHWC, as decoded); float32 is what a
+  // model wants (NCHW, normalised). Either can be overridden.
+  if (layout.empty()) layout = o.output == DType::kUInt8 ? "nhwc" : "nchw";
+  o.layout = layout == "nhwc" ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  if (device != "cpu") {
+    // cuda:N, or a comma-separated list of them: one ring per GPU.
+    size_t start = 0;
+    while (start <= device.size()) {
+      const size_t comma = device.find(',', start);
+      const std::string one = device.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      char* end = nullptr;
+      const long ordinal = one.rfind("cuda:", 0) == 0 ? std::strtol(one.c_str() + 5, &end, 10) : -1;
+      if (ordinal < 0 || ordinal > 1024 || end == one.c_str() + 5 || *end != '\0') {
+        return cmd.UsageError("--device must be cpu or cuda:N[,cuda:M...] (e.g. cuda:0), got '" + device + "'");
+      }
+      if (std::find(o.devices.begin(), o.devices.end(), ordinal) != o.devices.end()) {
+        return cmd.UsageError("--device names " + one + " twice");
+      }
+      o.devices.push_back(static_cast<int>(ordinal));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  o.shuffle = !no_shuffle;
+  o.dct_scaling = !no_dct;
+  o.crop_decode = !no_crop_decode;
+  o.on_bad_file = on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
+  if (quiet) o.progress_interval_ms = 0;
+
+  // Before any other CUDA call of this process, so every context and library stream gets it.
+  // A device that refuses is reported by Make below, with the options checked first.
+  Status wait_set;
+  for (int d : o.devices) {
+    if (Status w = SetGpuWait(d, gpu_wait == "block"); !w.ok() && wait_set.ok())
+      wait_set = Status::IOError("--device cuda:" + std::to_string(d) + ": --gpu-wait " + gpu_wait + ": " + w.message());
+  }
+  Result<std::unique_ptr<Producer>> producer = Producer::Make(o);
+  if (!producer.ok()) {
+    std::fprintf(stderr, "coloader serve: %s\n", producer.status().message().c_str());
+    return producer.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  if (!wait_set.ok()) std::fprintf(stderr, "coloader serve: warning: %s\n", wait_set.message().c_str());
+  g_producer = producer->get();
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  std::fprintf(stderr, "[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
+               (*producer)->endpoint().c_str());
+  if (!(*producer)->tcp_endpoint().empty()) {
+    std::fprintf(stderr, "[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
+                 o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
+  }
+
+  Status run = (*producer)->Run();
+  g_producer = nullptr;
+  const double cpu = ProcessCpuSeconds();
+  producer->reset();
+  if (run.code() == StatusCode::kCancelled) {
+    std::fprintf(stderr, "[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
+    return 0;
+  }
+  if (!run.ok()) {
+    std::fprintf(stderr, "coloader serve: %s\n", run.message().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);
+  return 0;
+}
+
+}  // namespace coloader::cli

@@ -1,0 +1,171 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <zmq.hpp>
+
+#include "common/curve.h"
+#include "common/endpoint.h"
+#include "common/json.h"
+#include "common/protocol.h"
+#include "tools/cli.h"
+
+namespace coloader::cli {
+
+namespace {
+
+constexpr const char* kStatusSynopsis = "coloader status [--name NAME | --endpoint EP] [options]";
+
+Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
+                          const std::string& server_key) {
+  if (endpoint.empty()) {
+    ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
+    if (!NameLock::IsHeld(paths.lock)) {
+      // A dead one of that name may have left its ring behind: say so, and how to remove it.
+      size_t left = 0;
+      if (auto l = FindLeftovers(); l.ok())
+        left = static_cast<size_t>(std::count_if(l->begin(), l->end(), [&](const Leftover& x) { return x.name == name; }));
+      return Status::NotFound("no producer named '" + name + "' is running; start one with: coloader serve --name " +
+                              name + " --data DIR" +
+                              (left ? " (a dead one left " + std::to_string(left) +
+                                          " file(s): `coloader status` lists them, `coloader clean --yes` removes them)"
+                                    : ""));
+    }
+    endpoint = paths.endpoint;
+  }
+  zmq::context_t ctx(1);
+  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
+  sock.set(zmq::sockopt::linger, 0);
+  if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
+  try {
+    sock.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::Invalid("cannot connect to --endpoint '" + endpoint + "': " + e.what() +
+                           " (an endpoint looks like tcp://HOST:PORT or ipc://PATH)");
+  }
+  std::vector<uint8_t> req = Encode(StatusRequest{});
+  sock.send(zmq::buffer(req), zmq::send_flags::none);
+  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  zmq::message_t reply;
+  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
+    std::string why = "producer at " + endpoint + " did not answer within " + std::to_string(timeout_ms) + " ms";
+    if (endpoint.rfind("tcp://", 0) == 0) {
+      // A refused CURVE handshake is silent on the client's side, like a host that is down.
+      why += key_file.empty() ? ": is it running there, and without CURVE keys (--insecure)? Otherwise give "
+                                "--curve-key and --server-key (coloader keygen)"
+                              : ": is it running there, and does its --authorized-keys list this --curve-key?";
+    }
+    return Status::Timeout(why);
+  }
+  ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
+  if (auto* r = std::get_if<StatusReply>(&m)) return *r;
+  if (auto* reject = std::get_if<Reject>(&m)) return Status::Protocol("the producer refused the request: " + reject->reason);
+  return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));
+}
+
+std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::to_string(path - 1); }
+
+}  // namespace
+
+int StatusCommand(const std::vector<std::string>& args) {
+  std::string name, endpoint, key_file, server_key;
+  bool json = false;
+  int timeout_ms = 3000;
+  Command cmd("status", kStatusSynopsis,
+              "Show a producer's live state: epoch, throughput, slots and consumers. Without --name or --endpoint: "
+              "what dead producers left behind (`coloader clean` removes it).");
+  cmd.Add("--name", &name, "the producer's name")->type_name("NAME");
+  cmd.Add("--endpoint", &endpoint, "or its ZeroMQ endpoint (tcp://HOST:PORT for a producer elsewhere)")
+      ->type_name("EP");
+  cmd.Add("--json", &json, "one JSON object instead of the table");
+  cmd.Add("--curve-key", &key_file, "a key pair the producer accepts, for a tcp:// endpoint")->type_name("FILE");
+  cmd.Add("--server-key", &server_key, "the producer's public key (Z85 text or its .pub file)")
+      ->type_name("KEY|FILE");
+  cmd.Add("--timeout-ms", &timeout_ms, "how long to wait for the answer");
+  if (std::optional<int> exit = cmd.Parse(args)) return *exit;
+  if (name.empty() && endpoint.empty()) {
+    // No producer named: list what dead ones left, the listing `coloader clean` works from.
+    if (json) return Clean({"--json"});
+    size_t foreign = 0;
+    Result<std::vector<Leftover>> left = FindLeftovers(&foreign);
+    if (!left.ok()) {
+      std::fprintf(stderr, "coloader status: %s\n", left.status().message().c_str());
+      return 1;
+    }
+    if (left->empty()) std::printf("no leftovers of dead producers (give --name NAME for a running producer's state)\n");
+    PrintLeftovers(*left, foreign, "found");
+    if (!left->empty()) std::printf("run `coloader clean --yes` to remove them\n");
+    return 0;
+  }
+  Result<StatusReply> r = Query(name, endpoint, timeout_ms, key_file, server_key);
+  if (!r.ok()) {
+    std::fprintf(stderr, "coloader status: %s\n", r.status().message().c_str());
+    return 1;
+  }
+  if (json) {
+    JsonWriter w;
+    w.BeginObject()
+        .Field("name", r->name)
+        .Field("pid", r->pid)
+        .Field("state", ProducerStateName(r->state))
+        .Field("epoch", r->epoch)
+        .Field("position", r->position)
+        .Field("epoch_samples", r->epoch_samples)
+        .Field("batches_published", r->batches_published)
+        .Field("samples_published", r->samples_published)
+        .Field("batches_per_s", r->batches_per_s)
+        .Field("images_per_s", r->images_per_s)
+        .Field("cpu_seconds", r->cpu_seconds)
+        .Field("uptime_seconds", r->uptime_seconds)
+        .Field("slots", r->num_slots)
+        .Field("slots_in_use", r->slots_in_use)
+        .Field("bad_files", r->bad_files)
+        .Field("rejected_messages", r->rejected_messages)
+        .Field("dropped_clients", r->dropped_clients);
+    w.BeginArray("consumers");
+    for (const ConsumerStatus& c : r->consumers) {
+      w.BeginObject()
+          .Field("id", c.id)
+          .Field("pid", c.pid)
+          .Field("name", c.name)
+          .Field("batch_size", c.batch_size)
+          .Field("received", c.received)
+          .Field("acked", c.acked)
+          .Field("held", c.held)
+          .Field("lag", c.lag)
+          .Field("path", PathName(c.path));
+      if (!c.group.empty()) {
+        w.Field("group", c.group).Field("rank", c.rank).Field("world_size", c.world_size)
+            .Field("waiting_for_group", c.waiting != 0);
+      }
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
+    std::printf("%s\n", w.str().c_str());
+    return 0;
+  }
+  std::printf("producer %s (pid %u): %s\n", r->name.c_str(), r->pid, ProducerStateName(r->state));
+  std::printf("  epoch %llu, %llu of %llu samples\n", static_cast<unsigned long long>(r->epoch),
+              static_cast<unsigned long long>(r->position), static_cast<unsigned long long>(r->epoch_samples));
+  std::printf("  throughput %.1f batches/s, %.0f images/s; published %llu batches, %llu samples\n",
+              r->batches_per_s, r->images_per_s, static_cast<unsigned long long>(r->batches_published),
+              static_cast<unsigned long long>(r->samples_published));
+  std::printf("  CPU %.1f s over %.1f s; slots %u/%u in use; bad files %llu; rejected messages %llu; "
+              "clients dropped for misbehaving %llu\n",
+              r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
+              static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages),
+              static_cast<unsigned long long>(r->dropped_clients));
+  std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %s\n", "id", "pid", "batch", "received", "acked", "held", "lag", "path");
+  for (const ConsumerStatus& c : r->consumers) {
+    std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,
+                c.batch_size, static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.acked),
+                c.held, static_cast<unsigned long long>(c.lag), PathName(c.path).c_str());
+    if (!c.group.empty())
+      std::printf("       rank %u of %u in group %s%s\n", c.rank, c.world_size, c.group.c_str(),
+                  c.waiting ? ": waiting for the rest of its group" : "");
+  }
+  return 0;
+}
+
+}  // namespace coloader::cli

@@ -1,0 +1,47 @@
+// coloader: one producer decodes and augments every batch once; any number of training
+// processes consume it. See `coloader help`.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"
+
+namespace {
+
+constexpr const char* kHelp =
+    "coloader: a shared data loader for collocated training jobs\n"
+    "\n"
+    "usage:\n"
+    "  coloader serve   --data DIR --name NAME [options]   run a producer\n"
+    "  coloader consume --name NAME [options]              run the reference consumer\n"
+    "  coloader status  --name NAME [--json]               show a producer's live state\n"
+    "  coloader status                                     list what dead producers left behind\n"
+    "  coloader clean   [--yes]                            remove it (a dry run without --yes)\n"
+    "  coloader plan    JOBS.json [options]                place jobs on GPUs (MPS/MIG, shared producers)\n"
+    "  coloader launch  JOBS.json [options]                run a plan: MPS daemon, producers, jobs\n"
+    "  coloader simulate --trace TRACE.json [options]      replay a trace under each placement policy\n"
+    "  coloader keygen  --out NAME                         a CURVE key pair for tcp:// endpoints\n"
+    "\n"
+    "`coloader COMMAND --help` lists a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kHelp, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "serve") return coloader::cli::Serve(args);
+  if (command == "consume") return coloader::cli::Consume(args);
+  if (command == "status") return coloader::cli::StatusCommand(args);
+  if (command == "plan") return coloader::cli::PlanCommand(args);
+  if (command == "launch") return coloader::cli::LaunchCommand(args);
+  if (command == "simulate") return coloader::cli::SimulateCommand(args);
+  if (command == "keygen") return coloader::cli::Keygen(args);
+  if (command == "clean") return coloader::cli::Clean(args);
+  std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
+  return 2;
+}
