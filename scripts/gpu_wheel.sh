@@ -5,6 +5,7 @@
 # suites against it. Writes logs under $OUT (default ./out).
 #
 #   scripts/gpu_wheel.sh              install, check, the clean-environment runs, then the suites
+#   scripts/gpu_wheel.sh smoke        install, check and the clean-environment runs only (steps 1-3)
 #   scripts/gpu_wheel.sh collocated   the same install, then one collocated benchmark configuration
 #                                     (benchmarks/run_collocated.sh --tiny) with the wheel's binary
 #
@@ -85,7 +86,7 @@ PY
 cat "$out/ldd.tmp" >>"$log" && rm "$out/ldd.tmp"
 tail -1 "$log"
 
-if [[ $what == tests ]]; then
+if [[ $what == tests || $what == smoke ]]; then
   data=/tmp/coloader-wheel-data
   [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images 600 --classes 10 >/dev/null 2>&1
   images=$(find "$data" -type f | wc -l)
@@ -118,7 +119,8 @@ PY
     [[ $rc -eq 0 ]] || { status=1; echo "gpu_wheel: the clean-environment run with --decode $decode failed (see smoke.log)"; tail -20 "$slog"; }
     { echo "== --decode $decode"; cat "$slog"; } >>"$out/smoke.log" && rm "$slog"
   done
-
+fi
+if [[ $what == tests ]]; then
   echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
   .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -131,11 +133,13 @@ PY
   echo "== python tests against the wheel's libraries and binary (torch $(python3 -c 'import torch; print(torch.__version__)'))"
   python3 -m pytest -q -p no:cacheprovider python/tests -rfEs 2>&1 | tee "$out/pytest.log" | tail -15
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+elif [[ $what == smoke ]]; then
+  :  # steps 1-3 only
 elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
   COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
 else
-  echo "usage: scripts/gpu_wheel.sh [tests|collocated]" >&2
+  echo "usage: scripts/gpu_wheel.sh [tests|smoke|collocated]" >&2
   exit 2
 fi
 echo "gpu_wheel: status $status"
