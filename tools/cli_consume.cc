@@ -95,7 +95,7 @@ int Consume(const std::vector<std::string>& args) {
     }
     if (!*more) break;
     std::vector<uint8_t> seen(dataset_size, 0);
-    std::string indices;  // with --indices: every sample's dataset index, in order
+    std::vector<uint64_t> indices;  // with --indices: every sample's dataset index, in order
     uint64_t batches = 0, samples = 0, unique = 0, index_sum = 0, index_xor = 0, content = 0;
     std::vector<double> handoff_us, queued_next_us;
     // The longest this consumer waited for data (the epoch's first batch included): what a
@@ -138,10 +138,7 @@ int Consume(const std::vector<std::string>& args) {
         const auto idx = static_cast<uint64_t>(b.indices()[i]);
         index_sum += idx;
         index_xor ^= idx;
-        if (list_indices) {
-          if (!indices.empty()) indices += ',';
-          indices += std::to_string(idx);
-        }
+        if (list_indices) indices.push_back(idx);
         if (idx < seen.size() && !seen[idx]) {
           seen[idx] = 1;
           ++unique;
@@ -182,7 +179,11 @@ int Consume(const std::vector<std::string>& args) {
         w.Field("group", o.group).Field("rank", static_cast<uint64_t>(o.rank))
             .Field("world_size", static_cast<uint64_t>(o.world_size)).Field("split_begin", c.split_begin());
       }
-      if (list_indices) w.Field("indices", indices);
+      if (list_indices) {
+        w.BeginArray("indices");
+        for (uint64_t idx : indices) w.Value(idx);
+        w.EndArray();
+      }
       w.EndObject();
       std::printf("%s\n", w.str().c_str());
     } else {

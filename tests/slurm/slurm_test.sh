@@ -6,14 +6,15 @@
 #   tests/slurm/slurm_test.sh BUILD_DIR [--coloader PATH] [--nodes auto|1|2]
 #
 # Each job: one producer per node (`serve --rank NODE --world-size NODES --forever`), then
-# 2 ranks per node, each `coloader consume --epochs 2 --json` with its own batch size (5, 6,
-# ...), reading whole epochs of its node's share; the job stops the producers when they are
-# done. The ranks start either when every producer answers (the job's wait step) or, in the
-# last job, at once beside the producers (no wait step; `consume --wait-ms` waits).
-# Exact means, for every epoch: every rank saw its node's share once (samples ==
-# unique_samples == N / NODES, not partial), the ranks of a node saw the same samples (the
-# same index sum and xor), and the nodes' shares together are the dataset once (unique
-# samples sum to N, index sums to N*(N-1)/2, xors to that of 0..N-1).
+# 2 ranks per node, the node's ranks one consumer group (`coloader consume --group job-ID
+# --rank SLURM_LOCALID --world-size 2 --node-rank SLURM_NODEID --num-nodes NODES --epochs 2
+# --json --indices`, batch size 5) splitting that node's share; the job stops the producers
+# when they are done. The ranks start either when every producer answers (the job's wait
+# step) or, in the last job, at once beside the producers (no wait step; `consume --wait-ms`
+# waits). Exact means, for every epoch, from the indices every rank lists: no rank's epoch
+# is partial, every rank of the job took the same number of batches and samples, no sample
+# was taken twice, and the samples of all ranks of all nodes are the dataset (0..N-1) once.
+# (N divides by the job's ranks, so there is no padding to allow for.)
 #
 # Exit: 0 passed; 77 skipped (Slurm cannot run here; the reason is printed); 1 failed.
 # Bounded: the dataset 120 s, cluster start about 2 min at worst (45 s for the nodes, 30 s
@@ -157,7 +158,7 @@ run_job() {
         COLOADER="$COLOADER_BIN" COLOADER_DATA="$DATA" COLOADER_LOG_DIR="$out" OUT="$out" \
         COLOADER_SERVE_ARGS="--batch-size 16 --image-size 64 --workers 1 --forever --quiet" \
         COLOADER_WAIT_S=$wait_s COLOADER_STOP_S=10 \
-        TRAIN_CMD='"$COLOADER" consume --name "$COLOADER_NAME" --batch-size $((5 + SLURM_PROCID)) --epochs 2 --json --timeout-ms 30000 '"$wait_ms"' >"$OUT/rank$SLURM_PROCID-node$SLURM_NODEID.jsonl"' \
+        TRAIN_CMD='"$COLOADER" consume --name "$COLOADER_NAME" --group "job-$SLURM_JOB_ID" --rank "$SLURM_LOCALID" --world-size "$LOCAL_RANKS" --node-rank "$SLURM_NODEID" --num-nodes "$SLURM_NNODES" --batch-size 5 --epochs 2 --json --indices --timeout-ms 30000 '"$wait_ms"' >"$OUT/rank$SLURM_PROCID-node$SLURM_NODEID.jsonl"' \
         sbatch --parsable --nodes="$nodes" --ntasks-per-node="$per_node" --time=5 \
           --job-name="coloader-test-${nodes}x$per_node" --chdir="$out" --output="$out/job.out" \
           "$SBATCH_SCRIPT") || fail "sbatch failed for ${nodes}x$per_node"
@@ -200,52 +201,47 @@ run_job() {
   check_epochs "$out" "$nodes" "$per_node" || { say "job $id output:"; cat "$out/job.out" >&2; fail "job $id (${nodes}x$per_node) was not exact"; }
   local where
   where=$(sed -n 's/.*serving .* on \(ipc:[^ ]*\).*/\1/p' "$out"/coloader-serve-"$id"-*.log | tr '\n' ' ')
-  say "PASS ${nodes} node(s) x ${per_node} rank(s), producers awaited by $([[ $waiter == step ]] && echo "the job's wait step" || echo "the consumers (--wait-ms)"): job $id, 2 exact epochs per rank, $((SECONDS - t0))s (producers on $where)"
+  say "PASS ${nodes} node(s) x ${per_node} rank(s), producers awaited by $([[ $waiter == step ]] && echo "the job's wait step" || echo "the consumers (--wait-ms)"): job $id, a ${per_node}-rank group per node, 2 exact epochs, $((SECONDS - t0))s (producers on $where)"
 }
 
 # check_epochs DIR NODES RANKS_PER_NODE: the exactness rules above, over DIR/rank*-node*.jsonl.
 check_epochs() {
   "$PYTHON" - "$@" "$N" <<'EOF'
-import glob, json, os, re, sys
+import collections, glob, json, os, re, sys
 out, nodes, per_node, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 epochs, errors = 2, []
 files = sorted(glob.glob(os.path.join(out, "rank*-node*.jsonl")))
 if len(files) != nodes * per_node:
     errors.append(f"{len(files)} rank outputs, expected {nodes * per_node}: {files}")
-by_node = {}  # node -> epoch -> [(rank, line)]
+by_epoch = {}  # epoch -> [(global rank, node, line)]
 for f in files:
     rank, node = map(int, re.search(r"rank(\d+)-node(\d+)", f).groups())
     lines = [json.loads(l) for l in open(f) if l.strip()]
     if len(lines) != epochs:
         errors.append(f"rank {rank} (node {node}): {len(lines)} epoch lines, expected {epochs}")
     for e in lines:
-        by_node.setdefault(node, {}).setdefault(e["epoch"], []).append((rank, e))
-share = n // nodes
-want_sum, want_xor = n * (n - 1) // 2, 0
-for i in range(n):
-    want_xor ^= i
+        by_epoch.setdefault(e["epoch"], []).append((rank, node, e))
 for epoch in range(epochs):
-    total_unique = total_sum = total_xor = 0
-    for node in range(nodes):
-        seen = by_node.get(node, {}).get(epoch, [])
-        if len(seen) != per_node:
-            errors.append(f"epoch {epoch} node {node}: {len(seen)} ranks reported, expected {per_node}")
-            continue
-        for rank, e in seen:
-            if e["partial"] or e["samples"] != share or e["unique_samples"] != share:
-                errors.append(f"epoch {epoch} node {node} rank {rank}: partial={e['partial']} samples={e['samples']} "
-                              f"unique={e['unique_samples']}, expected {share} whole")
-        sums = {(e["index_sum"], e["index_xor"]) for _, e in seen}
-        if len(sums) != 1:
-            errors.append(f"epoch {epoch} node {node}: ranks disagree on the node's samples (index sum, xor: {sorted(sums)})")
-        total_unique += seen[0][1]["unique_samples"]
-        total_sum += seen[0][1]["index_sum"]
-        total_xor ^= seen[0][1]["index_xor"]
-    # Shares of the right sizes whose indices sum (and xor) to those of 0..N-1: the dataset
-    # once. Overlapping shares (every node serving the same half) fail here.
-    if total_unique != n or total_sum != want_sum or total_xor != want_xor:
-        errors.append(f"epoch {epoch}: the nodes' shares ({total_unique} samples) have index sum {total_sum} and xor "
-                      f"{total_xor}, expected {n} samples, {want_sum} and {want_xor}: they overlap or miss samples")
+    seen = by_epoch.get(epoch, [])
+    if len(seen) != nodes * per_node:
+        errors.append(f"epoch {epoch}: {len(seen)} ranks reported, expected {nodes * per_node}")
+        continue
+    counts = {(e["batches"], e["samples"]) for _, _, e in seen}
+    if len(counts) != 1:
+        errors.append(f"epoch {epoch}: ranks took different (batches, samples): "
+                      f"{sorted((r, e['batches'], e['samples']) for r, _, e in seen)}")
+    taken = collections.Counter()
+    for rank, node, e in seen:
+        if e["partial"] or e.get("world_size") != per_node or len(e["indices"]) != e["samples"]:
+            errors.append(f"epoch {epoch} rank {rank} (node {node}): partial={e['partial']} "
+                          f"world_size={e.get('world_size')} samples={e['samples']} listed={len(e['indices'])}")
+        taken.update(e["indices"])
+    twice = sorted(i for i, c in taken.items() if c > 1)
+    missing = sorted(set(range(n)) - set(taken))
+    extra = sorted(set(taken) - set(range(n)))
+    if twice or missing or extra:
+        errors.append(f"epoch {epoch}: the ranks' samples are not the dataset once: "
+                      f"taken twice {twice[:10]}, missing {missing[:10]}, not in 0..{n - 1} {extra[:10]}")
 for e in errors:
     print("  " + e, file=sys.stderr)
 sys.exit(1 if errors else 0)

@@ -143,6 +143,10 @@ std::vector<JsonLine> ParseJsonLines(const std::string& text) {
         size_t v1 = line.find('"', v0 + 1);
         value = line.substr(v0 + 1, v1 - v0 - 1);
         next = v1 + 1;
+      } else if (line[v0] == '[') {  // an array of numbers: its items, comma-separated
+        size_t v1 = line.find(']', v0 + 1);
+        value = line.substr(v0 + 1, v1 - v0 - 1);
+        next = v1 + 1;
       } else {
         next = line.find_first_of(",}", v0);
         value = line.substr(v0, next - v0);

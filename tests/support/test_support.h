@@ -74,7 +74,8 @@ class Child {
 // The coloader binary under test, and a command line for it.
 std::vector<std::string> Coloader(std::vector<std::string> args);
 
-// Flat JSON objects, one per line: key -> raw value text (strings unquoted).
+// Flat JSON objects, one per line: key -> raw value text (strings unquoted; an array of
+// numbers as its items, comma-separated).
 using JsonLine = std::map<std::string, std::string>;
 std::vector<JsonLine> ParseJsonLines(const std::string& text);
 uint64_t U64(const JsonLine& line, const std::string& key);
