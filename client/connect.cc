@@ -22,6 +22,10 @@ void Consumer::Close() {
     // (Bounded: the producer's death or another member's departure ends the wait.)
     (void)SkipRestOfEpoch();
   }
+  // At the end of training the ranks of a job finish a moment apart: one that took its whole
+  // share says so, and the others still read the rest of the epoch. One that leaves earlier
+  // (an error, a kill) ends the group for them, rather than leave their all-reduce waiting.
+  if (state_->opts.world_size > 1 && in_epoch_ && epoch_ended_) state_->finished_share.store(true);
   FreeStash();
   current_.reset();
   gathering_.clear();  // their acks go out before the goodbye
@@ -215,9 +219,14 @@ Result<std::unique_ptr<Consumer>> Consumer::Handshake(ConsumerOptions opts) {
                              std::to_string(o.connect_timeout_ms) + " ms (last: " + last_failure + "): " + why);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
+      // A refused handshake does not always reach the monitor before the deadline (seen on
+      // the GPU machine: no event at all for a keyless consumer of a CURVE producer), so the
+      // timeout names the key flags too.
       return Status::Timeout("producer at " + state->endpoint + " did not answer the handshake within " +
                              std::to_string(o.connect_timeout_ms) + " ms; is it running and responsive?" +
-                             (curve ? " (with CURVE: a wrong --server-key looks like this too)" : ""));
+                             (curve ? " (with CURVE: a wrong --server-key looks like this too)"
+                                    : tcp ? " If it requires CURVE keys, pass --curve-key and --server-key."
+                                          : ""));
     }
   }
   if (tcp) {

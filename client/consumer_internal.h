@@ -80,6 +80,10 @@ struct ConsumerState {
   zmq::socket_t sock{ctx, zmq::socket_type::dealer};
   std::thread io;
   std::atomic<bool> stopping{false};
+  // Set by Close(): this group member took its whole share of its epoch, so its goodbye says
+  // it finished (Bye kFinished) and the others read on; otherwise it leaves (kLeaving), which
+  // ends its group for the others.
+  std::atomic<bool> finished_share{false};
 
   // Announcements and the producer's fate, from the I/O thread to the user's thread.
   std::mutex mu;

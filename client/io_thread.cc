@@ -110,7 +110,7 @@ void ConsumerState::IoLoop() {
     // Closing: flush the acks of what we still held, then say goodbye so the producer
     // reclaims our slots at once instead of waiting for the pidfd or the heartbeat.
     for (uint64_t seq : sink->Take()) send(Ack{seq});
-    send(Bye{ByeReason::kLeaving, ""});
+    send(Bye{finished_share.load() ? ByeReason::kFinished : ByeReason::kLeaving, ""});
   }
 }
 

@@ -14,7 +14,7 @@
 //   consumer -> Ack ...                  (one per Batch, when the consumer no longer reads it)
 //   both     -> Heartbeat                (when idle; a missing peer is detected by timeout)
 //   either   -> Bye                      (producer finished / stopping / detached you / your group
-//                                         broke; consumer leaving)
+//                                         broke; consumer leaving, or a group member finished)
 //   status tool -> StatusRequest, producer -> StatusReply
 #pragma once
 
@@ -172,7 +172,8 @@ struct Attach {
 struct Heartbeat {};
 
 enum class ByeReason : uint16_t {
-  kFinished = 1,   // producer: every requested epoch was delivered
+  kFinished = 1,   // producer: every requested epoch was delivered; consumer: a group member
+                   // leaving after its whole share of the epoch (the others read on)
   kStopping = 2,   // producer: asked to stop (SIGTERM/SIGINT)
   kDetached = 3,   // producer: you were too slow or silent and were detached
   kLeaving = 4,    // consumer: closing

@@ -86,6 +86,10 @@ struct Group {
   uint32_t world_size = 1;
   std::vector<std::string> members;
   bool running = false;  // every rank attached: they were started together
+  // Ranks that took their whole share of an epoch and said so (Bye kFinished): the group goes
+  // on without them, so that the others read the rest of that epoch, and no new process may
+  // take their rank.
+  uint32_t finished = 0;
 };
 
 struct Producer::Impl {
@@ -199,6 +203,8 @@ struct Producer::Impl {
   void MaybeStartGroup(const std::string& name);
   // A member of a group left: the others are told (Bye kGroupBroken) and dropped.
   void BreakGroup(const Session& gone, const char* why);
+  // A member finished its share and said goodbye: the others go on (see Group::finished).
+  void FinishInGroup(const Session& gone);
   void SubmitWork();
   void PublishReady();
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
@@ -206,7 +212,8 @@ struct Producer::Impl {
   void HandleHello(const std::string& identity, const Hello& hello, bool remote);
   Status BindTcp();
   void SendWithPayload(Session& s, const BatchAnnouncement& a);
-  void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye);
+  // `finished`: the consumer said goodbye after its share (Bye kFinished); its group goes on.
+  void DropSession(const std::string& identity, const char* why, std::optional<Bye> bye, bool finished = false);
   bool Send(const std::string& identity, const Message& m);
   void SendToSession(Session& s, const Message& m);
   void CheckLiveness(uint64_t now);

@@ -27,7 +27,7 @@ void Producer::Impl::SendToSession(Session& s, const Message& m) {
 }
 
 void Producer::Impl::DropSession(const std::string& identity, const char* why,
-                                 std::optional<Bye> bye) {
+                                 std::optional<Bye> bye, bool finished) {
   auto it = sessions.find(identity);
   if (it == sessions.end()) return;
   Session& s = it->second;
@@ -42,7 +42,23 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, why, freed);
   Session gone = std::move(s);
   sessions.erase(it);
-  if (!gone.group.empty()) BreakGroup(gone, why);
+  if (gone.group.empty()) return;
+  if (finished) {
+    FinishInGroup(gone);
+  } else {
+    BreakGroup(gone, why);
+  }
+}
+
+void Producer::Impl::FinishInGroup(const Session& gone) {
+  auto g = groups.find(gone.group);
+  if (g == groups.end() || gone.rank >= g->second.members.size() || g->second.members[gone.rank] != gone.identity)
+    return;
+  if (!g->second.running) return BreakGroup(gone, "left");  // frees the rank for a member that comes
+  g->second.members[gone.rank].clear();
+  if (++g->second.finished == g->second.world_size ||
+      std::all_of(g->second.members.begin(), g->second.members.end(), [](const std::string& m) { return m.empty(); }))
+    groups.erase(g);
 }
 
 void Producer::Impl::BreakGroup(const Session& gone, const char* why) {
@@ -132,6 +148,11 @@ std::optional<std::string> Producer::Impl::Refusal(const Hello& hello) const {
            ": all ranks of a group must give the same world size (or use another group name)";
   }
   const std::string& holder = g->second.members[hello.rank];
+  if (holder.empty() && g->second.running) {
+    return "group " + hello.group + " is running without rank " + std::to_string(hello.rank) +
+           ", which finished and left: a group starts with all its ranks; restart them all, or use another "
+           "group name";
+  }
   if (!holder.empty()) {
     auto it = sessions.find(holder);
     return "rank " + std::to_string(hello.rank) + " of group " + hello.group + " is already attached" +
@@ -368,8 +389,9 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
     }
   } else if (std::holds_alternative<Heartbeat>(m)) {
     // last_heard_ns is already updated
-  } else if (std::holds_alternative<Bye>(m)) {
-    DropSession(identity, "left", std::nullopt);
+  } else if (auto* bye = std::get_if<Bye>(&m)) {
+    const bool finished = bye->reason == ByeReason::kFinished;
+    DropSession(identity, finished ? "left after taking its share of the epoch" : "left", std::nullopt, finished);
   } else {
     ++rejected_messages;
     DropSession(identity, "sent a message only a producer sends",

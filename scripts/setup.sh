@@ -20,6 +20,7 @@ packages+=(libspng-dev)  # PNG decoding (pipeline/decode_png.cc)
 packages+=(libwebp-dev)  # WebP decoding (pipeline/decode_webp.cc)
 packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode_tiff.cc)
 packages+=(python3-venv)  # scripts/build_wheel.sh's build venv and the wheel's fresh-venv test
+packages+=(python3-yaml)  # python/tests/test_kubernetes_example.py parses the Kubernetes sketch
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-matplotlib)
 fi

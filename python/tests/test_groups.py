@@ -50,6 +50,48 @@ def _torchrun(log_dir, name, *extra, epochs=2):
                             start_new_session=True)  # its own process group: killed whole below
 
 
+def _descendants(pid):
+    """Every live descendant of pid, from /proc (children first found, then theirs)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir("/proc/%d/task" % p):
+                with open("/proc/%d/task/%s/children" % (p, task)) as f:
+                    kids = [int(c) for c in f.read().split()]
+                out += kids
+                todo += kids
+        except OSError:  # gone meanwhile
+            pass
+    return out
+
+
+def _gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has stopped
+    except OSError:
+        return True
+
+
+def _kill_job(run):
+    """SIGKILLs torchrun and every process under it, and waits until none runs. Recent torch
+    starts each rank in a session of its own, so killing torchrun's process group alone would
+    leave the ranks running: one could write a checkpoint after the test has read the last."""
+    victims = _descendants(run.pid)
+    os.killpg(run.pid, signal.SIGKILL)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    run.wait()
+    deadline = time.monotonic() + 30
+    while not all(_gone(p) for p in victims):
+        assert time.monotonic() < deadline, "ranks still running 30 s after SIGKILL: %s" % victims
+        time.sleep(0.02)
+
+
 def _steps(log_dir, rank):
     """The rank's step lines (epoch, indices), in order; a line cut by a kill is not one."""
     out = []
@@ -117,8 +159,7 @@ def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_p
         time.sleep(0.02)
     else:
         pytest.fail("no mid-epoch checkpoint in epoch 1")
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
+    _kill_job(run)
     producer.stop()
     state = torch.load(str(ckpt))["loader"]  # the last one written before the kill
     assert state["epoch"] == 1 and state["world_size"] == 2 and state["group"]
@@ -234,6 +275,46 @@ def test_a_killed_rank_raises_group_broken_in_the_others(serve):
                     pass
         assert time.monotonic() - t0 < 1.5 + 2.0  # the heartbeat timeout (pidfd sees it at once), plus slack
         assert isinstance(coloader.GroupBroken("x"), coloader.ProducerGone)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_rank_closed_mid_epoch_ends_its_group_but_one_that_finished_does_not(serve):
+    """close() before this rank's share of the epoch is taken (an exception in the training
+    loop, say) ends the group for the others: their all-reduce would wait for it forever.
+    close() after the share is taken (the end of training) lets them read the rest."""
+    producer = serve(epochs=None, window=2)
+
+    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", "pair", "--rank", "1",
+                              "--world-size", "2", "--batch-size", str(BATCH), "--epochs", "2", "--step-ms", "20",
+                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=2, group="pair",
+                                 timeout=STEP_TIMEOUT)
+        it = iter(loader)
+        next(it)
+        loader.close()  # one step into the epoch
+        _, err = other.communicate(timeout=30)
+        assert other.returncode == 1, err
+        assert "rank 0 of group pair left at epoch" in err, err
+    finally:
+        other.kill()
+        other.wait()
+
+    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", "done", "--rank", "1",
+                              "--world-size", "2", "--batch-size", str(BATCH), "--epochs", "1", "--step-ms", "20",
+                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=2, group="done",
+                                 timeout=STEP_TIMEOUT)
+        # The group joins the running producer mid-epoch: its first epoch is the rest of it.
+        steps = sum(1 for _ in loader)  # rank 0 reads at once, rank 1 at 20 ms a step
+        loader.close()
+        out, err = other.communicate(timeout=30)
+        assert other.returncode == 0, err
+        epoch = json.loads(out.splitlines()[0])
+        assert steps > 0 and epoch["batches"] == steps, (steps, epoch)
     finally:
         other.kill()
         other.wait()

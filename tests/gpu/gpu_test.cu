@@ -9,6 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "client/consumer.h"
@@ -482,12 +484,18 @@ TEST_F(GpuTest, GpuDecodeOnTwoGpusSplitsTheBatchesAndServesTheOneGpuBytes) {
   const std::string err = p->Stderr();
   EXPECT_NE(err.find("on cuda:0, 1 lane"), std::string::npos) << err;
   EXPECT_NE(err.find("on cuda:1, 1 lane"), std::string::npos) << err;
-  for (const char* dev : {"(cuda:0)", "(cuda:1)"}) {
-    const size_t at = err.find(dev);
-    ASSERT_NE(at, std::string::npos) << err;
-    const size_t line = err.rfind("decode gpu: ", at);
-    ASSERT_NE(line, std::string::npos) << err;
-    EXPECT_NE(err.compare(line, 14, "decode gpu: 0 "), 0) << "no hardware images on " << dev << ": " << err;
+  for (const std::string dev : {"(cuda:0)", "(cuda:1)"}) {
+    // "[coloader] decode gpu: N images by the hardware backend, ... (cuda:K)", one per GPU.
+    std::istringstream lines(err);
+    std::string line, count;
+    while (std::getline(lines, line)) {
+      const size_t at = line.find("decode gpu: ");
+      if (at != std::string::npos && line.size() >= dev.size() &&
+          line.compare(line.size() - dev.size(), dev.size(), dev) == 0)
+        count = line.substr(at);
+    }
+    ASSERT_FALSE(count.empty()) << "no count line for " << dev << ": " << err;
+    EXPECT_NE(count.rfind("decode gpu: 0 ", 0), 0u) << "no hardware images on " << dev << ": " << count;
   }
 }
 

@@ -173,6 +173,38 @@ TEST_F(GroupsTest, DropLastGivesEveryRankTheSameFullBatchesAndNoRepeats) {
   EXPECT_EQ(total, 96u);
 }
 
+TEST_F(GroupsTest, ARankThatFinishesFirstLetsTheSlowerRanksEndTheirEpoch) {
+  // The end of every DDP job: the ranks finish their last epoch a moment apart. Rank 1 reads
+  // fast and leaves as soon as its share is done (and the stream's epoch has ended); rank 0,
+  // slow, still has up to --window batches of the epoch to read: it must get them, not
+  // GroupBroken. Found by the Slurm test under load.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--min-consumers", "2", "--window", "3"});
+  std::vector<std::unique_ptr<Child>> ranks;
+  ranks.push_back(Consume("p", {"--group", "job-a", "--rank", "0", "--world-size", "2", "--batch-size", "8",
+                                "--epochs", "2", "--step-ms", "40"}));
+  ranks.push_back(Consume("p", {"--group", "job-a", "--rank", "1", "--world-size", "2", "--batch-size", "8",
+                                "--epochs", "2"}));
+  ASSERT_EQ(ranks[1]->Wait(30000), 0) << ranks[1]->Stderr();
+  ExpectExactGroup(ranks, 8, 2);
+  EXPECT_TRUE(producer->WaitForStderr("left after taking its share of the epoch", 10000)) << producer->Stderr();
+}
+
+TEST_F(GroupsTest, TheRankOfAMemberThatFinishedCannotBeTakenWhileItsGroupRuns) {
+  auto producer = Serve("p", {"--batch-size", "8", "--forever", "--min-consumers", "2", "--window", "3"});
+  auto slow = Consume("p", {"--group", "job-a", "--rank", "0", "--world-size", "2", "--batch-size", "8",
+                            "--epochs", "3", "--step-ms", "100"});
+  auto fast = Consume("p", {"--group", "job-a", "--rank", "1", "--world-size", "2", "--batch-size", "8",
+                            "--epochs", "1"});
+  ASSERT_EQ(fast->Wait(30000), 0) << fast->Stderr();
+  ASSERT_TRUE(producer->WaitForStderr("left after taking its share of the epoch", 10000)) << producer->Stderr();
+  // Rank 0 reads on (three epochs at 100 ms a step: seconds); a new process claiming rank 1
+  // would wait forever for a group start that happened without it: it is refused instead.
+  auto late = Consume("p", {"--group", "job-a", "--rank", "1", "--world-size", "2", "--batch-size", "8"});
+  EXPECT_EQ(late->Wait(20000), 1) << late->Stderr();
+  EXPECT_NE(late->Stderr().find("is running without rank 1"), std::string::npos) << late->Stderr();
+  EXPECT_EQ(slow->Wait(30000), 0) << slow->Stderr();
+}
+
 TEST_F(GroupsTest, AKilledMemberEndsItsGroupWithinTheTimeoutAndOthersCarryOn) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--min-consumers", "4", "--window", "3"});
   auto ranks = Group("p", "job-a", 3, 4, {"--step-ms", "30"});
@@ -217,7 +249,10 @@ TEST_F(GroupsTest, AMemberWaitsForItsGroupAndNothingIsLostMeanwhile) {
 
 TEST_F(GroupsTest, ALateGroupGetsTheRestOfTheEpochSplitThenWholeEpochs) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2"});
-  auto early = Consume("p", {"--step-ms", "15"});
+  // A slow reader of epoch 0 (13 batches at 200 ms) holds the producer within --window of it,
+  // so the group, started once 3 batches are out, joins mid-epoch even on a loaded machine
+  // (at 15 ms a step, under ASan and a busy CI box, epoch 0 was sometimes over first).
+  auto early = Consume("p", {"--step-ms", "200", "--epochs", "1"});
   // Join once a few batches of epoch 0 are out.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   for (;;) {

@@ -150,6 +150,13 @@ sys.exit(3)
     if probe.returncode != 0:
         print("skip python: torch is not installed for", sys.executable)
         return
+    # scripts/sanitize.sh's builds: an uninstrumented Python cannot load ASan/TSan libraries
+    # (the runtime must come first). The ordinary build's run of this test covers this part.
+    lib = os.path.join(os.path.dirname(os.path.dirname(a.coloader)), "producer", "libcoloader_producer_c.so")
+    linked = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    if "libasan" in linked or "libtsan" in linked:
+        print("skip python: the producer library is built with a sanitizer, which Python cannot load")
+        return
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     check(r.returncode == 0 and "RAISED" in r.stdout, f"python: coloader.Producer raised (rc {r.returncode}: "
                                                       f"{(r.stdout + r.stderr)[-400:]!r})")
