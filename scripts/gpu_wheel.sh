@@ -97,7 +97,7 @@ if [[ $what == tests || $what == smoke ]]; then
     slog="$out/smoke_$decode.tmp"
     echo "== clean environment: coloader serve --device cuda:0 --decode $decode + coloader.Loader(device='cuda'), $images images"
     "${clean[@]}" "$site/bin/coloader" serve --data "$data" --name "$name" --device cuda:0 --decode "$decode" \
-      --batch-size 64 --epochs 1 --workers "$(nproc)" --quiet >"$slog" 2>&1 &
+      --batch-size 64 --epochs 1 --workers "$(nproc)" --quiet >"$slog.serve" 2>&1 &
     producer=$!
     "${clean[@]}" timeout 300 python3 - "$name" "$images" <<'PY' >>"$slog" 2>&1
 import sys, torch, coloader
@@ -115,6 +115,8 @@ sys.exit(0 if ok else 1)
 PY
     rc=$?
     wait "$producer" || rc=1
+    # (One file per writer: the producer's offset would overwrite the Loader's lines.)
+    cat "$slog.serve" >>"$slog" && rm "$slog.serve"
     grep -E "decode: gpu|exact epoch|error|Error" "$slog" | head -5
     [[ $rc -eq 0 ]] || { status=1; echo "gpu_wheel: the clean-environment run with --decode $decode failed (see smoke.log)"; tail -20 "$slog"; }
     { echo "== --decode $decode"; cat "$slog"; } >>"$out/smoke.log" && rm "$slog"
