@@ -286,9 +286,12 @@ def test_a_rank_closed_mid_epoch_ends_its_group_but_one_that_finished_does_not(s
     close() after the share is taken (the end of training) lets them read the rest."""
     producer = serve(epochs=None, window=2)
 
-    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", "pair", "--rank", "1",
-                              "--world-size", "2", "--batch-size", str(BATCH), "--epochs", "2", "--step-ms", "20",
-                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def rank_1(group, epochs):  # the other rank: the reference consumer, 20 ms a step
+        return subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", group, "--rank", "1",
+                                 "--world-size", "2", "--batch-size", str(BATCH), "--epochs", str(epochs),
+                                 "--step-ms", "20", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    other = rank_1("pair", 2)
     try:
         loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=2, group="pair",
                                  timeout=STEP_TIMEOUT)
@@ -302,9 +305,7 @@ def test_a_rank_closed_mid_epoch_ends_its_group_but_one_that_finished_does_not(s
         other.kill()
         other.wait()
 
-    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--group", "done", "--rank", "1",
-                              "--world-size", "2", "--batch-size", str(BATCH), "--epochs", "1", "--step-ms", "20",
-                              "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    other = rank_1("done", 1)
     try:
         loader = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=2, group="done",
                                  timeout=STEP_TIMEOUT)
