@@ -274,7 +274,9 @@ Result<std::unique_ptr<Consumer>> Consumer::Handshake(ConsumerOptions opts) {
       producer_gone = true;  // no such process any more
   }
   auto explain = [&](Status st) {
-    if (producer_gone || (state->producer_watch.valid() && state->producer_watch.Exited()))
+    // A producer removes its ring and mailboxes as it stops, a moment before its process
+    // ends: what is missing right after its Welcome is most likely that. Give it a second.
+    if (producer_gone || (state->producer_watch.valid() && state->producer_watch.WaitExited(1000)))
       return Status::Disconnected("the producer stopped while this consumer was connecting (" + st.message() + ")");
     return st;
   };

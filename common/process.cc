@@ -40,10 +40,16 @@ Result<ProcessWatch> ProcessWatch::Open(int pid) {
   return ProcessWatch(static_cast<int>(fd));
 }
 
-bool ProcessWatch::Exited() const {
+bool ProcessWatch::Exited() const { return WaitExited(0); }
+
+bool ProcessWatch::WaitExited(int timeout_ms) const {
   if (!fd_.valid()) return false;
   pollfd p{fd_.get(), POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
+  int rc;
+  do {
+    rc = ::poll(&p, 1, timeout_ms);  // (a signal restarts the whole wait: fine for its callers)
+  } while (rc < 0 && errno == EINTR);
+  return rc > 0;
 }
 
 }  // namespace coloader

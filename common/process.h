@@ -28,6 +28,8 @@ class ProcessWatch {
   bool valid() const { return fd_.valid(); }
   // True once the process has exited (non-blocking).
   bool Exited() const;
+  // Waits up to `timeout_ms` for the process to exit; true if it has.
+  bool WaitExited(int timeout_ms) const;
 
  private:
   explicit ProcessWatch(int fd) : fd_(fd) {}

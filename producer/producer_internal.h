@@ -85,11 +85,10 @@ struct Session {
 struct Group {
   uint32_t world_size = 1;
   std::vector<std::string> members;
-  bool running = false;  // every rank attached: they were started together
-  // Ranks that took their whole share of an epoch and said so (Bye kFinished): the group goes
-  // on without them, so that the others read the rest of that epoch, and no new process may
-  // take their rank.
-  uint32_t finished = 0;
+  // Every rank attached: they were started together. While it runs, an empty member is a
+  // rank that took its whole share and said so (Bye kFinished): the others read on without
+  // it, and no new process may take its place.
+  bool running = false;
 };
 
 struct Producer::Impl {
@@ -203,7 +202,7 @@ struct Producer::Impl {
   void MaybeStartGroup(const std::string& name);
   // A member of a group left: the others are told (Bye kGroupBroken) and dropped.
   void BreakGroup(const Session& gone, const char* why);
-  // A member finished its share and said goodbye: the others go on (see Group::finished).
+  // A member finished its share and said goodbye: the others go on (see Group::running).
   void FinishInGroup(const Session& gone);
   void SubmitWork();
   void PublishReady();

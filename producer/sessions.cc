@@ -54,10 +54,12 @@ void Producer::Impl::FinishInGroup(const Session& gone) {
   auto g = groups.find(gone.group);
   if (g == groups.end() || gone.rank >= g->second.members.size() || g->second.members[gone.rank] != gone.identity)
     return;
-  if (!g->second.running) return BreakGroup(gone, "left");  // frees the rank for a member that comes
+  if (!g->second.running) {  // not started: its rank is free for a member that comes
+    BreakGroup(gone, "left");
+    return;
+  }
   g->second.members[gone.rank].clear();
-  if (++g->second.finished == g->second.world_size ||
-      std::all_of(g->second.members.begin(), g->second.members.end(), [](const std::string& m) { return m.empty(); }))
+  if (std::all_of(g->second.members.begin(), g->second.members.end(), [](const std::string& m) { return m.empty(); }))
     groups.erase(g);
 }
 
