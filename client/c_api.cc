@@ -19,6 +19,7 @@
 #endif
 
 struct coloader_consumer {
+  std::unique_ptr<coloader::Connecting> connecting;  // until open_wait has connected
   std::unique_ptr<coloader::Consumer> impl;
 };
 
@@ -53,48 +54,60 @@ const char* coloader_layout_name(uint32_t code) {
   return code <= COLOADER_NCHW ? coloader::TensorLayoutName(static_cast<coloader::TensorLayout>(code)) : nullptr;
 }
 
+namespace {
+
+// The C options as C++ ones, or an error code (set as the last error).
+int ToOptions(const char* what, const coloader_consumer_options* options, coloader::ConsumerOptions* o) {
+  if (options == nullptr) return NullArgument(what, "options");
+  const bool has_name = options->name != nullptr && options->name[0] != '\0';
+  const bool has_endpoint = options->endpoint != nullptr && options->endpoint[0] != '\0';
+  if (!has_name && !has_endpoint) {
+    return SetError(COLOADER_E_INVALID, "give a producer name or an endpoint to connect to");
+  }
+  if (options->connect_timeout_ms < 0 || options->timeout_ms < 0 || options->group_wait_ms < 0) {
+    return SetError(COLOADER_E_INVALID, "timeouts must be >= 0 ms (connect_timeout_ms " +
+                                            std::to_string(options->connect_timeout_ms) + ", timeout_ms " +
+                                            std::to_string(options->timeout_ms) + ", group_wait_ms " +
+                                            std::to_string(options->group_wait_ms) + ")");
+  }
+  if (has_name) o->name = options->name;
+  if (has_endpoint) o->endpoint = options->endpoint;
+  o->batch_size = options->batch_size;
+  o->drop_last = options->drop_last != 0;
+  o->wait_for_epoch = options->wait_for_epoch != 0;
+  if (options->connect_timeout_ms > 0) o->connect_timeout_ms = options->connect_timeout_ms;
+  o->timeout_ms = options->timeout_ms;
+  if (options->client_name != nullptr) o->client_name = options->client_name;
+  o->device = options->device != 0;
+  o->wait_for_producer_ms = options->wait_for_producer_ms < 0 ? coloader::kDefaultWaitForProducerMs
+                                                              : options->wait_for_producer_ms;
+  if (options->curve_key_file != nullptr) o->curve_key_file = options->curve_key_file;
+  if (options->curve_server_key != nullptr) o->curve_server_key = options->curve_server_key;
+  if (options->group != nullptr) o->group = options->group;
+  o->rank = options->rank;
+  o->world_size = options->world_size == 0 ? 1 : options->world_size;
+  o->node_rank = options->node_rank;
+  o->num_nodes = options->num_nodes;
+  if (options->has_expect_seed != 0) o->expect_seed = options->expect_seed;
+  if (options->expect_data_key != nullptr) o->expect_data_key = options->expect_data_key;
+  o->resume = options->resume != 0;
+  o->resume_epoch = options->resume_epoch;
+  o->resume_begin = options->resume_begin;
+  o->resume_samples = options->resume_samples;
+  o->zero_copy = options->zero_copy != 0;
+  if (options->group_wait_ms > 0) o->group_wait_ms = options->group_wait_ms;
+  return COLOADER_OK;
+}
+
+}  // namespace
+
 int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out) {
   constexpr const char* kWhat = "coloader_consumer_open";
   return Guard(kWhat, [&]() -> int {
     if (out == nullptr) return NullArgument(kWhat, "out");
     *out = nullptr;
-    if (options == nullptr) return NullArgument(kWhat, "options");
-    const bool has_name = options->name != nullptr && options->name[0] != '\0';
-    const bool has_endpoint = options->endpoint != nullptr && options->endpoint[0] != '\0';
-    if (!has_name && !has_endpoint) {
-      return SetError(COLOADER_E_INVALID, "give a producer name or an endpoint to connect to");
-    }
-    if (options->connect_timeout_ms < 0 || options->timeout_ms < 0) {
-      return SetError(COLOADER_E_INVALID, "timeouts must be >= 0 ms (connect_timeout_ms " +
-                                              std::to_string(options->connect_timeout_ms) +
-                                              ", timeout_ms " + std::to_string(options->timeout_ms) + ")");
-    }
     coloader::ConsumerOptions o;
-    if (has_name) o.name = options->name;
-    if (has_endpoint) o.endpoint = options->endpoint;
-    o.batch_size = options->batch_size;
-    o.drop_last = options->drop_last != 0;
-    o.wait_for_epoch = options->wait_for_epoch != 0;
-    if (options->connect_timeout_ms > 0) o.connect_timeout_ms = options->connect_timeout_ms;
-    o.timeout_ms = options->timeout_ms;
-    if (options->client_name != nullptr) o.client_name = options->client_name;
-    o.device = options->device != 0;
-    o.wait_for_producer_ms = options->wait_for_producer_ms < 0 ? coloader::kDefaultWaitForProducerMs
-                                                               : options->wait_for_producer_ms;
-    if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
-    if (options->curve_server_key != nullptr) o.curve_server_key = options->curve_server_key;
-    if (options->group != nullptr) o.group = options->group;
-    o.rank = options->rank;
-    o.world_size = options->world_size == 0 ? 1 : options->world_size;
-    o.node_rank = options->node_rank;
-    o.num_nodes = options->num_nodes;
-    if (options->has_expect_seed != 0) o.expect_seed = options->expect_seed;
-    if (options->expect_data_key != nullptr) o.expect_data_key = options->expect_data_key;
-    o.resume = options->resume != 0;
-    o.resume_epoch = options->resume_epoch;
-    o.resume_begin = options->resume_begin;
-    o.resume_samples = options->resume_samples;
-
+    if (int rc = ToOptions(kWhat, options, &o); rc != COLOADER_OK) return rc;
     auto consumer = std::make_unique<coloader_consumer>();
     auto connected = coloader::Consumer::Connect(std::move(o));
     if (!connected.ok()) return Fail(connected.status());
@@ -104,24 +117,56 @@ int coloader_consumer_open(const coloader_consumer_options* options, coloader_co
   });
 }
 
-int coloader_consumer_next_epoch(coloader_consumer* c) {
-  constexpr const char* kWhat = "coloader_consumer_next_epoch";
+int coloader_consumer_open_start(const coloader_consumer_options* options, coloader_consumer** out) {
+  constexpr const char* kWhat = "coloader_consumer_open_start";
   return Guard(kWhat, [&]() -> int {
-    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
-    auto more = c->impl->NextEpoch();
-    if (!more.ok()) return Fail(more.status());
-    return *more ? COLOADER_OK : COLOADER_END;
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    *out = nullptr;
+    coloader::ConsumerOptions o;
+    if (int rc = ToOptions(kWhat, options, &o); rc != COLOADER_OK) return rc;
+    auto consumer = std::make_unique<coloader_consumer>();
+    auto started = coloader::Consumer::Start(std::move(o));
+    if (!started.ok()) return Fail(started.status());
+    consumer->connecting = std::move(*started);
+    *out = consumer.release();
+    return COLOADER_OK;
+  });
+}
+
+int coloader_consumer_open_wait(coloader_consumer* c, int32_t wait_ms) {
+  constexpr const char* kWhat = "coloader_consumer_open_wait";
+  return Guard(kWhat, [&]() -> int {
+    if (c == nullptr) return NullArgument(kWhat, "consumer");
+    if (c->impl) return COLOADER_OK;
+    if (!c->connecting) return SetError(COLOADER_E_INVALID, "this consumer's connection attempt has ended in an error");
+    auto done = c->connecting->Finish(wait_ms < 0 ? 0 : wait_ms);
+    if (!done.ok()) {
+      if (done.status().code() != coloader::StatusCode::kAgain) c->connecting.reset();
+      return Fail(done.status());
+    }
+    c->connecting.reset();
+    c->impl = std::move(*done);
+    return COLOADER_OK;
   });
 }
 
 namespace {
 
-int NextBatch(const char* what, coloader_consumer* c, void* stream, coloader_batch** out) {
+int NextEpoch(const char* what, coloader_consumer* c, int wait_ms) {
+  return Guard(what, [&]() -> int {
+    if (c == nullptr || !c->impl) return NullArgument(what, "consumer");
+    auto more = c->impl->NextEpoch(wait_ms);
+    if (!more.ok()) return Fail(more.status());
+    return *more ? COLOADER_OK : COLOADER_END;
+  });
+}
+
+int NextBatch(const char* what, coloader_consumer* c, void* stream, int wait_ms, coloader_batch** out) {
   return Guard(what, [&]() -> int {
     if (out == nullptr) return NullArgument(what, "out");
     *out = nullptr;
     if (c == nullptr || !c->impl) return NullArgument(what, "consumer");
-    auto next = c->impl->Next(stream);
+    auto next = c->impl->Next(stream, wait_ms);
     if (!next.ok()) return Fail(next.status());
     if (!next->has_value()) return COLOADER_END;
     // If this allocation throws, the Batch is destroyed on unwinding: its lease is acked.
@@ -132,12 +177,26 @@ int NextBatch(const char* what, coloader_consumer* c, void* stream, coloader_bat
 
 }  // namespace
 
+int coloader_consumer_next_epoch(coloader_consumer* c) { return NextEpoch("coloader_consumer_next_epoch", c, -1); }
+
+int coloader_consumer_next_epoch_wait(coloader_consumer* c, int32_t wait_ms) {
+  return NextEpoch("coloader_consumer_next_epoch_wait", c, wait_ms < 0 ? 0 : wait_ms);
+}
+
 int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out) {
-  return NextBatch("coloader_consumer_next_batch", c, nullptr, out);
+  return NextBatch("coloader_consumer_next_batch", c, nullptr, -1, out);
 }
 
 int coloader_consumer_next_batch_on_stream(coloader_consumer* c, void* stream, coloader_batch** out) {
-  return NextBatch("coloader_consumer_next_batch_on_stream", c, stream, out);
+  return NextBatch("coloader_consumer_next_batch_on_stream", c, stream, -1, out);
+}
+
+int coloader_consumer_next_batch_wait(coloader_consumer* c, void* stream, int32_t wait_ms, coloader_batch** out) {
+  return NextBatch("coloader_consumer_next_batch_wait", c, stream, wait_ms < 0 ? 0 : wait_ms, out);
+}
+
+int32_t coloader_consumer_finished(const coloader_consumer* c) {
+  return c != nullptr && c->impl && c->impl->finished() ? 1 : 0;
 }
 
 uint64_t coloader_consumer_epoch(const coloader_consumer* c) {

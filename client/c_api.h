@@ -72,6 +72,15 @@ typedef struct coloader_consumer_options {
   uint64_t resume_epoch;
   uint64_t resume_begin;
   uint64_t resume_samples;
+  /* Appended after `resume_samples`. Nonzero: batches are views of the producer's memory
+   * itself, for a job that promises never to write them (host: the ring mapped read-only, a
+   * write faults; device: the IPC mapping, a write changes what every other consumer reads).
+   * 0 (the default): each batch is the job's own (host: a private copy-on-write view; device:
+   * a private copy), and kept batches are copied away when the producer needs their slots. */
+  int32_t zero_copy;
+  /* A group member without a batch yet checks after this many ms that its group is complete
+   * and fails naming the ranks that came and those that did not; 0: the default (20000). */
+  int32_t group_wait_ms;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */
@@ -104,8 +113,27 @@ COLOADER_C_EXPORT const char* coloader_dtype_name(uint32_t code);
 COLOADER_C_EXPORT const char* coloader_layout_name(uint32_t code);
 
 COLOADER_C_EXPORT int coloader_consumer_open(const coloader_consumer_options* options, coloader_consumer** out);
-/* 0 when an epoch began; COLOADER_END when the producer has no more epochs. */
+/* The same in bounded steps, so that a caller can check for a signal (Ctrl-C) between them:
+ * open_start checks the options and gives a consumer that is still connecting (only
+ * open_wait and close take it then); open_wait goes on for at most wait_ms and returns
+ * COLOADER_OK once connected, COLOADER_AGAIN while not yet, or the error of open (after which
+ * only close takes it). The options' own deadlines (wait_for_producer_ms, connect_timeout_ms)
+ * run across the calls. */
+COLOADER_C_EXPORT int coloader_consumer_open_start(const coloader_consumer_options* options, coloader_consumer** out);
+COLOADER_C_EXPORT int coloader_consumer_open_wait(coloader_consumer* c, int32_t wait_ms);
+/* 0 when an epoch began; COLOADER_END when the producer has served every epoch (see
+ * coloader_consumer_finished). The first call attaches the consumer: until then the producer
+ * neither counts it nor waits for it. COLOADER_E_DISCONNECTED: the producer stopped, was
+ * killed or crashed before serving its epochs (the message says how, and where the stream
+ * stopped); COLOADER_E_DETACHED: it detached this consumer (the message says why). */
 COLOADER_C_EXPORT int coloader_consumer_next_epoch(coloader_consumer* c);
+/* next_epoch and next_batch_on_stream waiting at most wait_ms: COLOADER_AGAIN when nothing
+ * came in that time (call again: it goes on where it stopped; timeout_ms runs across calls). */
+COLOADER_C_EXPORT int coloader_consumer_next_epoch_wait(coloader_consumer* c, int32_t wait_ms);
+COLOADER_C_EXPORT int coloader_consumer_next_batch_wait(coloader_consumer* c, void* stream, int32_t wait_ms,
+                                                        coloader_batch** out);
+/* 1 once the stream has ended because the producer served every epoch it was started for. */
+COLOADER_C_EXPORT int32_t coloader_consumer_finished(const coloader_consumer* c);
 /* 0 with *out set, or COLOADER_END at the end of the epoch. The same as
  * coloader_consumer_next_batch_on_stream(c, NULL, out). */
 COLOADER_C_EXPORT int coloader_consumer_next_batch(coloader_consumer* c, coloader_batch** out);

@@ -1,96 +1,122 @@
-// Reading: announcements from the mailbox or the I/O thread, epochs and their ends.
+// Reading: announcements from the mailbox or the I/O thread, epochs, and how a stream ends.
 #include "client/consumer_internal.h"
 
 namespace coloader {
 
 using internal::ConsumerState;
 using internal::SlotLease;
+using Clock = std::chrono::steady_clock;
 
-Result<std::optional<BatchAnnouncement>> Consumer::Take() {
+namespace {
+
+Clock::time_point SliceEnd(int wait_ms) {
+  return wait_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(wait_ms);
+}
+
+}  // namespace
+
+Result<std::optional<BatchAnnouncement>> Consumer::Take(Clock::time_point slice_end) {
   if (pending_) {
     std::optional<BatchAnnouncement> a = pending_;
     pending_.reset();
     return a;
   }
   ConsumerState& s = *state_;
-  std::unique_lock<std::mutex> lock(s.mu);
-  auto ready = [&s] { return !s.queue.empty() || s.bye || !s.error.ok(); };
-  if (s.mailbox) {
-    // The mailbox road: wait on its doorbell, which the producer rings for a batch and our
-    // I/O thread for a goodbye or an error. Announcements pushed before a goodbye are all
-    // taken before the goodbye is acted on.
-    lock.unlock();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(s.opts.timeout_ms);
-    for (;;) {
-      const uint32_t seen = s.mailbox->doorbell();
-      if (auto a = s.mailbox->Pop(s.welcome.consumer_id)) return std::optional<BatchAnnouncement>(*a);
-      lock.lock();
-      if (!s.error.ok()) return s.error;
-      if (ready()) {
-        // A goodbye (or a Batch message). Announcements pushed before the goodbye may have
-        // become visible only after our Pop above: take them first.
-        if (!s.mailbox->Empty() && s.mailbox->Owned(s.welcome.consumer_id) && s.queue.empty()) {
-          lock.unlock();
-          continue;
-        }
-        break;
-      }
-      lock.unlock();
-      if (!s.mailbox->Owned(s.welcome.consumer_id)) {
-        // The producer let go of our mailbox right after sending its goodbye, which says why
-        // (detached, or the group broken): give the goodbye a moment to arrive first.
-        lock.lock();
-        if (s.cv.wait_for(lock, std::chrono::milliseconds(s.welcome.heartbeat_ms + 200), ready)) break;
+  const uint64_t id = s.welcome.consumer_id;
+  for (;;) {
+    // The mailbox road: its doorbell is read before looking, so a push after the look wakes
+    // the wait below (the producer rings it for a batch, our I/O thread for anything else).
+    const uint32_t seen = s.mailbox ? s.mailbox->doorbell() : 0;
+    std::optional<BatchAnnouncement> a;
+    if (s.mailbox) a = s.mailbox->Pop(id);
+    if (!a) {
+      std::unique_lock<std::mutex> lock(s.mu);
+      if (!s.queue.empty()) {
+        a = s.queue.front();
+        s.queue.pop_front();
+      } else if (s.end || s.bye || !s.error.ok()) {
+        // Announcements pushed before the End or goodbye may have become visible only after
+        // our Pop above: take them first.
+        if (s.mailbox && !s.mailbox->Empty() && s.mailbox->Owned(id)) continue;
         lock.unlock();
-        return Status::Disconnected(s.Who() + " gave this consumer's mailbox to another: it was detached");
+        wait_since_ns_ = 0;
+        return Ending();
       }
-      int slice = 100;  // ms; the I/O thread rings on any change, this only bounds the wait
-      if (s.opts.timeout_ms > 0) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-        if (left <= 0) {
-          return Status::Timeout("no batch from " + s.Who() + " within " + std::to_string(s.opts.timeout_ms) +
-                                 " ms (--timeout); it is alive but slow, or waiting for more consumers");
-        }
-        slice = static_cast<int>(std::min<long long>(slice, left));
-      }
-      s.mailbox->Wait(seen, slice);
     }
-  } else if (s.opts.timeout_ms > 0) {
-    if (!s.cv.wait_for(lock, std::chrono::milliseconds(s.opts.timeout_ms), ready)) {
-      return Status::Timeout("no batch from " + s.Who() + " within " + std::to_string(s.opts.timeout_ms) +
-                             " ms (--timeout); it is alive but slow, or waiting for more consumers");
+    if (a) {
+      wait_since_ns_ = 0;
+      last_taken_ = a;
+      return a;
     }
-  } else {
-    s.cv.wait(lock, ready);
-  }
-  if (!s.error.ok()) return s.error;
-  if (!s.queue.empty()) {
-    BatchAnnouncement a = s.queue.front();
-    s.queue.pop_front();
-    return std::optional<BatchAnnouncement>(a);
-  }
-  // Every announcement before the Bye has been taken.
-  switch (s.bye->reason) {
-    case ByeReason::kFinished:
-    case ByeReason::kStopping:
-      return std::optional<BatchAnnouncement>();
-    case ByeReason::kDetached:
-      return Status::Disconnected(s.Who() + " detached this consumer: " + s.bye->message);
-    case ByeReason::kGroupBroken:
-      return Status::GroupBroken(s.Who() + ": " + s.bye->message);
-    default:
-      return Status::Protocol(s.Who() + " dropped this consumer: " + s.bye->message);
+    if (s.mailbox && !s.mailbox->Owned(id)) {
+      // The producer let go of our mailbox right after sending its goodbye, which says why
+      // (detached, or the group broken): give the goodbye a moment to arrive first.
+      std::unique_lock<std::mutex> lock(s.mu);
+      if (s.cv.wait_for(lock, std::chrono::milliseconds(s.welcome.heartbeat_ms + 200),
+                        [&s] { return s.bye || !s.error.ok(); }))
+        continue;
+      return Status::Detached(s.Who() + " gave this consumer's mailbox to another: it was detached");
+    }
+    RETURN_NOT_OK(WaitOver(slice_end));
+    // At most 100 ms at a time: the I/O thread rings on any change, this only bounds the wait.
+    Clock::time_point until = std::min(slice_end, Clock::now() + std::chrono::milliseconds(100));
+    if (s.opts.timeout_ms > 0) {
+      const auto waited = std::chrono::nanoseconds(MonotonicNs() - wait_since_ns_);
+      until = std::min(until, Clock::now() + std::chrono::milliseconds(s.opts.timeout_ms) - waited);
+    }
+    if (s.mailbox) {
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      s.mailbox->Wait(seen, static_cast<int>(std::max<long long>(ms, 1)));
+    } else {
+      std::unique_lock<std::mutex> lock(s.mu);
+      s.cv.wait_until(lock, until, [&s] { return !s.queue.empty() || s.end || s.bye || !s.error.ok(); });
+    }
   }
 }
 
-Status Consumer::SkipRestOfEpoch() {
+Status Consumer::WaitOver(Clock::time_point slice_end) {
+  const ConsumerOptions& o = state_->opts;
+  const uint64_t now = MonotonicNs();
+  if (wait_since_ns_ == 0) wait_since_ns_ = now;
+  const uint64_t waited_ms = (now - wait_since_ns_) / 1000000;
+  if (!o.group.empty() && !last_taken_ && !group_checked_ && waited_ms >= static_cast<uint64_t>(o.group_wait_ms)) {
+    group_checked_ = true;
+    RETURN_NOT_OK(CheckGroupComplete());
+  }
+  if (o.timeout_ms > 0 && waited_ms >= static_cast<uint64_t>(o.timeout_ms)) {
+    wait_since_ns_ = 0;
+    return Status::Timeout("no batch from " + state_->Who() + " within " + std::to_string(o.timeout_ms) +
+                           " ms (timeout): " + ExplainWait());
+  }
+  if (Clock::now() >= slice_end) return Status::Again();
+  return Status::OK();
+}
+
+Status Consumer::StreamStopped(Status st) {
+  if (st.code() != StatusCode::kDisconnected) return st;
+  const uint64_t n = state_->welcome.epoch_samples;
+  std::string where;
+  if (!last_taken_) {
+    where = "before this consumer's first batch";
+  } else {
+    const BatchAnnouncement& a = *last_taken_;
+    where = "at epoch " + std::to_string(a.epoch) + ", sample " + std::to_string(a.first + a.count) +
+            (n ? " of " + std::to_string(n) : std::string());
+  }
+  if (in_epoch_ && !epoch_ended_) partial_ = true;  // the epoch was cut
+  return Status::Disconnected(st.message() + "; this consumer's stream stopped " + where +
+                              " (the batches delivered before are valid); restart the producer (serve --resume "
+                              "STATE resumes a checkpointed job) and reconnect");
+}
+
+Status Consumer::SkipRestOfEpoch(Clock::time_point slice_end) {
   // Called when the user starts a new epoch before this one ended: the rest is released
   // unread, as a new iter() over a DataLoader abandons the old one. A group member whose
   // share ended before the stream's epoch did passes (and acks) the rest the same way.
   while (!epoch_ended_ || (split_mode() && !stream_epoch_done_)) {
     if (current_ && (current_->a.flags & kBatchLastInEpoch)) break;
     current_.reset();
-    ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+    ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
     if (!a) {
       stream_ended_ = true;
       break;
@@ -99,7 +125,7 @@ Status Consumer::SkipRestOfEpoch() {
       pending_ = a;
       break;
     }
-    current_ = std::make_shared<SlotLease>(state_, *a, nullptr);
+    current_ = std::make_shared<SlotLease>(state_, *a, nullptr);  // acked unread as it goes
   }
   current_.reset();
   epoch_ended_ = true;
@@ -107,18 +133,34 @@ Status Consumer::SkipRestOfEpoch() {
   return Status::OK();
 }
 
-Result<bool> Consumer::NextEpoch() {
+Status Consumer::Attach() {
+  if (attached_) return Status::OK();
+  // The producer counts us, and sends batches, from here on: a refused resume state or an
+  // idle consumer changed nothing before.
+  attached_ = true;
+  state_->sink->attach.store(state_->mapper ? 1 : 0);
+  state_->sink->Wake();
+  return Status::OK();
+}
+
+Result<bool> Consumer::NextEpoch(int wait_ms) {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  RETURN_NOT_OK(Attach());
+  if (!stopped_.ok()) return StreamStopped(stopped_);
+  const Clock::time_point slice_end = SliceEnd(wait_ms);
   // A batch whose assembly a timeout interrupted belongs to the epoch being left: drop it
   // (releasing its slots first, since the producer may wait on them to reach the next epoch)
   // rather than let its samples open the next one.
   gathering_.clear();
   assembling_.reset();
-  if (in_epoch_ && (!epoch_ended_ || (split_mode() && !stream_epoch_done_))) RETURN_NOT_OK(SkipRestOfEpoch());
+  if (in_epoch_ && (!epoch_ended_ || (split_mode() && !stream_epoch_done_)))
+    RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
   current_.reset();
   for (;;) {
     if (stream_ended_) return false;
-    ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
+    Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
+    if (!taken.ok()) return StreamStopped(taken.status());
+    std::optional<BatchAnnouncement> a = std::move(*taken);
     if (!a) {
       stream_ended_ = true;
       return false;
@@ -134,13 +176,23 @@ Result<bool> Consumer::NextEpoch() {
     if (take) return true;
     // A resume passes over this epoch whole (the saved one is still to come, or is gone).
     stream_epoch_done_ = false;
-    RETURN_NOT_OK(SkipRestOfEpoch());
+    RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
     current_.reset();
   }
 }
 
+Result<std::optional<Batch>> Consumer::Next(void* stream, int wait_ms) {
+  if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
+  if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
+  const Clock::time_point slice_end = SliceEnd(wait_ms);
+  Result<std::optional<Batch>> next = split_mode() ? NextInGroup(stream, slice_end) : NextSliced(stream, slice_end);
+  if (!next.ok()) return StreamStopped(next.status());
+  return next;
+}
+
 uint64_t Consumer::epoch() const { return epoch_; }
 bool Consumer::partial() const { return partial_; }
+bool Consumer::finished() const { return finished_; }
 uint32_t Consumer::batch_size() const { return state_->opts.batch_size; }
 const SlotTable& Consumer::slots() const { return state_->welcome.slots; }
 const Welcome& Consumer::welcome() const { return state_->welcome; }

@@ -14,13 +14,24 @@
 //
 // A Batch is a lease: while it lives, the producer will not reuse the memory it points at.
 // Destroying or Release()-ing it acks the producer; releasing is cheap, never blocks, and may
-// happen on any thread. A consumer batch that lies within one producer slot is a view;
-// one that straddles two slots is gathered into a private buffer.
+// happen on any thread. What a batch's memory is (ConsumerOptions::zero_copy says more):
+//   host path    a private copy-on-write view of the producer's slot: reading is zero-copy,
+//                and a page this process writes becomes its own; one that straddles two
+//                slots is gathered into a private buffer.
+//   device path  a private device copy, made on the consumer's stream: the slot goes back as
+//                soon as the copy is done, and the batch is the consumer's to write or keep.
+// A batch kept while the consumer reads on is given back when the producer needs its slot
+// (Reclaim): the host view is copied page by page first, so what the caller holds never changes.
 //
 // Threads: Connect/NextEpoch/Next are for one thread; a background thread owns the socket,
 // sends acks and heartbeats, and watches the producer.
+//
+// Waiting: NextEpoch and Next take an optional wait_ms: the call then returns Status kAgain
+// when that much passed without an outcome (the overall timeout_ms still runs from the first
+// call), and the next call goes on where it stopped: a caller can check for Ctrl-C between.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,6 +61,16 @@ struct ConsumerOptions {
   int timeout_ms = 0;              // max wait for one batch; 0 waits as long as the producer lives
   bool device = false;             // batches in the producer's GPU memory when it has a device
                                    // ring and this process can map it; otherwise the host path
+  // Views of the producer's memory itself, for a job that promises never to write its batches:
+  // on the host the ring mapped read-only (a write faults), on the device the IPC mapping (a
+  // write there changes what every consumer of the producer reads). Saves the per-batch private
+  // view or device copy (docs/BENCHMARKS.md has the figures); kept batches cannot be copied
+  // away, so one that holds the others back is detached after the producer's stall timeout.
+  bool zero_copy = false;
+  // A group member that has no batch yet asks the producer after this long whether its group is
+  // complete, and fails naming who is there and who is missing if it is not (whatever
+  // timeout_ms says: a rank that never comes is a mistake, not a slow producer).
+  int group_wait_ms = 20000;
   std::string client_name;         // shown by `coloader status`
   // tcp:// endpoints (a producer on another machine): this consumer's key pair file and the
   // producer's public key (Z85 text or a .pub file), both from `coloader keygen`; empty for a
@@ -84,6 +105,7 @@ struct ConsumerOptions {
 namespace internal {
 struct ConsumerState;
 struct SlotLease;
+class Handshake;
 // Samples [offset, offset + count) of one producer slot, part of the batch being assembled.
 struct Piece {
   std::shared_ptr<SlotLease> lease;
@@ -168,20 +190,47 @@ class Batch {
   uint64_t ready_ns_ = 0;
 };
 
+class Consumer;
+
+// A connection under way (Consumer::Start): Finish() completes it in bounded steps.
+class Connecting {
+ public:
+  ~Connecting();
+  Connecting(const Connecting&) = delete;
+  Connecting& operator=(const Connecting&) = delete;
+  // Goes on for at most wait_ms (-1: until it ends): the consumer, Status kAgain when not done
+  // yet (call again), or why it failed (the producer did not come within wait_for_producer_ms,
+  // did not answer within connect_timeout_ms, refused this consumer, ...).
+  Result<std::unique_ptr<Consumer>> Finish(int wait_ms = -1);
+
+ private:
+  friend class Consumer;
+  explicit Connecting(std::unique_ptr<internal::Handshake> h);
+  std::unique_ptr<internal::Handshake> handshake_;
+};
+
 class Consumer {
  public:
+  // Connects (Start, then Finish until it ends). The consumer is attached, and counted by the
+  // producer, when it first calls NextEpoch(): until then it holds nobody back.
   static Result<std::unique_ptr<Consumer>> Connect(ConsumerOptions opts);
+  static Result<std::unique_ptr<Connecting>> Start(ConsumerOptions opts);
   ~Consumer();  // says goodbye; leases still alive keep their memory mapped
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
-  // Waits for the next epoch to begin. False when there will be no more (the producer
-  // finished every epoch, or stopped). An error when the producer died or broke the protocol.
-  Result<bool> NextEpoch();
+  // Waits for the next epoch to begin. False when there will be no more: the producer served
+  // every epoch (finished() is then true). An error when the producer stopped, was killed or
+  // crashed before that (kDisconnected, saying how and where the stream stopped), detached this
+  // consumer (kDetached) or broke the protocol. The first call attaches the consumer.
+  Result<bool> NextEpoch(int wait_ms = -1);
   // The next batch of the current epoch, or nullopt at its end. On the device path, `stream`
   // (a cudaStream_t; nullptr is the default stream) is made to wait for the batch, and the
-  // batch's release is ordered after the work enqueued on it by then.
-  Result<std::optional<Batch>> Next(void* stream = nullptr);
+  // batch's release is ordered after the work enqueued on it by then. A stream cut short by
+  // the producer's stop is an error after the last batch it delivered (partial() is then true).
+  Result<std::optional<Batch>> Next(void* stream = nullptr, int wait_ms = -1);
+  // The producer served every epoch it was started for (the stream ended; NextEpoch is false).
+  bool finished() const;
 
   uint64_t epoch() const;      // the current epoch's number (the producer's count)
   bool partial() const;        // this epoch began mid-way (late join, or resumed)
@@ -209,12 +258,36 @@ class Consumer {
   void Close();
 
  private:
+  friend class internal::Handshake;
   explicit Consumer(std::shared_ptr<internal::ConsumerState> state);
-  // Connect's body; may throw zmq::error_t, which Connect turns into a Status.
-  static Result<std::unique_ptr<Consumer>> Handshake(ConsumerOptions opts);
-  // The next announcement (a pushed-back one first); nullopt once the producer said Bye.
-  Result<std::optional<BatchAnnouncement>> Take();
-  Status SkipRestOfEpoch();
+  // The next announcement (a pushed-back one first); nullopt at the end of the stream (the
+  // producer served every epoch). Waits until `slice_end` at most (Status kAgain then).
+  Result<std::optional<BatchAnnouncement>> Take(std::chrono::steady_clock::time_point slice_end);
+  // Take's wait, over the mailbox or the I/O thread's queue.
+  Status AwaitAnnouncement(std::chrono::steady_clock::time_point until);
+  // What ends a wait that found nothing: Again before the overall timeout, else the Timeout
+  // (naming who holds the producer back), or a group found incomplete.
+  Status WaitOver(std::chrono::steady_clock::time_point slice_end);
+  // `st`, about the producer's end, with where this consumer's stream stopped.
+  Status StreamStopped(Status st);
+  // How a stream with nothing left to take ends (waiting.cc): the producer's End or goodbye.
+  Result<std::optional<BatchAnnouncement>> Ending();
+  // Asks the producer for its status through the I/O thread, for at most wait_ms (waiting.cc).
+  Result<StatusReply> AskStatus(int wait_ms);
+  // Why no batch came (waiting.cc): who holds the producer back, or what it waits for.
+  std::string ExplainWait();
+  // A group member's first wait, after group_wait_ms: an error naming who came and who did
+  // not if the group is incomplete; OK otherwise (waiting.cc).
+  Status CheckGroupComplete();
+  Status Attach();
+  // A lease on the slot `a` announces, its memory mapped as this consumer reads it.
+  Result<std::shared_ptr<internal::SlotLease>> OpenSlot(const BatchAnnouncement& a);
+  // The consumer batch made of `pieces`: a view of one slot, or what Spill gathered.
+  Result<std::optional<Batch>> Deliver(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered,
+                                       uint32_t count, void* stream);
+  // Every consumer batch is copied out of the ring at once (the device path without zero_copy).
+  bool copies_every_batch() const;
+  Status SkipRestOfEpoch(std::chrono::steady_clock::time_point slice_end);
   // Copies `pieces` into `gathered` (created for the batch size on first use) and lets go of
   // their slots.
   Status Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream);
@@ -222,11 +295,13 @@ class Consumer {
   // Groups (group.cc). Plans the epoch's split from its first announcement `a`, applying a
   // pending resume; false when this epoch is to be skipped whole (by a resume).
   Result<bool> StartSplit(const BatchAnnouncement& a);
-  Result<std::optional<Batch>> NextInGroup(void* stream);
+  Result<std::optional<Batch>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
+  // The plain consumer's: slices producer batches to the consumer's batch size.
+  Result<std::optional<Batch>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
   // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into
   // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes.
   Status Advance(uint64_t upto, uint64_t take_from, std::vector<internal::Piece>* pieces,
-                 std::optional<Batch>* gathered, void* stream);
+                 std::optional<Batch>* gathered, void* stream, std::chrono::steady_clock::time_point slice_end);
   Status Stash(uint32_t from, uint32_t n, void* stream);
   Status AppendPadding(Batch& b, void* stream);
   void FreeStash();
@@ -243,6 +318,14 @@ class Consumer {
   bool in_epoch_ = false;
   bool epoch_ended_ = false;
   bool stream_ended_ = false;
+  bool attached_ = false;
+  bool finished_ = false;       // the stream ended: the producer served every epoch
+  Status stopped_;              // the producer stopped after the last batch delivered: said next
+  bool group_checked_ = false;  // an incomplete group was looked for (group_wait_ms)
+  // The newest announcement taken (where the stream stands), and since when the current wait
+  // for one has lasted (0: not waiting): timeout_ms runs across calls cut short by wait_ms.
+  std::optional<BatchAnnouncement> last_taken_;
+  uint64_t wait_since_ns_ = 0;
   // Groups: this epoch's split, the next batch of it, and whether the stream has passed the
   // epoch's end (a member's share can end before the stream's epoch does).
   SplitSpec split_{};

@@ -1,8 +1,11 @@
 // The consumer's shared state (private to client/):
 //   connect.cc    the handshake: find the producer, Hello/Welcome, map the ring and mailbox
-//   io_thread.cc  the background thread: heartbeats, acks, Bye, the producer's death
-//   consumer.cc   taking announcements, epochs
+//   io_thread.cc  the background thread: heartbeats, acks, Attach, Reclaim, End, Bye, the
+//                 producer's death
+//   consumer.cc   taking announcements, epochs, how a stream ends
+//   waiting.cc    what a long wait is told: who holds the producer back, an incomplete group
 //   slicing.cc    cutting producer batches to the consumer's batch size (gathering stragglers)
+//   group.cc      a group member's share of each epoch
 //   batch.cc      Batch: a lease on producer memory whose end is the ack
 #pragma once
 
@@ -42,6 +45,8 @@ struct AckSink {
   std::vector<uint64_t> acks;
   EventFd wake;                 // made by Consumer::Connect; the I/O thread polls it
   std::atomic<int> pending{0};  // stream-ordered releases whose ack is not queued yet
+  std::atomic<int> attach{-1};  // the user thread asks for Attach{attach} (0 host, 1 device)
+  std::atomic<bool> status_wanted{false};  // the user thread asks for a StatusReply
 
   void Queue(uint64_t seq) {
     {
@@ -90,7 +95,17 @@ struct ConsumerState {
   std::condition_variable cv;
   std::deque<BatchAnnouncement> queue;
   std::optional<Bye> bye;
+  std::optional<End> end;              // every epoch is published: nothing more will come
+  std::optional<StatusReply> status;   // the answer to status_wanted
   Status error;
+
+  // Host leases whose view can be copied away when the producer asks for their slot back
+  // (Reclaim), by batch number. A lease removes itself when it goes.
+  std::mutex leases_mu;
+  std::map<uint64_t, std::weak_ptr<SlotLease>> leases;
+  // Answers a Reclaim: copies what the lease's view still shares with the ring and acks it;
+  // a lease without a private view (zero-copy, device, remote) goes on holding its slot.
+  void GiveBack(uint64_t seq);
 
   // Host buffers of gathered batches, reused: a consumer whose batches straddle slots gathers
   // every one, and fresh allocations would page-fault and zero-fill each time.
@@ -137,6 +152,10 @@ struct ConsumerState {
   }
 
   void IoLoop();
+  // The I/O thread's parts: one message from the producer (false: stop the loop), and the
+  // checks that the producer is still there (false: it is not, and the error is set).
+  bool Receive(const zmq::message_t& msg, bool* said_bye);
+  bool ProducerAlive(uint64_t now, uint64_t& last_heard, uint64_t& exit_seen_ns);
 
   // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
   Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
@@ -160,8 +179,9 @@ struct ConsumerState {
 };
 
 // One producer slot this consumer was given. Its destruction is the ack, so exactly one
-// exists per announcement (not copyable). On the device path the ack waits until the work
-// enqueued on the consumer's stream by then has finished: the producer may overwrite the
+// exists per announcement (not copyable), and the ack goes exactly once: at the end, or earlier
+// when a Reclaim copied its view away (`acked`). On the device path the ack waits until the
+// work enqueued on the consumer's stream by then has finished: the producer may overwrite the
 // slot as soon as it has every ack, so no kernel of ours may still be reading it.
 struct SlotLease {
   SlotLease(std::shared_ptr<ConsumerState> s, const BatchAnnouncement& ann, const uint8_t* b)
@@ -169,6 +189,12 @@ struct SlotLease {
   SlotLease(const SlotLease&) = delete;
   SlotLease& operator=(const SlotLease&) = delete;
   ~SlotLease() {
+    if (view.data()) {
+      std::lock_guard<std::mutex> lock(state->leases_mu);
+      auto it = state->leases.find(a.seq);
+      if (it != state->leases.end() && it->second.expired()) state->leases.erase(it);
+    }
+    if (acked.exchange(true)) return;  // a Reclaim gave the slot back already
     if (state->mapper && on_stream) {
       const uint64_t seq = a.seq;
       // The callback holds only the sink and the pending count: it must not be the one to
@@ -186,12 +212,14 @@ struct SlotLease {
 
   std::shared_ptr<ConsumerState> state;
   BatchAnnouncement a;
-  const uint8_t* base = nullptr;         // host slot
+  PrivateView view;                      // the host path's own copy-on-write view of the slot
+  const uint8_t* base = nullptr;         // host slot: view.data(), or the shared ring's
   const uint8_t* device_base = nullptr;  // device slot (device path)
   void* stream = nullptr;                // the consumer stream that reads it (the last one)
   bool on_stream = false;
   void* waited_stream = nullptr;         // the stream last made to wait for the slot's event
   bool waited = false;
+  std::atomic<bool> acked{false};
 };
 
 }  // namespace internal

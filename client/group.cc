@@ -37,7 +37,7 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
       saved.begin = o.resume_begin;
       auto plan = PlanSplit(saved);
       if (!plan.ok()) return plan.status();
-      const uint64_t done = o.resume_samples / o.batch_size;  // batches this member had taken
+      const uint64_t done = BatchesTaken(saved, *plan, o.resume_samples);  // batches this member had taken
       if (done >= plan->batches) {
         resume_note_.clear();  // it had finished the epoch: the next one is the resume point
         return false;
@@ -51,7 +51,7 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
         group_batch_ = done;
         samples_seen_ = o.resume_samples;
         padding_ = PaddingSegments(split_, plan_);
-        partial_ = true;
+        partial_ = done > 0;  // the rest of an epoch begun before; a state at its start is whole
         return true;
       }
       const uint64_t lost = plan->per_rank > o.resume_samples ? plan->per_rank - o.resume_samples : 0;
@@ -62,9 +62,17 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
                    "resume exactly)\n", state_->Who().c_str(), resume_note_.c_str());
       return false;
     }
-    resume_note_ = "had moved on to epoch " + std::to_string(a.epoch) + " past the saved " + where +
-                   ": its rest is skipped";
-    std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+    // Past the saved epoch: exact if that epoch's share was all taken and this is the next
+    // one from its start (a state saved at an epoch's end), else its rest is lost.
+    SplitSpec saved = split_;
+    saved.begin = o.resume_begin;
+    auto saved_plan = PlanSplit(saved);
+    const bool complete = saved_plan.ok() && BatchesTaken(saved, *saved_plan, o.resume_samples) >= saved_plan->batches;
+    if (!(complete && a.epoch == o.resume_epoch + 1 && a.first == 0)) {
+      resume_note_ = "had moved on to epoch " + std::to_string(a.epoch) + " past the saved " + where +
+                     ": its rest is skipped";
+      std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+    }
   }
   auto plan = PlanSplit(split_);
   if (!plan.ok()) return plan.status();
@@ -134,7 +142,7 @@ Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
 }
 
 Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
-                         void* stream) {
+                         void* stream, std::chrono::steady_clock::time_point slice_end) {
   for (;;) {
     if (!current_ || offset_ == current_->a.count) {
       if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
@@ -142,8 +150,8 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
         return Status::OK();
       }
       current_.reset();
-      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take());
-      if (!a) {  // the producer finished or stopped
+      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
+      if (!a) {  // the producer served every epoch
         stream_ended_ = true;
         stream_epoch_done_ = true;
         return Status::OK();
@@ -153,10 +161,8 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
         stream_epoch_done_ = true;
         return Status::OK();
       }
-      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
-      current_ = std::make_shared<SlotLease>(state_, *a, base);
+      ASSIGN_OR_RETURN(current_, OpenSlot(*a));
       offset_ = 0;
-      if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
       continue;
     }
     // Positions within a batch are consecutive; skipped bad files leave a gap at its end.
@@ -176,7 +182,7 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
       pieces->push_back({current_, offset_, count});
       current_->stream = stream;
       current_->on_stream = true;
-      if (pieces->size() > 1 || *gathered) RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
+      if (pieces->size() > 1 || *gathered || copies_every_batch()) RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
     }
     offset_ += count;
     // A slot passed to its end is let go by the cursor (the last one of the epoch is kept
@@ -217,7 +223,7 @@ Status Consumer::AppendPadding(Batch& b, void* stream) {
   return Status::OK();
 }
 
-Result<std::optional<Batch>> Consumer::NextInGroup(void* stream) {
+Result<std::optional<Batch>> Consumer::NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end) {
   if (epoch_ended_ || group_batch_ >= plan_.batches) {
     epoch_ended_ = true;
     return std::optional<Batch>();
@@ -236,13 +242,14 @@ Result<std::optional<Batch>> Consumer::NextInGroup(void* stream) {
   const bool last = group_batch_ + 1 == plan_.batches;
   const size_t from_stream = segs.size() - (last ? padding_.size() : 0);
   for (size_t i = 0; i < from_stream && !stream_epoch_done_; ++i)
-    if (Status st = Advance(segs[i].end, segs[i].begin, &pieces, &gathered, stream); !st.ok()) return keep(st);
+    if (Status st = Advance(segs[i].end, segs[i].begin, &pieces, &gathered, stream, slice_end); !st.ok())
+      return keep(st);
   if (last && !padding_.empty()) {
     // Padding lies in the last round: pass it (keeping copies) before the batch is complete.
     uint64_t upto = 0;
     for (const Segment& seg : padding_) upto = std::max(upto, seg.end);
     if (!stream_epoch_done_)
-      if (Status st = Advance(upto, upto, nullptr, nullptr, stream); !st.ok()) return keep(st);
+      if (Status st = Advance(upto, upto, nullptr, nullptr, stream, slice_end); !st.ok()) return keep(st);
     if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
     if (Status st = AppendPadding(*gathered, stream); !st.ok()) return keep(st);
   }
@@ -262,28 +269,7 @@ Result<std::optional<Batch>> Consumer::NextInGroup(void* stream) {
     return std::optional<Batch>();
   }
   samples_seen_ += collected;
-  if (gathered) return gathered;
-  const SlotTable& t = state_->welcome.slots;
-  const uint64_t sample_bytes = t.sample_bytes();
-  const Piece& p = pieces.front();
-  Batch b;
-  b.state_ = state_;
-  b.count_ = collected;
-  b.epoch_ = epoch_;
-  b.ready_ns_ = p.lease->a.ready_ns;
-  b.stream_ = stream;
-  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-  if (state_->mapper) {
-    const DeviceTable& d = state_->welcome.device;
-    b.device_ = state_->mapper->device();
-    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
-    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
-  } else {
-    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
-  }
-  b.leases_.push_back(p.lease);
-  return std::optional<Batch>(std::move(b));
+  return Deliver(pieces, gathered, collected, stream);
 }
 
 Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {

@@ -1,14 +1,102 @@
-// The consumer's I/O thread: heartbeats, acks, announcements sent as messages, the
-// producer's goodbye or death.
+// The consumer's I/O thread: heartbeats, acks, the user thread's Attach and status requests,
+// announcements sent as messages, Reclaim, End, and the producer's goodbye or death.
 #include "client/consumer_internal.h"
 
 namespace coloader {
 namespace internal {
 
+void ConsumerState::GiveBack(uint64_t seq) {
+  std::shared_ptr<SlotLease> lease;
+  {
+    std::lock_guard<std::mutex> lock(leases_mu);
+    auto it = leases.find(seq);
+    if (it == leases.end()) return;  // not ours to copy: zero-copy, device, or gone already
+    lease = it->second.lock();
+    leases.erase(it);
+  }
+  if (!lease) return;  // released meanwhile: its ack is on its way
+  // The batch's tensors keep their address and contents: only the pages still shared with the
+  // ring are copied (those written already are this process's own).
+  if (Status st = lease->view.Detach(); !st.ok()) {
+    std::fprintf(stderr, "coloader: %s asked for batch %llu back, which this consumer keeps: %s\n", Who().c_str(),
+                 static_cast<unsigned long long>(seq), st.message().c_str());
+    return;
+  }
+  if (!lease->acked.exchange(true)) QueueAck(seq);
+}  // `lease` may be the last reference: its view goes here, and it does not ack again
+
+bool ConsumerState::Receive(const zmq::message_t& msg, bool* said_bye) {
+  Result<Message> m = Decode(msg.data<uint8_t>(), msg.size());
+  if (!m.ok()) {
+    Fail(Status::Protocol(Who() + " sent a malformed message: " + m.status().message()));
+    return false;
+  }
+  if (auto* a = std::get_if<BatchAnnouncement>(&*m)) {
+    if (a->slot >= welcome.slots.num_slots || a->count > welcome.slots.batch_size) {
+      Fail(Status::Protocol(Who() + " announced slot " + std::to_string(a->slot) + " with " + std::to_string(a->count) +
+                            " samples, outside its slot table"));
+      return false;
+    }
+    if (local_slots) {
+      if (Status st = TakePayload(msg, *a); !st.ok()) {
+        Fail(st);
+        return false;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    queue.push_back(*a);
+    cv.notify_all();
+  } else if (auto* r = std::get_if<Reclaim>(&*m)) {
+    GiveBack(r->seq);
+  } else if (auto* e = std::get_if<End>(&*m)) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      end = *e;
+      cv.notify_all();
+    }
+    if (mailbox) mailbox->Wake();
+  } else if (auto* st = std::get_if<StatusReply>(&*m)) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(*st);
+    cv.notify_all();
+  } else if (auto* bye_msg = std::get_if<Bye>(&*m)) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      bye = *bye_msg;
+      *said_bye = true;
+      cv.notify_all();
+    }
+    if (mailbox) mailbox->Wake();
+  } else if (!std::holds_alternative<Heartbeat>(*m)) {
+    Fail(Status::Protocol(Who() + " sent an unexpected " + MessageTypeName(*m) + " message"));
+    return false;
+  }
+  return true;
+}
+
+bool ConsumerState::ProducerAlive(uint64_t now, uint64_t& last_heard, uint64_t& exit_seen_ns) {
+  if (producer_watch.valid() && producer_watch.Exited()) {
+    // What it sent before it went may still be on its way through libzmq (a goodbye, or
+    // that we were detached while stopped): give it a moment to arrive before concluding.
+    if (exit_seen_ns == 0) exit_seen_ns = now;
+    if (now - exit_seen_ns > 200'000'000) {
+      Fail(Status::Disconnected(Who() + " exited without saying goodbye (it was killed, e.g. SIGKILL or the OOM "
+                                "killer, or it crashed)"));
+      return false;
+    }
+    return true;
+  }
+  if (now - last_heard > uint64_t{welcome.heartbeat_timeout_ms} * 1000000) {
+    Fail(Status::Disconnected(Who() + " has not been heard from for " + std::to_string(welcome.heartbeat_timeout_ms) +
+                              " ms: it is gone or unreachable"));
+    return false;
+  }
+  return true;
+}
+
 void ConsumerState::IoLoop() {
   NameThisThread("cl-consumer-io");
   const uint64_t hb_ns = uint64_t{welcome.heartbeat_ms} * 1000000;
-  const uint64_t timeout_ns = uint64_t{welcome.heartbeat_timeout_ms} * 1000000;
   uint64_t last_heard = MonotonicNs(), last_sent = last_heard;
   auto send = [&](const Message& m) {
     std::vector<uint8_t> bytes = Encode(m);
@@ -34,46 +122,16 @@ void ConsumerState::IoLoop() {
         return;
       }
     }
-    // Acks first: they free the producer.
+    // The user thread's requests, then acks: they free the producer.
+    if (int device = sink->attach.exchange(-1); device >= 0) send(Attach{static_cast<uint8_t>(device)});
+    if (sink->status_wanted.exchange(false)) send(StatusRequest{});
     for (uint64_t seq : sink->Take()) send(Ack{seq});
 
     for (;;) {
       zmq::message_t msg;
       if (!sock.recv(msg, zmq::recv_flags::dontwait)) break;
       last_heard = MonotonicNs();
-      Result<Message> m = Decode(msg.data<uint8_t>(), msg.size());
-      if (!m.ok()) {
-        Fail(Status::Protocol(Who() + " sent a malformed message: " + m.status().message()));
-        return;
-      }
-      if (auto* a = std::get_if<BatchAnnouncement>(&*m)) {
-        if (a->slot >= welcome.slots.num_slots || a->count > welcome.slots.batch_size) {
-          Fail(Status::Protocol(Who() + " announced slot " + std::to_string(a->slot) + " with " +
-                                std::to_string(a->count) + " samples, outside its slot table"));
-          return;
-        }
-        if (local_slots) {
-          Status st = TakePayload(msg, *a);
-          if (!st.ok()) {
-            Fail(st);
-            return;
-          }
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        queue.push_back(*a);
-        cv.notify_all();
-      } else if (auto* bye_msg = std::get_if<Bye>(&*m)) {
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          bye = *bye_msg;
-          said_bye = true;
-          cv.notify_all();
-        }
-        if (mailbox) mailbox->Wake();
-      } else if (!std::holds_alternative<Heartbeat>(*m)) {
-        Fail(Status::Protocol(Who() + " sent an unexpected " + MessageTypeName(*m) + " message"));
-        return;
-      }
+      if (!Receive(msg, &said_bye)) return;
     }
     if (said_bye) break;  // the producer is done with us; nothing more will come
 
@@ -87,24 +145,8 @@ void ConsumerState::IoLoop() {
       send(Heartbeat{});
     }
     last_awake = now;
-    if (producer_watch.valid() && producer_watch.Exited()) {
-      // What it sent before it went may still be on its way through libzmq (a goodbye, or
-      // that we were detached while stopped): give it a moment to arrive before concluding.
-      if (exit_seen_ns == 0) exit_seen_ns = now;
-      if (now - exit_seen_ns > 200'000'000) {
-        Fail(Status::Disconnected(Who() + " exited without saying goodbye (killed or crashed); "
-                                  "restart it and reconnect"));
-        return;
-      }
-      continue;
-    }
-    if (now - last_heard > timeout_ns) {
-      Fail(Status::Disconnected(Who() + " has not been heard from for " +
-                                std::to_string(welcome.heartbeat_timeout_ms) +
-                                " ms; it is gone or unreachable"));
-      return;
-    }
-    if (now - last_sent > hb_ns) send(Heartbeat{});
+    if (!ProducerAlive(now, last_heard, exit_seen_ns)) return;
+    if (exit_seen_ns == 0 && now - last_sent > hb_ns) send(Heartbeat{});
   }
   if (!said_bye) {
     // Closing: flush the acks of what we still held, then say goodbye so the producer

@@ -66,17 +66,65 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
   return Status::OK();
 }
 
-Result<std::optional<Batch>> Consumer::Next(void* stream) {
-  if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
-  if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
-  if (split_mode()) return NextInGroup(stream);
+bool Consumer::copies_every_batch() const { return state_->mapper != nullptr && !state_->opts.zero_copy; }
+
+Result<std::shared_ptr<SlotLease>> Consumer::OpenSlot(const BatchAnnouncement& a) {
+  ConsumerState& s = *state_;
+  const uint64_t offset = uint64_t{a.slot} * s.welcome.slots.slot_bytes;
+  auto lease = std::make_shared<SlotLease>(state_, a, s.slot_memory() + offset);
+  if (s.mapper) {
+    // Device path: the tensor is on the GPU (copied out per batch unless zero_copy); the host
+    // slot is read for indices and labels only.
+    lease->device_base = s.mapper->slot_base(a.slot);
+  } else if (!s.opts.zero_copy && !s.local_slots) {
+    // Host path: this consumer's own copy-on-write view of the slot. Reading it is zero-copy;
+    // a page the job writes becomes its own; a Reclaim copies the rest and gives the slot back.
+    ASSIGN_OR_RETURN(lease->view, PrivateView::Map(s.shm, offset, s.welcome.slots.slot_bytes));
+    lease->base = lease->view.data();
+    std::lock_guard<std::mutex> lock(s.leases_mu);
+    s.leases[a.seq] = lease;
+  }
+  return lease;
+}
+
+Result<std::optional<Batch>> Consumer::Deliver(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered,
+                                               uint32_t count, void* stream) {
+  if (gathered) return std::move(gathered);
+  // Within one slot: a view.
+  const SlotTable& t = state_->welcome.slots;
+  const uint64_t sample_bytes = t.sample_bytes();
+  const internal::Piece& p = pieces.front();
+  Batch b;
+  b.state_ = state_;
+  b.count_ = count;
+  b.epoch_ = epoch_;
+  b.ready_ns_ = p.lease->a.ready_ns;
+  b.stream_ = stream;
+  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
+  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+  if (state_->mapper) {
+    // Device path (zero_copy): the tensor and labels are device pointers; indices and labels
+    // are also readable on the host from the host slot.
+    const DeviceTable& d = state_->welcome.device;
+    b.device_ = state_->mapper->device();
+    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
+  } else {
+    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
+  }
+  b.leases_.push_back(p.lease);
+  return std::optional<Batch>(std::move(b));
+}
+
+Result<std::optional<Batch>> Consumer::NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end) {
+  if (!stopped_.ok()) return stopped_;
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
   using internal::Piece;
   // A batch that straddles slots is gathered as it is read: each slot's samples are copied out
   // and the slot let go at once, so a consumer batch larger than the whole ring never holds
   // more than the slot it is slicing (holding them all would wait forever for a free slot).
-  // Resume a batch whose assembly a timeout interrupted: its samples are not lost.
+  // Resume a batch whose assembly a timeout (or a wait_ms) interrupted: its samples are not lost.
   std::vector<Piece> pieces = std::move(gathering_);
   gathering_.clear();
   std::optional<Batch> gathered = std::move(assembling_);
@@ -96,10 +144,18 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
         break;
       }
       current_.reset();
-      Result<std::optional<BatchAnnouncement>> taken = Take();
+      Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
+      if (!taken.ok() && taken.status().code() == StatusCode::kDisconnected && collected > 0) {
+        // The producer stopped with this batch half gathered: what came is delivered, and the
+        // next call says how the stream ended (the epoch was cut).
+        stopped_ = taken.status();
+        partial_ = true;
+        last = true;
+        break;
+      }
       if (!taken.ok()) return keep(taken.status());
       std::optional<BatchAnnouncement> a = std::move(*taken);
-      if (!a) {  // the producer finished or stopped: this epoch ends here
+      if (!a) {  // the producer served every epoch: this epoch ends here
         stream_ended_ = true;
         last = true;
         break;
@@ -109,10 +165,10 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
         last = true;
         break;
       }
-      const uint8_t* base = state_->slot_memory() + uint64_t{a->slot} * state_->welcome.slots.slot_bytes;
-      current_ = std::make_shared<SlotLease>(state_, *a, base);
+      Result<std::shared_ptr<SlotLease>> lease = OpenSlot(*a);
+      if (!lease.ok()) return keep(lease.status());
+      current_ = std::move(*lease);
       offset_ = 0;
-      if (state_->mapper) current_->device_base = state_->mapper->slot_base(a->slot);
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
     if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
@@ -125,7 +181,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
       pieces.push_back({current_, offset_, take});
       current_->stream = stream;  // its release is ordered after this stream's reads
       current_->on_stream = true;
-      if (pieces.size() > 1 || gathered) {
+      if (pieces.size() > 1 || gathered || copies_every_batch()) {
         if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
       }
     }
@@ -147,31 +203,6 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) {
     epoch_ended_ = true;
     return std::optional<Batch>();  // a partly gathered batch gives its buffer back
   }
-  if (gathered) return gathered;
-
-  // Within one slot: a view.
-  const SlotTable& t = state_->welcome.slots;
-  const uint64_t sample_bytes = t.sample_bytes();
-  const Piece& p = pieces.front();
-  Batch b;
-  b.state_ = state_;
-  b.count_ = collected;
-  b.epoch_ = epoch_;
-  b.ready_ns_ = p.lease->a.ready_ns;
-  b.stream_ = stream;
-  b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
-  b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
-  if (state_->mapper) {
-    // Device path: the tensor and labels are device pointers; indices and labels are also
-    // readable on the host from the host slot.
-    const DeviceTable& d = state_->welcome.device;
-    b.device_ = state_->mapper->device();
-    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
-    b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
-  } else {
-    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
-  }
-  b.leases_.push_back(p.lease);
-  return std::optional<Batch>(std::move(b));
+  return Deliver(pieces, gathered, collected, stream);
 }
 }  // namespace coloader

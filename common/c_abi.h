@@ -24,15 +24,21 @@ extern "C" {
 enum coloader_error {
   COLOADER_OK = 0,
   COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch) */
+  COLOADER_AGAIN = 2, /* not an error: a call given a wait_ms returned before anything came; call again */
   COLOADER_E_INVALID = -1,
   COLOADER_E_NOT_FOUND = -2,
   COLOADER_E_IO = -3,
   COLOADER_E_PROTOCOL = -4,
   COLOADER_E_TIMEOUT = -5,
+  /* The producer stopped (asked to, killed or crashed) or cannot be reached: its stream ended
+   * before its epochs were served. The message names it, how it ended and where the stream stopped. */
   COLOADER_E_DISCONNECTED = -6,
   COLOADER_E_INTERNAL = -7,
   /* A member of the consumer's group left (died, was detached or closed): the group is over. */
   COLOADER_E_GROUP_BROKEN = -8,
+  /* The producer detached this consumer: it held the others back (stopped reading, kept its
+   * batches), broke the protocol or came after the last epoch; the message says which and the fix. */
+  COLOADER_E_DETACHED = -9,
 };
 
 enum coloader_dtype {

@@ -123,7 +123,7 @@ MessageType TypeOf(const Message& m) {
       MessageType::kHello,     MessageType::kWelcome, MessageType::kReject,
       MessageType::kBatch,     MessageType::kAck,     MessageType::kHeartbeat,
       MessageType::kBye,       MessageType::kStatusRequest, MessageType::kStatusReply,
-      MessageType::kAttach};
+      MessageType::kAttach,    MessageType::kEnd,     MessageType::kReclaim};
   return kTypes[m.index()];
 }
 
@@ -344,6 +344,11 @@ bool DecodeBody(Reader& r, Attach* m) {
   return true;
 }
 
+void Encode(Writer& w, const End& m) { w.Put(m.epochs); }
+bool DecodeBody(Reader& r, End* m) { return r.Get(&m->epochs); }
+void Encode(Writer& w, const Reclaim& m) { w.Put(m.seq); }
+bool DecodeBody(Reader& r, Reclaim* m) { return r.Get(&m->seq); }
+
 void Encode(Writer& w, const Ack& m) { w.Put(m.seq); }
 bool DecodeBody(Reader& r, Ack* m) { return r.Get(&m->seq); }
 
@@ -400,6 +405,8 @@ void Encode(Writer& w, const StatusReply& m) {
     w.Put(c.rank);
     w.Put(c.world_size);
     w.Put(c.waiting);
+    w.Put(c.unread);
+    w.Put(c.idle_ms);
   }
 }
 bool DecodeBody(Reader& r, StatusReply* m) {
@@ -420,7 +427,7 @@ bool DecodeBody(Reader& r, StatusReply* m) {
     if (!(r.Get(&c.id) && r.Get(&c.pid) && r.Get(&c.batch_size) && r.Get(&c.received) &&
           r.Get(&c.acked) && r.Get(&c.lag) && r.Get(&c.held) && r.Get(&c.path) &&
           r.GetString(&c.name) && r.GetString(&c.group) && r.Get(&c.rank) && r.Get(&c.world_size) &&
-          r.Get(&c.waiting)))
+          r.Get(&c.waiting) && r.Get(&c.unread) && r.Get(&c.idle_ms)))
       return false;
   }
   return true;
@@ -445,7 +452,7 @@ const char* MessageTypeName(const Message& m) {
   static constexpr const char* kNames[] = {"Hello", "Welcome",   "Reject",
                                            "Batch", "Ack",       "Heartbeat",
                                            "Bye",   "StatusRequest", "StatusReply",
-                                           "Attach"};
+                                           "Attach", "End",     "Reclaim"};
   return kNames[m.index()];
 }
 
@@ -491,6 +498,8 @@ Result<Message> Decode(const uint8_t* data, size_t size) {
     case MessageType::kStatusRequest: return DecodeAs<StatusRequest>(r, "StatusRequest");
     case MessageType::kStatusReply: return DecodeAs<StatusReply>(r, "StatusReply");
     case MessageType::kAttach: return DecodeAs<Attach>(r, "Attach");
+    case MessageType::kEnd: return DecodeAs<End>(r, "End");
+    case MessageType::kReclaim: return DecodeAs<Reclaim>(r, "Reclaim");
   }
   return Status::Protocol("unknown message type " + std::to_string(type));
 }

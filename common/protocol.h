@@ -8,10 +8,15 @@
 //   consumer -> Hello                    (protocol version, pid, batch size, flags; its consumer
 //                                         group and rank, its node, what a resumed state expects)
 //   producer -> Welcome | Reject         (slot table once: shared memory name and layout)
-//   consumer -> Attach                   (only after a Welcome offering device memory: which
-//                                         path it will read; until then it gets no batches)
+//   consumer -> Attach                   (when it starts reading: which path it reads; until then
+//                                         it gets no batches, counts for nothing and holds no one
+//                                         back, so a refused resume state or an idle Loader
+//                                         changes nothing)
 //   producer -> Batch ...                (one small announcement per producer batch)
 //   consumer -> Ack ...                  (one per Batch, when the consumer no longer reads it)
+//   producer -> Reclaim                  (the ring is full of batches this consumer read past and
+//                                         keeps: copy what you keep and ack)
+//   producer -> End                      (every epoch is published: nothing more will come)
 //   both     -> Heartbeat                (when idle; a missing peer is detected by timeout)
 //   either   -> Bye                      (producer finished / stopping / detached you / your group
 //                                         broke; consumer leaving, or a group member finished)
@@ -32,8 +37,9 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // Bump it with every change to a message's body, so that mismatched builds get a Reject
 // naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
 // dropped_clients. 3: consumer groups and topology (Hello, Welcome, ConsumerStatus, Bye's
-// kGroupBroken).
-inline constexpr uint16_t kProtocolVersion = 3;
+// kGroupBroken). 4: every consumer attaches (Attach), End, Reclaim, ConsumerStatus's unread
+// and idle_ms.
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -50,6 +56,8 @@ enum class MessageType : uint16_t {
   kStatusRequest = 8,
   kStatusReply = 9,
   kAttach = 10,
+  kEnd = 11,
+  kReclaim = 12,
 };
 
 // Element type and layout of the batch tensor as it lies in a slot.
@@ -163,10 +171,23 @@ struct Ack {
   uint64_t seq = 0;
 };
 
-// The consumer's choice after a Welcome that offered the device ring: true if it mapped it,
-// false to be served from host memory (it could not open the IPC handle).
+// The consumer starts reading. `device`: it mapped the device ring the Welcome offered (1),
+// or reads host memory (0: none was offered, or it could not open the IPC handle).
 struct Attach {
   uint8_t device = 0;
+};
+
+// Every epoch is published: nothing more will come to this consumer, which may still read and
+// hold what it was given. `epochs`: how many the producer served.
+struct End {
+  uint64_t epochs = 0;
+};
+
+// The ring has no free slot, and this consumer keeps batch `seq`, which it has read past: a
+// consumer that can copy what it keeps (the default) does so and acks it; one that cannot
+// (zero-copy) goes on holding it, and is detached if it holds the others back too long.
+struct Reclaim {
+  uint64_t seq = 0;
 };
 
 struct Heartbeat {};
@@ -201,6 +222,8 @@ struct ConsumerStatus {
   std::string group;      // empty: not in a group
   uint32_t rank = 0, world_size = 1;
   uint8_t waiting = 0;    // 1: attached, waiting for the rest of its group
+  uint64_t unread = 0;    // batches announced to it that it has not taken yet
+  uint64_t idle_ms = 0;   // since it last took a batch (or attached)
 };
 
 struct StatusReply {
@@ -227,7 +250,7 @@ struct StatusReply {
 const char* ProducerStateName(uint8_t state);
 
 using Message = std::variant<Hello, Welcome, Reject, BatchAnnouncement, Ack, Heartbeat, Bye,
-                             StatusRequest, StatusReply, Attach>;
+                             StatusRequest, StatusReply, Attach, End, Reclaim>;
 
 std::vector<uint8_t> Encode(const Message& m);
 // Any byte string in, a message or a kProtocolError naming what was wrong out.

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace coloader {
 
@@ -74,12 +75,11 @@ std::string HumanBytes(uint64_t bytes) {
 SharedMemory& SharedMemory::operator=(SharedMemory&& o) noexcept {
   if (this != &o) {
     if (data_) ::munmap(data_, size_);
-    data_ = o.data_;
-    size_ = o.size_;
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
     name_ = std::move(o.name_);
-    o.data_ = nullptr;
-    o.size_ = 0;
     o.name_.clear();
+    fd_ = std::move(o.fd_);
   }
   return *this;
 }
@@ -133,29 +133,62 @@ Status SharedMemory::Reserve(const Ranges& ranges, bool* no_space) {
 }
 
 Result<SharedMemory> SharedMemory::Open(const std::string& name, size_t expected_bytes, bool writable) {
-  int fd = ::shm_open(ObjectName(name).c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
-  if (fd < 0) return Status::FromErrno("cannot open the producer's shared memory " + PathOf(name), errno);
+  UniqueFd fd(::shm_open(ObjectName(name).c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0));
+  if (!fd.valid()) return Status::FromErrno("cannot open the producer's shared memory " + PathOf(name), errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno("cannot stat " + PathOf(name), err);
-  }
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + PathOf(name), errno);
   // Mapping past the end of the object would SIGBUS on the first read there: check first.
   if (static_cast<uint64_t>(st.st_size) < expected_bytes) {
-    ::close(fd);
     return Status::Protocol("shared memory " + PathOf(name) + " holds " + std::to_string(st.st_size) +
                             " bytes, the producer announced " + std::to_string(expected_bytes));
   }
-  void* p = ::mmap(nullptr, expected_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return Status::FromErrno("cannot map the producer's shared memory " + PathOf(name), err);
+  void* p = ::mmap(nullptr, expected_bytes, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) return Status::FromErrno("cannot map the producer's shared memory " + PathOf(name), errno);
   SharedMemory shm;
   shm.data_ = static_cast<uint8_t*>(p);
   shm.size_ = expected_bytes;
   shm.name_ = name;
+  shm.fd_ = std::move(fd);
   return shm;
+}
+
+Result<PrivateView> PrivateView::Map(const SharedMemory& shm, uint64_t offset, uint64_t bytes) {
+  if (shm.fd() < 0) return Status::Internal("a private view needs a region opened with SharedMemory::Open");
+  if (bytes == 0 || offset > shm.size() || bytes > shm.size() - offset)
+    return Status::Internal("a private view of [" + std::to_string(offset) + ", +" + std::to_string(bytes) +
+                            ") lies outside " + PathOf(shm.name()));
+  // Private mappings need only read access to the object: its descriptor may be read-only.
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, shm.fd(), static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return Status::FromErrno("cannot map a private view of " + PathOf(shm.name()), errno);
+  PrivateView v;
+  v.data_ = static_cast<uint8_t*>(p);
+  v.size_ = bytes;
+  return v;
+}
+
+PrivateView& PrivateView::operator=(PrivateView&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(data_, size_);
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+PrivateView::~PrivateView() {
+  if (data_) ::munmap(data_, size_);
+}
+
+Status PrivateView::Detach() {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL
+#endif
+  if (!data_) return Status::OK();
+  if (::madvise(data_, size_, MADV_POPULATE_WRITE) != 0) {
+    return Status::FromErrno("cannot copy a private view of " + HumanBytes(size_) +
+                             " (madvise MADV_POPULATE_WRITE needs Linux 5.14 or later)", errno);
+  }
+  return Status::OK();
 }
 
 bool SharedMemory::Remove(const std::string& name) { return ::shm_unlink(ObjectName(name).c_str()) == 0; }

@@ -1,5 +1,6 @@
 // A named POSIX shared-memory region (shm_open + mmap), mapped once. The producer creates
-// and finally removes it; consumers open it read-only (the mailboxes read-write).
+// and finally removes it; consumers open it read-only (the mailboxes read-write), and may map
+// parts of it privately (PrivateView): pages they write become their own.
 //
 // Space is reserved when a region is made: /dev/shm is a tmpfs, and a page of a tmpfs file is
 // only allocated when first touched, so a region merely ftruncate'd to size on a full (or
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace coloader {
 
@@ -45,7 +47,8 @@ class SharedMemory {
   // can say what it needed and the ways out; nothing is left behind on any failure.
   static Result<SharedMemory> Create(const std::string& name, size_t bytes, const Ranges& reserve = {},
                                      bool* no_space = nullptr);
-  // Maps an existing region; `expected_bytes` guards against a table/region mismatch.
+  // Maps an existing region; `expected_bytes` guards against a table/region mismatch. The
+  // descriptor stays open (fd()): it keeps the object alive for PrivateView after an unlink.
   static Result<SharedMemory> Open(const std::string& name, size_t expected_bytes, bool writable);
   // Removes the name (mappings stay valid until unmapped). True if something was removed.
   static bool Remove(const std::string& name);
@@ -64,11 +67,42 @@ class SharedMemory {
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
+  int fd() const { return fd_.get(); }  // -1 for a region made by Create
 
  private:
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string name_;
+  UniqueFd fd_;
+};
+
+// A private, copy-on-write mapping of part of an opened region: it reads what the region holds
+// now, and a page this process writes becomes its own, invisible to every other process (and
+// no longer following the region). Move-only; unmaps on destruction.
+class PrivateView {
+ public:
+  // Maps [offset, offset + bytes) of `shm` (page-aligned offset) readable and writable.
+  static Result<PrivateView> Map(const SharedMemory& shm, uint64_t offset, uint64_t bytes);
+
+  PrivateView() = default;
+  PrivateView(PrivateView&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  PrivateView& operator=(PrivateView&& o) noexcept;
+  PrivateView(const PrivateView&) = delete;
+  PrivateView& operator=(const PrivateView&) = delete;
+  ~PrivateView();
+
+  // Copies every page not copied yet (MADV_POPULATE_WRITE: the kernel breaks copy-on-write page
+  // by page, so a write made meanwhile on another thread is never lost): the view then refers
+  // to nothing of the region, which may change under it without this view changing.
+  Status Detach();
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 }  // namespace coloader

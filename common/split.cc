@@ -70,6 +70,11 @@ std::vector<Segment> PaddingSegments(const SplitSpec& s, const SplitPlan& p) {
   return out;
 }
 
+uint64_t BatchesTaken(const SplitSpec& spec, const SplitPlan& plan, uint64_t samples) {
+  const uint64_t share = plan.rounds * spec.batch_size + plan.tail;  // what the batches hold
+  return samples >= share ? plan.batches : samples / spec.batch_size;
+}
+
 uint64_t ResumePosition(const SplitSpec& s, const SplitPlan& p, uint64_t k) {
   return s.begin + std::min(k, p.batches > 0 ? p.batches - 1 : 0) * uint64_t{s.world_size} * s.batch_size;
 }

@@ -67,6 +67,10 @@ std::vector<Segment> BatchSegments(const SplitSpec& spec, const SplitPlan& plan,
 // member's last batch holds them, after its positions from the stream.
 std::vector<Segment> PaddingSegments(const SplitSpec& spec, const SplitPlan& plan);
 
+// How many batches a member has taken when it has taken `samples` samples of its share: whole
+// batches, and all of them once it has its share (the tail batch is short).
+uint64_t BatchesTaken(const SplitSpec& spec, const SplitPlan& plan, uint64_t samples);
+
 // The first position of the round holding each member's batch k: where a group resumes after
 // its members have each taken k batches. Positions before it are never needed again.
 uint64_t ResumePosition(const SplitSpec& spec, const SplitPlan& plan, uint64_t k);

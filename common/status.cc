@@ -16,6 +16,8 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAlreadyExists: return "already exists";
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kGroupBroken: return "group broken";
+    case StatusCode::kDetached: return "detached";
+    case StatusCode::kAgain: return "again";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

@@ -18,10 +18,12 @@ enum class StatusCode {
   kIOError,          // a read, write, mmap or socket call failed
   kProtocolError,    // a malformed or unexpected message
   kTimeout,          // a peer did not answer in time
-  kDisconnected,     // the peer went away (producer stopped or died, consumer detached)
+  kDisconnected,     // the peer went away (the producer stopped, was killed or crashed)
+  kDetached,         // the producer detached this consumer (it stopped reading, or broke a rule)
   kAlreadyExists,    // a producer of this name is already running
   kCancelled,        // stopped on request (a signal)
   kGroupBroken,      // a member of this consumer's group left: the group's run is over
+  kAgain,            // not an error: a bounded wait ended before anything came; call again
   kInternal,
 };
 
@@ -42,6 +44,8 @@ class [[nodiscard]] Status {
   static Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status GroupBroken(std::string m) { return {StatusCode::kGroupBroken, std::move(m)}; }
+  static Status Detached(std::string m) { return {StatusCode::kDetached, std::move(m)}; }
+  static Status Again() { return {StatusCode::kAgain, "nothing yet"}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   // errno-based I/O error: "<what>: <strerror(errno)>".
   static Status FromErrno(const std::string& what, int err);

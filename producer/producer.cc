@@ -111,7 +111,8 @@ const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
 const std::string& Producer::tcp_endpoint() const { return impl_->tcp_bound; }
 ExternalSource* Producer::external_source() const { return impl_->external.get(); }
 
-void Producer::Stop() {
+void Producer::Stop(const char* why) {
+  impl_->stop_why.store(why);
   impl_->stop_requested.store(true);
   impl_->stop_fd.Signal();  // async-signal-safe
 }
@@ -321,14 +322,19 @@ Status Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, fatal.message());
       return fatal;
     }
-    if (all_submitted && done.empty() && InFlight() == 0 && ring.in_use() == 0) {
-      ReportProgress(MonotonicNs(), true);
-      Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
-      return Status::OK();
+    if (all_submitted && done.empty() && InFlight() == 0) {
+      // Every epoch is published: the consumers hear it now, not when they let go of what
+      // they hold (a loop keeps its last batch bound while it asks for another epoch).
+      AnnounceEnd();
+      if (ring.in_use() == 0) {
+        ReportProgress(MonotonicNs(), true);
+        Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
+        return Status::OK();
+      }
     }
     if (stop_requested.load()) {
       ReportProgress(MonotonicNs(), true);
-      Shutdown(ByeReason::kStopping, "the producer was asked to stop");
+      Shutdown(ByeReason::kStopping, std::string("the producer was asked to stop (") + stop_why.load() + ")");
       return Status::Cancelled("stopped by signal");
     }
 
@@ -366,6 +372,7 @@ Status Producer::Impl::Loop() {
     if (zap) zap->HandlePending();
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
+    DetachStalled(now);
     ReportProgress(now, false);
   }
 }

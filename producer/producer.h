@@ -59,6 +59,10 @@ struct ProducerOptions {
   } resume;
   uint32_t heartbeat_ms = 500;
   uint32_t heartbeat_timeout_ms = 5000;
+  // A consumer that holds the others back this long (it took no batch while the producer
+  // waited on it, or its kept batches filled the ring and could not be copied away) is
+  // detached, with a message saying so. Only while someone else waits; 0: never.
+  uint32_t stall_timeout_ms = 60000;
   int progress_interval_ms = 1000;  // 0: no progress lines
 
   // Also serve consumers on other machines at this tcp:// endpoint (host path, batches sent as
@@ -89,8 +93,9 @@ class Producer {
   // Serves until every epoch is delivered and released, or Stop() is called.
   // Returns an error when --on-bad-file fail met a bad file.
   Status Run();
-  // Async-signal-safe: asks Run() to tell the consumers and return.
-  void Stop();
+  // Async-signal-safe: asks Run() to tell the consumers and return. `why` (a string literal,
+  // e.g. "SIGTERM") is what the consumers are told the stop came from.
+  void Stop(const char* why = "a request");
 
   const std::string& endpoint() const;
   // The tcp:// endpoint as bound (a port of 0 or * resolved); empty without one.

@@ -72,6 +72,10 @@ struct Session {
   uint64_t acked = 0;
   uint64_t first_seq = 0;   // the first batch announced to it
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
+  uint64_t read_upto = 0;   // how far it had read when last looked at (Impl::ReadUpto)
+  uint64_t last_read_ns = 0;  // when that last moved (or it attached): what a stall is timed by
+  uint64_t reclaim_asked = 0;  // one past the newest batch it was asked to give back (Reclaim)
+  bool end_sent = false;    // told that every epoch is published (End)
   RateWindow rate;              // its messages this second
   uint64_t received_at_rate = 0;  // `received` when that second began
   // Consumer group membership (empty group: a plain consumer). A member gets no batches
@@ -112,6 +116,7 @@ struct Producer::Impl {
   std::string tcp_bound;
   EventFd stop_fd;  // Stop() signals it; the loop polls it
   std::atomic<bool> stop_requested{false};
+  std::atomic<const char*> stop_why{"a request"};  // what asked (Stop's argument)
 
   RingAccounting ring{1};
   std::map<uint64_t, std::unique_ptr<BatchJob>> done;  // completed, waiting to publish in order
@@ -150,6 +155,7 @@ struct Producer::Impl {
   uint64_t last_progress_ns = 0;
   bool progress_tty = false;
   Status fatal;  // set when --on-bad-file fail hits
+  uint64_t last_release_ns = 0;  // when a slot last came back (stalls of a full ring are timed by it)
 
   uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
   uint64_t epoch_samples() const { return external ? opts.epoch_samples : sampler->epoch_size(); }
@@ -172,14 +178,21 @@ struct Producer::Impl {
   // spares. One that stops reading stays behind, and the producer waits for it.
   bool WithinWindow() const {
     const uint64_t on_the_way = next_submit_seq - next_publish_seq;
-    for (const auto& [id, s] : sessions) {
-      if (s.pending || s.received == 0) continue;
-      const uint64_t read_upto = s.mailbox >= 0
-                                     ? s.first_seq + mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken()
-                                     : std::max(s.acked_upto, s.first_seq);
-      if (next_publish_seq - read_upto + on_the_way >= opts.window) return false;
-    }
+    for (const auto& [id, s] : sessions)
+      if (HoldsBackWindow(s)) return false;
     return on_the_way < opts.window;
+  }
+  // How far `s` has read: one past the newest batch it took from its mailbox (batches go to a
+  // session with consecutive numbers from its first), or without a mailbox, one past the newest
+  // it released.
+  uint64_t ReadUpto(const Session& s) const {
+    return s.mailbox >= 0 ? s.first_seq + mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken()
+                          : std::max(s.acked_upto, s.first_seq);
+  }
+  // `s` is `window` batches behind: the producer may not go further ahead of it.
+  bool HoldsBackWindow(const Session& s) const {
+    if (s.pending || s.received == 0) return false;
+    return next_publish_seq - ReadUpto(s) + (next_submit_seq - next_publish_seq) >= opts.window;
   }
   // Attached consumer processes (what --min-consumers counts: each rank of a group is one).
   size_t ActiveSessions() const {
@@ -206,9 +219,17 @@ struct Producer::Impl {
   void FinishInGroup(const Session& gone);
   void SubmitWork();
   void PublishReady();
+  // Every epoch is published: tells each reading consumer once (End), whatever it still holds.
+  void AnnounceEnd();
+  // The ring has no free slot: asks the consumers that keep the oldest batch, read past, for it
+  // back (Reclaim); they copy what they keep and ack.
+  void ReclaimOldest();
+  // Detaches consumers that have held the others back for --stall-timeout-ms (see the option).
+  void DetachStalled(uint64_t now);
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
   bool Flooding(Session& s, uint64_t now);
   void HandleHello(const std::string& identity, const Hello& hello, bool remote);
+  void HandleAttach(const std::string& identity, const Attach& attach);
   Status BindTcp();
   void SendWithPayload(Session& s, const BatchAnnouncement& a);
   // `finished`: the consumer said goodbye after its share (Bye kFinished); its group goes on.

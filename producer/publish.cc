@@ -30,7 +30,10 @@ void Producer::Impl::SubmitWork() {
     }
     while (WithinWindow()) {
       std::optional<uint32_t> slot = ring.Acquire();
-      if (!slot) break;
+      if (!slot) {
+        ReclaimOldest();
+        break;
+      }
       external->Grant(*slot);
       ++next_submit_seq;  // counts as on its way until the caller's batch is published
     }
@@ -39,7 +42,10 @@ void Producer::Impl::SubmitWork() {
   // Keep the workers fed while there is a free slot; each batch is published in order later.
   while (!all_submitted && fatal.ok() && WithinWindow()) {
     std::optional<uint32_t> slot = ring.Acquire();
-    if (!slot) break;
+    if (!slot) {
+      ReclaimOldest();
+      break;
+    }
     // The slot's previous uploads may still be reading its staging area.
     Status idle;
     for (auto& r : device_rings)
@@ -73,6 +79,31 @@ void Producer::Impl::SubmitWork() {
   }
 }
 
+void Producer::Impl::ReclaimOldest() {
+  // Within the window and yet no free slot: consumers keep batches they have read past (a
+  // list of tensors, a logger). The oldest one's keepers are asked once to copy it and let go.
+  for (const RingAccounting::Held& h : ring.Published()) {
+    bool asked = false;
+    for (auto& [identity, s] : sessions) {
+      if (std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
+      if (ReadUpto(s) <= h.seq + 1 || s.reclaim_asked > h.seq) continue;  // still reading it, or asked
+      s.reclaim_asked = h.seq + 1;
+      SendToSession(s, Reclaim{h.seq});
+      asked = true;
+    }
+    if (asked) return;
+  }
+}
+
+void Producer::Impl::AnnounceEnd() {
+  const uint64_t epochs = batches_published > 0 ? published_epoch + 1 : start_epoch;
+  for (auto& [identity, s] : sessions) {
+    if (s.pending || s.end_sent) continue;
+    s.end_sent = true;
+    SendToSession(s, End{epochs});
+  }
+}
+
 Status Producer::Impl::CheckStart() {
   const ProducerOptions::ResumePoint& r = opts.resume;
   if (!r.set) return Status::OK();
@@ -86,15 +117,16 @@ Status Producer::Impl::CheckStart() {
     return Status::Invalid("--resume: the state's epoch split begins at position " + std::to_string(r.begin) +
                            " of an epoch of " + std::to_string(n) + " samples: it was saved from another dataset or shard");
   }
-  auto plan = PlanSplit(SplitSpec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last});
+  const SplitSpec spec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last};
+  auto plan = PlanSplit(spec);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
-  const uint64_t done = r.samples / r.batch_size;  // batches each rank had taken
+  const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
   if (done >= plan->batches) {
     start_epoch = r.epoch + 1;  // that epoch was complete: the next one from its start
     start_position = 0;
   } else {
     start_epoch = r.epoch;
-    start_position = ResumePosition(SplitSpec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last}, *plan, done);
+    start_position = ResumePosition(spec, *plan, done);
   }
   if (!opts.forever && start_epoch >= opts.epochs) {
     return Status::Invalid("--resume: the state resumes at epoch " + std::to_string(start_epoch) + ", but --epochs " +

@@ -43,6 +43,8 @@ StatusReply Producer::Impl::MakeStatus() const {
     c.rank = s.rank;
     c.world_size = s.world_size;
     c.waiting = s.group_waiting ? 1 : 0;
+    if (!s.pending && s.received > 0) c.unread = s.first_seq + s.received - ReadUpto(s);
+    c.idle_ms = s.last_read_ns ? (MonotonicNs() - s.last_read_ns) / 1000000 : 0;
     r.consumers.push_back(std::move(c));
   }
   return r;

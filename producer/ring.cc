@@ -88,4 +88,12 @@ std::optional<uint64_t> RingAccounting::OldestHeldBy(uint64_t consumer) const {
   return oldest;
 }
 
+std::vector<RingAccounting::Held> RingAccounting::Published() const {
+  std::vector<Held> out;
+  for (const Slot& s : slots_)
+    if (s.state == Slot::State::kPublished) out.push_back({s.seq, s.holders});
+  std::sort(out.begin(), out.end(), [](const Held& a, const Held& b) { return a.seq < b.seq; });
+  return out;
+}
+
 }  // namespace coloader

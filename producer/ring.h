@@ -38,6 +38,12 @@ class RingAccounting {
   // Batches `consumer` holds now, and the oldest of them.
   uint32_t HeldBy(uint64_t consumer) const;
   std::optional<uint64_t> OldestHeldBy(uint64_t consumer) const;
+  // The published batches, oldest first, with who holds each.
+  struct Held {
+    uint64_t seq;
+    std::vector<uint64_t> holders;
+  };
+  std::vector<Held> Published() const;
 
  private:
   struct Slot {

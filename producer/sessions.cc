@@ -226,9 +226,10 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
       }
     }
   }
-  // A consumer offered device memory first tries to map it; it is not counted, and gets no
-  // batches, until it says which path it will read (so a fallback loses nothing).
-  s.pending = s.device;
+  // Nobody is counted, gets batches or holds anyone back until it starts reading (Attach): a
+  // consumer offered device memory first tries to map it (so a fallback loses nothing), and a
+  // job checks a resume state against the Welcome before it takes anything.
+  s.pending = true;
   if (!s.device) {  // host path: a GPU ring's host tensor areas must be reserved first
     if (Status r = ReserveHostTensors(); !r.ok()) {
       Send(identity, Bye{ByeReason::kRejected, r.message()});
@@ -277,7 +278,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     return;
   }
   s.last_sent_ns = MonotonicNs();
-  std::fprintf(stderr, "[coloader %s] consumer %llu attached (pid %u, batch size %u, %s path%s%s)\n",
+  std::fprintf(stderr, "[coloader %s] consumer %llu connected (pid %u, batch size %u, %s path offered%s%s)\n",
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
                s.device ? "device" : "host", s.waiting_for_epoch ? ", waits for the next epoch" : "",
                s.group.empty() ? ""
@@ -293,12 +294,39 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     g.members[s.rank] = identity;
   }
   sessions.emplace(identity, std::move(s));
-  if (!group.empty()) MaybeStartGroup(group);
+}
+
+void Producer::Impl::HandleAttach(const std::string& identity, const Attach& attach) {
+  auto it = sessions.find(identity);
+  Session& s = it->second;
+  if (!s.pending) {
+    ++rejected_messages;
+    DropSession(identity, "sent Attach twice", Bye{ByeReason::kRejected, "unexpected Attach"});
+    return;
+  }
+  if (attach.device && !s.device) {
+    ++rejected_messages;
+    DropSession(identity, "asked for a device ring it was not offered",
+                Bye{ByeReason::kRejected, "Attach asks for the device ring, which the Welcome did not offer"});
+    return;
+  }
   if (all_submitted && done.empty() && InFlight() == 0) {
     // Nothing more will be produced: say so at once rather than let it wait.
     DropSession(identity, "attached after the last epoch",
                 Bye{ByeReason::kFinished, "the producer has delivered every epoch"});
+    return;
   }
+  s.pending = false;
+  s.device = attach.device != 0;
+  s.last_read_ns = MonotonicNs();
+  if (Status r = s.device ? Status::OK() : ReserveHostTensors(); !r.ok()) {
+    DropSession(identity, "reads the host path, which /dev/shm cannot hold", Bye{ByeReason::kRejected, r.message()});
+    return;
+  }
+  std::fprintf(stderr, "[coloader %s] consumer %llu attached: reads the %s path%s\n", opts.name.c_str(),
+               static_cast<unsigned long long>(s.id), s.device ? "device" : "host",
+               s.device ? (" (cuda:" + std::to_string(device_rings[s.ring]->device()) + ")").c_str() : "");
+  if (!s.group.empty()) MaybeStartGroup(s.group);
 }
 
 bool Producer::Impl::Flooding(Session& s, uint64_t now) {
@@ -366,6 +394,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
       ++rejected_messages;
   } else if (auto* ack = std::get_if<Ack>(&m)) {
     if (ring.Release(it->second.id, ack->seq)) {
+      last_release_ns = now;
       ++it->second.acked;
       it->second.acked_upto = std::max(it->second.acked_upto, ack->seq + 1);
     } else {
@@ -374,21 +403,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
                   Bye{ByeReason::kRejected, "ack for batch " + std::to_string(ack->seq) + " that you do not hold"});
     }
   } else if (auto* attach = std::get_if<Attach>(&m)) {
-    if (!it->second.pending) {
-      ++rejected_messages;
-      DropSession(identity, "sent Attach twice", Bye{ByeReason::kRejected, "unexpected Attach"});
-    } else {
-      it->second.pending = false;
-      it->second.device = attach->device != 0;
-      if (Status r = it->second.device ? Status::OK() : ReserveHostTensors(); !r.ok()) {
-        DropSession(identity, "reads the host path, which /dev/shm cannot hold", Bye{ByeReason::kRejected, r.message()});
-        return;
-      }
-      if (!it->second.group.empty()) MaybeStartGroup(it->second.group);
-      std::fprintf(stderr, "[coloader %s] consumer %llu reads the %s path%s\n", opts.name.c_str(),
-                   static_cast<unsigned long long>(it->second.id), it->second.device ? "device" : "host",
-                   it->second.device ? (" (cuda:" + std::to_string(device_rings[it->second.ring]->device()) + ")").c_str() : "");
-    }
+    HandleAttach(identity, *attach);
   } else if (std::holds_alternative<Heartbeat>(m)) {
     // last_heard_ns is already updated
   } else if (auto* bye = std::get_if<Bye>(&m)) {
@@ -419,6 +434,69 @@ void Producer::Impl::CheckLiveness(uint64_t now) {
                                                 "no heartbeat for " + std::to_string(opts.heartbeat_timeout_ms) +
                                                     " ms; you were detached and your slots reclaimed"})
                        : std::nullopt);
+  }
+}
+
+void Producer::Impl::DetachStalled(uint64_t now) {
+  for (auto& [identity, s] : sessions) {
+    if (s.pending) continue;
+    if (const uint64_t r = ReadUpto(s); r != s.read_upto) {
+      s.read_upto = r;
+      s.last_read_ns = now;
+    }
+  }
+  if (last_release_ns == 0) last_release_ns = now;
+  const bool producing = external ? !external->finished() : !all_submitted;
+  if (opts.stall_timeout_ms == 0 || !started || !producing) return;
+  const uint64_t limit = uint64_t{opts.stall_timeout_ms} * 1000000;
+  char seconds_text[32];
+  std::snprintf(seconds_text, sizeof(seconds_text), "%.3g s", opts.stall_timeout_ms / 1000.0);
+  const std::string seconds = seconds_text;
+  auto who = [](const Session& s) {
+    return "consumer " + std::to_string(s.id) + " (pid " + std::to_string(s.pid) +
+           (s.name.empty() ? std::string() : ", '" + s.name + "'") + ")";
+  };
+  // Who holds the others back, and what it is told.
+  struct Stalled {
+    std::string identity, why;
+    bool kept;  // its kept batches filled the ring (else: it stopped reading)
+  };
+  std::vector<Stalled> stalled;
+  for (const auto& [identity, s] : sessions) {
+    if (!HoldsBackWindow(s) || now - s.last_read_ns < limit) continue;
+    stalled.push_back({identity,
+                       who(s) + " took no batch for " + seconds + " while the producer, " + std::to_string(opts.window) +
+                           " batches ahead of it (--window), waited for it",
+                       false});
+  }
+  if (stalled.empty() && WithinWindow() && ring.free_slots() == 0 && now - last_release_ns >= limit) {
+    // The ring is full of batches kept past their reading, and the keeper could not copy them
+    // away when asked (Reclaim): zero-copy views, or a tcp:// consumer.
+    const Session* keeper = nullptr;
+    uint32_t most = 0;
+    for (const auto& [identity, s] : sessions) {
+      const uint32_t held = ring.HeldBy(s.id);
+      if (!s.pending && held > most) {
+        most = held;
+        keeper = &s;
+      }
+    }
+    if (keeper != nullptr)
+      stalled.push_back({keeper->identity,
+                         who(*keeper) + " kept " + std::to_string(most) + " batches (tensors still alive) for " +
+                             seconds + " while the ring had no free slot, and could not copy them away (it reads " +
+                             "zero-copy, or over tcp://)",
+                         true});
+  }
+  if (stalled.empty() || Receivers() <= stalled.size()) return;  // nobody else is held back
+  const std::string others = std::to_string(Receivers() - stalled.size()) + " other consumer(s)";
+  for (const Stalled& st : stalled) {
+    DropSession(st.identity, st.kept ? "kept batches the ring needed (stall timeout)" : "stopped reading (stall timeout)",
+                Bye{ByeReason::kDetached,
+                    st.why + ", and " + others + " waited: it was detached so they could go on. " +
+                        (st.kept ? "clone() the batches you keep (or read without zero-copy)"
+                                 : "Keep reading, or close the Loader while the job does something else") +
+                        "; to wait longer, start the producer with a larger --stall-timeout-ms (0: never)"});
   }
 }
 

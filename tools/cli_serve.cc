@@ -56,8 +56,8 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
   return Status::OK();
 }
 
-void OnSignal(int) {
-  if (g_producer) g_producer->Stop();
+void OnSignal(int sig) {
+  if (g_producer) g_producer->Stop(sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal");
 }
 
 constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [options]";
@@ -103,6 +103,9 @@ int Serve(const std::vector<std::string>& args) {
   cmd.Add("--world-size", &o.world_size, "the number of shards (one producer per node)");
   cmd.Add("--heartbeat-ms", &o.heartbeat_ms, "liveness pings to consumers that are not local processes");
   cmd.Add("--heartbeat-timeout-ms", &o.heartbeat_timeout_ms, "a consumer silent this long is dropped");
+  cmd.Add("--stall-timeout-ms", &o.stall_timeout_ms,
+          "a consumer that holds the others back this long (stopped reading, or kept batches it cannot copy) is "
+          "detached; 0: never");
   cmd.Add("--no-dct-scaling", &no_dct, "decode JPEGs at full size even when the crop is small");
   cmd.Add("--no-crop-decode", &no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
   cmd.Add("--quiet", &quiet, "no progress line");

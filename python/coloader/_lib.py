@@ -30,6 +30,7 @@ PRODUCER_LIBRARY_NAME = "libcoloader_producer_c.so"
 # enum coloader_error
 OK = 0
 END = 1
+AGAIN = 2  # a bounded wait ended before anything came: call again
 E_INVALID = -1
 E_NOT_FOUND = -2
 E_IO = -3
@@ -38,6 +39,7 @@ E_TIMEOUT = -5
 E_DISCONNECTED = -6
 E_INTERNAL = -7
 E_GROUP_BROKEN = -8
+E_DETACHED = -9
 
 
 class ColoaderError(RuntimeError):
@@ -57,11 +59,26 @@ class ProducerNotFound(ColoaderError):
 
 
 class ProducerGone(ColoaderError):
-    """The producer died, stopped unexpectedly, or detached this consumer."""
+    """The stream ended before the producer served its epochs: it stopped or died
+    (ProducerStopped), detached this consumer (ConsumerDetached), or the group broke
+    (GroupBroken). A producer that served every epoch is not this: its stream just ends."""
+
+
+class ProducerStopped(ProducerGone):
+    """The producer was stopped (SIGTERM, SIGINT), killed (SIGKILL, the OOM killer) or crashed, or
+    cannot be reached, before it served every epoch. The message names it, its pid, how it ended
+    and the epoch and sample where this consumer's stream stopped; the cut epoch is partial."""
+
+
+class ConsumerDetached(ProducerGone):
+    """The producer detached this consumer: it held the others back (stopped reading, or kept
+    batches that could not be copied away), went silent, or broke the protocol. The message says
+    which and what to do."""
 
 
 class Timeout(ColoaderError, TimeoutError):
-    """No batch (or no handshake) within the timeout; the producer is alive but slow."""
+    """No batch (or no handshake) within the timeout. The message says what the producer waits
+    for: a consumer that holds it back (named), more consumers, or its own decoding."""
 
 
 class ProtocolError(ColoaderError):
@@ -82,9 +99,10 @@ _ERRORS = {
     E_IO: ColoaderError,
     E_PROTOCOL: ProtocolError,
     E_TIMEOUT: Timeout,
-    E_DISCONNECTED: ProducerGone,
+    E_DISCONNECTED: ProducerStopped,
     E_INTERNAL: ColoaderError,
     E_GROUP_BROKEN: GroupBroken,
+    E_DETACHED: ConsumerDetached,
 }
 
 
@@ -115,6 +133,8 @@ class ConsumerOptions(ctypes.Structure):
         ("resume_epoch", ctypes.c_uint64),
         ("resume_begin", ctypes.c_uint64),
         ("resume_samples", ctypes.c_uint64),
+        ("zero_copy", ctypes.c_int32),  # appended after those: views of the producer's memory itself
+        ("group_wait_ms", ctypes.c_int32),
     ]
 
 
@@ -200,7 +220,14 @@ def _declare(lib):
         "coloader_version": (ctypes.c_char_p, []),
         "coloader_consumer_open": (ctypes.c_int, [ctypes.POINTER(ConsumerOptions),
                                                   ctypes.POINTER(c_consumer_p)]),
+        "coloader_consumer_open_start": (ctypes.c_int, [ctypes.POINTER(ConsumerOptions),
+                                                        ctypes.POINTER(c_consumer_p)]),
+        "coloader_consumer_open_wait": (ctypes.c_int, [c_consumer_p, ctypes.c_int32]),
         "coloader_consumer_next_epoch": (ctypes.c_int, [c_consumer_p]),
+        "coloader_consumer_next_epoch_wait": (ctypes.c_int, [c_consumer_p, ctypes.c_int32]),
+        "coloader_consumer_next_batch_wait": (ctypes.c_int, [c_consumer_p, ctypes.c_void_p, ctypes.c_int32,
+                                                             ctypes.POINTER(c_batch_p)]),
+        "coloader_consumer_finished": (ctypes.c_int32, [c_consumer_p]),
         "coloader_consumer_next_batch": (ctypes.c_int, [c_consumer_p, ctypes.POINTER(c_batch_p)]),
         "coloader_consumer_next_batch_on_stream": (ctypes.c_int, [c_consumer_p, ctypes.c_void_p,
                                                                   ctypes.POINTER(c_batch_p)]),
@@ -299,10 +326,26 @@ def _raise(rc, message):
 
 
 def check(rc):
-    """Returns rc when it is OK or END; raises the matching ColoaderError otherwise."""
+    """Returns rc when it is OK, END or AGAIN; raises the matching ColoaderError otherwise."""
     if rc < 0:
         _raise(rc, lib().coloader_last_error())
     return rc
+
+
+# How long one call into the library may block. Python runs its signal handlers (Ctrl-C's
+# KeyboardInterrupt) only between bytecodes, never while a foreign call blocks: every wait is
+# therefore made of calls of at most this long, as torch's DataLoader waits on its workers.
+WAIT_SLICE_MS = 100
+
+
+def wait(call):
+    """Repeats `call(WAIT_SLICE_MS)` (a library wait that returns AGAIN when that many ms passed;
+    the library keeps the overall deadline) until it gives an outcome, which check() returns or
+    raises. A signal handler's exception (KeyboardInterrupt) surfaces between the calls."""
+    while True:
+        rc = call(WAIT_SLICE_MS)
+        if rc != AGAIN:
+            return check(rc)
 
 
 def check_producer(rc):

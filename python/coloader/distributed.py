@@ -107,20 +107,28 @@ class _Stateful:
         """Resumes `state` (from state_dict()): call it before iterating. The next iter() gives the
         rest of the saved epoch exactly when the producer still serves it at or before the
         group's resume point, else a ResumeWarning and the next whole epoch. A state of another
-        seed, data key, group size, rank or batch size raises InvalidArgument."""
+        seed, data key, world size, rank, batch size or drop_last raises InvalidArgument, and
+        changes nothing: this consumer has not attached yet, so the producer has not moved."""
         required = ("epoch", "samples_seen_in_epoch", "seed", "data_key", "rank", "world_size")
         missing = [k for k in required if k not in state]
         if missing:
             raise _lib.InvalidArgument("not a coloader.Loader state (missing %s)" % ", ".join(missing), _lib.E_INVALID)
         seed, data_key = self._producer_identity()
+        # What a position means: the data, the seed, the split (world size, rank, batch size).
+        # Not the group's name, which torchrun derives from its rendezvous (a restart on another
+        # port is the same job).
         mismatches = []
         for what, saved, here in (("seed", state["seed"], seed), ("data key", state["data_key"], data_key),
                                   ("world size", state["world_size"], self.world_size),
                                   ("rank", state["rank"], self.rank),
                                   ("batch size", state.get("batch_size", self.batch_size), self.batch_size),
-                                  ("group", state.get("group"), self.group)):
+                                  ("drop_last", bool(state.get("drop_last", self.drop_last)), self.drop_last)):
             if saved != here:
                 mismatches.append("%s %r in the state, %r here" % (what, saved, here))
+        position = state["samples_seen_in_epoch"], state["epoch"], state.get("split_begin", 0)
+        if any(not isinstance(v, int) or v < 0 for v in position):
+            mismatches.append("a negative or non-integer position (epoch %r, samples %r, split_begin %r)"
+                              % (state["epoch"], state["samples_seen_in_epoch"], state.get("split_begin", 0)))
         if mismatches:
             raise _lib.InvalidArgument("coloader.Loader(%r) cannot resume this state: %s" % (self.name, "; ".join(mismatches)),
                                        _lib.E_INVALID)

@@ -8,90 +8,100 @@
 
     # Or, with a producer started with --device cuda:0, straight from its GPU memory:
     loader = coloader.Loader("imagenet", batch_size=96, device="cuda")
-    for images, labels in loader:              # CUDA tensors, zero-copy (CUDA IPC)
+    for images, labels in loader:              # CUDA tensors, copied on the GPU for this job
         ...
 
+The contract (docs/DESIGN.md "What a training job can rely on")
+    Isolation: a batch is the job's own. Whatever it does to its tensors (in-place ops, keeping
+    them) changes nothing another job sees and never crashes the job.
+      * Host path: the tensors view this consumer's private copy-on-write mapping of the
+        producer's slot. Reading is zero-copy; a page the job writes becomes its own (the
+        producer's memory and every other job's batch stay as they were).
+      * Device path: each batch is copied on the GPU, on the job's stream, into memory of its
+        own (tens of microseconds per batch on an H200: docs/BENCHMARKS.md), and the producer's
+        slot goes back as soon as the copy is done.
+      * zero_copy=True opts out, for a job that promises never to write its batches: the host
+        tensors view the producer's memory mapped read-only (a write faults: SIGSEGV), the device
+        tensors the producer's GPU memory itself (a write there changes what every other job
+        reads: CUDA IPC mappings cannot be made read-only).
+    Holding: keeping batches (a list for logging) stalls nobody. When the producer needs a slot
+    back, the batch kept in it is copied into the job's own memory first, at the same address,
+    so the tensors never change. A job that stops reading is detached after the producer's
+    --stall-timeout-ms while others wait (ConsumerDetached, saying so); a Timeout names the
+    consumer that holds the producer back.
+    Endings: when the producer has served every epoch it was started for, a further epoch is
+    empty at once (the loop body does not run; a FinishedWarning says so once, and `finished`
+    is True), whatever tensors are still held. A producer stopped (SIGTERM), killed or crashed
+    before that raises ProducerStopped after the last batch it delivered, naming it, its pid,
+    how it ended and where the stream stopped; the cut epoch is `partial`. Never a quiet end.
+    Waiting: every wait (for the producer to start, its handshake, a batch, an epoch) returns to
+    Python at least every 0.1 s, so Ctrl-C raises KeyboardInterrupt at once, and each ends with
+    the producer's death.
+
 Memory and lifetime
-    `images` and `labels` are zero-copy views of a producer slot in shared memory (or, for a
-    batch that straddles two producer slots, of a private buffer the C++ consumer gathered it
-    into). While any tensor viewing a batch is alive, the producer will not reuse that slot;
-    when the last one goes (the usual `del` or rebinding in the next loop iteration, or the
-    garbage collector), the slot is released, exactly once. Each batch has one owner object
-    (_BatchLease) that holds the C lease; the numpy arrays under both tensors are built on
-    ctypes arrays that carry a reference to it, so either tensor alone keeps the slot. On the
-    device path the same holds with CUDA tensors: each is made by torch.as_tensor from a small
-    object exposing __cuda_array_interface__ that holds the lease, and torch keeps that object
-    alive for as long as the tensor's storage lives.
-    Releasing never blocks, so it is safe from the garbage collector and from any thread.
-    Closing the Loader (close(), the end of a `with` block, or its garbage collection) does
-    not pull the memory from under tensors still alive: the consumer stays attached, holding
-    their slots, until the last of them is dropped, and leaves the producer then.
-
-    Holding tensors holds back the producer: it runs at most `--window` batches ahead of the
-    slowest consumer, and a slot one consumer holds is a slot nobody gets. Keep a batch only
-    as long as the step needs it; copy what must live longer (`images.clone()`,
-    `.to(device)`).
-
-Read-only
-    The shared memory is mapped read-only. The tensors must not be written in place
-    (`images.mul_(2)`, `images[0] = 0`, `torch.nn.functional.relu(images, inplace=True)`
-    crash the process with SIGSEGV): normalise into new tensors or move to the device first,
-    as a training step does anyway. The numpy arrays under them are marked non-writable;
-    torch.from_numpy's warning about that is silenced here, on purpose. On the device path
-    nothing enforces it (CUDA IPC memory is writable, and torch refuses a read-only
-    __cuda_array_interface__), but the rule is the same and matters more: an in-place write
-    changes the batch that every other consumer of the producer is reading.
+    While any tensor of a batch is alive, its memory stays: each batch has one owner object
+    (coloader._batches.BatchLease) that holds the C lease, and every array and tensor over the
+    batch holds it. When the last one goes (the usual rebinding in the next loop iteration, or
+    the garbage collector), the producer's slot is released, exactly once. Releasing never
+    blocks, so it is safe from the garbage collector and from any thread. Closing the Loader
+    (close(), the end of a `with` block, or its garbage collection) does not pull the memory
+    from under tensors still alive: the consumer leaves the producer once the last is dropped.
 
 The device path (device="cuda")
-    With a producer started with `--device cuda:N`, images and labels are CUDA tensors that
-    view the producer's GPU memory, mapped once per process through CUDA IPC; nothing is
-    copied per batch (a batch that straddles two producer slots is gathered on the GPU). The
-    tensors are on the producer's GPU: "cuda" and "cuda:N" both ask for CUDA tensors, and N
-    (or the current device for "cuda") is the GPU this consumer computes on, which a producer
-    with rings on several GPUs uses to choose one. The dtype is the producer's --output
-    (uint8 NHWC, float32, bfloat16 or float16 NCHW); labels are int64 on the same GPU;
-    `loader.indices` stays a CPU tensor.
+    With a producer started with `--device cuda:N`, images and labels are CUDA tensors on the
+    producer's GPU: "cuda" and "cuda:N" both ask for CUDA tensors, and N (or the current
+    device for "cuda") is the GPU this consumer computes on, which a producer with rings on
+    several GPUs uses to choose one. The dtype is the producer's --output; labels are int64 on
+    the same GPU; `loader.indices` stays a CPU tensor.
 
     Streams: next() makes the CUDA stream that is current at that moment (on the batch's
-    device) wait for the producer's work on the batch, without synchronising the host. The
-    tensors are therefore ready for work enqueued on that stream; to use them on another
-    stream, make it wait first (`other.wait_stream(torch.cuda.current_stream())`), or
-    synchronise. The slot is released when the last tensor goes, ordered after the work
-    enqueued on that same stream by then: the producer may overwrite it only once that work
-    has finished, so kernels already queued on it can still read the batch. Work queued on
-    other streams is not waited for: keep a batch's tensors alive until such work is done
-    (`tensor.record_stream()` does not help: the memory is not torch's allocator's). One
-    stream per Loader is the intended use; when the current stream changes between batches,
-    the new stream is made to wait for the previous one (one event), which keeps slices of
-    one producer slot taken on both streams correctly ordered.
+    device) wait for the producer's work on the batch, and copies it there, without
+    synchronising the host. The tensors are therefore ready for work enqueued on that stream;
+    to use them on another stream, make it wait first (`other.wait_stream(
+    torch.cuda.current_stream())`), or synchronise. The batch's memory is freed when its last
+    tensor goes, ordered after the work enqueued on that same stream by then; work queued on
+    other streams is not waited for (`tensor.record_stream()` does not help: the memory is not
+    torch's allocator's). One stream per Loader is the intended use; when the current stream
+    changes between batches, the new stream is made to wait for the previous one.
 
     Fallback: when the producer has no device ring, this process cannot map it (another
     container, a MIG instance), or PyTorch has no CUDA, the Loader warns once
-    (DeviceFallbackWarning, with the reason) and yields CPU tensors from shared memory as
-    without `device`. `loader.on_device` and `loader.fallback_reason` tell which path is used.
+    (DeviceFallbackWarning, with the reason) and yields CPU tensors as without `device`.
+    `loader.on_device` and `loader.fallback_reason` tell which path is used.
 
 Epochs
     Each iter(loader) starts an epoch. Starting one before the previous finished skips the
     rest of the previous one (it is released unread). A consumer that joins while the producer
     is mid-epoch first gets the rest of that epoch, with `loader.partial` True, then whole
     epochs; `wait_for_epoch=True` joins at the next boundary instead. len(loader) is the
-    number of batches of a whole epoch for this batch size. When the producer has delivered
-    every epoch it was started for (`coloader serve --epochs N`), a further iter(loader)
-    yields nothing: the loop body does not run. A producer that died or went away raises
-    ProducerGone instead, within its heartbeat timeout, never a hang.
+    number of batches of a whole epoch for this batch size. The consumer attaches to the
+    producer (is counted, and waited for) at its first iter(): a Loader made early and not
+    iterated yet holds nobody back.
+
+Layout
+    Images come NCHW, as torchvision gives them. A producer serving uint8 (`--output uint8`,
+    NHWC in memory) gives NCHW tensors with channels_last strides, which convolutions read
+    fastest; layout="nhwc" gives the NHWC shape instead.
+
+DataLoader's arguments
+    num_workers, pin_memory, pin_memory_device, shuffle, persistent_workers, prefetch_factor,
+    worker_init_fn, multiprocessing_context, generator and in_order are accepted, with a
+    one-time IgnoredArgumentWarning saying what the producer does in their place.
+    `len(loader.dataset)`, `loader.sampler.set_epoch(e)`, `len(loader.sampler)`,
+    `loader.batch_size` and `loader.drop_last` mean what they mean in torch.
 
 Distributed jobs and resume (docs/DISTRIBUTED.md, coloader/distributed.py)
     The ranks of a data-parallel job form a consumer group: each gets its share of every epoch,
     all the same number of batches (len(loader) per rank). rank=None reads torch.distributed,
     torchrun or Slurm (repr says which). A rank that leaves ends its group: the others get
-    coloader.GroupBroken. state_dict()/load_state_dict() checkpoint and resume the position.
+    coloader.GroupBroken. A group that misses ranks says so within group_wait seconds.
+    state_dict()/load_state_dict() checkpoint and resume the position; a state that does not
+    fit is refused before anything is read.
 
 Waiting
-    With timeout=0 a wait for the next batch lasts as long as the producer lives; Ctrl-C is
-    handled when the wait ends, as with any blocking C call. A timeout raises coloader.Timeout,
-    after which next() may be called again and resumes the batch it interrupted: a batch that
-    straddles producer slots keeps the samples it had gathered (client/slicing.cc), so none are
-    lost or repeated.
+    timeout=0 waits for a batch as long as the producer lives. A timeout raises
+    coloader.Timeout, after which next() may be called again and resumes the batch it
+    interrupted (a batch that straddles producer slots keeps what it had gathered).
 
 Threads
     A Loader and its iterators are for one thread at a time. Tensors may be dropped anywhere.
@@ -103,170 +113,89 @@ import warnings
 
 import numpy as np
 
-from . import _lib, _reaper
+from . import _batches, _lib
 from .distributed import ResumeWarning, _Stateful, _topology
-
-# dtype names (the codes come from the library: _lib.dtype_names) -> numpy dtypes of the host
-# views. numpy has no bfloat16: its bytes are viewed as int16 and the tensor is reinterpreted
-# as torch.bfloat16.
-_NUMPY_BY_NAME = {"uint8": np.uint8, "float32": np.float32, "bfloat16": np.int16, "float16": np.float16}
-# The same names -> __cuda_array_interface__ typestrs (bfloat16 again as int16: no typestr
-# names it, and int16 is what every torch version accepts, unlike uint16).
-_TYPESTR_BY_NAME = {"uint8": "|u1", "float32": "<f4", "bfloat16": "<i2", "float16": "<f2"}
-
-
-def _dtype_tables():
-    """(numpy dtype by code, typestr by code, the bfloat16 code), read from the library once."""
-    global _DTYPE_TABLES
-    if _DTYPE_TABLES is None:
-        names = _lib.dtype_names()
-        _DTYPE_TABLES = ({c: _NUMPY_BY_NAME[n] for c, n in names.items() if n in _NUMPY_BY_NAME},
-                         {c: _TYPESTR_BY_NAME[n] for c, n in names.items() if n in _TYPESTR_BY_NAME},
-                         next(c for c, n in names.items() if n == "bfloat16"))
-    return _DTYPE_TABLES
-
-
-_DTYPE_TABLES = None
 
 
 class DeviceFallbackWarning(RuntimeWarning):
     """Loader(device="cuda") is using host memory, and yields CPU tensors (see the message)."""
 
 
-class _Session:
-    """Owns the coloader_consumer*. Referenced by the Loader and by every live batch lease, so
-    the consumer leaves the producer only when the Loader is closed *and* no tensor is left:
-    leaving earlier would let the producer reclaim, and overwrite, slots still in use."""
-
-    __slots__ = ("ptr", "streams", "__weakref__")
-
-    def __init__(self, ptr):
-        self.ptr = ptr
-        self.streams = {}  # device path: the torch streams batches were ordered on, by handle
-
-    def close(self):
-        """Closes now, on this thread (it may wait; see _close)."""
-        ptr, self.ptr = self.ptr, None
-        streams, self.streams = self.streams, {}
-        _close(ptr, streams)
-
-    def __del__(self):
-        # The garbage collector may run this anywhere: the closing, which waits, goes to the
-        # reaper thread (coloader/_reaper.py). The job holds the pointer and the streams, not
-        # self, so nothing is resurrected.
-        ptr, self.ptr = self.ptr, None
-        if ptr:
-            streams, self.streams = self.streams, {}
-            try:
-                _reaper.submit(lambda: _close(ptr, streams))
-            except Exception:  # interpreter shutdown: no thread can be started any more
-                pass
+class FinishedWarning(UserWarning):
+    """An epoch was asked for after the producer served every epoch it was started for: it is empty."""
 
 
-def _close(ptr, streams):
-    if not ptr:
-        return
-    try:
-        # The releases of the last batches are callbacks queued on these streams; they must
-        # have run (the GPU work reading those slots is done) before the goodbye, which hands
-        # every slot of this consumer back to the producer. Usually they have: this waits
-        # only for work still queued at the loader's end.
-        for stream in streams.values():
-            if not stream.query():
-                stream.synchronize()
-    finally:
-        # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
-        _lib.lib().coloader_consumer_close(ptr)
+class IgnoredArgumentWarning(UserWarning):
+    """A DataLoader argument was given to coloader.Loader, where the producer does that work."""
 
 
-class _BatchLease:
-    """Owns one coloader_batch*: the producer's slot stays held until this object goes."""
-
-    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "__weakref__")
-
-    def __init__(self, ptr, session, cuda=None):
-        self._ptr = ptr
-        self._session = session  # released after the batch (attributes outlive __del__)
-        self._cuda = cuda        # torch.cuda on the device path
-        self._wait = None        # (stream the batch was ordered on, device whose current stream reads it)
-
-    def release(self):
-        ptr, self._ptr = self._ptr, None
-        if not ptr:
-            return
-        cuda, device = self._cuda, None
-        try:
-            if cuda is not None:
-                # The C++ side calls cudaSetDevice(the producer's GPU) on this thread; the
-                # caller's current device is put back below.
-                device = cuda.current_device()
-                if self._wait is not None:
-                    # The batch was ordered on a stream of another device than its own; the
-                    # release (a callback on that stream) must also follow the work enqueued
-                    # on the batch's device's current stream.
-                    stream, batch_device = self._wait
-                    stream.wait_stream(cuda.current_stream(batch_device))
-        finally:
-            # Non-blocking by design: it queues the ack for the consumer's I/O thread, on the
-            # device path behind the work enqueued on the batch's stream (cudaLaunchHostFunc).
-            _lib.lib().coloader_batch_release(ptr)
-            if device is not None:
-                cuda.set_device(device)
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # interpreter shutdown: modules may already be torn down
-            pass
+# DataLoader's keyword arguments that the producer takes the place of: (the value that means
+# "nothing to do", what to say instead).
+_DATALOADER_ARGUMENTS = {
+    "num_workers": (0, "the producer decodes and augments for every job (coloader serve --workers)"),
+    "pin_memory": (False, "batches arrive in shared memory, or on the GPU with device='cuda'"),
+    "pin_memory_device": ("", "batches arrive in shared memory, or on the GPU with device='cuda'"),
+    "shuffle": (None, "the producer decides the order: a permutation per epoch from its --seed "
+                      "(coloader serve --no-shuffle for dataset order)"),
+    "persistent_workers": (False, "the producer keeps running between epochs"),
+    "prefetch_factor": (None, "the producer runs up to its --window batches ahead of the slowest job"),
+    "worker_init_fn": (None, "the producer has no per-job workers"),
+    "multiprocessing_context": (None, "the producer has no per-job workers"),
+    "generator": (None, "the producer's --seed decides the order and the augmentation"),
+    "in_order": (True, "batches always come in the producer's order"),
+}
+_noted = set()
 
 
-def _view(lease, address, nbytes, dtype, shape):
-    """A read-only numpy array over `nbytes` at `address`, keeping `lease` alive."""
-    buf = (ctypes.c_char * nbytes).from_address(address)
-    buf._coloader_lease = lease  # array.base is `buf`; `buf` keeps the lease
-    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
-    arr.flags.writeable = False
-    return arr
+def _note_dataloader_arguments(kwargs):
+    unknown = sorted(set(kwargs) - set(_DATALOADER_ARGUMENTS))
+    if unknown:
+        changes = {"collate_fn", "sampler", "batch_sampler"} & set(unknown)
+        raise TypeError("coloader.Loader() got unexpected keyword argument(s) %s%s" % (
+            ", ".join(unknown),
+            (": %s would change what the batches hold, which the producer decides for every job; "
+             "give the producer its data (coloader serve, or coloader.Producer for your own DataLoader)"
+             % ", ".join(sorted(changes))) if changes else ""))
+    for key, value in kwargs.items():
+        neutral, instead = _DATALOADER_ARGUMENTS[key]
+        if value == neutral or value is None or key in _noted:
+            continue
+        _noted.add(key)
+        warnings.warn("coloader.Loader: %s=%r is accepted and has no effect: %s" % (key, value, instead),
+                      IgnoredArgumentWarning, stacklevel=3)
 
 
-class _CudaArray:
-    """A batch's device memory as __cuda_array_interface__ (version 3), for torch.as_tensor.
-    torch keeps this object alive as long as the tensor's storage, and it holds the lease."""
+class _Dataset:
+    """What `loader.dataset` is: its len() is the dataset's size, as for a DataLoader."""
 
-    __slots__ = ("__cuda_array_interface__", "_lease")
+    def __init__(self, loader):
+        self._loader = loader
 
-    def __init__(self, lease, address, typestr, shape, stream):
-        self._lease = lease
-        self.__cuda_array_interface__ = {
-            "version": 3,
-            "shape": tuple(shape),
-            "typestr": typestr,
-            "strides": None,  # C-contiguous
-            # torch refuses read-only (TypeError "the read only flag is not supported"); the
-            # tensors must be treated as read-only all the same (see the module docstring).
-            "data": (address, False),
-            # The stream the data is ordered on (0, the legacy default stream, is spelt 1 in
-            # the interface). torch ignores it; it is right for any other reader.
-            "stream": stream if stream else 1,
-        }
+    def __len__(self):
+        return self._loader.dataset_size
+
+    def __repr__(self):
+        return "<dataset of coloader producer %r: %d samples>" % (self._loader.name, len(self))
 
 
-def _cuda_tensor(torch, lease, address, typestr, shape, device, stream, bfloat16=False):
-    """A zero-copy CUDA tensor over the batch memory at `address`, keeping `lease` alive."""
-    obj = _CudaArray(lease, address, typestr, shape, stream)
-    tensor = torch.as_tensor(obj, device=torch.device("cuda", device))
-    if tensor.data_ptr() != address:  # torch would copy only if the devices disagreed
-        raise _lib.ColoaderError("torch.as_tensor copied the batch instead of viewing it (cuda:%d, "
-                                 "pointer 0x%x); please report this" % (device, address))
-    if bfloat16:
-        tensor = tensor.view(torch.bfloat16)  # shares the storage, and with it the lease
-    return tensor
+class _Sampler:
+    """What `loader.sampler` is: len() is the samples this consumer gets per epoch (its rank's
+    share, as a DistributedSampler's), and set_epoch() is accepted: the producer's epochs already
+    differ (its permutation is a function of its seed and the epoch), so there is nothing to set."""
 
+    def __init__(self, loader):
+        self._loader = loader
+        self.epoch = 0
 
-def _from_numpy(torch, arr):
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(arr)
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def __len__(self):
+        loader = self._loader
+        n = loader.epoch_samples
+        if loader.world_size > 1:
+            return len(loader) * loader.batch_size if loader.drop_last else -(-n // loader.world_size)
+        return n // loader.batch_size * loader.batch_size if loader.drop_last else n
 
 
 class _EpochIterator:
@@ -314,15 +243,18 @@ class Loader(_Stateful):
       curve_key, server_key: for a tcp:// producer started with CURVE keys: this consumer's
         key pair file and the producer's public key (Z85 text or its .pub file), both made by
         `coloader keygen`. Remote batches arrive over the network (host path).
-      device: None or "cpu": CPU tensors viewing host shared memory. "cuda" or "cuda:N": CUDA
-        tensors viewing the producer's GPU memory (the device path: zero-copy, and no host
-        synchronisation). They are on the producer's GPU; N (default: the current device)
-        is the GPU this process computes on, which a producer with several GPUs uses to pick
-        the ring it serves from. If the device path is not possible (the producer runs
-        without --device, its GPU cannot be mapped from here, or PyTorch has no CUDA), a
-        DeviceFallbackWarning says why and the batches are CPU tensors; see on_device and
-        fallback_reason. Another device type (e.g. "xpu") gets each batch copied there with
-        `.to(device)`, the slot being released as soon as the copy is made.
+      device: None or "cpu": CPU tensors. "cuda" or "cuda:N": CUDA tensors from the producer's
+        GPU memory (the device path: no host round trip, no host synchronisation). N (default:
+        the current device) is the GPU this process computes on, which a producer with several
+        GPUs uses to pick the ring it serves from. If the device path is not possible (the
+        producer runs without --device, its GPU cannot be mapped from here, or PyTorch has no
+        CUDA), a DeviceFallbackWarning says why and the batches are CPU tensors; see on_device
+        and fallback_reason. Another device type (e.g. "xpu") gets each batch copied there.
+      zero_copy: views of the producer's memory itself, for a job that promises never to write
+        its batches (see "Isolation" in the module docstring). Default False: the batches are
+        the job's own.
+      layout: "nchw" (default) or "nhwc": the shape images come in, whatever the producer's
+        memory layout (the other is a strided view, no copy).
       connect_timeout: seconds to wait for the producer's handshake.
       wait_for_producer: seconds to wait for a producer of this name to come up (jobs
         started together with it; said once on stderr); 0 raises ProducerNotFound at once.
@@ -334,21 +266,20 @@ class Loader(_Stateful):
         TORCHELASTIC_RUN_ID or MASTER_ADDR:MASTER_PORT, Slurm's job and step), or required.
       node_rank, num_nodes: the producer shard this job expects (the producer's --rank of
         --world-size); derived with the rank, or None: not checked.
-
-    Streams on the device path: the tensors returned by next() are ready for work enqueued
-    on the CUDA stream that was current (on their device) when next() was called: use them
-    on that stream, or make another stream wait for it (`s.wait_stream(...)`), or synchronise.
-    The batch's slot is released when its last tensor goes, and only after the work enqueued
-    on that stream by the time of the release has finished; work on other streams is not
-    waited for, so keep the tensors alive until it is done.
+      group_wait: seconds a group member waits for its group's first batch before it asks the
+        producer whether every rank came, and fails naming those that did not.
+      **dataloader_args: DataLoader's num_workers, pin_memory, shuffle, ... (see "DataLoader's
+        arguments"); anything else is a TypeError.
     """
 
     def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
                  wait_for_epoch=False, endpoint=None, device=None, connect_timeout=5.0,
                  client_name=None, wait_for_producer=60, curve_key=None, server_key=None,
-                 rank=None, world_size=None, group=None, node_rank=None, num_nodes=None):
+                 rank=None, world_size=None, group=None, node_rank=None, num_nodes=None,
+                 zero_copy=False, layout="nchw", group_wait=20.0, **dataloader_args):
         import torch  # imported here so that `import coloader` works without torch
 
+        _note_dataloader_arguments(dataloader_args)
         self._torch = torch
         self._session = None
         self._generation = 0
@@ -356,6 +287,8 @@ class Loader(_Stateful):
         self._seen = 0  # samples yielded in the current epoch (state_dict)
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
+        self._finished_warned = False
+        self._explicit_topology = rank is not None or world_size is not None
         (self.rank, self.world_size, self.group, self.node_rank, self.num_nodes, local_rank,
          self._topology_source) = _topology(torch, rank, world_size, group, node_rank, num_nodes)
         if self.world_size > 1 and not self.group:
@@ -370,9 +303,14 @@ class Loader(_Stateful):
         if batch_size is not None and (int(batch_size) < 1 or int(batch_size) >= 2**32):
             raise _lib.InvalidArgument("batch_size must be a positive integer, got %r" % (batch_size,),
                                        _lib.E_INVALID)
-        if timeout is None or timeout < 0:
-            raise _lib.InvalidArgument("timeout must be >= 0 seconds (0: no limit), got %r" % (timeout,),
-                                       _lib.E_INVALID)
+        for what, value in (("timeout", timeout), ("connect_timeout", connect_timeout),
+                            ("wait_for_producer", wait_for_producer), ("group_wait", group_wait)):
+            if value is None or value < 0:
+                raise _lib.InvalidArgument("%s must be >= 0 seconds, got %r" % (what, value), _lib.E_INVALID)
+        if layout not in ("nchw", "nhwc"):
+            raise _lib.InvalidArgument("layout must be 'nchw' or 'nhwc', got %r" % (layout,), _lib.E_INVALID)
+        self._layout = layout
+        self._zero_copy = bool(zero_copy)
         self._device = None         # another accelerator: batches are copied there
         self._cuda = None           # torch.cuda, when the device path is in use
         self._cuda_device = None    # the GPU whose current stream next() passes down
@@ -403,7 +341,7 @@ class Loader(_Stateful):
         self._want_cuda = want_cuda
         self._requested_device = device
         self._opts_args = (name, endpoint, batch_size, drop_last, wait_for_epoch, connect_timeout, timeout,
-                           client_name, wait_for_producer, curve_key, server_key)
+                           client_name, wait_for_producer, curve_key, server_key, group_wait)
         self._connect(self._options())
         if self._fallback:
             warnings.warn("coloader.Loader(%r, device=%r) reads host memory and yields CPU tensors: %s"
@@ -412,21 +350,19 @@ class Loader(_Stateful):
     def _options(self, resume=None):
         """The C options for this Loader; `resume`: a checked state to resume on connecting."""
         (name, endpoint, batch_size, drop_last, wait_for_epoch, connect_timeout, timeout, client_name,
-         wait_for_producer, curve_key, server_key) = self._opts_args
-        want_cuda = self._want_cuda
+         wait_for_producer, curve_key, server_key, group_wait) = self._opts_args
+        ms = lambda seconds: max(1, int(round(seconds * 1000))) if seconds else 0  # noqa: E731
         opts = _lib.ConsumerOptions()
         opts.name = name.encode() if name else None
         opts.endpoint = endpoint.encode() if endpoint else None
         opts.batch_size = int(batch_size) if batch_size is not None else 0
         opts.drop_last = 1 if drop_last else 0
         opts.wait_for_epoch = 1 if wait_for_epoch else 0
-        opts.connect_timeout_ms = max(1, int(round(connect_timeout * 1000)))
-        opts.timeout_ms = int(round(timeout * 1000)) if timeout else 0
-        if timeout and opts.timeout_ms == 0:
-            opts.timeout_ms = 1
+        opts.connect_timeout_ms = max(1, ms(connect_timeout))
+        opts.timeout_ms = ms(timeout)
         opts.client_name = client_name.encode() if client_name else None
-        opts.device = 1 if want_cuda else 0
-        opts.wait_for_producer_ms = int(round(wait_for_producer * 1000)) if wait_for_producer else 0
+        opts.device = 1 if self._want_cuda else 0
+        opts.wait_for_producer_ms = ms(wait_for_producer)
         opts.curve_key_file = os.fsencode(curve_key) if curve_key else None
         opts.curve_server_key = os.fsencode(server_key) if server_key else None
         opts.group = self.group.encode() if self.group else None
@@ -434,6 +370,8 @@ class Loader(_Stateful):
         opts.world_size = self.world_size
         opts.node_rank = self.node_rank if self.node_rank is not None else 0
         opts.num_nodes = self.num_nodes if self.num_nodes is not None else 0
+        opts.zero_copy = 1 if self._zero_copy else 0
+        opts.group_wait_ms = max(1, ms(group_wait))
         if resume is not None:
             opts.has_expect_seed = 1
             opts.expect_seed = int(resume["seed"])
@@ -445,27 +383,27 @@ class Loader(_Stateful):
         return opts
 
     def _connect(self, opts):
-        torch = self._torch
-        want_cuda = self._want_cuda
+        lib = _lib.lib()
         ptr = ctypes.c_void_p()
-        if want_cuda:
-            cuda = torch.cuda
-            previous = cuda.current_device()
-            try:
+        _lib.check(lib.coloader_consumer_open_start(ctypes.byref(opts), ctypes.byref(ptr)))
+        session = _batches.Session(ptr.value)  # closes the attempt on any exception below
+        cuda = self._torch.cuda if self._want_cuda else None
+        previous = cuda.current_device() if cuda is not None else None
+        try:
+            if cuda is not None:
                 # The consumer tells the producer the UUID of this thread's current device;
                 # mapping the producer's memory makes its GPU current: both are undone here.
                 cuda.set_device(self._cuda_device)
-                _lib.check(_lib.lib().coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
-            finally:
+            _lib.wait(lambda ms: lib.coloader_consumer_open_wait(ptr, ms))
+        finally:
+            if cuda is not None:
                 cuda.set_device(previous)
-        else:
-            _lib.check(_lib.lib().coloader_consumer_open(ctypes.byref(opts), ctypes.byref(ptr)))
-        self._session = _Session(ptr.value)
-        if want_cuda:
-            if _lib.lib().coloader_consumer_on_device(ptr.value):
-                self._cuda = torch.cuda
+        self._session = session
+        if self._want_cuda:
+            if lib.coloader_consumer_on_device(ptr.value):
+                self._cuda = self._torch.cuda
             else:
-                reason = _lib.lib().coloader_consumer_fallback_reason(ptr.value)
+                reason = lib.coloader_consumer_fallback_reason(ptr.value)
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
 
     # -- iteration -----------------------------------------------------------------------
@@ -473,17 +411,38 @@ class Loader(_Stateful):
     def __iter__(self):
         """Starts the next epoch (skipping what is left of the current one)."""
         ptr = self._require_open()
+        if not self._started:
+            self._check_topology_still_holds()
         self._generation += 1
-        rc = _lib.check(_lib.lib().coloader_consumer_next_epoch(ptr))
+        lib = _lib.lib()
+        rc = _lib.wait(lambda ms: lib.coloader_consumer_next_epoch_wait(ptr, ms))
         self._started = True
         # A resumed epoch counts what the saved state had seen.
-        self._seen = int(_lib.lib().coloader_consumer_samples_seen(ptr))
-        note = _lib.lib().coloader_consumer_resume_note(ptr)
+        self._seen = int(lib.coloader_consumer_samples_seen(ptr))
+        note = lib.coloader_consumer_resume_note(ptr)
         if note and not self._resume_warned:
             self._resume_warned = True
             warnings.warn("coloader.Loader(%r): the saved state could not be resumed exactly: producer %s"
                           % (self.name, note.decode("utf-8", "replace")), ResumeWarning, stacklevel=2)
+        if rc == _lib.END and not self._finished_warned:
+            self._finished_warned = True
+            warnings.warn("coloader.Loader(%r): the producer has served every epoch it was started for "
+                          "(coloader serve --epochs): this epoch, and any after it, is empty"
+                          % (self.name or self._endpoint), FinishedWarning, stacklevel=2)
         return _EpochIterator(self, self._generation, done=(rc == _lib.END))
+
+    def _check_topology_still_holds(self):
+        """A Loader made before torch.distributed.init_process_group (mp.spawn) found no rank and
+        would read every sample on every rank: say so before the first epoch."""
+        if self._explicit_topology or self.world_size > 1 or self.group:
+            return
+        dist = getattr(self._torch, "distributed", None)
+        if dist is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            raise _lib.InvalidArgument(
+                "coloader.Loader(%r) was made as a plain consumer (no rank found: %s), but torch.distributed is "
+                "now initialised with rank %d of %d: every rank would read every sample. Make the Loader after "
+                "torch.distributed.init_process_group, or pass rank=, world_size= and group="
+                % (self.name, self._topology_source, dist.get_rank(), dist.get_world_size()), _lib.E_INVALID)
 
     def __len__(self):
         """Batches in a whole epoch for this consumer's batch size (and drop_last)."""
@@ -493,10 +452,11 @@ class Loader(_Stateful):
         """The next batch as (images, labels), or None at the end of the epoch."""
         out = ctypes.c_void_p()
         lib = _lib.lib()
+        ptr = session.ptr
         cuda = self._cuda
         if cuda is None:
-            rc = _lib.check(lib.coloader_consumer_next_batch(session.ptr, ctypes.byref(out)))
-            return None if rc == _lib.END else self._wrap(_BatchLease(out.value, session))
+            rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, None, ms, ctypes.byref(out)))
+            return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session))
 
         previous = cuda.current_device()
         try:
@@ -508,9 +468,9 @@ class Loader(_Stateful):
                 stream.wait_stream(last)
             self._last_stream = stream
             session.streams.setdefault(stream.cuda_stream, stream)
-            rc = _lib.check(lib.coloader_consumer_next_batch_on_stream(
-                session.ptr, ctypes.c_void_p(stream.cuda_stream), ctypes.byref(out)))
-            lease = None if rc == _lib.END else _BatchLease(out.value, session, cuda)
+            handle = ctypes.c_void_p(stream.cuda_stream)
+            rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out)))
+            lease = None if rc == _lib.END else _batches.BatchLease(out.value, session, cuda)
         finally:
             cuda.set_device(previous)  # the C++ side makes the producer's GPU current
         return None if lease is None else self._wrap(lease, stream)
@@ -519,7 +479,7 @@ class Loader(_Stateful):
         # On an error below, the lease is released when the last view made so far goes.
         info = _lib.BatchInfo()
         _lib.check(_lib.lib().coloader_batch_info_get(lease._ptr, ctypes.byref(info)))
-        numpy_dtypes, typestrs, bfloat16_code = _dtype_tables()
+        numpy_dtypes, typestrs, bfloat16_code = _batches.dtype_tables()
         dtype = numpy_dtypes.get(info.dtype)
         if dtype is None:
             raise _lib.ProtocolError("the producer's batches have an unknown dtype code %d" % info.dtype,
@@ -543,20 +503,31 @@ class Loader(_Stateful):
                 lease._wait = (stream, info.device)
                 self._cuda_device = info.device  # later batches: that device's current stream
             handle = stream.cuda_stream
-            images = _cuda_tensor(torch, lease, info.data, typestrs[info.dtype], shape, info.device,
-                                  handle, bfloat16=(info.dtype == bfloat16_code))
-            labels = _cuda_tensor(torch, lease, info.device_labels, "<i8", (n,), info.device, handle)
-            return images, labels
-        images = _from_numpy(torch, _view(lease, info.data, info.bytes, dtype, shape))
+            images = _batches.cuda_tensor(torch, lease, info.data, typestrs[info.dtype], shape, info.device,
+                                          handle, bfloat16=(info.dtype == bfloat16_code))
+            labels = _batches.cuda_tensor(torch, lease, info.device_labels, "<i8", (n,), info.device, handle)
+            return self._laid_out(images, info.layout), labels
+        writable = not self._zero_copy or bool(info.gathered)
+        images = _batches.from_numpy(torch, _batches.host_view(lease, info.data, info.bytes, dtype, shape, writable))
         if info.dtype == bfloat16_code:
             images = images.view(torch.bfloat16)
-        labels = _from_numpy(torch, _view(lease, info.labels, 8 * n, np.int64, (n,)))
+        labels = _batches.from_numpy(torch, _batches.host_view(lease, info.labels, 8 * n, np.int64, (n,), writable))
         del lease
+        images = self._laid_out(images, info.layout)
         if self._device is not None:
             # A synchronous copy from pageable memory: the views (and the slot) go right after.
             images = images.to(self._device)
             labels = labels.to(self._device)
         return images, labels
+
+    def _laid_out(self, images, layout_code):
+        """`images` in the shape this Loader gives (a strided view, never a copy)."""
+        nhwc = layout_code == _batches.nhwc_code()
+        if nhwc and self._layout == "nchw":
+            return images.permute(0, 3, 1, 2)  # channels_last strides over the NHWC memory
+        if not nhwc and self._layout == "nhwc":
+            return images.permute(0, 2, 3, 1)
+        return images
 
     # -- state ---------------------------------------------------------------------------
 
@@ -567,8 +538,14 @@ class Loader(_Stateful):
 
     @property
     def partial(self):
-        """True when the current epoch was joined mid-way (late join)."""
+        """True when the current epoch is not whole: joined mid-way (late join), or cut by the
+        producer's stop."""
         return bool(_lib.lib().coloader_consumer_partial(self._require_open()))
+
+    @property
+    def finished(self):
+        """True once the producer has served every epoch it was started for (further epochs are empty)."""
+        return bool(_lib.lib().coloader_consumer_finished(self._require_open()))
 
     @property
     def indices(self):
@@ -578,6 +555,23 @@ class Loader(_Stateful):
     @property
     def batch_size(self):
         return int(_lib.lib().coloader_consumer_batch_size(self._require_open()))
+
+    @property
+    def drop_last(self):
+        return bool(self._opts_args[3])
+
+    @property
+    def dataset(self):
+        """An object whose len() is the dataset's size (all of it, not this node's shard)."""
+        return _Dataset(self)
+
+    @property
+    def sampler(self):
+        """An object with set_epoch() and len() (this consumer's samples per epoch), as a
+        DistributedSampler has."""
+        if getattr(self, "_sampler", None) is None:
+            self._sampler = _Sampler(self)
+        return self._sampler
 
     @property
     def dataset_size(self):
@@ -590,7 +584,7 @@ class Loader(_Stateful):
 
     @property
     def on_device(self):
-        """True when batches come as CUDA tensors in the producer's GPU memory (device path)."""
+        """True when batches come as CUDA tensors from the producer's GPU memory (device path)."""
         self._require_open()
         return self._cuda is not None
 
@@ -606,7 +600,7 @@ class Loader(_Stateful):
     # -- lifetime ------------------------------------------------------------------------
 
     def close(self):
-        """Ends this Loader. Tensors already handed out stay valid, and keep their slots, until
+        """Ends this Loader. Tensors already handed out stay valid, and keep their memory, until
         they are dropped; the consumer leaves the producer when the last of them goes."""
         self._session = None
 

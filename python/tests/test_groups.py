@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_loader import (  # noqa: E402  (fixtures and helpers of the Loader tests)
-    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, Producer, dataset, env, serve, torch)
+from support import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
+    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, Producer, dataset, env, needs_build, serve, torch)
 
 import coloader  # noqa: E402
 
@@ -29,8 +29,9 @@ BATCH = 8
 PER_RANK = (NUM_IMAGES + 1) // 2  # ceil(103 / 2): DistributedSampler's count for 2 replicas
 STEPS = (PER_RANK + BATCH - 1) // BATCH
 
-pytestmark = pytest.mark.skipif(not hasattr(torch, "distributed") or not torch.distributed.is_available(),
-                                reason="this torch has no torch.distributed")
+pytestmark = [needs_build,
+              pytest.mark.skipif(not hasattr(torch, "distributed") or not torch.distributed.is_available(),
+                                 reason="this torch has no torch.distributed")]
 
 
 def _free_port():

@@ -1,15 +1,13 @@
-"""coloader.Loader against a real producer process, through the build tree.
+"""coloader.Loader against a real producer process, through the build tree: errors, exact
+epochs, late joins, lifetimes of the tensors it hands out, torch, the device fallback and tcp://.
+The contract a training job relies on (isolation, endings, waiting, holding, resume, the
+DataLoader shape) has its own suite, test_contract.py.
 
 Runs with: /usr/bin/python3 -m pytest -q python/tests
-It builds nothing: it expects build/tools/coloader and build/client/libcoloader_c.so (or
-$COLOADER_BUILD_DIR/..., or $COLOADER_BINARY and $COLOADER_LIBRARY). Every test gets its own
-COLOADER_RUN_DIR and a producer name unique to this run (the shared-memory ring is named after
-the producer, machine-wide). Readiness is always explicit: the producer's "serving" line, a
-child's "ready" line, or the producer's status; the only waits are bounded polls of status.
 """
 
+import ctypes
 import gc
-import itertools
 import json
 import os
 import signal
@@ -18,191 +16,15 @@ import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-PYTHON_DIR = Path(__file__).resolve().parents[1]
-REPO = PYTHON_DIR.parent
-sys.path.insert(0, str(PYTHON_DIR))  # test the source tree, not an installed copy
+from support import (  # noqa: F401  (dataset, env and serve are fixtures)
+    BINARY, LIBRARY, NUM_CLASSES, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, REPO, STEP_TIMEOUT, Producer, coloader,
+    dataset, env, expected_sizes, in_thread, loader_for, needs_build, np, run_epoch, serve, start_reading, torch)
 
-import coloader  # noqa: E402
-
-torch = pytest.importorskip("torch")
-
-BUILD = Path(os.environ.get("COLOADER_BUILD_DIR", REPO / "build"))
-BINARY = Path(os.environ.get("COLOADER_BINARY", BUILD / "tools" / "coloader"))
-LIBRARY = Path(os.environ.get("COLOADER_LIBRARY", BUILD / "client" / "libcoloader_c.so"))
-
-NUM_IMAGES = 103
-NUM_CLASSES = 3
-PRODUCER_BATCH = 16
-STEP_TIMEOUT = 10  # seconds: every Loader gets one, so a bug fails a test instead of hanging it
-
-_names = itertools.count()
-
-
-def _missing_build():
-    missing = [str(p) for p in (BINARY, LIBRARY) if not p.is_file()]
-    return ("build the tree first (cmake -S . -B build && cmake --build build); missing: " +
-            ", ".join(missing)) if missing else None
-
-
-pytestmark = pytest.mark.skipif(_missing_build() is not None, reason=_missing_build() or "")
-
-
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory):
-    """A small ImageFolder of real JPEG files: NUM_CLASSES classes, NUM_IMAGES images."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("imagefolder")
-    rng = np.random.default_rng(0)
-    for i in range(NUM_IMAGES):
-        cls = root / ("class%d" % (i % NUM_CLASSES))
-        cls.mkdir(exist_ok=True)
-        h, w = int(rng.integers(40, 72)), int(rng.integers(40, 72))
-        # Smooth gradients plus noise: compresses like a photo more than pure noise does.
-        y, x = np.mgrid[0:h, 0:w]
-        base = np.stack([(x * 255 // w), (y * 255 // h), ((x + y) * 127 // (w + h))], axis=-1)
-        pixels = np.clip(base + rng.integers(-40, 40, size=(h, w, 3)), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(cls / ("img%03d.jpg" % i), quality=90)
-    return root
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A private run directory, for this process and the children it starts."""
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(mode=0o700)
-    monkeypatch.setenv("COLOADER_RUN_DIR", str(run_dir))
-    monkeypatch.setenv("COLOADER_LIBRARY", str(LIBRARY))
-    return run_dir
-
-
-class Producer:
-    """A `coloader serve` subprocess, started and waited for by its "serving" line."""
-
-    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4):
-        self.name = "pytest-%d-%d" % (os.getpid(), next(_names))
-        epoch_args = ["--forever"] if epochs is None else ["--epochs", str(epochs)]
-        cmd = [str(BINARY), "serve", "--data", str(data), "--name", self.name,
-               "--batch-size", str(batch_size), "--window", str(window), *epoch_args,
-               "--quiet", "--image-size", "32", "--workers", "2",
-               "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500", *args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        self.lines = []
-        self._serving = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        if not self._serving.wait(STEP_TIMEOUT) or self.proc.poll() is not None:
-            self.stop()
-            raise AssertionError("producer did not start serving:\n" + "".join(self.lines))
-
-    def _read(self):
-        for line in self.proc.stderr:  # drained to the end, so the producer never blocks on it
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
-        self._serving.set()
-
-    def status(self):
-        out = subprocess.run([str(BINARY), "status", "--name", self.name, "--json"],
-                             capture_output=True, text=True, timeout=STEP_TIMEOUT)
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
-
-    def consumer(self, pid=None):
-        consumers = [c for c in self.status()["consumers"] if pid is None or c["pid"] == pid]
-        assert len(consumers) == 1, consumers
-        return consumers[0]
-
-    def wait_for(self, predicate, what, timeout=STEP_TIMEOUT):
-        """Polls the producer's status until predicate(status) holds; returns that status."""
-        deadline = time.monotonic() + timeout
-        while True:
-            st = self.status()
-            if predicate(st):
-                return st
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting for %s; last status: %s" % (what, st))
-            time.sleep(0.02)
-
-    def wait(self, timeout=STEP_TIMEOUT):
-        rc = self.proc.wait(timeout)
-        self._reader.join(timeout)
-        return rc
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self._reader.join(STEP_TIMEOUT)
-        # Killed, it leaves its ring and mailboxes in /dev/shm as a crash would (a restart
-        # would reclaim them): the name is unique to this test, so remove them here.
-        for f in os.listdir("/dev/shm"):
-            if f.endswith("-" + self.name) or f.endswith("-" + self.name + ".mbox"):
-                os.unlink(os.path.join("/dev/shm", f))
-
-
-@pytest.fixture
-def serve(dataset, env):
-    started = []
-
-    def start(*args, **kwargs):
-        p = Producer(dataset, *args, **kwargs)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.stop()
-
-
-def loader_for(producer, **kwargs):
-    kwargs.setdefault("timeout", STEP_TIMEOUT)
-    return coloader.Loader(producer.name, **kwargs)
-
-
-def run_epoch(loader):
-    """One epoch: (list of batch sizes, list of dataset indices, {index: label})."""
-    sizes, indices, labels = [], [], {}
-    for images, lbl in loader:
-        assert images.shape[0] == lbl.shape[0] == loader.indices.shape[0]
-        sizes.append(images.shape[0])
-        for i, l in zip(loader.indices.tolist(), lbl.tolist()):
-            indices.append(i)
-            labels[i] = l
-    return sizes, indices, labels
-
-
-def in_thread(fn, *args):
-    """Runs fn in a thread; returns a callable that joins it and returns (or raises) its result."""
-    result = {}
-
-    def body():
-        try:
-            result["value"] = fn(*args)
-        except BaseException as e:  # re-raised in the joining thread
-            result["error"] = e
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-
-    def join(timeout=3 * STEP_TIMEOUT):
-        t.join(timeout)
-        assert not t.is_alive(), "thread still running after %s s" % timeout
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
-
-    return join
-
-
-def expected_sizes(batch, drop_last=False, n=NUM_IMAGES):
-    full, rest = divmod(n, batch)
-    return [batch] * full + ([] if drop_last or rest == 0 else [rest])
+# These tests read to the end of the stream on purpose; test_contract.py checks the warning.
+pytestmark = [needs_build, pytest.mark.filterwarnings("ignore::coloader.FinishedWarning")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +202,7 @@ for epoch in range(100):
 def test_killed_consumer_does_not_stall_the_others(serve):
     p = serve("--min-consumers", "2", epochs=2, window=3)
     survivor = loader_for(p, batch_size=PRODUCER_BATCH, timeout=5)
+    first_epoch = start_reading(survivor)  # attached: the producer starts once the child is too
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
     child = subprocess.Popen([sys.executable, "-c", CHILD, p.name], stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -392,50 +215,15 @@ def test_killed_consumer_does_not_stall_the_others(serve):
             child.kill()
             child.wait()
     start = time.monotonic()
+    epochs = [first_epoch(), None]
     for epoch in range(2):
-        sizes, indices, _ = run_epoch(survivor)
+        sizes, indices, _ = run_epoch(survivor, epochs[epoch])
         assert survivor.epoch == epoch and not survivor.partial
         assert sorted(indices) == list(range(NUM_IMAGES))
     assert time.monotonic() - start < STEP_TIMEOUT
     assert list(survivor) == []
     survivor.close()
     assert p.wait() == 0
-
-
-def test_producer_killed_raises_producer_gone_quickly(serve):
-    p = serve(epochs=None)
-    loader = loader_for(p, batch_size=10, timeout=30)  # longer than the 3 s allowed below
-    it = iter(loader)
-    held_images, held_labels = next(it)
-    copy = held_images.numpy().tobytes()
-    p.proc.send_signal(signal.SIGKILL)
-    p.proc.wait()
-    start = time.monotonic()
-    with pytest.raises(coloader.ProducerGone) as e:
-        for _ in range(1000):
-            next(it)
-    assert time.monotonic() - start < 3.0
-    assert "pid %d" % p.proc.pid in str(e.value)
-    # The batch held before the kill is still mapped and readable.
-    assert held_images.numpy().tobytes() == copy
-    with pytest.raises(coloader.ProducerGone):
-        iter(loader)
-    loader.close()
-    del held_images, held_labels
-    gc.collect()
-
-
-def test_producer_stopped_ends_the_stream_cleanly(serve):
-    p = serve(epochs=None)
-    loader = loader_for(p, batch_size=16)
-    it = iter(loader)
-    next(it)
-    p.proc.send_signal(signal.SIGTERM)
-    for _ in it:  # the epoch ends where the producer stopped
-        pass
-    assert list(loader) == []
-    assert p.wait() == 0
-    loader.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,68 +327,15 @@ def test_dropping_the_last_reference_closes_on_the_reaper_not_in_the_collector(s
     p.wait_for(lambda st: st["consumers"] == [], "the consumer to leave")
 
 
-def test_holding_a_tensor_past_the_window_stalls_nobody_but_its_consumer(serve):
-    """A job that keeps a batch's tensor (for logging, say) and reads on does not hold back the
-    others: the ring has spare slots beyond the window for batches kept that way."""
-    p = serve("--min-consumers", "2", "--spare-slots", "1", epochs=1, window=2, batch_size=PRODUCER_BATCH)
-    keeper = loader_for(p, batch_size=PRODUCER_BATCH)
-    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=10.0)
-    keeper_it = iter(keeper)
-    kept = next(keeper_it)  # kept for the whole epoch, far past the window
-    first = kept[1].clone()
-    keeper_rest = in_thread(lambda: [images.shape[0] for images, _ in keeper_it])
-    sizes = [images.shape[0] for images, _ in other]  # a Timeout here would mean a stall
-    assert sizes == expected_sizes(PRODUCER_BATCH)
-    assert [PRODUCER_BATCH] + keeper_rest() == expected_sizes(PRODUCER_BATCH)
-    assert torch.equal(kept[1], first)  # the kept batch's slot was never reused under it
-    del kept
-    gc.collect()
-    for loader in (keeper, other):
-        loader.close()
-    assert p.wait() == 0
-
-
-def test_a_consumer_that_stops_reading_stalls_the_group(serve):
-    """Back-pressure, as the design says: a consumer that holds its batch and stops reading
-    reaches the window, and the group waits for it (it is detached only if it stops
-    heartbeating, which a live process holding tensors does not).
-
-    With --window 2 the producer runs at most two batches ahead of how far the holder has read
-    (one batch): `other` receives three and then waits, until the holder lets go and reads on.
-    The spare slots are not what stops it: there are enough of them.
-    """
-    p = serve("--min-consumers", "2", "--spare-slots", "2", epochs=1, window=2, batch_size=PRODUCER_BATCH)
-    holder = loader_for(p, batch_size=PRODUCER_BATCH)
-    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=1.0)
-    holder_it = iter(holder)
-    held = next(holder_it)
-
-    it = iter(other)
-    got = [next(it)[0].shape[0] for _ in range(3)]
-    with pytest.raises(coloader.Timeout):
-        next(it)
-    assert got == [PRODUCER_BATCH] * 3
-    st = p.status()
-    assert st["slots_in_use"] == 3 and st["batches_published"] == 3
-
-    del held
-    gc.collect()
-    holder_join = in_thread(lambda: [images.shape[0] for images, _ in holder_it])
-    rest = [images.shape[0] for images, _ in it]  # the iterator survives a Timeout
-    assert got + rest == expected_sizes(PRODUCER_BATCH)
-    assert [PRODUCER_BATCH] + holder_join() == expected_sizes(PRODUCER_BATCH)
-    for loader in (holder, other):
-        loader.close()
-    assert p.wait() == 0
-
-
 def test_timeout_while_gathering_a_straddling_batch_loses_nothing(serve):
     p = serve("--min-consumers", "2", "--spare-slots", "0", epochs=1, window=2, batch_size=PRODUCER_BATCH)
-    holder = loader_for(p, batch_size=PRODUCER_BATCH)
+    # zero_copy: the held batch holds its slot (a copy-on-write view would be copied away)
+    holder = loader_for(p, batch_size=PRODUCER_BATCH, zero_copy=True)
     other = loader_for(p, batch_size=5, timeout=1.0)
-    holder_it = iter(holder)
-    held = next(holder_it)
+    holder_start = start_reading(holder)
     it = iter(other)
+    holder_it = holder_start()
+    held = next(holder_it)
     indices = []
     with pytest.raises(coloader.Timeout):  # 6 batches of 5 fit in the 2 published slots
         while True:

@@ -16,11 +16,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_loader import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
+from support import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
     NUM_CLASSES,
     NUM_IMAGES,
     PRODUCER_BATCH,
-    _missing_build,
+    missing_build,
     coloader,
     dataset,
     env,
@@ -36,7 +36,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
                        reason="needs a CUDA device (torch.cuda.is_available() is False)"),
-    pytest.mark.skipif(_missing_build() is not None, reason=_missing_build() or ""),
+    pytest.mark.skipif(missing_build() is not None, reason=missing_build() or ""),
 ]
 
 DEVICE = torch.device("cuda", 0)

@@ -7,7 +7,9 @@ import threading
 import pytest
 import torch
 
-from test_loader import BINARY, coloader, env  # noqa: F401  (env: a private run directory per test)
+from support import BINARY, coloader, env, needs_build  # noqa: F401  (env: a private run directory per test)
+
+pytestmark = needs_build
 
 N = 97  # a prime: no batch size below divides it
 

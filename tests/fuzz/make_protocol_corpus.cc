@@ -90,6 +90,8 @@ std::vector<std::pair<std::string, Message>> Samples() {
   s.push_back({"ack", Ack{42}});
   s.push_back({"attach-host", Attach{0}});
   s.push_back({"attach-device", Attach{1}});
+  s.push_back({"end", End{90}});
+  s.push_back({"reclaim", Reclaim{41}});
   s.push_back({"heartbeat", Heartbeat{}});
   s.push_back({"bye-finished", Bye{ByeReason::kFinished, ""}});
   s.push_back({"bye-rejected", Bye{ByeReason::kRejected, "Ack for a batch never announced"}});
@@ -114,8 +116,8 @@ std::vector<std::pair<std::string, Message>> Samples() {
   busy.dropped_clients = 2;
   busy.num_slots = 4;
   busy.slots_in_use = 2;
-  busy.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0});
-  busy.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 1, "job-b", "", 0, 1, 0});
+  busy.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0, 0, 12});
+  busy.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 1, "job-b", "", 0, 1, 0, 3, 61000});
   s.push_back({"status-reply-busy", busy});
   return s;
 }

@@ -65,8 +65,8 @@ std::vector<Message> Samples() {
   r.state = 1;
   r.images_per_s = 1234.5;
   r.dropped_clients = 3;
-  r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0});
-  r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b", "ddp-b", 1, 4, 1});
+  r.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0, 0, 12});
+  r.consumers.push_back({2, 101, 96, 50, 47, 3, 3, 0, "job-b", "ddp-b", 1, 4, 1, 3, 61000});
   Hello member = Member(3, 4, 1, 2);
   member.pid = 4321;
   member.batch_size = 96;
@@ -93,7 +93,9 @@ std::vector<Message> Samples() {
           StatusRequest{},
           r,
           Attach{1},
-          WelcomeWithDevice(w)};
+          WelcomeWithDevice(w),
+          End{90},
+          Reclaim{41}};
 }
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {
@@ -226,8 +228,8 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 3) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 3621740238123788740ull) << "the wire format changed without a new kProtocolVersion (it is "
+  EXPECT_EQ(kProtocolVersion, 4) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 8044301713687814459ull) << "the wire format changed without a new kProtocolVersion (it is "
                             << kProtocolVersion << ")";
 }
 

@@ -1,0 +1,186 @@
+"""What a coloader.Loader hands to Python: the consumer session, one lease per batch, and the
+tensors over a batch's memory (host views through numpy, device memory through
+__cuda_array_interface__). Private to the package; coloader.loader says what the rules are.
+
+Ownership: a batch's one owner object is its BatchLease, which holds the C lease
+(coloader_batch*); every array and tensor over the batch holds the lease, so the producer's
+slot (or the private buffer) stays until the last of them goes, and the lease is released
+exactly once. Each lease holds the Session, so the consumer leaves its producer only when the
+Loader is closed and no tensor of it is left.
+"""
+
+import ctypes
+import warnings
+
+import numpy as np
+
+from . import _lib, _reaper
+
+# dtype names (the codes come from the library: _lib.dtype_names) -> numpy dtypes of the host
+# views. numpy has no bfloat16: its bytes are viewed as int16 and the tensor is reinterpreted
+# as torch.bfloat16.
+_NUMPY_BY_NAME = {"uint8": np.uint8, "float32": np.float32, "bfloat16": np.int16, "float16": np.float16}
+# The same names -> __cuda_array_interface__ typestrs (bfloat16 again as int16: no typestr
+# names it, and int16 is what every torch version accepts, unlike uint16).
+_TYPESTR_BY_NAME = {"uint8": "|u1", "float32": "<f4", "bfloat16": "<i2", "float16": "<f2"}
+
+
+def dtype_tables():
+    """(numpy dtype by code, typestr by code, the bfloat16 code), read from the library once."""
+    global _DTYPE_TABLES
+    if _DTYPE_TABLES is None:
+        names = _lib.dtype_names()
+        _DTYPE_TABLES = ({c: _NUMPY_BY_NAME[n] for c, n in names.items() if n in _NUMPY_BY_NAME},
+                         {c: _TYPESTR_BY_NAME[n] for c, n in names.items() if n in _TYPESTR_BY_NAME},
+                         next(c for c, n in names.items() if n == "bfloat16"))
+    return _DTYPE_TABLES
+
+
+_DTYPE_TABLES = None
+_NHWC_CODE = None
+
+
+def nhwc_code():
+    """The library's code of the NHWC layout."""
+    global _NHWC_CODE
+    if _NHWC_CODE is None:
+        _NHWC_CODE = next(c for c, n in _lib.layout_names().items() if n == "nhwc")
+    return _NHWC_CODE
+
+
+class Session:
+    """Owns the coloader_consumer*. Referenced by the Loader and by every live batch lease, so
+    the consumer leaves the producer only when the Loader is closed *and* no tensor is left:
+    leaving earlier would let the producer reclaim, and overwrite, slots still in use."""
+
+    __slots__ = ("ptr", "streams", "__weakref__")
+
+    def __init__(self, ptr):
+        self.ptr = ptr
+        self.streams = {}  # device path: the torch streams batches were ordered on, by handle
+
+    def close(self):
+        """Closes now, on this thread (it may wait; see close_session)."""
+        ptr, self.ptr = self.ptr, None
+        streams, self.streams = self.streams, {}
+        close_session(ptr, streams)
+
+    def __del__(self):
+        # The garbage collector may run this anywhere: the closing, which waits, goes to the
+        # reaper thread (coloader/_reaper.py). The job holds the pointer and the streams, not
+        # self, so nothing is resurrected.
+        ptr, self.ptr = self.ptr, None
+        if ptr:
+            streams, self.streams = self.streams, {}
+            try:
+                _reaper.submit(lambda: close_session(ptr, streams))
+            except Exception:  # interpreter shutdown: no thread can be started any more
+                pass
+
+
+def close_session(ptr, streams):
+    if not ptr:
+        return
+    try:
+        # The releases of the last batches are callbacks queued on these streams; they must
+        # have run (the GPU work reading those slots is done) before the goodbye, which hands
+        # every slot of this consumer back to the producer. Usually they have: this waits
+        # only for work still queued at the loader's end.
+        for stream in streams.values():
+            if not stream.query():
+                stream.synchronize()
+    finally:
+        # Says goodbye and joins the consumer's I/O thread (at most one poll interval).
+        _lib.lib().coloader_consumer_close(ptr)
+
+
+class BatchLease:
+    """Owns one coloader_batch*: the producer's slot stays held until this object goes."""
+
+    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "__weakref__")
+
+    def __init__(self, ptr, session, cuda=None):
+        self._ptr = ptr
+        self._session = session  # released after the batch (attributes outlive __del__)
+        self._cuda = cuda        # torch.cuda on the device path
+        self._wait = None        # (stream the batch was ordered on, device whose current stream reads it)
+
+    def release(self):
+        ptr, self._ptr = self._ptr, None
+        if not ptr:
+            return
+        cuda, device = self._cuda, None
+        try:
+            if cuda is not None:
+                # The C++ side calls cudaSetDevice(the producer's GPU) on this thread; the
+                # caller's current device is put back below.
+                device = cuda.current_device()
+                if self._wait is not None:
+                    # The batch was ordered on a stream of another device than its own; the
+                    # release (a callback on that stream) must also follow the work enqueued
+                    # on the batch's device's current stream.
+                    stream, batch_device = self._wait
+                    stream.wait_stream(cuda.current_stream(batch_device))
+        finally:
+            # Non-blocking by design: it queues the ack for the consumer's I/O thread, on the
+            # device path behind the work enqueued on the batch's stream (cudaLaunchHostFunc).
+            _lib.lib().coloader_batch_release(ptr)
+            if device is not None:
+                cuda.set_device(device)
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: modules may already be torn down
+            pass
+
+
+def host_view(lease, address, nbytes, dtype, shape, writable):
+    """A numpy array over `nbytes` at `address`, keeping `lease` alive; read-only unless
+    `writable` (the batch's own copy-on-write view, or a private buffer)."""
+    buf = (ctypes.c_char * nbytes).from_address(address)
+    buf._coloader_lease = lease  # array.base is `buf`; `buf` keeps the lease
+    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    arr.flags.writeable = writable
+    return arr
+
+
+class CudaArray:
+    """A batch's device memory as __cuda_array_interface__ (version 3), for torch.as_tensor.
+    torch keeps this object alive as long as the tensor's storage, and it holds the lease."""
+
+    __slots__ = ("__cuda_array_interface__", "_lease")
+
+    def __init__(self, lease, address, typestr, shape, stream):
+        self._lease = lease
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": tuple(shape),
+            "typestr": typestr,
+            "strides": None,  # C-contiguous
+            # torch refuses read-only (TypeError "the read only flag is not supported"). By
+            # default the memory is this consumer's own copy; with zero_copy it is the
+            # producer's, and the job has promised not to write it.
+            "data": (address, False),
+            # The stream the data is ordered on (0, the legacy default stream, is spelt 1 in
+            # the interface). torch ignores it; it is right for any other reader.
+            "stream": stream if stream else 1,
+        }
+
+
+def cuda_tensor(torch, lease, address, typestr, shape, device, stream, bfloat16=False):
+    """A zero-copy CUDA tensor over the batch memory at `address`, keeping `lease` alive."""
+    obj = CudaArray(lease, address, typestr, shape, stream)
+    tensor = torch.as_tensor(obj, device=torch.device("cuda", device))
+    if tensor.data_ptr() != address:  # torch would copy only if the devices disagreed
+        raise _lib.ColoaderError("torch.as_tensor copied the batch instead of viewing it (cuda:%d, "
+                                 "pointer 0x%x); please report this" % (device, address))
+    if bfloat16:
+        tensor = tensor.view(torch.bfloat16)  # shares the storage, and with it the lease
+    return tensor
+
+
+def from_numpy(torch, arr):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(arr)
