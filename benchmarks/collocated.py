@@ -15,7 +15,9 @@ Setups (same files, same cores: every process of a setup runs under taskset on -
   tensorsocket        one TensorSocket 0.0.5 producer wrapping one such DataLoader; jobs are
                       TensorConsumers (CUDA tensors through CUDA IPC)
   coloader            one `coloader serve --device cuda:0` (C++ decode, GPU ring); jobs use
-                      coloader.Loader(device="cuda"), zero-copy
+                      coloader.Loader(device="cuda"): each batch copied on the GPU for its job
+                      (the default; the figures in docs/ before the job-contract issue were
+                      zero-copy views)
   coloader-pyfed      coloader.Producer wrapping the same DataLoader as tensorsocket (host
                       ring); jobs use coloader.Loader() and copy to the GPU: the transport alone
   synthetic           a batch made on the GPU and reused: the ceiling

@@ -65,6 +65,17 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
     CUDA_RETURN_NOT_OK(cudaIpcOpenEventHandle(&e, eh));
     m->events_.push_back(e);
   }
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  CUDA_RETURN_NOT_OK(cudaMemPoolCreate(&pool, &props));
+  m->pool_ = pool;
+  // A job holds a batch or two (the one it computes on, the next one being copied); keeping
+  // four slots' worth cached makes every later allocation a reuse.
+  uint64_t keep = 4 * t.slot_bytes;
+  CUDA_RETURN_NOT_OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
   return Result<std::unique_ptr<DeviceMapper>>(std::move(m));
 }
 
@@ -84,6 +95,8 @@ DeviceMapper::~DeviceMapper() {
   DeviceGuard guard(device_);
   for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (base_) cudaIpcCloseMemHandle(base_);
+  // Buffers still allocated from it (none: every batch holds this mapper) would keep it until freed.
+  if (pool_) cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_));
 }
 
 Status DeviceMapper::StreamWaitSlot(uint32_t slot, void* stream) {
@@ -121,7 +134,7 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
 Result<uint8_t*> DeviceMapper::Allocate(uint64_t bytes, void* stream) {
   DeviceGuard guard(device_);
   void* p = nullptr;
-  CUDA_RETURN_NOT_OK(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)));
+  CUDA_RETURN_NOT_OK(cudaMallocFromPoolAsync(&p, bytes, static_cast<cudaMemPool_t>(pool_), static_cast<cudaStream_t>(stream)));
   return static_cast<uint8_t*>(p);
 }
 

@@ -36,7 +36,10 @@ class DeviceMapper {
   // `done` must not call CUDA. If the stream cannot take it (the context is going away), runs
   // `done` now.
   void WhenStreamDone(void* stream, std::function<void()> done);
-  // Stream-ordered private buffers, for batches gathered across slots.
+  // Stream-ordered private buffers: every batch's copy (unless zero_copy), and batches gathered
+  // across slots. From a memory pool of this consumer's own that keeps a few slots' worth
+  // cached (the default pool would give memory back to the driver at every synchronisation,
+  // and take it anew for the next batch).
   Result<uint8_t*> Allocate(uint64_t bytes, void* stream);
   void Free(uint8_t* ptr, void* stream);
   Status CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream);
@@ -49,6 +52,7 @@ class DeviceMapper {
   uint8_t* base_ = nullptr;
   uint64_t slot_bytes_ = 0;
   std::vector<void*> events_;  // cudaEvent_t
+  void* pool_ = nullptr;       // cudaMemPool_t
 };
 
 }  // namespace coloader

@@ -3,6 +3,23 @@
     coloader serve --data /data/imagenet/train --name imagenet --batch-size 256 --forever &
     torchrun --nproc_per_node 2 examples/ddp_train.py --name imagenet --epochs 2 --log-dir logs/
 
+Killed and resumed: the job checkpoints its model and its loader's position in one file, and
+after a crash (the job, the producer or the whole node) both restart from that file:
+
+    coloader serve --data DIR --name imagenet --epochs 90 &
+    torchrun --nproc_per_node 2 examples/ddp_train.py --name imagenet --epochs 90 --log-dir logs/ \
+        --checkpoint ckpt.pt --checkpoint-every 100
+    # ... the job and the producer die mid-epoch ...
+    coloader serve --data DIR --name imagenet --epochs 90 --resume ckpt.pt --resume-key loader &
+    torchrun --nproc_per_node 2 examples/ddp_train.py --name imagenet --epochs 90 --log-dir logs/ \
+        --checkpoint ckpt.pt --checkpoint-every 100 --resume
+
+The producer starts at the round where the job's ranks resume (`serve --resume` reads the
+torch checkpoint through the coloader command the package installs); each rank's
+load_state_dict() checks the state (data, seed, world size, batch size) before it reads
+anything, and the rest of the interrupted epoch comes exactly once. torchrun names the group
+after its rendezvous, which changes with the port: the position, not the name, is what resumes.
+
 Each rank builds `coloader.Loader(name, batch_size, rank=None)`: the rank, world size and group
 name come from torchrun's environment (or torch.distributed), so the two ranks form one
 consumer group and each gets its own share of every epoch (docs/DISTRIBUTED.md), with the same
@@ -90,8 +107,8 @@ def main():
         steps = samples = 0
         t0 = time.monotonic()
         for images, labels in loader:
-            if model is None:  # built from the first batch's shape (keep no reference to it: it holds a slot)
-                channels = images.shape[1] if images.shape[1] in (1, 3) else images.shape[3]
+            if model is None:  # built from the first batch's shape
+                channels = images.shape[1]
                 net = make_model(args.model, channels, args.classes).to(device)
                 if cuda:
                     net = net.to(memory_format=torch.channels_last)
@@ -105,9 +122,7 @@ def main():
             # all-reduce of step k is done) finds step k in every rank's log.
             log.write(json.dumps({"epoch": loader.epoch, "step": steps + 1, "indices": loader.indices.tolist()}) + "\n")
             log.flush()
-            images = images.to(device, non_blocking=True).float()
-            if images.shape[1] not in (1, 3):  # NHWC uint8 from the producer: to NCHW
-                images = images.permute(0, 3, 1, 2)
+            images = images.to(device, non_blocking=True).float()  # NCHW (uint8 too: channels_last)
             labels = labels.to(device, non_blocking=True) % args.classes
             with torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext():
                 loss = nn.functional.cross_entropy(model(images), labels)

@@ -69,8 +69,8 @@ def main():
         for step, (images, labels) in enumerate(loader, 1):
             images = images.to(device, non_blocking=True)
             labels = labels.to(device, non_blocking=True) % args.num_classes
-            if images.dtype == torch.uint8:  # a producer serving raw pixels: normalise here
-                images = images.permute(0, 3, 1, 2).float().div_(255)
+            if images.dtype == torch.uint8:  # a producer serving raw pixels (NCHW): normalise here
+                images = images.float().div_(255)
             if args.channels_last:
                 images = images.contiguous(memory_format=torch.channels_last)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.amp):

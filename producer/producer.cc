@@ -344,7 +344,7 @@ Status Producer::Impl::Loop() {
         {nullptr, stop_fd.fd(), ZMQ_POLLIN, 0},
     };
     for (const auto& [id, s] : sessions)
-      if (s.watch.valid()) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
+      if (s.watch.valid() && s.exited_ns == 0) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
     if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
     const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
     try {

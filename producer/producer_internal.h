@@ -66,6 +66,7 @@ struct Session {
   bool remote = false;  // came over tcp://: batches go as message payload, liveness by heartbeat
   size_t ring = 0;      // with `device`: which of the device rings it maps
   ProcessWatch watch;  // pidfd: readable when the consumer's process is gone
+  uint64_t exited_ns = 0;  // when the pidfd said so: its last messages get a moment to arrive
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
   uint64_t received = 0;

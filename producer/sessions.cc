@@ -38,8 +38,9 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
     mailboxes.at(static_cast<uint32_t>(s.mailbox)).Reset(0);
     mailbox_used[static_cast<size_t>(s.mailbox)] = false;
   }
-  std::fprintf(stderr, "[coloader %s] consumer %llu (pid %u) %s; %u slot(s) reclaimed\n",
-               opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, why, freed);
+  std::fprintf(stderr, "[coloader %s] consumer %llu (pid %u) %s%s\n", opts.name.c_str(),
+               static_cast<unsigned long long>(s.id), s.pid, why,
+               freed ? ("; " + std::to_string(freed) + " slot(s) reclaimed").c_str() : "");
   Session gone = std::move(s);
   sessions.erase(it);
   if (gone.group.empty()) return;
@@ -416,11 +417,19 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
   }
 }
 
+namespace {
+constexpr uint64_t kExitGraceNs = 200'000'000;
+}  // namespace
+
 void Producer::Impl::CheckLiveness(uint64_t now) {
   std::vector<std::pair<std::string, const char*>> dead;
   for (auto& [identity, s] : sessions) {
-    if (s.watch.valid() && s.watch.Exited()) {
-      dead.emplace_back(identity, "exited");
+    if (s.exited_ns == 0 && s.watch.valid() && s.watch.Exited()) s.exited_ns = now;
+    if (s.exited_ns != 0) {
+      // What it sent just before it went (a group member's goodbye after its share, acks) may
+      // still be on its way through libzmq: its messages are read for a moment before it is
+      // dropped as gone without a word.
+      if (now - s.exited_ns > kExitGraceNs) dead.emplace_back(identity, "exited");
     } else if (now - s.last_heard_ns > uint64_t{opts.heartbeat_timeout_ms} * 1000000) {
       dead.emplace_back(identity, "went silent (heartbeat timeout)");
     } else if (now - s.last_sent_ns > uint64_t{opts.heartbeat_ms} * 1000000) {

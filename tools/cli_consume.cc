@@ -48,6 +48,8 @@ int Consume(const std::vector<std::string>& args) {
   cmd.Add("--drop-last", &o.drop_last, "drop each epoch's last batch if it is short");
   cmd.Add("--wait-for-epoch", &o.wait_for_epoch, "join at the next epoch boundary, not mid-epoch");
   cmd.Add("--device", &o.device, "batches in the producer's GPU memory where it has a device ring");
+  cmd.Add("--zero-copy", &o.zero_copy,
+          "read the producer's memory itself (read-only on the host) instead of this consumer's own copy");
   cmd.Add("--json", &json, "one JSON object per epoch");
   cmd.Add("--checksum", &checksum, "add an order-independent hash of every sample's index, label and pixels");
   cmd.Add("--step-ms", &step_ms, "sleep this long per batch (a slow training step)");

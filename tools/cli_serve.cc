@@ -1,4 +1,5 @@
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,8 +19,27 @@ namespace {
 
 Producer* g_producer = nullptr;
 
+// A torch checkpoint (torch.save's zip, or its legacy pickle): this binary does not read
+// pickles; the `coloader` command installed with the package (python -m coloader) converts it.
+bool IsTorchCheckpoint(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;  // a pipe is read once
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  unsigned char magic[2] = {0, 0};
+  const size_t n = std::fread(magic, 1, 2, f);
+  std::fclose(f);
+  return n == 2 && ((magic[0] == 'P' && magic[1] == 'K') || magic[0] == 0x80);
+}
+
 // --resume STATE: a Loader's state_dict() saved as JSON (json.dump(loader.state_dict(), f)).
 Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) {
+  if (IsTorchCheckpoint(path)) {
+    return Status::Invalid("--resume " + path + " is a torch checkpoint: start the producer with the coloader "
+                           "command the Python package installs (or python -m coloader), which reads it, and name "
+                           "the loader's state in it with --resume-key KEY (e.g. --resume-key loader); or save "
+                           "json.dump(loader.state_dict(), f) and give that file");
+  }
   ASSIGN_OR_RETURN(JsonValue v, ReadJsonFile(path));
   if (!v.is_object()) return Status::Invalid("--resume " + path + ": expected a JSON object (a Loader's state_dict())");
   auto number = [&](const char* key, bool required, uint64_t* out) -> Status {
@@ -116,9 +136,13 @@ int Serve(const std::vector<std::string>& args) {
   cmd.Add("--authorized-keys", &o.authorized_keys_file, "the consumers' public keys it accepts, one per line")
       ->type_name("FILE");
   cmd.Add("--insecure", &o.insecure, "--tcp without authentication: anyone who reaches the port may connect");
-  std::string resume;
-  cmd.Add("--resume", &resume, "a Loader's state_dict() saved as JSON: start where that job resumes")
-      ->type_name("STATE.json");
+  std::string resume, resume_key;
+  cmd.Add("--resume", &resume, "where a checkpointed job resumes: its Loader's state_dict() as JSON, or a torch "
+                               "checkpoint holding it (with --resume-key)")
+      ->type_name("STATE");
+  cmd.Add("--resume-key", &resume_key, "the key of the Loader's state in a torch checkpoint (read by the Python "
+                                       "package's coloader command), e.g. loader or state.loader")
+      ->type_name("KEY");
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
 
   if (o.data.empty()) return cmd.UsageError("--data is required (an ImageFolder directory or a file list)");
@@ -127,6 +151,11 @@ int Serve(const std::vector<std::string>& args) {
   else return cmd.UsageError(a.status().message());
   if (Result<DecodeMode> d = ParseDecodeMode(decode); d.ok()) o.decode = *d;
   else return cmd.UsageError(d.status().message());
+  if (!resume_key.empty()) {
+    return cmd.UsageError("--resume-key " + resume_key + ": a torch checkpoint is read by the coloader command the "
+                          "Python package installs (python -m coloader serve ...), which hands this binary the state "
+                          "it holds");
+  }
   if (!resume.empty()) {
     if (Status r = ReadResume(resume, cmd.Given("--seed"), &o); !r.ok()) return cmd.UsageError(r.message());
   }

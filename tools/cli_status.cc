@@ -134,6 +134,8 @@ int StatusCommand(const std::vector<std::string>& args) {
           .Field("acked", c.acked)
           .Field("held", c.held)
           .Field("lag", c.lag)
+          .Field("unread", c.unread)
+          .Field("idle_ms", c.idle_ms)
           .Field("path", PathName(c.path));
       if (!c.group.empty()) {
         w.Field("group", c.group).Field("rank", c.rank).Field("world_size", c.world_size)
@@ -156,11 +158,14 @@ int StatusCommand(const std::vector<std::string>& args) {
               r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
               static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages),
               static_cast<unsigned long long>(r->dropped_clients));
-  std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %s\n", "id", "pid", "batch", "received", "acked", "held", "lag", "path");
+  std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %-6s %-8s %s\n", "id", "pid", "batch", "received", "acked",
+              "held", "lag", "unread", "idle s", "path");
   for (const ConsumerStatus& c : r->consumers) {
-    std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %s\n", static_cast<unsigned long long>(c.id), c.pid,
-                c.batch_size, static_cast<unsigned long long>(c.received), static_cast<unsigned long long>(c.acked),
-                c.held, static_cast<unsigned long long>(c.lag), PathName(c.path).c_str());
+    std::printf("  %-4llu %-8u %-6u %-10llu %-10llu %-5u %-5llu %-6llu %-8.1f %s\n", static_cast<unsigned long long>(c.id),
+                c.pid, c.batch_size, static_cast<unsigned long long>(c.received),
+                static_cast<unsigned long long>(c.acked), c.held, static_cast<unsigned long long>(c.lag),
+                static_cast<unsigned long long>(c.unread), static_cast<double>(c.idle_ms) / 1000.0,
+                PathName(c.path).c_str());
     if (!c.group.empty())
       std::printf("       rank %u of %u in group %s%s\n", c.rank, c.world_size, c.group.c_str(),
                   c.waiting ? ": waiting for the rest of its group" : "");

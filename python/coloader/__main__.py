@@ -11,6 +11,9 @@ pip put it. The binary finds it by itself when that is the site-packages holding
 for any other location on sys.path this launcher hands the path over in _COLOADER_NVJPEG_WHEEL,
 an internal variable (the binary adds it to its candidates after the CUDA installs; users set
 COLOADER_NVJPEG_LIBRARY instead, which wins over everything).
+
+`serve --resume CKPT --resume-key KEY` reads a torch checkpoint here (the binary reads JSON
+only) and hands the binary the Loader state found under KEY; see resume_from_checkpoint.
 """
 
 import importlib.util
@@ -69,8 +72,69 @@ def main(argv=None):
     nvjpeg = find_nvjpeg_wheel()
     if nvjpeg is not None:
         os.environ["_COLOADER_NVJPEG_WHEEL"] = str(nvjpeg)
+    try:
+        args = resume_from_checkpoint(args)
+    except ValueError as e:
+        sys.stderr.write("coloader serve: %s\n" % e)
+        return 2
     os.execv(str(path), [str(path)] + args)
     return 0  # not reached
+
+
+def _option(args, flag):
+    """Where `flag` is in `args` as (its index, its value's index, the value): `--flag V` or
+    `--flag=V` (both indices the same); (None, None, None) if absent."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return i, i + 1, args[i + 1]
+        if a.startswith(flag + "="):
+            return i, i, a[len(flag) + 1:]
+    return None, None, None
+
+
+def resume_from_checkpoint(args):
+    """`serve --resume CKPT --resume-key KEY` with a torch checkpoint (what a training script saves
+    with torch.save({"model": ..., "loader": loader.state_dict()}, path)): the Loader's state under
+    KEY (dotted for nesting: "state.loader") goes to the binary through a pipe, as the JSON it
+    reads, so nothing is left behind. Other arguments pass unchanged."""
+    if not args or args[0] != "serve":
+        return args
+    key_flag, key_value, key = _option(args, "--resume-key")
+    state_flag, state_value, state_path = _option(args, "--resume")
+    if key is None:
+        return args
+    if state_path is None:
+        raise ValueError("--resume-key %s names a key in a --resume checkpoint: give --resume CKPT too" % key)
+    import json
+
+    try:
+        import torch
+    except ImportError as e:
+        raise ValueError("--resume %s --resume-key %s: reading a torch checkpoint needs torch (%s)"
+                         % (state_path, key, e)) from None
+    try:
+        try:
+            ckpt = torch.load(state_path, map_location="cpu", weights_only=True)
+        except TypeError:  # a torch without weights_only
+            ckpt = torch.load(state_path, map_location="cpu")
+    except Exception as e:  # whatever torch.load raises for a missing or foreign file
+        raise ValueError("--resume %s: not a torch checkpoint that torch.load reads (%s)" % (state_path, e)) from None
+    state = ckpt
+    for part in key.split("."):
+        if not isinstance(state, dict) or part not in state:
+            have = ", ".join(sorted(map(str, state))) if isinstance(state, dict) else type(state).__name__
+            raise ValueError("--resume %s has no %r (looking up --resume-key %s; there: %s)"
+                             % (state_path, part, key, have))
+        state = state[part]
+    if not isinstance(state, dict) or "samples_seen_in_epoch" not in state:
+        raise ValueError("--resume %s: %r is not a coloader.Loader state_dict()" % (state_path, key))
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as f:  # a state is a few hundred bytes: the pipe holds it
+        json.dump(state, f)
+    os.set_inheritable(read, True)
+    out = list(args)
+    out[state_value] = ("--resume=" if state_flag == state_value else "") + "/dev/fd/%d" % read
+    return [a for i, a in enumerate(out) if i not in (key_flag, key_value)]
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 PYTHON_DIR = Path(__file__).resolve().parents[1]
@@ -51,46 +50,21 @@ def missing_build():
 needs_build = pytest.mark.skipif(missing_build() is not None, reason=missing_build() or "")
 
 
-@pytest.fixture(scope="session")
-def dataset(tmp_path_factory):
-    """A small ImageFolder of real JPEG files: NUM_CLASSES classes, NUM_IMAGES images."""
-    from PIL import Image
-
-    root = tmp_path_factory.mktemp("imagefolder")
-    rng = np.random.default_rng(0)
-    for i in range(NUM_IMAGES):
-        cls = root / ("class%d" % (i % NUM_CLASSES))
-        cls.mkdir(exist_ok=True)
-        h, w = int(rng.integers(40, 72)), int(rng.integers(40, 72))
-        # Smooth gradients plus noise: compresses like a photo more than pure noise does.
-        y, x = np.mgrid[0:h, 0:w]
-        base = np.stack([(x * 255 // w), (y * 255 // h), ((x + y) * 127 // (w + h))], axis=-1)
-        pixels = np.clip(base + rng.integers(-40, 40, size=(h, w, 3)), 0, 255).astype(np.uint8)
-        Image.fromarray(pixels).save(cls / ("img%03d.jpg" % i), quality=90)
-    return root
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    """A private run directory, for this process and the children it starts."""
-    run_dir = tmp_path / "run"
-    run_dir.mkdir(mode=0o700)
-    monkeypatch.setenv("COLOADER_RUN_DIR", str(run_dir))
-    monkeypatch.setenv("COLOADER_LIBRARY", str(LIBRARY))
-    return run_dir
-
-
 class Producer:
-    """A `coloader serve` subprocess, started and waited for by its "serving" line."""
+    """A `coloader serve` subprocess, started and waited for by its "serving" line. With
+    via_python, started as the package's `coloader` command does it (python -m coloader), which
+    reads torch checkpoints for --resume."""
 
-    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4):
+    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4, via_python=False):
         self.name = "pytest-%d-%d" % (os.getpid(), next(_names))
         epoch_args = ["--forever"] if epochs is None else ["--epochs", str(epochs)]
-        cmd = [str(BINARY), "serve", "--data", str(data), "--name", self.name,
+        command = [sys.executable, "-m", "coloader"] if via_python else [str(BINARY)]
+        cmd = [*command, "serve", "--data", str(data), "--name", self.name,
                "--batch-size", str(batch_size), "--window", str(window), *epoch_args,
                "--quiet", "--image-size", "32", "--workers", "2",
                "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500", *args]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), COLOADER_BINARY=str(BINARY))
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         self.lines = []
         self._serving = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -144,20 +118,6 @@ class Producer:
         for f in os.listdir("/dev/shm"):
             if f.endswith("-" + self.name) or f.endswith("-" + self.name + ".mbox"):
                 os.unlink(os.path.join("/dev/shm", f))
-
-
-@pytest.fixture
-def serve(dataset, env):
-    started = []
-
-    def start(*args, **kwargs):
-        p = Producer(dataset, *args, **kwargs)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.stop()
 
 
 def loader_for(producer, **kwargs):

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
 collocated = pytest.importorskip("collocated")
 
-from test_loader import BINARY, dataset, env, serve  # noqa: E402,F401  (fixtures: a real producer)
+from support import BINARY  # noqa: E402
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
 

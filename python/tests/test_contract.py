@@ -28,9 +28,9 @@ import warnings
 
 import pytest
 
-from support import (  # noqa: F401  (dataset, env and serve are fixtures)
-    NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, dataset, env, expected_sizes, in_thread,
-    loader_for, needs_build, run_epoch, serve, start_reading, torch)
+from support import (
+    NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
+    loader_for, needs_build, run_epoch, start_reading, torch)
 
 pytestmark = needs_build
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
-    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, Producer, dataset, env, needs_build, serve, torch)
+from support import (  # noqa: E402
+    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, needs_build, torch)
 
 import coloader  # noqa: E402
 
@@ -142,8 +142,10 @@ def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_p
     ckpt = tmp_path / "ckpt.pt"
     producer = serve(epochs=3, window=2)
     first = tmp_path / "first"
+    # No --group: each run's group is named after torchrun's rendezvous (another port each time),
+    # and the second run must resume the first's state all the same.
     run = _torchrun(first, producer.name, "--checkpoint", str(ckpt), "--checkpoint-every", "2", "--step-ms", "40",
-                    "--group", "job-a", epochs=3)
+                    epochs=3)
     # Wait for a checkpoint inside epoch 1 (mid-epoch: some of its steps taken), then SIGKILL
     # both ranks (and torchrun) and the producer: a crashed node.
     deadline = time.monotonic() + 120
@@ -163,16 +165,14 @@ def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_p
     _kill_job(run)
     producer.stop()
     state = torch.load(str(ckpt))["loader"]  # the last one written before the kill
-    assert state["epoch"] == 1 and state["world_size"] == 2 and state["group"]
-    state_file = tmp_path / "loader_state.json"
-    state_file.write_text(json.dumps(state))
+    assert state["epoch"] == 1 and state["world_size"] == 2 and state["group"].startswith("torch-")
 
-    # Restart: the producer from the state (it starts at the round where the group resumes),
-    # the job from its checkpoint.
-    restarted = serve("--resume", str(state_file), epochs=3, window=2)
+    # Restart: the producer from the job's own checkpoint (`serve --resume CKPT --resume-key
+    # loader`: it starts at the round where the group resumes), the job from the same file.
+    restarted = serve("--resume", str(ckpt), "--resume-key", "loader", epochs=3, window=2, via_python=True)
     assert any("resuming at epoch 1" in l for l in restarted.lines)
     second = tmp_path / "second"
-    run = _torchrun(second, restarted.name, "--checkpoint", str(ckpt), "--resume", "--group", "job-a", epochs=3)
+    run = _torchrun(second, restarted.name, "--checkpoint", str(ckpt), "--resume", epochs=3)
     out, _ = run.communicate(timeout=120)
     assert run.returncode == 0, out
     assert "could not be resumed exactly" not in out, out

@@ -6,7 +6,6 @@ DataLoader shape) has its own suite, test_contract.py.
 Runs with: /usr/bin/python3 -m pytest -q python/tests
 """
 
-import ctypes
 import gc
 import json
 import os
@@ -19,9 +18,9 @@ import warnings
 
 import pytest
 
-from support import (  # noqa: F401  (dataset, env and serve are fixtures)
-    BINARY, LIBRARY, NUM_CLASSES, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, REPO, STEP_TIMEOUT, Producer, coloader,
-    dataset, env, expected_sizes, in_thread, loader_for, needs_build, np, run_epoch, serve, start_reading, torch)
+from support import (
+    BINARY, NUM_CLASSES, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
+    loader_for, needs_build, run_epoch, start_reading, torch)
 
 # These tests read to the end of the stream on purpose; test_contract.py checks the warning.
 pytestmark = [needs_build, pytest.mark.filterwarnings("ignore::coloader.FinishedWarning")]

@@ -8,27 +8,29 @@ reference they are compared with.
 """
 
 import gc
-import time
+import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import (  # noqa: E402,F401  (dataset, env and serve are fixtures)
+from support import (  # noqa: E402
     NUM_CLASSES,
     NUM_IMAGES,
     PRODUCER_BATCH,
+    PYTHON_DIR,
+    STEP_TIMEOUT,
     missing_build,
     coloader,
-    dataset,
-    env,
     expected_sizes,
     in_thread,
     loader_for,
     run_epoch,
-    serve,
+    start_reading,
     torch,
 )
 
@@ -49,14 +51,15 @@ def serve_gpu(serve, *args, output="float32", **kwargs):
 
 
 def image_shape(n, output):
-    return (n, 32, 32, 3) if output == "uint8" else (n, 3, 32, 32)  # uint8 is NHWC by default
+    return (n, 3, 32, 32)  # NCHW whatever the producer's memory layout (uint8's is NHWC)
 
 
 def check_batch(images, labels, loader, output):
     n = images.shape[0]
     assert images.is_cuda and images.device == DEVICE, images.device
     assert images.dtype == OUTPUTS[output] and tuple(images.shape) == image_shape(n, output)
-    assert images.is_contiguous()
+    # uint8 lies NHWC in memory: an NCHW tensor with channels_last strides.
+    assert images.is_contiguous(memory_format=torch.channels_last if output == "uint8" else torch.contiguous_format)
     assert labels.is_cuda and labels.device == DEVICE and labels.dtype == torch.int64
     assert tuple(labels.shape) == (n,)
     assert loader.indices.device.type == "cpu" and tuple(loader.indices.shape) == (n,)
@@ -176,9 +179,10 @@ def test_alternating_streams_see_the_same_data(serve):
 # Lifetime: a slot is released when its last tensor goes (and its stream work is done), once
 
 
-def test_cuda_tensors_keep_their_slot_until_the_last_one_goes(serve):
+def test_zero_copy_cuda_tensors_keep_their_slot_until_the_last_one_goes(serve):
     p = serve_gpu(serve, epochs=1, window=3)
-    loader = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda")  # one batch per slot: views
+    # one batch per slot: views of the producer's memory itself
+    loader = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda", zero_copy=True)
     assert loader.on_device
     acked = lambda: p.consumer()["acked"]  # noqa: E731
     it = iter(loader)
@@ -242,9 +246,10 @@ def test_cuda_tensors_keep_their_slot_until_the_last_one_goes(serve):
     loader.close()
 
 
-def test_cuda_tensors_outlive_the_loader(serve):
+@pytest.mark.parametrize("zero_copy", [False, True])
+def test_cuda_tensors_outlive_the_loader(serve, zero_copy):
     p = serve_gpu(serve, epochs=None, window=3)
-    loader = loader_for(p, batch_size=5, device="cuda")
+    loader = loader_for(p, batch_size=5, device="cuda", zero_copy=zero_copy)
     it = iter(loader)
     kept = [next(it) for _ in range(4)]  # batch 3 straddles producer slots: gathered on the GPU
     copies = [(i.cpu(), l.cpu()) for i, l in kept]
@@ -252,7 +257,8 @@ def test_cuda_tensors_outlive_the_loader(serve):
     with pytest.raises(coloader.ColoaderError):
         iter(loader)
     st = p.status()
-    assert len(st["consumers"]) == 1 and st["consumers"][0]["held"] >= 1
+    # Still attached, until the last tensor goes; zero-copy views still hold their slots.
+    assert len(st["consumers"]) == 1 and (st["consumers"][0]["held"] >= 1) == zero_copy
     for (images, labels), (ci, cl) in zip(kept, copies):
         assert torch.equal(images.cpu(), ci) and torch.equal(labels.cpu(), cl)
     # Work still queued when the last tensor goes: the consumer leaves (and hands its slots
@@ -269,7 +275,7 @@ def test_cuda_tensors_outlive_the_loader(serve):
 
 def test_cuda_tensors_dropped_in_another_thread(serve):
     p = serve_gpu(serve, epochs=1, window=3)
-    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda") as loader:
+    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda", zero_copy=True) as loader:
         it = iter(loader)
         box = [next(it)]
         in_thread(lambda: (box.clear(), gc.collect()))()  # the last reference goes there
@@ -347,3 +353,94 @@ def test_host_path_of_a_device_producer_needs_no_cuda_request(serve):
             assert tuple(images.shape) == image_shape(images.shape[0], "bfloat16")
         del images, labels
     assert p.wait() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The contract on the device path: a job's in-place writes, kept batches, and the stream's end
+
+
+WRITER = r"""
+import sys, torch, coloader
+loader = coloader.Loader(sys.argv[1], batch_size=int(sys.argv[2]), timeout=30, device="cuda")
+assert loader.on_device, loader.fallback_reason
+print("attached", flush=True)
+for images, labels in loader:
+    images.sub_(0.5).div_(0.25)
+    torch.nn.functional.relu(images, inplace=True)
+    labels.mul_(0)
+    images.zero_()
+    assert float(images.abs().sum()) == 0.0 and int(labels.abs().sum()) == 0
+print("done", flush=True)
+"""
+
+
+def test_a_job_writing_its_cuda_batches_in_place_changes_nothing_another_job_sees(serve):
+    """Two device jobs on one `serve --device cuda:0` producer; one zeroes every batch in place
+    (the issue's 6,000-of-6,000 corrupted samples). The other's batches equal the host path's."""
+    import subprocess
+    p = serve_gpu(serve, "--min-consumers", "3", "--decode", "cpu", epochs=1)
+    reader = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda")
+    host = loader_for(p, batch_size=PRODUCER_BATCH)  # the reference: the host copy of the same slots
+    starts = [start_reading(reader), start_reading(host)]
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), PYTHONUNBUFFERED="1")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, p.name, str(PRODUCER_BATCH)], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert in_thread(writer.stdout.readline)(60).startswith("attached")
+        iterators = [s() for s in starts]
+        on_host = in_thread(lambda: {i: x.clone() for x, _ in iterators[1]
+                                     for i, x in zip(host.indices.tolist(), x)})
+        on_device = {}
+        for images, _ in iterators[0]:
+            for i, x in zip(reader.indices.tolist(), images.cpu()):
+                on_device[i] = x
+        on_host = on_host()
+        assert writer.wait(60) == 0, writer.stderr.read()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert sorted(on_device) == sorted(on_host) == list(range(NUM_IMAGES))
+    assert all(torch.equal(on_device[i], on_host[i]) for i in on_device), "the writer's zeros reached this job"
+    for loader in (reader, host):
+        loader.close()
+    assert p.wait() == 0
+
+
+def test_cuda_batches_are_the_jobs_own_and_free_their_slot_at_once(serve):
+    """The default device batch is a copy: the slot goes back as soon as the copy is done (the
+    consumer holds nothing while the job keeps every batch), and what it keeps never changes."""
+    p = serve_gpu(serve, epochs=1, window=2)
+    with loader_for(p, batch_size=PRODUCER_BATCH, device="cuda") as loader:
+        kept = []
+        for images, labels in loader:
+            kept.append((images, labels, images.clone()))
+        torch.cuda.synchronize()
+        st = p.status()
+        assert len(kept) > st["slots"] and st["consumers"][0]["held"] == 0
+        assert all(torch.equal(images, before) for images, _, before in kept)
+        ptrs = {images.data_ptr() for images, _, _ in kept}
+        assert len(ptrs) == len(kept)  # each batch its own memory
+        del kept, images, labels
+    assert p.wait() == 0
+
+
+def test_the_device_stream_ends_finished_or_stopped_and_says_which(serve):
+    p = serve_gpu(serve, epochs=1)
+    with loader_for(p, batch_size=10, device="cuda", timeout=0) as loader:
+        def two_epochs():
+            n = []
+            for _ in range(2):
+                n.append(sum(len(labels) for _, labels in loader))
+            return n
+        with pytest.warns(coloader.FinishedWarning):
+            assert in_thread(two_epochs)(STEP_TIMEOUT) == [NUM_IMAGES, 0]
+        assert loader.finished
+    p2 = serve_gpu(serve, epochs=None)
+    with loader_for(p2, batch_size=10, device="cuda", timeout=30) as loader:
+        it = iter(loader)
+        next(it)
+        p2.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(coloader.ProducerStopped, match="SIGTERM"):
+            for _ in range(1000):
+                next(it)
+        assert loader.partial

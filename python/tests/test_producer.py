@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from support import BINARY, coloader, env, needs_build  # noqa: F401  (env: a private run directory per test)
+from support import BINARY, coloader, needs_build
 
 pytestmark = needs_build
 

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -43,7 +44,7 @@ class GpuTest : public ::testing::Test {
     ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
   }
   void TearDown() override { ::unsetenv("COLOADER_RUN_DIR"); }
-  void ReleaseOrdered(bool default_stream);
+  void ReleaseOrdered(bool default_stream, bool zero_copy);
 
   std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra,
                                std::map<std::string, std::string> env = {}) {
@@ -275,7 +276,10 @@ TEST_F(GpuTest, GpuDecodeRoutesEveryKindOfFileAndFailsBadOnesLikeTheCpuPath) {
     auto c = Consume("p", {"--device"});
     EXPECT_EQ(p->Wait(60000), 1);
     EXPECT_NE(p->Stderr().find("zz_"), std::string::npos) << p->Stderr();
-    EXPECT_EQ(c->Wait(60000), 0) << c->Stderr();
+    EXPECT_EQ(c->Wait(60000), 1) << c->Stderr();  // told the producer stopped, and why
+    EXPECT_TRUE(c->Stderr().find("zz_") != std::string::npos ||
+                c->Stderr().find("stopped while this consumer was connecting") != std::string::npos)
+        << c->Stderr();
   }
 }
 
@@ -297,16 +301,20 @@ uint64_t HostHash(const std::vector<uint8_t>& v) {
   return h;
 }
 
-TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) { ReleaseOrdered(false); }
-TEST_F(GpuTest, ReleaseIsOrderedAfterWorkOnTheLegacyDefaultStream) { ReleaseOrdered(true); }
+// Zero-copy views: the slot's ack waits for the kernel. The job's own copies (the default): the
+// copy is freed, and its memory reused for the next batch, only after the kernel.
+TEST_F(GpuTest, ReleaseIsOrderedAfterTheConsumersStreamWork) { ReleaseOrdered(false, true); }
+TEST_F(GpuTest, ReleaseIsOrderedAfterWorkOnTheLegacyDefaultStream) { ReleaseOrdered(true, true); }
+TEST_F(GpuTest, ACopiedBatchIsFreedOnlyAfterTheStreamWorkReadingIt) { ReleaseOrdered(false, false); }
 
-void GpuTest::ReleaseOrdered(bool default_stream) {
+void GpuTest::ReleaseOrdered(bool default_stream, bool zero_copy) {
   // Window 2: the producer wants every slot back at once. Each batch is released right after
   // a slow kernel reading it was enqueued; the kernel must still see the batch it was given.
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--device", "cuda:0", "--output", "uint8"});
   ConsumerOptions o;
   o.name = "p";
   o.device = true;
+  o.zero_copy = zero_copy;
   ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
   ASSERT_TRUE(consumer->on_device()) << consumer->fallback_reason();
   cudaStream_t stream = nullptr;  // the legacy default stream, as PyTorch's default
@@ -335,13 +343,13 @@ void GpuTest::ReleaseOrdered(bool default_stream) {
   EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
 }
 
-TEST_F(GpuTest, ConsumersShareOneAllocationAndMakeNoDeviceCopy) {
-  // Four device consumers and one producer: every consumer's device pointers are in the
-  // producer's ring, and a consumer's own GPU memory is its context, not a copy of the ring.
+TEST_F(GpuTest, ZeroCopyConsumersShareOneAllocationAndMakeNoDeviceCopy) {
+  // Four zero-copy device consumers and one producer: every consumer's device pointers are in
+  // the producer's ring, and a consumer's own GPU memory is its context, not a copy of the ring.
   auto p = Serve("p", {"--batch-size", "256", "--window", "4", "--spare-slots", "0", "--device", "cuda:0", "--forever",
                        "--image-size", "224", "--min-consumers", "4"});
   std::vector<std::unique_ptr<Child>> consumers;
-  for (int i = 0; i < 4; ++i) consumers.push_back(Consume("p", {"--device", "--step-ms", "50"}));
+  for (int i = 0; i < 4; ++i) consumers.push_back(Consume("p", {"--device", "--zero-copy", "--step-ms", "50"}));
   // All four have mapped the ring and read from it (min-consumers 4: nothing is published before).
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 8; }));
   FILE* smi = ::popen("nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits", "r");
@@ -363,7 +371,57 @@ TEST_F(GpuTest, ConsumersShareOneAllocationAndMakeNoDeviceCopy) {
   EXPECT_GT(used[p->pid()], ring_mib);
   p->Signal(SIGTERM);
   EXPECT_EQ(p->Wait(30000), 0);
-  for (auto& c : consumers) EXPECT_EQ(c->Wait(30000), 0) << c->Stderr();
+  for (auto& c : consumers) {
+    EXPECT_EQ(c->Wait(30000), 1) << c->Stderr();  // a --forever stream stopped: said so
+    EXPECT_NE(c->Stderr().find("SIGTERM"), std::string::npos) << c->Stderr();
+  }
+}
+
+// Kernels for the isolation test: what an in-place op does to a batch, and a hash of it.
+__global__ void Scribble(uint8_t* data, uint64_t n) {
+  for (uint64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += uint64_t{gridDim.x} * blockDim.x) data[i] = 0;
+}
+
+TEST_F(GpuTest, AJobWritingItsDeviceBatchesInPlaceChangesNothingAnotherJobSees) {
+  // Job A (this process) zeroes every batch it gets, in place on its stream, as
+  // x.zero_() or Normalize(inplace=True) would; job B (another process) hashes what it gets.
+  // B's hash must be the host path's for the same seed, and A must see its own writes.
+  for (const char* output : {"uint8", "float32"}) {
+    SCOPED_TRACE(output);
+    auto host = RunOne("host", {"--batch-size", "16", "--output", output}, {});
+    auto p = Serve("p", {"--batch-size", "16", "--output", output, "--device", "cuda:0", "--decode", "cpu",
+                         "--min-consumers", "2"});
+    auto b = Consume("p", {"--device"});
+    ConsumerOptions o;
+    o.name = "p";
+    o.device = true;
+    o.batch_size = 16;  // the same slots as B reads
+    ASSERT_OK_AND_ASSIGN(auto a, Consumer::Connect(o));
+    ASSERT_TRUE(a->on_device()) << a->fallback_reason();
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    int batches = 0;
+    ASSERT_OK_AND_ASSIGN(bool more, a->NextEpoch());
+    ASSERT_TRUE(more);
+    for (;;) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Batch> batch, a->Next(stream));
+      if (!batch) break;
+      Scribble<<<64, 256, 0, stream>>>(static_cast<uint8_t*>(const_cast<void*>(batch->data())), batch->bytes());
+      std::vector<uint8_t> back(batch->bytes(), 1);
+      ASSERT_OK(batch->CopyTo(back.data()));  // ordered after the kernel on the batch's stream
+      ASSERT_EQ(std::count(back.begin(), back.end(), 0), static_cast<long>(back.size())) << "a write was lost";
+      ++batches;
+    }
+    EXPECT_EQ(batches, (kImages + 15) / 16);
+    ASSERT_EQ(b->Wait(120000), 0) << b->Stderr();
+    auto eb = ParseJsonLines(b->Stdout());
+    ASSERT_EQ(eb.size(), 1u);
+    ExpectExactEpoch(eb[0]);
+    EXPECT_EQ(eb[0].at("content_hash"), host.at(0).at("content_hash")) << "A's writes reached B";
+    a.reset();
+    cudaStreamDestroy(stream);
+    EXPECT_EQ(p->Wait(60000), 0) << p->Stderr();
+  }
 }
 
 TEST_F(GpuTest, ProducerAndConsumersUnderMps) {
