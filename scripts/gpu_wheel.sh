@@ -8,6 +8,9 @@
 #   scripts/gpu_wheel.sh smoke        install, check and the clean-environment runs only (steps 1-3)
 #   scripts/gpu_wheel.sh collocated   the same install, then one collocated benchmark configuration
 #                                     (benchmarks/run_collocated.sh --tiny) with the wheel's binary
+#   scripts/gpu_wheel.sh contract     the same install, then the job contract on the device path:
+#                                     gpu_test, the Python GPU and contract suites, and what a job's
+#                                     own batches cost (benchmarks/isolation_cost.py)
 #
 # 1. `pip install --no-deps --no-index --target` the wheel into a fresh folder (the GPU machine has
 #    no package registry; its Python is not ours to modify); without pip, the wheel (a zip) is
@@ -34,7 +37,7 @@ if [[ ${#wheels[@]} -ne 1 || ! -f ${wheels[0]} ]]; then
   exit 1
 fi
 wheel=${wheels[0]}
-if [[ $what == tests && ! -x .device/bin/gpu_test ]]; then
+if [[ ($what == tests || $what == contract) && ! -x .device/bin/gpu_test ]]; then
   echo "gpu_wheel: no .device/bin/gpu_test: run scripts/gpu_bundle.sh --tests-only where the wheel was built, and carry .device/" >&2
   exit 1
 fi
@@ -86,9 +89,11 @@ PY
 cat "$out/ldd.tmp" >>"$log" && rm "$out/ldd.tmp"
 tail -1 "$log"
 
-if [[ $what == tests || $what == smoke ]]; then
-  data=/tmp/coloader-wheel-data
+data=/tmp/coloader-wheel-data
+if [[ $what == tests || $what == smoke || $what == contract ]]; then
   [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images 600 --classes 10 >/dev/null 2>&1
+fi
+if [[ $what == tests || $what == smoke ]]; then
   images=$(find "$data" -type f | wc -l)
   py=$(command -v python3)
   clean=(env -i "PATH=$(dirname "$py"):/usr/bin:/bin" "HOME=$HOME" "PYTHONPATH=$site" "TMPDIR=/tmp")
@@ -137,11 +142,24 @@ if [[ $what == tests ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 elif [[ $what == smoke ]]; then
   :  # steps 1-3 only
+elif [[ $what == contract ]]; then
+  echo "== gpu_test (with the wheel's coloader: $COLOADER_BINARY)"
+  .device/bin/gpu_test 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(FAILED|PASSED|  OK) |tests? ran|Failure' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== the device path's Python tests and the contract suite (torch $(python3 -c 'import torch; print(torch.__version__)'))"
+  python3 -m pytest -q -p no:cacheprovider python/tests/test_loader_gpu.py python/tests/test_contract.py -rfEs 2>&1 |
+    tee "$out/pytest.log" | tail -15
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  echo "== what a job's own batches cost, host and device path (benchmarks/isolation_cost.py)"
+  nvidia-smi --query-gpu=name --format=csv,noheader >"$out/isolation_cost.log"
+  python3 benchmarks/isolation_cost.py --data "$data" --batches 30 --repeats 3 --out "$out/isolation_cost.json" 2>&1 |
+    tee -a "$out/isolation_cost.log" | tail -8
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
   COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
 else
-  echo "usage: scripts/gpu_wheel.sh [tests|smoke|collocated]" >&2
+  echo "usage: scripts/gpu_wheel.sh [tests|smoke|collocated|contract]" >&2
   exit 2
 fi
 echo "gpu_wheel: status $status"

@@ -82,5 +82,22 @@ TEST(RingTest, AbandonReturnsAFillingSlot) {
   EXPECT_EQ(ring.Acquire(), 0u);
 }
 
+TEST(RingTest, PublishedListsTheHeldBatchesOldestFirstWithTheirHolders) {
+  RingAccounting ring(3);
+  for (uint64_t seq = 0; seq < 3; ++seq) {
+    auto slot = ring.Acquire();
+    ASSERT_TRUE(slot);
+    ring.Publish(*slot, seq, seq == 1 ? std::vector<uint64_t>{7} : std::vector<uint64_t>{7, 8});
+  }
+  ASSERT_TRUE(ring.Release(8, 0));
+  auto held = ring.Published();
+  ASSERT_EQ(held.size(), 3u);
+  EXPECT_EQ(held[0].seq, 0u);
+  EXPECT_EQ(held[0].holders, std::vector<uint64_t>{7});
+  EXPECT_EQ(held[2].holders, (std::vector<uint64_t>{7, 8}));
+  ASSERT_TRUE(ring.Release(7, 0));
+  EXPECT_EQ(ring.Published().front().seq, 1u);
+}
+
 }  // namespace
 }  // namespace coloader

@@ -13,7 +13,9 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -195,6 +197,57 @@ TEST_F(SharedMemoryTest, AMappingStaysValidAfterRemove) {
   EXPECT_EQ(next.data()[1], 0);
   Fill(next.data(), 8192, 13);
   EXPECT_TRUE(Holds(reader.data(), 8192, 12));
+}
+
+// PrivateView: a consumer's own copy-on-write view of part of the ring.
+TEST_F(SharedMemoryTest, APrivateViewReadsTheRegionAndKeepsItsWritesToItself) {
+  ASSERT_OK_AND_ASSIGN(SharedMemory shm, SharedMemory::Create(name_, 4 * 4096));
+  ASSERT_OK_AND_ASSIGN(SharedMemory reader, SharedMemory::Open(name_, 4 * 4096, false));
+  Fill(shm.data(), 4 * 4096, 21);
+  ASSERT_OK_AND_ASSIGN(PrivateView view, PrivateView::Map(reader, 4096, 3 * 4096));
+  EXPECT_EQ(view.size(), 3u * 4096);
+  EXPECT_EQ(0, std::memcmp(view.data(), shm.data() + 4096, 3 * 4096));
+  view.data()[5] = 0xEE;       // this process's own page now
+  view.data()[4096 + 7] = 0xDD;
+  EXPECT_TRUE(Holds(shm.data(), 4 * 4096, 21)) << "a private write reached the region";
+  EXPECT_TRUE(Holds(reader.data(), 4 * 4096, 21));
+  // Another process's view of the same slot sees the region, not this process's writes.
+  EXPECT_EQ(InChild([&] {
+              auto other = PrivateView::Map(reader, 4096, 2 * 4096);
+              return other.ok() && std::memcmp(other->data(), shm.data() + 4096, 2 * 4096) == 0 ? 0 : 1;
+            }),
+            0);
+  // A page not written still follows the region (the producer refilling a slot after its
+  // release); the written ones are this process's own.
+  Fill(shm.data(), 4 * 4096, 22);
+  EXPECT_EQ(0, std::memcmp(view.data() + 2 * 4096, shm.data() + 3 * 4096, 4096));
+  EXPECT_EQ(view.data()[5], 0xEE);
+  EXPECT_EQ(view.data()[4096 + 7], 0xDD);
+}
+
+TEST_F(SharedMemoryTest, ADetachedPrivateViewNoLongerFollowsTheRegion) {
+  ASSERT_OK_AND_ASSIGN(SharedMemory shm, SharedMemory::Create(name_, 3 * 4096));
+  ASSERT_OK_AND_ASSIGN(SharedMemory reader, SharedMemory::Open(name_, 3 * 4096, false));
+  Fill(shm.data(), 3 * 4096, 31);
+  ASSERT_OK_AND_ASSIGN(PrivateView view, PrivateView::Map(reader, 0, 3 * 4096));
+  view.data()[10] = 0x77;  // one page already its own
+  const uint8_t* before = view.data();
+  ASSERT_OK(view.Detach());
+  EXPECT_EQ(view.data(), before);  // same address: the tensors over it do not move
+  Fill(shm.data(), 3 * 4096, 32);  // the producer reuses the slot
+  std::vector<uint8_t> expect(3 * 4096);
+  Fill(expect.data(), expect.size(), 31);
+  expect[10] = 0x77;
+  EXPECT_EQ(0, std::memcmp(view.data(), expect.data(), expect.size())) << "the view followed the region";
+}
+
+TEST_F(SharedMemoryTest, APrivateViewOutsideTheRegionOrOfACreatedOneIsRefused) {
+  ASSERT_OK_AND_ASSIGN(SharedMemory shm, SharedMemory::Create(name_, 2 * 4096));
+  ASSERT_OK_AND_ASSIGN(SharedMemory reader, SharedMemory::Open(name_, 2 * 4096, false));
+  EXPECT_FALSE(PrivateView::Map(reader, 4096, 2 * 4096).ok());
+  EXPECT_FALSE(PrivateView::Map(reader, 0, 0).ok());
+  EXPECT_FALSE(PrivateView::Map(shm, 0, 4096).ok());  // no descriptor kept by Create
+  static_assert(!std::is_copy_constructible<PrivateView>::value, "a view is unmapped once");
 }
 
 TEST_F(SharedMemoryTest, CreateReplacesALeftoverOfTheSameName) {

@@ -165,6 +165,29 @@ TEST(SplitTest, ResumePositionIsTheStartOfTheRound) {
     for (const Segment& seg : BatchSegments(s, *plan, k)) EXPECT_GE(seg.begin, ResumePosition(s, *plan, k));
 }
 
+TEST(SplitTest, BatchesTakenCountsTheShortLastBatch) {
+  // 103 samples in batches of 10: ten of 10 and one of 3. A rank that took all 103 took all 11.
+  SplitSpec s{0, 103, 1, 0, 10, false};
+  auto plan = PlanSplit(s);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(BatchesTaken(s, *plan, 0), 0u);
+  EXPECT_EQ(BatchesTaken(s, *plan, 40), 4u);
+  EXPECT_EQ(BatchesTaken(s, *plan, 100), 10u);
+  EXPECT_EQ(BatchesTaken(s, *plan, 103), 11u);
+  // drop_last: the short batch is never taken; its share is the ten full ones.
+  SplitSpec d{0, 103, 1, 0, 10, true};
+  auto dplan = PlanSplit(d);
+  ASSERT_TRUE(dplan.ok());
+  EXPECT_EQ(BatchesTaken(d, *dplan, 100), 10u);
+  EXPECT_EQ(dplan->batches, 10u);
+  // Two ranks with padding: ceil(103/2) = 52 each, batches of 8: six of 8, one of 4.
+  SplitSpec g{0, 103, 2, 1, 8, false};
+  auto gplan = PlanSplit(g);
+  ASSERT_TRUE(gplan.ok());
+  EXPECT_EQ(BatchesTaken(g, *gplan, 48), 6u);
+  EXPECT_EQ(BatchesTaken(g, *gplan, 52), gplan->batches);
+}
+
 TEST(SplitTest, BadSpecsAreNamed) {
   EXPECT_NE(PlanSplit({0, 10, 0, 0, 2, false}).status().message().find("world size"), std::string::npos);
   EXPECT_NE(PlanSplit({0, 10, 2, 2, 2, false}).status().message().find("rank 2 is outside a group of 2"),
