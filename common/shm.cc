@@ -184,11 +184,15 @@ Status PrivateView::Detach() {
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels say EINVAL
 #endif
   if (!data_) return Status::OK();
-  if (::madvise(data_, size_, MADV_POPULATE_WRITE) != 0) {
-    return Status::FromErrno("cannot copy a private view of " + HumanBytes(size_) +
-                             " (madvise MADV_POPULATE_WRITE needs Linux 5.14 or later)", errno);
-  }
+  if (::madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return Status::OK();
+  if (errno != EINVAL) return Status::FromErrno("cannot copy a private view of " + HumanBytes(size_), errno);
+  DetachPageByPage();  // a kernel without MADV_POPULATE_WRITE
   return Status::OK();
+}
+
+void PrivateView::DetachPageByPage() {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (size_t off = 0; off < size_; off += page) __atomic_fetch_or(data_ + off, uint8_t{0}, __ATOMIC_RELAXED);
 }
 
 bool SharedMemory::Remove(const std::string& name) { return ::shm_unlink(ObjectName(name).c_str()) == 0; }

@@ -94,8 +94,12 @@ class PrivateView {
 
   // Copies every page not copied yet (MADV_POPULATE_WRITE: the kernel breaks copy-on-write page
   // by page, so a write made meanwhile on another thread is never lost): the view then refers
-  // to nothing of the region, which may change under it without this view changing.
+  // to nothing of the region, which may change under it without this view changing. Where the
+  // kernel lacks it (before Linux 5.14, gVisor), DetachPageByPage.
   Status Detach();
+  // The same by an atomic read-modify-write that changes nothing (an OR with 0) on one byte of
+  // every page: each is a write fault, which copies the page, and no concurrent write is lost.
+  void DetachPageByPage();
 
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
