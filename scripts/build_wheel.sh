@@ -60,7 +60,9 @@ mkdir -p "$raw" dist
   ./python
 built=$(ls "$raw"/coloader-*.whl)
 echo "build_wheel: built $(basename "$built") in $((SECONDS - start)) s"
-if unzip -l "$built" | grep -q 'coloader/bin/coloader$'; then :; else
+# (grep -c reads all of unzip's output: with -q it could stop first, and under pipefail unzip's
+# SIGPIPE would fail the check for a wheel that has the file.)
+if [[ $(unzip -Z1 "$built" | grep -cx 'coloader/bin/coloader') -ne 1 ]]; then
   echo "build_wheel: $built lacks coloader/bin/coloader" >&2
   exit 1
 fi
