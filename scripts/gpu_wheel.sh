@@ -143,18 +143,28 @@ if [[ $what == tests ]]; then
 elif [[ $what == smoke ]]; then
   :  # steps 1-3 only
 elif [[ $what == contract ]]; then
-  echo "== gpu_test (with the wheel's coloader: $COLOADER_BINARY)"
-  .device/bin/gpu_test 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(FAILED|PASSED|  OK) |tests? ran|Failure' || true
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-  echo "== the device path's Python tests and the contract suite (torch $(python3 -c 'import torch; print(torch.__version__)'))"
-  python3 -m pytest -q -p no:cacheprovider python/tests/test_loader_gpu.py python/tests/test_contract.py -rfEs 2>&1 |
-    tee "$out/pytest.log" | tail -15
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-  echo "== what a job's own batches cost, host and device path (benchmarks/isolation_cost.py)"
-  nvidia-smi --query-gpu=name --format=csv,noheader >"$out/isolation_cost.log"
-  python3 benchmarks/isolation_cost.py --data "$data" --batches 30 --repeats 3 --out "$out/isolation_cost.json" 2>&1 |
-    tee -a "$out/isolation_cost.log" | tail -8
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  # CONTRACT names the steps (default all): bench (first: its figures come back even if a suite
+  # overruns the command's limit), gpu_test, pytest (PYTEST_FILES: which files).
+  steps=${CONTRACT:-bench,gpu_test,pytest}
+  if [[ ,$steps, == *,bench,* ]]; then
+    echo "== what a job's own batches cost, host and device path (benchmarks/isolation_cost.py)"
+    nvidia-smi --query-gpu=name --format=csv,noheader >"$out/isolation_cost.log"
+    python3 benchmarks/isolation_cost.py --data "$data" --batches "${BENCH_BATCHES:-20}" --repeats "${BENCH_REPEATS:-3}" \
+      --out "$out/isolation_cost.json" 2>&1 | tee -a "$out/isolation_cost.log" | tail -8
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,gpu_test,* ]]; then
+    echo "== gpu_test (with the wheel's coloader: $COLOADER_BINARY)"
+    .device/bin/gpu_test 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(FAILED|PASSED|  OK) |tests? ran|Failure' || true
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,pytest,* ]]; then
+    echo "== the device path's Python tests and the contract suite (torch $(python3 -c 'import torch; print(torch.__version__)'))"
+    # shellcheck disable=SC2086  # a list of files
+    python3 -m pytest -q -p no:cacheprovider ${PYTEST_FILES:-python/tests/test_loader_gpu.py python/tests/test_contract.py} \
+      -rfEs 2>&1 | tee "$out/pytest.log" | tail -15
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
 elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
   COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
