@@ -11,8 +11,10 @@ producer is far ahead, so what is timed is the hand-over and the job's first tou
             of a fresh view takes the page faults
   write     images.mul_(2): the first write to each page of a view copies it (host; own mode only),
             beside images * 2, the out-of-place op a job would write otherwise (host, both modes)
-  gpu copy  the device copy's own time on the GPU (CUDA events around next()), and the same bytes
-            copied by torch for reference
+  gpu copy  the GPU time of next()'s work on the device path (waiting for the slot, the copy),
+            timed with the host kept out (the stream busy with a sleep while next() enqueues);
+            for reference, the same bytes copied by torch between its own buffers, and copied out
+            of the producer's memory (CUDA IPC) by the runtime's memcpy and by a kernel
 Per run, the median and 90th percentile over its batches; per path and mode, the median of the
 runs' medians and their range (--repeats runs, the modes alternating so that drift hits both).
 
@@ -63,6 +65,33 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+def wait_for_fill(name, env, window):
+    """Until the producer is as far ahead as it goes (window - 1 batches unread, or no more for
+    half a second), at most 20 s."""
+    deadline, last, since = time.monotonic() + 20, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = unread(name, env)
+        if n >= window - 1:
+            return
+        if n != last:
+            last, since = n, time.monotonic()
+        elif n > 0 and time.monotonic() - since > 0.5:
+            return
+        time.sleep(0.05)
+
+
+def gpu_time(torch, fn):
+    """GPU time of the work `fn` enqueues on the current stream, with the host kept out: the
+    stream is busy with a sleep while `fn` enqueues, so its work runs back to back."""
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(20_000_000)  # ~10 ms of GPU cycles: longer than any host call below
+    begin.record()
+    out = fn()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / 1000.0, out
+
+
 def measure(args, name, env, device, zero_copy, torch, coloader):
     loader = coloader.Loader(name, batch_size=args.batch_size, device="cuda" if device else None,
                              zero_copy=zero_copy, timeout=120)
@@ -73,30 +102,25 @@ def measure(args, name, env, device, zero_copy, torch, coloader):
 
     it = forever()
     rows = {"next": [], "touch": [], "write": [], "out_of_place": [], "gpu_copy": []}
+    extra = {}
     measured = 0
-    images = None
     while measured < args.batches:
-        # Let the producer fill the window: the next `window` batches are then ready at once.
-        deadline = time.monotonic() + 120
-        while unread(name, env) < args.window - 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Let the producer fill the window: the next batches are then ready at once.
+        wait_for_fill(name, env, args.window)
         for _ in range(args.window - 1):
-            if device:
-                stream = torch.cuda.current_stream()
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                begin.record(stream)
             t0 = time.perf_counter()
-            images, labels = next(it)
-            t1 = time.perf_counter()
             if device:
-                end.record(stream)
+                gpu, (images, labels) = gpu_time(torch, lambda: next(it))
+                rows["gpu_copy"].append(gpu)
+            else:
+                images, labels = next(it)
+            t1 = time.perf_counter()
             float(images.sum())  # reads every byte (synchronises on the device path)
             t2 = time.perf_counter()
-            rows["next"].append(t1 - t0)
+            if not device:
+                rows["next"].append(t1 - t0)
             rows["touch"].append(t2 - t1)
-            if device:
-                rows["gpu_copy"].append(begin.elapsed_time(end) / 1000.0)
-            else:
+            if not device:
                 t3 = time.perf_counter()
                 doubled = images * 2
                 rows["out_of_place"].append(time.perf_counter() - t3)
@@ -106,21 +130,31 @@ def measure(args, name, env, device, zero_copy, torch, coloader):
                     images.mul_(2)
                     rows["write"].append(time.perf_counter() - t4)
             measured += 1
+            if device and zero_copy and "ipc_memcpy_ms" not in extra:
+                # Copying out of the producer's memory (CUDA IPC) two ways: the runtime's
+                # memcpy (what torch's copy_ does) and a kernel (an elementwise op).
+                dst = torch.empty_like(images)
+                extra["ipc_memcpy_ms"] = round(1000 * statistics.median(
+                    gpu_time(torch, lambda: dst.copy_(images))[0] for _ in range(7)), 3)
+                extra["ipc_kernel_copy_ms"] = round(1000 * statistics.median(
+                    gpu_time(torch, lambda: torch.mul(images, 1, out=dst))[0] for _ in range(7)), 3)
+                del dst
+            del images, labels
+    # Host times of next() on the device path, measured alone (no GPU sleep queued before it).
+    if device:
+        for _ in range(min(args.window - 1, 5)):
+            t0 = time.perf_counter()
+            images, labels = next(it)
+            rows["next"].append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
             del images, labels
     nbytes = args.batch_size * 3 * args.image_size ** 2 * 4
-    reference = None
     if device:
         src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
-        times = []
-        for _ in range(20):
-            b, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            b.record()
-            dst.copy_(src)
-            e.record()
-            e.synchronize()
-            times.append(b.elapsed_time(e) / 1000.0)
-        reference = statistics.median(times[5:])
+        extra["torch_d2d_copy_ms"] = round(1000 * statistics.median(
+            gpu_time(torch, lambda: dst.copy_(src))[0] for _ in range(7)), 3)
+        del src, dst
     loader.close()
     out = {"path": "device" if device else "host", "mode": "zero_copy" if zero_copy else "own",
            "batch_mb": round(nbytes / 1e6, 1), "batches": measured}
@@ -128,8 +162,7 @@ def measure(args, name, env, device, zero_copy, torch, coloader):
         if values:
             out[key + "_ms_p50"] = round(1000 * statistics.median(values), 3)
             out[key + "_ms_p90"] = round(1000 * percentile(values, 0.9), 3)
-    if reference is not None:
-        out["torch_d2d_copy_ms"] = round(1000 * reference, 3)
+    out.update(extra)
     return out
 
 
@@ -172,7 +205,7 @@ def main():
             row = {k: mine[0][k] for k in ("path", "mode", "batch_mb")}
             row["batches"] = sum(r["batches"] for r in mine)
             for key in mine[0]:
-                if key.endswith("_p50") or key == "torch_d2d_copy_ms":
+                if key.endswith("_p50") or key in ("torch_d2d_copy_ms", "ipc_memcpy_ms", "ipc_kernel_copy_ms"):
                     values = [r[key] for r in mine]
                     row[key] = round(statistics.median(values), 3)
                     row[key + "_range"] = [min(values), max(values)]
@@ -191,10 +224,19 @@ def main():
         pair = {r["mode"]: r for r in results if r["path"] == path}
         if len(pair) == 2:
             zc, own = pair["zero_copy"], pair["own"]
-            added = (own["next_ms_p50"] + own["touch_ms_p50"]) - (zc["next_ms_p50"] + zc["touch_ms_p50"])
-            print("%s path: the job's own batch costs %+.3f ms per batch over zero_copy (next + first read: "
-                  "%.3f vs %.3f ms)" % (path, added, own["next_ms_p50"] + own["touch_ms_p50"],
-                                        zc["next_ms_p50"] + zc["touch_ms_p50"]))
+            if path == "host":
+                added = (own["next_ms_p50"] + own["touch_ms_p50"]) - (zc["next_ms_p50"] + zc["touch_ms_p50"])
+                print("host path: the job's own batch costs %+.3f ms per batch over zero_copy (next + first read: "
+                      "%.3f vs %.3f ms); a write in place %.3f ms, where an out-of-place op takes %.3f ms"
+                      % (added, own["next_ms_p50"] + own["touch_ms_p50"], zc["next_ms_p50"] + zc["touch_ms_p50"],
+                         own["write_ms_p50"], own["out_of_place_ms_p50"]))
+            else:
+                print("device path: the job's own batch costs %+.3f ms of GPU time per batch over zero_copy "
+                      "(%.3f vs %.3f ms); %+.3f ms of host time in next(). For reference: %.3f ms to copy %.0f MB "
+                      "between torch buffers; out of the producer's memory %.3f ms by memcpy, %.3f ms by a kernel"
+                      % (own["gpu_copy_ms_p50"] - zc["gpu_copy_ms_p50"], own["gpu_copy_ms_p50"], zc["gpu_copy_ms_p50"],
+                         own["next_ms_p50"] - zc["next_ms_p50"], zc.get("torch_d2d_copy_ms", 0), zc["batch_mb"],
+                         zc.get("ipc_memcpy_ms", 0), zc.get("ipc_kernel_copy_ms", 0)))
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "results": results, "runs": runs}, f, indent=1)

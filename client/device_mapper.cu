@@ -1,5 +1,6 @@
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -144,8 +145,34 @@ void DeviceMapper::Free(uint8_t* ptr, void* stream) {
   if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
 }
 
+namespace {
+
+// A plain copy through the SMs, 16 bytes a thread per step. The source is the producer's
+// memory, opened through CUDA IPC: kernels read it at the device's bandwidth, while
+// cudaMemcpyAsync treats it as another context's memory and is several times slower there
+// (measured on the H200: docs/BENCHMARKS.md).
+__global__ void CopyWords(uint4* __restrict__ dst, const uint4* __restrict__ src, uint64_t words) {
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += stride) dst[i] = src[i];
+}
+
+}  // namespace
+
 Status DeviceMapper::CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
-  CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+  auto s = static_cast<cudaStream_t>(stream);
+  const uint64_t words = bytes / 16, tail = bytes % 16;
+  const bool aligned = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
+  if (!aligned || words < 4096) {  // small or unaligned (labels, a sample of odd size): the runtime's copy
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    return Status::OK();
+  }
+  constexpr int kThreads = 256;
+  const int blocks = static_cast<int>(std::min<uint64_t>((words + kThreads - 1) / kThreads, 4096));
+  CopyWords<<<blocks, kThreads, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), words);
+  CUDA_RETURN_NOT_OK(cudaGetLastError());
+  if (tail)
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + 16 * words, static_cast<const uint8_t*>(src) + 16 * words,
+                                       tail, cudaMemcpyDeviceToDevice, s));
   return Status::OK();
 }
 
