@@ -140,9 +140,11 @@ def measure(args, name, env, device, zero_copy, torch, coloader):
                     gpu_time(torch, lambda: torch.mul(images, 1, out=dst))[0] for _ in range(7)), 3)
                 del dst
             del images, labels
-    # Host times of next() on the device path, measured alone (no GPU sleep queued before it).
+    # Host times of next() on the device path, measured alone (no GPU sleep queued before it),
+    # with the batches ready (a full ring).
     if device:
-        for _ in range(min(args.window - 1, 5)):
+        wait_for_fill(name, env, args.window)
+        for _ in range(args.window - 1):
             t0 = time.perf_counter()
             images, labels = next(it)
             rows["next"].append(time.perf_counter() - t0)

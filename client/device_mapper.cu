@@ -1,12 +1,12 @@
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 
 #include "client/device_mapper.h"
 #include "common/cuda_internal.h"
+#include "common/process.h"
 
 namespace coloader {
 
@@ -93,7 +93,14 @@ Result<std::string> DeviceMapper::CurrentDeviceUuid() {
 }
 
 DeviceMapper::~DeviceMapper() {
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    stopping_ = true;
+  }
+  release_cv_.notify_one();
+  if (release_thread_.joinable()) release_thread_.join();  // runs what is pending first
   DeviceGuard guard(device_);
+  for (void* e : free_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (base_) cudaIpcCloseMemHandle(base_);
   // Buffers still allocated from it (none: every batch holds this mapper) would keep it until freed.
@@ -106,21 +113,25 @@ Status DeviceMapper::StreamWaitSlot(uint32_t slot, void* stream) {
   return Status::OK();
 }
 
-namespace {
-void CUDART_CB RunCallback(void* data) {
-  auto* fn = static_cast<std::function<void()>*>(data);
-  (*fn)();
-  delete fn;
-}
-}  // namespace
-
 void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
-  auto* fn = new std::function<void()>(std::move(done));
+  // An event recorded on the stream, waited for by this mapper's release thread: the stream
+  // itself never waits (cudaLaunchHostFunc would hold it until a host thread had run the
+  // callback, ~0.35 ms a batch measured on the H200: docs/BENCHMARKS.md).
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (!free_events_.empty()) {
+      event = static_cast<cudaEvent_t>(free_events_.back());
+      free_events_.pop_back();
+    }
+  }
   DeviceGuard guard(device_);
-  cudaError_t err = guard.ok() ? cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), RunCallback, fn)
-                               : cudaErrorInvalidDevice;
+  cudaError_t err = guard.ok() ? cudaSuccess : cudaErrorInvalidDevice;
+  if (err == cudaSuccess && event == nullptr) err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync);
+  if (err == cudaSuccess) err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
   if (err != cudaSuccess) {
     cudaGetLastError();
+    if (event) cudaEventDestroy(event);
     // Not silently: an ack that does not wait for the stream lets the producer overwrite a
     // slot that a kernel may still read.
     static std::atomic<bool> said{false};
@@ -128,7 +139,32 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
       std::fprintf(stderr, "coloader: cannot order a release after the work on stream %p (%s); acking at once\n",
                    stream, cudaGetErrorString(err));
     }
-    RunCallback(fn);
+    done();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    releases_.push_back({event, std::move(done)});
+    if (!release_thread_.joinable()) release_thread_ = std::thread([this] { ReleaseLoop(); });
+  }
+  release_cv_.notify_one();
+}
+
+void DeviceMapper::ReleaseLoop() {
+  NameThisThread("cl-release");
+  cudaSetDevice(device_);
+  std::unique_lock<std::mutex> lock(release_mu_);
+  for (;;) {
+    release_cv_.wait(lock, [this] { return !releases_.empty() || stopping_; });
+    if (releases_.empty()) return;  // stopping, and nothing left to wait for
+    Release r = std::move(releases_.front());
+    releases_.pop_front();
+    lock.unlock();
+    // Blocking (cudaEventBlockingSync): this thread sleeps, it does not spin a core.
+    cudaEventSynchronize(static_cast<cudaEvent_t>(r.event));
+    r.done();
+    lock.lock();
+    free_events_.push_back(r.event);
   }
 }
 
@@ -145,34 +181,8 @@ void DeviceMapper::Free(uint8_t* ptr, void* stream) {
   if (cudaFreeAsync(ptr, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
 }
 
-namespace {
-
-// A plain copy through the SMs, 16 bytes a thread per step. The source is the producer's
-// memory, opened through CUDA IPC: kernels read it at the device's bandwidth, while
-// cudaMemcpyAsync treats it as another context's memory and is several times slower there
-// (measured on the H200: docs/BENCHMARKS.md).
-__global__ void CopyWords(uint4* __restrict__ dst, const uint4* __restrict__ src, uint64_t words) {
-  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
-  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < words; i += stride) dst[i] = src[i];
-}
-
-}  // namespace
-
 Status DeviceMapper::CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
-  auto s = static_cast<cudaStream_t>(stream);
-  const uint64_t words = bytes / 16, tail = bytes % 16;
-  const bool aligned = ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0;
-  if (!aligned || words < 4096) {  // small or unaligned (labels, a sample of odd size): the runtime's copy
-    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-    return Status::OK();
-  }
-  constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<uint64_t>((words + kThreads - 1) / kThreads, 4096));
-  CopyWords<<<blocks, kThreads, 0, s>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), words);
-  CUDA_RETURN_NOT_OK(cudaGetLastError());
-  if (tail)
-    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + 16 * words, static_cast<const uint8_t*>(src) + 16 * words,
-                                       tail, cudaMemcpyDeviceToDevice, s));
+  CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
   return Status::OK();
 }
 

@@ -4,9 +4,13 @@
 // stub, whose Open fails (and the consumer falls back to the host path).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "common/protocol.h"
@@ -32,9 +36,9 @@ class DeviceMapper {
 
   // Makes `stream` wait for the producer's work on `slot` (no host synchronisation).
   Status StreamWaitSlot(uint32_t slot, void* stream);
-  // Runs `done` on a CUDA thread once everything enqueued on `stream` so far has finished.
-  // `done` must not call CUDA. If the stream cannot take it (the context is going away), runs
-  // `done` now.
+  // Runs `done` on this mapper's release thread once everything enqueued on `stream` so far
+  // has finished (an event recorded there; the stream does not wait for it). `done` must not
+  // call CUDA. If the stream cannot take the event (the context is going away), runs `done` now.
   void WhenStreamDone(void* stream, std::function<void()> done);
   // Stream-ordered private buffers: every batch's copy (unless zero_copy), and batches gathered
   // across slots. From a memory pool of this consumer's own that keeps a few slots' worth
@@ -53,6 +57,19 @@ class DeviceMapper {
   uint64_t slot_bytes_ = 0;
   std::vector<void*> events_;  // cudaEvent_t
   void* pool_ = nullptr;       // cudaMemPool_t
+
+  // Releases waiting for their stream's work, in order, and the thread that waits for them.
+  struct Release {
+    void* event;  // cudaEvent_t, recorded after the work the release must follow
+    std::function<void()> done;
+  };
+  void ReleaseLoop();
+  std::mutex release_mu_;
+  std::condition_variable release_cv_;
+  std::deque<Release> releases_;
+  std::vector<void*> free_events_;  // recorded and waited for: reused
+  bool stopping_ = false;
+  std::thread release_thread_;  // started with the first release
 };
 
 }  // namespace coloader
