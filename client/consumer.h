@@ -296,6 +296,9 @@ class Consumer {
   // pending resume; false when this epoch is to be skipped whole (by a resume).
   Result<bool> StartSplit(const BatchAnnouncement& a);
   Result<std::optional<Batch>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
+  // The cursor's next slot of this epoch (current_, offset_ 0); false at the epoch's end (or the
+  // stream's, or its stop when `have_samples` are gathered already: stopped_ says it next).
+  Result<bool> NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples);
   // The plain consumer's: slices producer batches to the consumer's batch size.
   Result<std::optional<Batch>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
   // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into

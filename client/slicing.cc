@@ -116,6 +116,32 @@ Result<std::optional<Batch>> Consumer::Deliver(std::vector<internal::Piece>& pie
   return std::optional<Batch>(std::move(b));
 }
 
+Result<bool> Consumer::NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples) {
+  if (current_ && (current_->a.flags & kBatchLastInEpoch)) return false;
+  current_.reset();
+  Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
+  if (!taken.ok() && taken.status().code() == StatusCode::kDisconnected && have_samples) {
+    // The producer stopped with a batch half gathered: what came is delivered, and the next
+    // call says how the stream ended (the epoch was cut).
+    stopped_ = taken.status();
+    partial_ = true;
+    return false;
+  }
+  if (!taken.ok()) return taken.status();
+  std::optional<BatchAnnouncement> a = std::move(*taken);
+  if (!a) {  // the producer served every epoch: this epoch ends here
+    stream_ended_ = true;
+    return false;
+  }
+  if (a->epoch != epoch_) {  // a new epoch began (this one was cut short by a skip)
+    pending_ = a;
+    return false;
+  }
+  ASSIGN_OR_RETURN(current_, OpenSlot(*a));
+  offset_ = 0;
+  return true;
+}
+
 Result<std::optional<Batch>> Consumer::NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end) {
   if (!stopped_.ok()) return stopped_;
   if (epoch_ended_) return std::optional<Batch>();
@@ -139,36 +165,12 @@ Result<std::optional<Batch>> Consumer::NextSliced(void* stream, std::chrono::ste
   bool last = false;
   while (collected < want) {
     if (!current_ || offset_ == current_->a.count) {
-      if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
+      Result<bool> more = NextSlot(slice_end, collected > 0);
+      if (!more.ok()) return keep(more.status());
+      if (!*more) {
         last = true;
         break;
       }
-      current_.reset();
-      Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
-      if (!taken.ok() && taken.status().code() == StatusCode::kDisconnected && collected > 0) {
-        // The producer stopped with this batch half gathered: what came is delivered, and the
-        // next call says how the stream ended (the epoch was cut).
-        stopped_ = taken.status();
-        partial_ = true;
-        last = true;
-        break;
-      }
-      if (!taken.ok()) return keep(taken.status());
-      std::optional<BatchAnnouncement> a = std::move(*taken);
-      if (!a) {  // the producer served every epoch: this epoch ends here
-        stream_ended_ = true;
-        last = true;
-        break;
-      }
-      if (a->epoch != epoch_) {  // a new epoch began (this one was cut short by a skip)
-        pending_ = a;
-        last = true;
-        break;
-      }
-      Result<std::shared_ptr<SlotLease>> lease = OpenSlot(*a);
-      if (!lease.ok()) return keep(lease.status());
-      current_ = std::move(*lease);
-      offset_ = 0;
     }
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
     if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
