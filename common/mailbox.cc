@@ -24,15 +24,20 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int timeout_ms) {
 }  // namespace
 
 void Mailbox::Reset(uint64_t owner) {
-  h_->head.store(0);
-  h_->tail.store(0);
+  // Owner first, then a head of the next generation: an old owner that reads the new head reads
+  // the new owner after it (all sequentially consistent), and one that read the old head fails
+  // its swap. The ring looks non-empty between the two stores below, but nobody may pop then:
+  // the old owner is refused, and the new one has not been told of the mailbox yet.
   h_->owner.store(owner);
+  const uint64_t generation = (h_->head.load() >> kHeadBits) + 1;
+  h_->head.store(generation << kHeadBits);
+  h_->tail.store(0);
   Wake();  // a previous owner still waiting here re-checks, sees it is no longer its own
 }
 
 bool Mailbox::Push(const BatchAnnouncement& a) {
   const uint64_t tail = h_->tail.load();
-  if (tail - h_->head.load() >= capacity_) return false;
+  if (tail - (h_->head.load() & kHeadMask) >= capacity_) return false;
   MailboxEntry& e = entries_[tail % capacity_];
   e.seq = a.seq;
   e.epoch = a.epoch;
@@ -54,10 +59,11 @@ void Mailbox::Wake() {
 }
 
 std::optional<BatchAnnouncement> Mailbox::Pop(uint64_t owner) {
-  if (h_->owner.load() != owner) return std::nullopt;
-  const uint64_t head = h_->head.load();
-  if (head == h_->tail.load()) return std::nullopt;
-  const MailboxEntry& e = entries_[head % capacity_];
+  uint64_t head = h_->head.load();
+  if (h_->owner.load() != owner) return std::nullopt;  // read after head: see Reset
+  const uint64_t taken = head & kHeadMask;
+  if (taken == h_->tail.load()) return std::nullopt;
+  const MailboxEntry& e = entries_[taken % capacity_];
   BatchAnnouncement a;
   a.seq = e.seq;
   a.epoch = e.epoch;
@@ -66,11 +72,13 @@ std::optional<BatchAnnouncement> Mailbox::Pop(uint64_t owner) {
   a.slot = e.slot;
   a.count = e.count;
   a.flags = static_cast<uint8_t>(e.flags);
-  h_->head.store(head + 1);
+  // Only if nothing was handed over meanwhile (the generation): else the entry read may be
+  // the next owner's, and it is left to it.
+  if (!h_->head.compare_exchange_strong(head, head + 1)) return std::nullopt;
   return a;
 }
 
-bool Mailbox::Empty() const { return h_->head.load() == h_->tail.load(); }
+bool Mailbox::Empty() const { return (h_->head.load() & kHeadMask) == h_->tail.load(); }
 
 void Mailbox::Wait(uint32_t seen, int timeout_ms) {
   h_->sleeping.store(1);

@@ -10,6 +10,11 @@
 // Lost wake-ups are excluded Dekker-style: the consumer raises `sleeping` then re-checks the
 // ring before sleeping on `doorbell`; the producer publishes `tail` then rings `doorbell`
 // and wakes if `sleeping`. All of it sequentially consistent.
+//
+// A mailbox is handed to a new owner while the old one (detached, but still running) may be
+// inside Pop. `head` therefore carries the handover's generation in its top bits, and Pop takes
+// an entry by a compare-and-swap of the whole word: after a Reset the old owner's swap fails,
+// so it can neither take the new owner's entries nor write back a head from before it.
 #pragma once
 
 #include <atomic>
@@ -29,13 +34,18 @@ struct MailboxEntry {
   uint32_t flags, pad;
 };
 
+// The low bits of MailboxHeader::head count entries taken; the high ones are the generation,
+// advanced by every Reset.
+inline constexpr int kHeadBits = 48;
+inline constexpr uint64_t kHeadMask = (uint64_t{1} << kHeadBits) - 1;
+
 struct alignas(64) MailboxHeader {
   std::atomic<uint64_t> owner;     // consumer id this mailbox serves now (0: free)
   std::atomic<uint64_t> tail;      // written by the producer: entries pushed
   std::atomic<uint32_t> doorbell;  // futex word, bumped on every push and every Wake
   std::atomic<uint32_t> sleeping;  // the consumer is (about to be) waiting on `doorbell`
   char pad0[64 - 24];
-  std::atomic<uint64_t> head;      // written by the consumer: entries taken
+  std::atomic<uint64_t> head;      // the consumer's: generation << kHeadBits | entries taken
   char pad1[64 - 8];
 };
 static_assert(sizeof(MailboxHeader) == 128, "one cache line each for the two writers");
@@ -62,7 +72,7 @@ class Mailbox {
   void Wait(uint32_t seen, int timeout_ms);
   bool Owned(uint64_t owner) const { return h_->owner.load() == owner; }
   // Entries the consumer has taken since Reset: how far it has read (the producer reads it).
-  uint64_t taken() const { return h_->head.load(); }
+  uint64_t taken() const { return h_->head.load() & kHeadMask; }
 
  private:
   MailboxHeader* h_;

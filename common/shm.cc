@@ -134,7 +134,11 @@ Status SharedMemory::Reserve(const Ranges& ranges, bool* no_space) {
 
 Result<SharedMemory> SharedMemory::Open(const std::string& name, size_t expected_bytes, bool writable) {
   UniqueFd fd(::shm_open(ObjectName(name).c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0));
-  if (!fd.valid()) return Status::FromErrno("cannot open the producer's shared memory " + PathOf(name), errno);
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("the producer's shared memory " + PathOf(name) + " does not exist");
+    return Status::FromErrno("cannot open the producer's shared memory " + PathOf(name), err);
+  }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno("cannot stat " + PathOf(name), errno);
   // Mapping past the end of the object would SIGBUS on the first read there: check first.

@@ -167,11 +167,10 @@ TEST_F(SharedMemoryTest, OpenOfAMissingNameIsAnErrorNamingIt) {
   EXPECT_NE(r.status().message().find("/dev/shm/" + name_), std::string::npos) << r.status().ToString();
 }
 
-// BUG (reported): a missing region is reported as kIOError ("cannot map ..."), the code of a
-// failed mmap, although status.h reserves kNotFound for "a path, producer name or file that
-// does not exist" and the C ABI maps that to COLOADER_E_NOT_FOUND. A consumer cannot tell a
-// producer that removed its ring from one whose ring cannot be mapped.
-TEST_F(SharedMemoryTest, DISABLED_OpenOfAMissingNameIsNotFound) {
+// A missing region is kNotFound (COLOADER_E_NOT_FOUND through the C ABI), not the kIOError of a
+// failed mmap: a consumer can tell a producer that removed its ring from one whose ring cannot
+// be mapped.
+TEST_F(SharedMemoryTest, OpenOfAMissingNameIsNotFound) {
   auto r = SharedMemory::Open(name_, 4096, false);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
