@@ -1,6 +1,7 @@
 #include "common/shm.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -97,7 +98,20 @@ Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes,
   // its bytes or its permissions.
   ::shm_unlink(ObjectName(name).c_str());
   int fd = ::shm_open(ObjectName(name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::FromErrno("cannot create shared memory " + PathOf(name), errno);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st {};
+    if (err == EEXIST && ::stat(PathOf(name).c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
+      // Still there after our unlink: /dev/shm is sticky, so another user made it, and its
+      // name is ours (it carries our uid): a squatter, or a leftover of a process run as root.
+      const passwd* owner = ::getpwuid(st.st_uid);
+      return Status::AlreadyExists(PathOf(name) + " exists and belongs to user " +
+                                   (owner ? std::string(owner->pw_name) : std::string("?")) + " (uid " +
+                                   std::to_string(st.st_uid) + "), not to this user, who cannot remove it: ask them "
+                                   "or root to remove it, or use another --name");
+    }
+    return Status::FromErrno("cannot create shared memory " + PathOf(name), err);
+  }
   ::fchmod(fd, 0600);  // past the umask, whatever it is
   auto fail = [&](Status st) {
     ::close(fd);

@@ -1,6 +1,7 @@
 #include "producer/producer.h"
 
 #include <signal.h>
+#include <sys/sysinfo.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -183,6 +184,13 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   return std::unique_ptr<Producer>(new Producer(std::move(impl)));
 }
 
+void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
+  struct sysinfo si {};
+  if (::sysinfo(&si) != 0) return;
+  if (std::optional<std::string> w = LargeRingWarning(bytes, uint64_t{si.totalram} * si.mem_unit))
+    std::fprintf(stderr, "[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
+}
+
 Status Producer::Impl::Setup() {
   ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
   if (!opts.external) {
@@ -226,6 +234,7 @@ Status Producer::Impl::Setup() {
     return Status::IOError(ShmTooSmallMessage(opts, space));
   };
   if (auto space = QueryShmSpace(); space.ok() && space->free_bytes < ShmBytesAtStart(opts)) return too_small();
+  WarnOfALargeRing(ShmBytesAtStart(opts));
   bool no_space = false;
   auto created = SharedMemory::Create(paths.shm_name, table.slot_bytes * table.num_slots,
                                       StartReservation(layouts, device), &no_space);

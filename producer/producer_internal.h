@@ -165,6 +165,8 @@ struct Producer::Impl {
   int SourceFd() const { return external ? external->event_fd() : pipeline->event_fd(); }
 
   Status Setup();
+  // Says so when the ring takes more than half of the machine's memory (it still starts).
+  void WarnOfALargeRing(uint64_t bytes) const;
   Status Loop();
   // Reserves the host tensor areas of a GPU ring in /dev/shm before the first host-path reader
   // (they are reserved at start without a GPU ring); a clear error when it does not fit.

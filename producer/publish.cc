@@ -120,6 +120,12 @@ Status Producer::Impl::CheckStart() {
   const SplitSpec spec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last};
   auto plan = PlanSplit(spec);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
+  if (r.samples > plan->per_rank) {
+    return Status::Invalid("--resume: the state has seen " + std::to_string(r.samples) + " samples of epoch " +
+                           std::to_string(r.epoch) + ", but a rank's share of it is " + std::to_string(plan->per_rank) +
+                           " (" + std::to_string(n) + " samples, " + std::to_string(r.world_size) +
+                           " rank(s)): it was saved from another dataset or shard");
+  }
   const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
   if (done >= plan->batches) {
     start_epoch = r.epoch + 1;  // that epoch was complete: the next one from its start

@@ -189,4 +189,13 @@ std::string ShmTooSmallMessage(const ProducerOptions& o, const ShmSpace& space) 
   return m;
 }
 
+std::optional<std::string> LargeRingWarning(uint64_t ring_bytes, uint64_t ram) {
+  if (ram == 0 || ring_bytes * 2 <= ram) return std::nullopt;
+  char share[16];
+  std::snprintf(share, sizeof(share), "%.0f%%", 100.0 * static_cast<double>(ring_bytes) / static_cast<double>(ram));
+  return "the ring and mailboxes take " + HumanBytes(ring_bytes) + " in /dev/shm, " + share + " of this machine's " +
+         HumanBytes(ram) + " of memory, and the training jobs beside it need theirs: a smaller --window, "
+         "--batch-size or --image-size, or --device cuda:N (the ring in GPU memory), make it smaller";
+}
+
 }  // namespace coloader

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/protocol.h"
@@ -34,6 +35,11 @@ uint32_t MailboxCapacity(uint32_t num_slots);
 
 // The bytes of /dev/shm the producer reserves at start with these options: ring and mailboxes.
 uint64_t ShmBytesAtStart(const ProducerOptions& o);
+
+// /dev/shm is memory: a ring that takes more than half of the machine's `ram` starts, but the
+// jobs beside it (and the page cache the decoders read through) find little left. What to say
+// then, or nothing.
+std::optional<std::string> LargeRingWarning(uint64_t ring_bytes, uint64_t ram);
 
 // The one message for a /dev/shm that cannot hold the ring: what the filesystem has, what the
 // ring needs (slots x slot bytes, and of what), and every way out with its figure.

@@ -22,6 +22,8 @@ namespace coloader::cli {
 // "inf") for floating-point flags.
 CLI::Validator DecimalInteger(int64_t min, uint64_t max);
 CLI::Validator FiniteNumber();
+// A number at least `min` (after the flag's own type check): "must be at least 0, got -1".
+CLI::Validator AtLeast(int64_t min);
 // A number in [lo, hi]; unlike CLI::Range, NaN is outside and the bounds print as written.
 CLI::Validator NumberIn(double lo, double hi);
 

@@ -52,11 +52,13 @@ int Consume(const std::vector<std::string>& args) {
           "read the producer's memory itself (read-only on the host) instead of this consumer's own copy");
   cmd.Add("--json", &json, "one JSON object per epoch");
   cmd.Add("--checksum", &checksum, "add an order-independent hash of every sample's index, label and pixels");
-  cmd.Add("--step-ms", &step_ms, "sleep this long per batch (a slow training step)");
-  cmd.Add("--timeout-ms", &o.timeout_ms, "give up on a batch after this long (0: wait while the producer lives)");
-  cmd.Add("--connect-timeout-ms", &o.connect_timeout_ms, "the handshake's deadline");
+  cmd.Add("--step-ms", &step_ms, "sleep this long per batch (a slow training step)")->check(AtLeast(0));
+  cmd.Add("--timeout-ms", &o.timeout_ms, "give up on a batch after this long (0: wait while the producer lives)")
+      ->check(AtLeast(0));
+  cmd.Add("--connect-timeout-ms", &o.connect_timeout_ms, "the handshake's deadline")->check(AtLeast(1));
   cmd.Add("--wait-ms", &o.wait_for_producer_ms,
-          "wait this long for a producer that is not running yet (default 60000; 0: fail at once)");
+          "wait this long for a producer that is not running yet (default 60000; 0: fail at once)")
+      ->check(AtLeast(0));
   cmd.Add("--group", &o.group, "the consumer group (the ranks of one data-parallel job share this name)")
       ->type_name("G");
   cmd.Add("--rank", &o.rank, "this member's rank in the group (with --group)");

@@ -50,6 +50,18 @@ CLI::Validator DecimalInteger(int64_t min, uint64_t max) {
       "");  // no description: the help already says INT or UINT
 }
 
+CLI::Validator AtLeast(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || v < static_cast<double>(min))
+          return "must be at least " + std::to_string(min) + ", got " + text;
+        return {};
+      },
+      "");
+}
+
 CLI::Validator FiniteNumber() {
   return CLI::Validator(
       [](std::string& text) -> std::string {

@@ -53,17 +53,28 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
     return Status::OK();
   };
   ProducerOptions::ResumePoint& r = o->resume;
-  uint64_t world = 1, batch = 0, seed = 0;
+  uint64_t world = 1, rank = 0, batch = 0, seed = 0;
   RETURN_NOT_OK(number("epoch", true, &r.epoch));
   RETURN_NOT_OK(number("samples_seen_in_epoch", true, &r.samples));
   RETURN_NOT_OK(number("batch_size", true, &batch));
   RETURN_NOT_OK(number("world_size", false, &world));
+  RETURN_NOT_OK(number("rank", false, &rank));
   RETURN_NOT_OK(number("split_begin", false, &r.begin));
-  if (batch < 1 || world < 1) return Status::Invalid("--resume " + path + ": batch_size and world_size must be >= 1");
+  if (batch < 1 || batch > UINT32_MAX || world < 1 || world > kMaxGroupSize)
+    return Status::Invalid("--resume " + path + ": batch_size " + std::to_string(batch) + " and world_size " +
+                           std::to_string(world) + " must be >= 1 (and a group has at most " +
+                           std::to_string(kMaxGroupSize) + " ranks)");
+  if (rank >= world)
+    return Status::Invalid("--resume " + path + ": rank " + std::to_string(rank) + " is not a rank of a world of " +
+                           std::to_string(world) + ": the state cannot have been saved by a Loader");
   r.batch_size = static_cast<uint32_t>(batch);
   r.world_size = static_cast<uint32_t>(world);
   if (const JsonValue* d = v.Find("drop_last"); d != nullptr && d->type() == JsonValue::Type::kBool) r.drop_last = d->bool_value();
-  if (const JsonValue* k = v.Find("data_key"); k != nullptr && k->is_string()) r.data_key = k->string();
+  const JsonValue* k = v.Find("data_key");
+  if (k == nullptr || !k->is_string() || k->string().empty())
+    return Status::Invalid("--resume " + path + ": no \"data_key\": a Loader's state_dict() names the data it was "
+                           "saved from, and a state without it cannot be checked against this producer's");
+  r.data_key = k->string();
   if (const JsonValue* sd = v.Find("seed"); sd != nullptr && sd->is_number()) {
     RETURN_NOT_OK(number("seed", false, &seed));
     if (seed_given && seed != o->seed) {
@@ -97,9 +108,10 @@ int Serve(const std::vector<std::string>& args) {
   cmd.Add("--name", &o.name, "what consumers connect to ([A-Za-z0-9._-], up to 64)")->type_name("NAME");
   cmd.Add("--batch-size", &o.batch_size, "producer batch (samples per ring slot)");
   cmd.Add("--image-size", &o.image_size, "output is S x S");
-  cmd.Add("--workers", &o.workers, "decode threads (0: one per core)");
+  cmd.Add("--workers", &o.workers, "decode threads (0: one per core)")->check(AtLeast(0));
   cmd.Add("--window", &o.window, "how many batches the producer may run ahead of the slowest consumer");
-  cmd.Add("--spare-slots", &o.spare_slots, "extra ring slots for batches consumers keep (-1: window/2, at least 1)");
+  cmd.Add("--spare-slots", &o.spare_slots, "extra ring slots for batches consumers keep (-1: window/2, at least 1)")
+      ->check(AtLeast(-1));
   CLI::Option* epochs = cmd.Add("--epochs", &o.epochs, "how many epochs to serve");
   cmd.Add("--forever", &o.forever, "serve epochs until stopped")->excludes(epochs);
   cmd.Add("--seed", &o.seed, "the permutation and augmentation are functions of (seed, epoch, index)");

@@ -82,7 +82,7 @@ int StatusCommand(const std::vector<std::string>& args) {
   cmd.Add("--curve-key", &key_file, "a key pair the producer accepts, for a tcp:// endpoint")->type_name("FILE");
   cmd.Add("--server-key", &server_key, "the producer's public key (Z85 text or its .pub file)")
       ->type_name("KEY|FILE");
-  cmd.Add("--timeout-ms", &timeout_ms, "how long to wait for the answer");
+  cmd.Add("--timeout-ms", &timeout_ms, "how long to wait for the answer")->check(AtLeast(1));
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
   if (name.empty() && endpoint.empty()) {
     // No producer named: list what dead ones left, the listing `coloader clean` works from.

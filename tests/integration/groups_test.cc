@@ -349,28 +349,43 @@ namespace {
 
 TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
   const std::string state = tmp_.path() + "/state.json";
+  auto serve_with = [&](const std::string& json) {
+    testing::WriteFile(state, json);
+    auto serve = std::make_unique<Child>(Coloader({"serve", "--data", data_, "--name", "r", "--epochs", "2", "--seed",
+                                                   "4", "--quiet", "--resume", state}),
+                                         env_);
+    EXPECT_EQ(serve->Wait(20000), 2) << json;
+    return serve;
+  };
+  // Another dataset's key: refused, naming this producer's, which the cases below then carry.
+  const std::string says_other = "the state was saved from data key 0123456789abcdef, but this producer's is ";
+  auto other = serve_with(
+      R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, "data_key": "0123456789abcdef"})");
+  const size_t at = other->Stderr().find(says_other);
+  ASSERT_NE(at, std::string::npos) << other->Stderr();
+  const std::string key = other->Stderr().substr(at + says_other.size(), 16);
+  auto with_key = [&](const std::string& fields) { return "{" + fields + R"(, "data_key": ")" + key + R"("})"; };
   struct Case {
     std::string json, says;
   };
   const std::vector<Case> cases = {
-      {R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, "data_key": "0123456789abcdef"})",
-       "the state was saved from data key 0123456789abcdef, but this producer's is"},
-      {R"({"epoch": 1, "batch_size": 8})", "no \"samples_seen_in_epoch\""},
-      {R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 3})", "saved with --seed 3, but --seed 4"},
-      {R"({"epoch": 5, "samples_seen_in_epoch": 16, "batch_size": 8})", "resumes at epoch 5, but --epochs 2"},
+      {with_key(R"("epoch": 1, "batch_size": 8)"), "no \"samples_seen_in_epoch\""},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 3)"), "saved with --seed 3, but --seed 4"},
+      {with_key(R"("epoch": 5, "samples_seen_in_epoch": 16, "batch_size": 8)"), "resumes at epoch 5, but --epochs 2"},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, "rank": 2)"),
+       "rank 2 is not a rank of a world of 2"},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 500, "batch_size": 8, "world_size": 2)"),
+       "has seen 500 samples of epoch 1, but a rank's share of it is 52"},
+      {R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8})", "no \"data_key\""},
       {"[1, 2]", "expected a JSON object"},
   };
   for (const Case& c : cases) {
-    testing::WriteFile(state, c.json);
-    Child serve(Coloader({"serve", "--data", data_, "--name", "r", "--epochs", "2", "--seed", "4", "--quiet",
-                          "--resume", state}),
-                env_);
-    EXPECT_EQ(serve.Wait(20000), 2) << c.json;
-    EXPECT_NE(serve.Stderr().find(c.says), std::string::npos) << serve.Stderr();
+    auto serve = serve_with(c.json);
+    EXPECT_NE(serve->Stderr().find(c.says), std::string::npos) << c.json << ": " << serve->Stderr();
   }
   // A good one: the producer starts at the round where a 2-rank group that had taken two
   // batches of 8 resumes (2 x 2 x 8 = 32).
-  testing::WriteFile(state, R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2})");
+  testing::WriteFile(state, with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2)"));
   Child serve(Coloader({"serve", "--data", data_, "--name", "r", "--epochs", "2", "--quiet", "--resume", state}), env_);
   ASSERT_TRUE(serve.WaitForStderr("resuming at epoch 1, position 32", 20000)) << serve.Stderr();
 }

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <filesystem>
 #include <vector>
 #include <string>
@@ -113,6 +116,40 @@ TEST(SlotReservationTest, TheMessageGivesTheFormulaItsFiguresAndEveryWayOut) {
   const std::string py = ShmTooSmallMessage(o, space);
   EXPECT_NE(py.find("window=4"), std::string::npos) << py;
   EXPECT_EQ(py.find("--batch-size"), std::string::npos) << py;
+}
+
+TEST(SlotReservationTest, ARingOfMoreThanHalfTheMachinesMemoryIsWarnedOf) {
+  const uint64_t gib = uint64_t{1} << 30;
+  EXPECT_FALSE(LargeRingWarning(8 * gib, 16 * gib));  // half: said nothing
+  EXPECT_FALSE(LargeRingWarning(8 * gib, 0));         // memory unknown
+  std::optional<std::string> w = LargeRingWarning(12 * gib, 16 * gib);
+  ASSERT_TRUE(w);
+  for (const char* part : {"12.0 GiB", "75%", "16.0 GiB", "--window", "--device cuda:N"})
+    EXPECT_NE(w->find(part), std::string::npos) << "missing '" << part << "' in: " << *w;
+}
+
+// A /dev/shm object of our name made by another user (a squatter, or a leftover of a process
+// run as root) cannot be replaced: the error names its owner and what to do, not "File exists".
+TEST(SlotReservationTest, ANameSquattedByAnotherUserIsNamedWithItsOwner) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: to make the object as one user and create as another";
+  const std::string name = UniqueName("squat");
+  const std::string path = std::string(kShmDir) + "/" + name;
+  ASSERT_GE(::close(::open(path.c_str(), O_CREAT | O_WRONLY, 0600)), 0);  // root's
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);  // nobody
+    auto r = SharedMemory::Create(name, 4096);
+    const bool ok = !r.ok() && r.status().code() == StatusCode::kAlreadyExists &&
+                    r.status().message().find("belongs to user root (uid 0)") != std::string::npos &&
+                    r.status().message().find("another --name") != std::string::npos;
+    if (!ok) std::fprintf(stderr, "%s\n", r.ok() ? "created" : r.status().ToString().c_str());
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 class LeftoverTest : public ::testing::Test {
