@@ -3,6 +3,8 @@
 // check for Ctrl-C between them.
 #include "client/consumer_internal.h"
 
+#include <sys/sysinfo.h>
+
 namespace coloader {
 
 using internal::ConsumerState;
@@ -134,6 +136,7 @@ class Handshake {
     sock.set(zmq::sockopt::linger, 200);
     sock.set(zmq::sockopt::rcvhwm, 100000);
     tcp_ = s.endpoint.rfind("tcp://", 0) == 0;
+    sock.set(zmq::sockopt::maxmsgsize, tcp_ ? kMaxRemoteBatchBytes : kMaxLocalReplyBytes);
     curve_ = !o.curve_key_file.empty() || !o.curve_server_key.empty();
     if (curve_) {
       if (!tcp_)
@@ -298,11 +301,29 @@ class Handshake {
     s.welcome = *welcome;
     RETURN_NOT_OK(MapMemory());
     if (s.opts.batch_size == 0) s.opts.batch_size = s.welcome.slots.batch_size;
+    RETURN_NOT_OK(CheckBatchFits());
     if ((!s.opts.group.empty() || s.opts.resume) && s.welcome.epoch_samples == 0)
       return Status::Invalid(s.Who() + " does not say how many samples an epoch has, which a group's split needs");
     ConsumerState* raw = state_.get();
-    s.io = std::thread([raw] { raw->IoLoop(); });
+    ASSIGN_OR_RETURN(s.io, StartThread("the consumer's I/O thread", [raw] { raw->IoLoop(); }));
     return std::unique_ptr<Consumer>(new Consumer(std::move(state_)));
+  }
+
+  // A batch larger than the producer's is gathered into memory of the consumer's own: one that
+  // could not fit in this machine's memory is refused now, by name, not met as an allocation
+  // failure mid-epoch.
+  Status CheckBatchFits() const {
+    const ConsumerState& s = *state_;
+    const SlotTable& t = s.welcome.slots;
+    const uint64_t want = s.opts.batch_size, sample = t.sample_bytes();
+    struct sysinfo si {};
+    if (want <= t.batch_size || sample == 0 || ::sysinfo(&si) != 0) return Status::OK();
+    const uint64_t ram = uint64_t{si.totalram} * si.mem_unit;
+    if (ram == 0 || want <= ram / sample) return Status::OK();
+    return Status::Invalid("a batch of " + std::to_string(want) + " samples of " + std::to_string(t.channels) + "x" +
+                           std::to_string(t.height) + "x" + std::to_string(t.width) + " " + DTypeName(t.dtype) +
+                           " takes more than this machine's " + HumanBytes(ram) + " of memory (" +
+                           HumanBytes(sample) + " a sample): use a smaller batch size");
   }
 
   // Maps what the Welcome describes: the host ring (or a local copy for a remote consumer),

@@ -124,7 +124,8 @@ struct ConsumerState {
         }
       }
     }
-    return {std::unique_ptr<uint8_t[]>(new uint8_t[bytes]), bytes};  // uninitialised on purpose
+    // Uninitialised on purpose; null when the memory is not there (the caller says so).
+    return {std::unique_ptr<uint8_t[]>(new (std::nothrow) uint8_t[bytes]), bytes};
   }
   void GiveBuffer(std::unique_ptr<uint8_t[]> buf, uint64_t capacity) {
     std::lock_guard<std::mutex> lock(pool_mu);

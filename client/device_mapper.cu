@@ -144,8 +144,20 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
   }
   {
     std::lock_guard<std::mutex> lock(release_mu_);
+    if (!release_thread_.joinable()) {
+      Result<std::thread> t = StartThread("the consumer's release thread", [this] { ReleaseLoop(); });
+      if (!t.ok()) {
+        // No thread to wait with (the thread limit): wait here, once; correct, if slower.
+        std::fprintf(stderr, "coloader: %s; releases wait for their stream on the caller's thread\n",
+                     t.status().message().c_str());
+        cudaEventSynchronize(event);
+        cudaEventDestroy(event);
+        done();
+        return;
+      }
+      release_thread_ = std::move(*t);
+    }
     releases_.push_back({event, std::move(done)});
-    if (!release_thread_.joinable()) release_thread_ = std::thread([this] { ReleaseLoop(); });
   }
   release_cv_.notify_one();
 }

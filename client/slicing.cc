@@ -26,6 +26,9 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
       g.device_ = m->device();
     } else {
       auto [buffer, capacity] = state_->TakeBuffer(uint64_t{want} * sample_bytes);
+      if (!buffer)
+        return Status::IOError("cannot allocate " + HumanBytes(uint64_t{want} * sample_bytes) + " for a batch of " +
+                               std::to_string(want) + " samples: out of memory; use a smaller batch size");
       g.owned_ = internal::HostBuffer(buffer.release(), internal::ReturnToPool{state_, capacity});
     }
     g.owned_indices_.reserve(want);

@@ -1,5 +1,7 @@
 #include "common/process.h"
 
+#include <new>
+
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -50,6 +52,17 @@ bool ProcessWatch::WaitExited(int timeout_ms) const {
     rc = ::poll(&p, 1, timeout_ms);  // (a signal restarts the whole wait: fine for its callers)
   } while (rc < 0 && errno == EINTR);
   return rc > 0;
+}
+
+std::string ResourceFailure(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return "out of memory";
+  if (const auto* se = dynamic_cast<const std::system_error*>(&e);
+      se != nullptr && (se->code() == std::errc::resource_unavailable_try_again || se->code() == std::errc::not_enough_memory)) {
+    return std::string(e.what()) +
+           ": the limit on processes and threads was reached (ulimit -u, or a container's pids limit): run fewer "
+           "threads (a smaller --workers) or raise the limit";
+  }
+  return e.what();
 }
 
 }  // namespace coloader

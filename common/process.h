@@ -2,7 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
 
 #include "common/status.h"
 #include "common/unique_fd.h"
@@ -16,6 +20,21 @@ double ProcessCpuSeconds();
 // Names the calling thread (at most 15 characters are kept): what top -H, perf and
 // /proc/PID/task/TID/comm show, so a thread's CPU can be told from the others'.
 void NameThisThread(const std::string& name);
+
+// What a resource failure caught as an exception says: "out of memory", or the thread limit.
+std::string ResourceFailure(const std::exception& e);
+
+// Starts a thread running `fn`, or says why it could not, as a Status: std::thread throws when
+// the process may not start another (ulimit -u, a container's pids limit), and an exception
+// must not end a producer or a training job without a word.
+template <typename F>
+Result<std::thread> StartThread(const std::string& what, F&& fn) {
+  try {
+    return std::thread(std::forward<F>(fn));
+  } catch (const std::system_error& e) {
+    return Status::IOError("cannot start " + what + ": " + ResourceFailure(e));
+  }
+}
 
 // A file descriptor for a process that becomes readable when it exits (pidfd_open, Linux 5.3+).
 // Lets a poll loop notice a local peer's death at once. Move-only.

@@ -43,6 +43,15 @@ inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
+// The largest message a producer accepts: a Hello with every string at kMaxStringBytes is
+// ~17 KiB. libzmq drops a peer that sends more (ZMQ_MAXMSGSIZE), so a flood can pin at most
+// the receive high-water mark times this per peer, not gigabytes.
+inline constexpr int64_t kMaxInboundMessageBytes = 64 * 1024;
+// What a consumer accepts on a local (ipc://) connection: a StatusReply listing
+// kMaxStatusConsumers consumers with names of kMaxStringBytes is under 40 MiB. Over tcp:// a
+// batch travels as its payload, a slot's bytes (at most kMaxRingBytes / 1 slot, bounded here).
+inline constexpr int64_t kMaxLocalReplyBytes = 64ll << 20;
+inline constexpr int64_t kMaxRemoteBatchBytes = 16ll << 30;
 inline constexpr uint32_t kMaxGroupSize = 65536;
 
 enum class MessageType : uint16_t {

@@ -174,6 +174,8 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     st = impl->Setup();
   } catch (const zmq::error_t& e) {
     st = Status::IOError("setting up producer '" + impl->opts.name + "': ZeroMQ failed: " + e.what());
+  } catch (const std::exception& e) {  // a resource failure (memory, threads): cleaned up below
+    st = Status::IOError("setting up producer '" + impl->opts.name + "': " + ResourceFailure(e));
   }
   if (!st.ok()) {
     // Whatever Setup made before it failed (a ring, the mailboxes) goes with the lock: a
@@ -288,6 +290,7 @@ Status Producer::Impl::Setup() {
   router.set(zmq::sockopt::linger, 0);
   router.set(zmq::sockopt::router_mandatory, 1);
   router.set(zmq::sockopt::sndhwm, 100000);
+  router.set(zmq::sockopt::maxmsgsize, kMaxInboundMessageBytes);  // on the tcp:// endpoint too
   try {
     router.bind(paths.endpoint);
   } catch (const zmq::error_t& e) {
@@ -400,6 +403,9 @@ Status Producer::Run() {
     return impl_->Loop();
   } catch (const zmq::error_t& e) {  // a socket call outside the loop's own handling
     return Status::IOError("producer '" + impl_->opts.name + "': ZeroMQ failed: " + e.what());
+  } catch (const std::exception& e) {  // a resource failure: the caller still destroys (cleans up) us
+    impl_->Shutdown(ByeReason::kStopping, std::string("the producer failed: ") + ResourceFailure(e));
+    return Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));
   }
 }
 

@@ -36,6 +36,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::context_t ctx(1);
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
+  sock.set(zmq::sockopt::maxmsgsize, kMaxLocalReplyBytes);
   if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
   try {
     sock.connect(endpoint);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "tools/cli.h"
 
 namespace {
@@ -24,10 +25,27 @@ constexpr const char* kHelp =
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
+int Run(std::vector<std::string> args);
+
 }  // namespace
 
+// Every command reports its failures as a Status; what still escapes as an exception (a
+// resource failure deep in a library: memory, the thread limit) is said in one line here, after
+// the command's objects were destroyed on the way out (a producer removes its ring and socket).
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    return Run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "coloader: %s\n", coloader::ResourceFailure(e).c_str());
+  } catch (...) {
+    std::fprintf(stderr, "coloader: an unknown exception ended the command\n");
+  }
+  return 1;
+}
+
+namespace {
+
+int Run(std::vector<std::string> args) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kHelp, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
@@ -45,3 +63,5 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
   return 2;
 }
+
+}  // namespace

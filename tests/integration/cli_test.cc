@@ -68,6 +68,13 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
       {{"launch", "/nonexistent/jobs.json", "--mps", "--no-mps"}, "--mps excludes --no-mps"},
       {{"simulate", "--trace", "/nonexistent/t.json", "--sharing", "maybe"}, "--sharing: maybe not in {both,on,off}"},
       {{"keygen"}, "--out is required"},
+      {{"consume", "--name", "p", "--timeout-ms", "-1"}, "--timeout-ms: must be at least 0, got -1"},
+      {{"consume", "--name", "p", "--step-ms", "-5"}, "--step-ms: must be at least 0, got -5"},
+      {{"consume", "--name", "p", "--wait-ms", "-3"}, "--wait-ms: must be at least 0, got -3"},
+      {{"consume", "--name", "p", "--connect-timeout-ms", "0"}, "--connect-timeout-ms: must be at least 1, got 0"},
+      {{"serve", "--data", "/d", "--name", "p", "--workers", "-1"}, "--workers: must be at least 0, got -1"},
+      {{"serve", "--data", "/d", "--name", "p", "--spare-slots", "-2"}, "--spare-slots: must be at least -1, got -2"},
+      {{"status", "--name", "p", "--timeout-ms", "0"}, "--timeout-ms: must be at least 1, got 0"},
   };
   for (const auto& [args, want] : cases) {
     Child c(Coloader(args));
