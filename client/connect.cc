@@ -170,6 +170,9 @@ class Handshake {
     Hello hello;
     // A remote consumer's pid means nothing to the producer (it is watched by heartbeat).
     hello.pid = tcp_ ? 0 : static_cast<uint32_t>(::getpid());
+    const ProcessIdentity self = ThisProcessIdentity();
+    hello.pid_ns = self.pid_ns;
+    hello.start_time = self.start_time;
     hello.batch_size = o.batch_size;
     hello.flags = static_cast<uint8_t>((o.wait_for_epoch ? kHelloWaitForEpoch : 0) | (o.device ? kHelloDevice : 0));
     hello.client_name = o.client_name;
@@ -342,12 +345,16 @@ class Handshake {
     }
     // Watch the producer before mapping what it made: if it exits between its Welcome and our
     // mapping (a restart, a kill), its shared memory is already gone, and that is said as such.
+    // A producer in another PID namespace is watched by heartbeat (its pid names another
+    // process here); in ours, a pid that is no longer it means it is gone.
     bool producer_gone = false;
-    if (s.endpoint.rfind("ipc://", 0) == 0 && w.producer_pid > 0) {
-      if (auto watch = ProcessWatch::Open(static_cast<int>(w.producer_pid)); watch.ok())
+    if (s.endpoint.rfind("ipc://", 0) == 0 && w.producer_pid > 0 &&
+        w.producer_pid_ns == ThisProcessIdentity().pid_ns) {
+      auto watch = ProcessWatch::Open(static_cast<int>(w.producer_pid));
+      if (watch.ok() && IsThisProcess(static_cast<int>(w.producer_pid), {w.producer_pid_ns, w.producer_start_time}))
         s.producer_watch = std::move(*watch);
       else
-        producer_gone = true;  // no such process any more
+        producer_gone = true;
     }
     auto explain = [&](Status st) {
       // A producer removes its ring and mailboxes as it stops, a moment before its process

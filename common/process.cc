@@ -3,12 +3,16 @@
 #include <new>
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <ctime>
 
 #ifndef SYS_pidfd_open
@@ -33,6 +37,38 @@ double ProcessCpuSeconds() {
 void NameThisThread(const std::string& name) {
   const std::string kept = name.substr(0, 15);  // the kernel's limit, without the terminator
   ::prctl(PR_SET_NAME, kept.c_str(), 0, 0, 0);
+}
+
+namespace {
+
+// Field 22 of /proc/PID/stat (after the parenthesised name, which may hold spaces).
+uint64_t StartTimeOf(const std::string& pid) {
+  FILE* f = std::fopen(("/proc/" + pid + "/stat").c_str(), "r");
+  if (f == nullptr) return 0;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return 0;
+  // After ") ": state is field 3; start time is field 22, i.e. 19 more fields on.
+  for (int field = 2; field < 22 && *p; ++p)
+    if (*p == ' ') ++field;
+  return std::strtoull(p, nullptr, 10);
+}
+
+uint64_t PidNamespaceOf(const std::string& pid) {
+  struct stat st {};
+  return ::stat(("/proc/" + pid + "/ns/pid").c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+}  // namespace
+
+ProcessIdentity ThisProcessIdentity() { return {PidNamespaceOf("self"), StartTimeOf("self")}; }
+
+bool IsThisProcess(int pid, const ProcessIdentity& claimed) {
+  if (pid <= 0 || claimed.pid_ns == 0 || claimed.start_time == 0) return false;
+  return claimed.pid_ns == ThisProcessIdentity().pid_ns && StartTimeOf(std::to_string(pid)) == claimed.start_time;
 }
 
 Result<ProcessWatch> ProcessWatch::Open(int pid) {

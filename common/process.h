@@ -36,6 +36,19 @@ Result<std::thread> StartThread(const std::string& what, F&& fn) {
   }
 }
 
+// Who a process is beyond its pid, which means another process in another PID namespace (a
+// container started with --ipc=host but not --pid=host) and may be reused once it exits:
+// the inode of its PID namespace and its start time (clock ticks after boot, /proc/PID/stat).
+// Zero where /proc does not say.
+struct ProcessIdentity {
+  uint64_t pid_ns = 0;
+  uint64_t start_time = 0;
+};
+ProcessIdentity ThisProcessIdentity();
+// Whether `pid`, as this process sees it, is the process that claims to be it with `claimed`:
+// the same PID namespace as this one, and that pid's start time. False when unknown.
+bool IsThisProcess(int pid, const ProcessIdentity& claimed);
+
 // A file descriptor for a process that becomes readable when it exits (pidfd_open, Linux 5.3+).
 // Lets a poll loop notice a local peer's death at once. Move-only.
 class ProcessWatch {

@@ -176,6 +176,8 @@ bool GetSlotTable(Reader& r, SlotTable* t) {
 
 void Encode(Writer& w, const Hello& m) {
   w.Put(m.pid);
+  w.Put(m.pid_ns);
+  w.Put(m.start_time);
   w.Put(m.batch_size);
   w.Put(m.flags);
   w.PutString(m.client_name);
@@ -189,7 +191,8 @@ void Encode(Writer& w, const Hello& m) {
   w.PutString(m.expect_data_key);
 }
 bool DecodeBody(Reader& r, Hello* m) {
-  if (!(r.Get(&m->pid) && r.Get(&m->batch_size) && r.Get(&m->flags) && r.GetString(&m->client_name) &&
+  if (!(r.Get(&m->pid) && r.Get(&m->pid_ns) && r.Get(&m->start_time) && r.Get(&m->batch_size) &&
+        r.Get(&m->flags) && r.GetString(&m->client_name) &&
         r.GetString(&m->device_uuid) && r.GetString(&m->group) && r.Get(&m->rank) && r.Get(&m->world_size) &&
         r.Get(&m->node_rank) && r.Get(&m->num_nodes) && r.Get(&m->expect_seed) && r.GetString(&m->expect_data_key)))
     return false;
@@ -260,6 +263,8 @@ bool GetDeviceTable(Reader& r, const SlotTable& host, DeviceTable* d) {
 void Encode(Writer& w, const Welcome& m) {
   w.Put(m.consumer_id);
   w.Put(m.producer_pid);
+  w.Put(m.producer_pid_ns);
+  w.Put(m.producer_start_time);
   w.Put(m.heartbeat_ms);
   w.Put(m.heartbeat_timeout_ms);
   w.Put(m.dataset_size);
@@ -278,7 +283,8 @@ void Encode(Writer& w, const Welcome& m) {
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
-  if (!(r.Get(&m->consumer_id) && r.Get(&m->producer_pid) && r.Get(&m->heartbeat_ms) &&
+  if (!(r.Get(&m->consumer_id) && r.Get(&m->producer_pid) && r.Get(&m->producer_pid_ns) &&
+        r.Get(&m->producer_start_time) && r.Get(&m->heartbeat_ms) &&
         r.Get(&m->heartbeat_timeout_ms) && r.Get(&m->dataset_size) && r.Get(&m->epoch_samples) &&
         GetSlotTable(r, &m->slots) && r.Get(&has_device)))
     return false;

@@ -38,7 +38,7 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
 // dropped_clients. 3: consumer groups and topology (Hello, Welcome, ConsumerStatus, Bye's
 // kGroupBroken). 4: every consumer attaches (Attach), End, Reclaim, ConsumerStatus's unread
-// and idle_ms.
+// and idle_ms, the PID namespace and start time of each side (Hello, Welcome).
 inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
@@ -84,6 +84,9 @@ enum HelloFlags : uint8_t {
 
 struct Hello {
   uint32_t pid = 0;
+  // Who `pid` is (common/process.h): its PID namespace and start time. The producer watches the
+  // pid (pidfd) only when both match what it sees; else by heartbeat.
+  uint64_t pid_ns = 0, start_time = 0;
   uint32_t batch_size = 0;  // the consumer's own batch size (for status; slicing is client-side)
   uint8_t flags = 0;
   std::string client_name;
@@ -135,6 +138,7 @@ struct DeviceTable {
 struct Welcome {
   uint64_t consumer_id = 0;
   uint32_t producer_pid = 0;
+  uint64_t producer_pid_ns = 0, producer_start_time = 0;  // as Hello's: who producer_pid is
   uint32_t heartbeat_ms = 0;          // how often each side speaks when idle
   uint32_t heartbeat_timeout_ms = 0;  // silence longer than this means the peer is gone
   uint64_t dataset_size = 0;

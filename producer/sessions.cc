@@ -239,13 +239,26 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   }
   s.last_heard_ns = MonotonicNs();
   if (hello.pid > 0 && !remote) {  // a remote pid names a process on another machine
-    // Local consumers are watched through a pidfd, so their death is seen at once. A pid we
-    // cannot watch (another pid namespace, already gone) falls back to the heartbeat.
-    if (auto w = ProcessWatch::Open(static_cast<int>(hello.pid)); w.ok()) s.watch = std::move(*w);
+    // Local consumers are watched through a pidfd, so their death is seen at once; but only
+    // a pid that names the consumer here: one from another PID namespace (a container with
+    // --ipc=host, not --pid=host) names some other process, whose exit would detach a live
+    // consumer. Those, and pids already gone, are watched by heartbeat.
+    // (The pidfd first, then the identity: a pidfd names one process, so one that passes the
+    // check after it was opened is the consumer's, even if the pid is reused meanwhile.)
+    auto w = ProcessWatch::Open(static_cast<int>(hello.pid));
+    if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
+      s.watch = std::move(*w);
+    } else {
+      std::fprintf(stderr, "[coloader %s] consumer pid %u is not that process here (another PID namespace?): "
+                   "watched by heartbeat\n", opts.name.c_str(), hello.pid);
+    }
   }
   Welcome w;
   w.consumer_id = s.id;
   w.producer_pid = static_cast<uint32_t>(::getpid());
+  const ProcessIdentity self = ThisProcessIdentity();
+  w.producer_pid_ns = self.pid_ns;
+  w.producer_start_time = self.start_time;
   w.heartbeat_ms = opts.heartbeat_ms;
   w.heartbeat_timeout_ms = opts.heartbeat_timeout_ms;
   w.dataset_size = dataset_size();
@@ -260,8 +273,8 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     w.has_device = true;
     w.device = device_rings[s.ring]->table();
   }
-  if (s.watch.valid()) {
-    // A local process (we could open its pidfd): give it a mailbox.
+  if (!remote) {
+    // A local process (it shares our /dev/shm): give it a mailbox.
     for (uint32_t i = 0; i < kMailboxes; ++i) {
       if (mailbox_used[i]) continue;
       mailbox_used[i] = true;

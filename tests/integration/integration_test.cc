@@ -827,10 +827,10 @@ TEST_F(IntegrationTest, MalformedAndOutdatedPeersAreRejectedAndOthersCarryOn) {
   RawPeer peer(paths.endpoint);
   peer.Send({1, 2, 3});                                   // shorter than a header
   peer.Send(std::vector<uint8_t>(64, 0xAB));              // bad magic
-  std::vector<uint8_t> hello = Encode(Hello{1, 8, 0, "x", "", "", 0, 1, 0, 0, 0, ""});
+  std::vector<uint8_t> hello = Encode(Hello{1, 0, 0, 8, 0, "x", "", "", 0, 1, 0, 0, 0, ""});
   hello.resize(hello.size() - 1);                         // truncated Hello
   peer.Send(hello);
-  std::vector<uint8_t> future = Encode(Hello{1, 8, 0, "from the future", "", "", 0, 1, 0, 0, 0, ""});
+  std::vector<uint8_t> future = Encode(Hello{1, 0, 0, 8, 0, "from the future", "", "", 0, 1, 0, 0, 0, ""});
   future[4] = 99;                                         // another protocol version
   peer.Send(future);
   auto reply = peer.Receive(5000);
@@ -861,7 +861,7 @@ TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn
   // Welcome and first batch, then runs `misbehave`; returns the Bye it got.
   auto attack = [&](const std::function<void(RawPeer&, const BatchAnnouncement&)>& misbehave) -> std::optional<Bye> {
     RawPeer peer(paths.endpoint);
-    peer.Send(Encode(Hello{0, 8, 0, "hostile", "", "", 0, 1, 0, 0, 0, ""}));
+    peer.Send(Encode(Hello{0, 0, 0, 8, 0, "hostile", "", "", 0, 1, 0, 0, 0, ""}));
     std::optional<BatchAnnouncement> first;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     bool misbehaved = false;

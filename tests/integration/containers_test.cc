@@ -1,6 +1,7 @@
-// Resource limits met as a hostile-but-fair user or a small container would: each is one clear
-// line naming the limit, never an abort ("terminate called ...") and never leftovers; and what
-// a peer sends cannot make the producer hold on to gigabytes.
+// What containers and hostile-but-fair users impose: a consumer in another PID namespace is
+// watched by heartbeat, not through a pid that names another process here; each resource limit
+// is one clear line naming it, never an abort ("terminate called ...") and never leftovers; and
+// what a peer sends cannot make the producer hold on to gigabytes.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -45,15 +46,15 @@ int ShmOf(const std::string& name) {
   return n;
 }
 
-class LimitsTest : public ::testing::Test {
+class ContainersTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Readable by everyone: the thread-limit test runs the producer as another user.
     ::chmod(tmp_.path().c_str(), 0755);
     data_ = tmp_.path() + "/data";
     testing::MakeImageFolder(data_, 60, 3);
-    name_ = "limits-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    name_ = "c" + std::to_string(::getpid()) + "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    name_ = name_.substr(0, 64);
     run_dir_ = tmp_.path() + "/run";
     env_ = {{"COLOADER_RUN_DIR", run_dir_}};
   }
@@ -70,7 +71,42 @@ class LimitsTest : public ::testing::Test {
   std::map<std::string, std::string> env_;
 };
 
-TEST_F(LimitsTest, AThreadLimitIsOneLineNamingItAndLeavesNothingBehind) {
+TEST_F(ContainersTest, AConsumerInAnotherPidNamespaceIsWatchedByHeartbeatNotByItsPid) {
+  // As in a container started with --ipc=host but not --pid=host: the consumer's pid (1 in its
+  // namespace) names another process here. Before the fix the producer watched that process
+  // (a pidfd): its exit detached the live consumer ("gave this consumer's mailbox to
+  // another"). Now the pid is checked (namespace and start time) and, not being the consumer's
+  // here, the consumer is watched by heartbeat, as is the producer from inside.
+  if (::geteuid() != 0 || ::access("/usr/bin/unshare", X_OK) != 0) GTEST_SKIP() << "needs root and unshare";
+  auto producer = Serve({"--batch-size", "8", "--epochs", "2", "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"});
+  Child inside({"/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", Coloader({})[0], "consume",
+                "--name", name_, "--batch-size", "5", "--json"},
+               env_);
+  ASSERT_EQ(inside.Wait(30000), 0) << inside.Stderr() << producer->Stderr();
+  auto epochs = testing::ParseJsonLines(inside.Stdout());
+  ASSERT_EQ(epochs.size(), 2u);
+  for (const auto& e : epochs) testing::ExpectExactEpoch(e, 60);
+  EXPECT_NE(producer->Stderr().find("is not that process here (another PID namespace?): watched by heartbeat"),
+            std::string::npos)
+      << producer->Stderr();
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+
+  // Killed inside its namespace: noticed by the heartbeat timeout, and the others go on.
+  auto second = Serve({"--batch-size", "8", "--forever", "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"});
+  Child victim({"/usr/bin/unshare", "--pid", "--fork", "--kill-child", "--mount-proc", Coloader({})[0], "consume",
+                "--name", name_, "--step-ms", "50"},
+               env_);
+  ASSERT_TRUE(second->WaitForStderr("attached: reads the host path", 20000)) << second->Stderr();
+  victim.Signal(SIGKILL);  // unshare, and with it (--kill-child) the consumer
+  victim.Wait(10000);
+  ASSERT_TRUE(second->WaitForStderr("went silent (heartbeat timeout)", 10000)) << second->Stderr();
+  Child after(Coloader({"consume", "--name", name_, "--epochs", "1", "--json"}), env_);
+  ASSERT_EQ(after.Wait(30000), 0) << after.Stderr();
+  second->Signal(SIGTERM);
+  EXPECT_EQ(second->Wait(10000), 0) << second->Stderr();
+}
+
+TEST_F(ContainersTest, AThreadLimitIsOneLineNamingItAndLeavesNothingBehind) {
   // A container's pids limit, as `ulimit -u` of an unprivileged user (root is not bound by
   // it): 20 processes and threads more than the user has now, for a producer that wants 64
   // decode threads. Measured before the fix: "terminate called ... std::system_error", and the
@@ -98,7 +134,7 @@ TEST_F(LimitsTest, AThreadLimitIsOneLineNamingItAndLeavesNothingBehind) {
   if (fs::exists(run_dir)) EXPECT_TRUE(fs::is_empty(run_dir)) << "a socket or lock was left in the run directory";
 }
 
-TEST_F(LimitsTest, ABatchLargerThanTheMachinesMemoryIsRefusedByName) {
+TEST_F(ContainersTest, ABatchLargerThanTheMachinesMemoryIsRefusedByName) {
   auto producer = Serve({"--batch-size", "16", "--epochs", "1"});
   Child consume(Coloader({"consume", "--name", name_, "--batch-size", "1000000000"}), env_);
   EXPECT_EQ(consume.Wait(20000), 1) << consume.Stderr();
@@ -112,7 +148,7 @@ TEST_F(LimitsTest, ABatchLargerThanTheMachinesMemoryIsRefusedByName) {
 // One 256 MiB frame, on the local socket and on a --tcp --insecure endpoint: the peer is cut off
 // by libzmq (ZMQ_MAXMSGSIZE) before the frame is gathered; the producer's memory stays where it
 // was (measured before the fix: from 15 MB to 284 MB, and 39 MB after) and it serves on.
-TEST_F(LimitsTest, AHugeFrameIsRefusedWithoutGrowingTheProducer) {
+TEST_F(ContainersTest, AHugeFrameIsRefusedWithoutGrowingTheProducer) {
   auto producer = Serve({"--batch-size", "16", "--forever", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
   ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor(name_));
   const size_t at = producer->Stderr().find("also serving on tcp://");
@@ -130,8 +166,8 @@ TEST_F(LimitsTest, AHugeFrameIsRefusedWithoutGrowingTheProducer) {
     ASSERT_TRUE(peer.send(zmq::buffer(huge), zmq::send_flags::none));
     peer.close();  // lingers until the bytes are written or the producer hangs up
     ctx.close();
-    // The producer is still well and serves an exact epoch.
-    Child consume(Coloader({"consume", "--name", name_, "--epochs", "1", "--json"}), env_);
+    // The producer is still well and serves an exact epoch (a whole one: it runs --forever).
+    Child consume(Coloader({"consume", "--name", name_, "--epochs", "1", "--wait-for-epoch", "--json"}), env_);
     ASSERT_EQ(consume.Wait(30000), 0) << consume.Stderr();
     testing::ExpectExactEpoch(testing::ParseJsonLines(consume.Stdout()).at(0), 60);
     const uint64_t after = RssBytes(producer->pid());
