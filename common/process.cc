@@ -66,8 +66,15 @@ uint64_t PidNamespaceOf(const std::string& pid) {
 
 ProcessIdentity ThisProcessIdentity() { return {PidNamespaceOf("self"), StartTimeOf("self")}; }
 
+ProcessIdentity IdentityOf(int pid) {
+  if (pid <= 0) return {};
+  return {PidNamespaceOf(std::to_string(pid)), StartTimeOf(std::to_string(pid))};
+}
+
 bool IsThisProcess(int pid, const ProcessIdentity& claimed) {
   if (pid <= 0 || claimed.pid_ns == 0 || claimed.start_time == 0) return false;
+  // The claim's namespace must be ours: /proc/PID/ns/pid names the namespace the process
+  // itself is in, which for a process of a child namespace differs from the one it claims.
   return claimed.pid_ns == ThisProcessIdentity().pid_ns && StartTimeOf(std::to_string(pid)) == claimed.start_time;
 }
 

@@ -45,6 +45,8 @@ struct ProcessIdentity {
   uint64_t start_time = 0;
 };
 ProcessIdentity ThisProcessIdentity();
+// Another process's, as this one sees it (zeros when it is gone).
+ProcessIdentity IdentityOf(int pid);
 // Whether `pid`, as this process sees it, is the process that claims to be it with `claimed`:
 // the same PID namespace as this one, and that pid's start time. False when unknown.
 bool IsThisProcess(int pid, const ProcessIdentity& claimed);

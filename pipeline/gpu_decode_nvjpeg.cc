@@ -405,7 +405,8 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
   r.n_hybrid += hybrid.size();
   r.n_cpu += cpu_count;
 
-  // Dense positions: the failed samples leave no gap.
+  // Every sample at its own position; a failed one then takes its replacement's (as
+  // Pipeline::FillFailed does on the host).
   uint8_t* dst = r.staging + job.slot * r.slot_bytes;
   uint32_t tasks = 0, out = 0;
   {
@@ -422,9 +423,9 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
         t.width = g.box.width;
         t.height = g.box.height;
         t.flip = g.box.flip ? 1 : 0;
-        t.dst_index = out;
+        t.dst_index = i;
       } else {
-        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst + out * sample_bytes, host_staging + i * sample_bytes, sample_bytes,
+        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst + i * sample_bytes, host_staging + i * sample_bytes, sample_bytes,
                                            cudaMemcpyHostToDevice, l.stream));
       }
       ++out;
@@ -435,6 +436,12 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(l.tasks_device, l.tasks_host, sizeof(ResizeCropTask) * tasks,
                                        cudaMemcpyHostToDevice, l.stream));
     RETURN_NOT_OK(ResizeCropBatchOnDevice(l.tasks_device, tasks, r.opts.augment.size, dst, l.stream));
+  }
+  for (uint32_t i = 0; i < n && out > 0; ++i) {
+    if (!failed[i]) continue;
+    const uint32_t from = *ReplacementFor(i, failed);  // one exists: out > 0 samples decoded
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst + i * sample_bytes, dst + from * sample_bytes, sample_bytes,
+                                       cudaMemcpyDeviceToDevice, l.stream));
   }
   // The producer publishes once this returns: the slot's device staging must be complete.
   // This wait sleeps (serve sets cudaDeviceScheduleBlockingSync; phase 1 measured 0.2 µs of

@@ -186,26 +186,42 @@ void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
   }
 }
 
-uint32_t Pipeline::Compact(BatchJob& job) const {
+std::optional<uint32_t> ReplacementFor(uint32_t i, const std::vector<bool>& failed) {
+  const uint32_t n = static_cast<uint32_t>(failed.size());
+  for (uint32_t k = 1; k < n; ++k)
+    if (!failed[(i + k) % n]) return (i + k) % n;
+  return std::nullopt;
+}
+
+bool Pipeline::Resubmit(std::unique_ptr<BatchJob>& job) {
+  if (job->substitutions >= kMaxSubstitutions || dataset_->size() < 2) return false;
+  ++job->substitutions;
+  const auto n = static_cast<int64_t>(dataset_->size());
+  for (int64_t& index : job->indices) index = (index + 1) % n;
+  job->failures.clear();
+  job->fatal = Status::OK();
+  Submit(std::move(job));
+  return true;
+}
+
+uint32_t Pipeline::FillFailed(BatchJob& job) const {
   const uint32_t n = static_cast<uint32_t>(job.indices.size());
   if (job.failures.empty()) return n;
-  std::vector<bool> bad(n, false);
-  for (const auto& f : job.failures) bad[f.first] = true;
+  std::vector<bool> failed(n, false);
+  for (const auto& f : job.failures) failed[f.first] = true;
   const uint64_t sample_bytes = layout_.sample_bytes();
   auto* idx = reinterpret_cast<int64_t*>(job.slot_base + layout_.indices_offset);
   auto* lbl = reinterpret_cast<int64_t*>(job.slot_base + layout_.labels_offset);
   uint8_t* data = job.slot_base + layout_.data_offset;
-  uint32_t out = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    if (bad[i]) continue;
-    if (out != i) {
-      idx[out] = idx[i];
-      lbl[out] = lbl[i];
-      if (gpu_.empty()) std::memmove(data + out * sample_bytes, data + i * sample_bytes, sample_bytes);
-    }
-    ++out;
+    if (!failed[i]) continue;
+    const std::optional<uint32_t> r = ReplacementFor(i, failed);
+    if (!r) return 0;  // nothing of this batch decoded
+    idx[i] = idx[*r];
+    lbl[i] = lbl[*r];
+    if (gpu_.empty()) std::memcpy(data + i * sample_bytes, data + *r * sample_bytes, sample_bytes);
   }
-  return out;
+  return n;
 }
 
 }  // namespace coloader

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,7 +40,13 @@ struct BatchJob {
   std::vector<GpuSample> gpu;  // with --decode gpu: what each position left for the GPU lane
   uint32_t decoder = 0;        // with --decode gpu: which GPU's stage decodes it (seq mod count)
   Status fatal;                // the GPU failed on this batch (not a file): the run stops
+  uint32_t substitutions = 0;  // times none of its samples decoded and it went round again
 };
+
+// The position whose sample takes the place of failed position `i` of a batch: the next one
+// that did not fail, wrapping around; nullopt when none did. A function of which positions
+// failed only, so the CPU and GPU paths agree and an epoch replays alike.
+std::optional<uint32_t> ReplacementFor(uint32_t i, const std::vector<bool>& failed);
 
 class Pipeline {
  public:
@@ -63,10 +70,20 @@ class Pipeline {
   size_t in_flight() const { return in_flight_.load(); }
   int workers() const { return static_cast<int>(threads_.size()); }
 
-  // Removes the samples that failed from a completed job's slot, moving the later ones down
-  // so that the batch stays dense. Returns the new count. (With --decode gpu the device
-  // staging is written dense already; only the indices and labels move.)
-  uint32_t Compact(BatchJob& job) const;
+  // Gives each sample that failed in a completed job's slot the sample of its replacement
+  // (ReplacementFor: its data, index and label), so that every batch keeps its count and every
+  // consumer and group rank its share whatever is skipped. Returns the batch's count: its
+  // size, or 0 when every sample failed. (With --decode gpu the stage fills the device staging
+  // the same way; only the indices and labels are set here.)
+  uint32_t FillFailed(BatchJob& job) const;
+
+  // A completed job none of whose samples decoded (FillFailed returned 0) has nothing to lend
+  // its positions; it goes round again with each index replaced by the one after it in the
+  // dataset (indices + 1, then + 2, ...: a function of the batch's own indices, so a replay
+  // agrees), at most kMaxSubstitutions times. Returns false, leaving the job with the caller,
+  // once those are spent: the batch is then published empty.
+  static constexpr uint32_t kMaxSubstitutions = 16;
+  bool Resubmit(std::unique_ptr<BatchJob>& job);
 
   // With --decode gpu: a completed job's finished uint8 NHWC batch on the GPU that decoded it,
   // and that GPU; nullptr and -1 otherwise.

@@ -155,7 +155,6 @@ void Producer::Impl::PublishReady() {
   while (!done.empty() && done.begin()->first == next_publish_seq && Receivers() > 0) {
     std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
     done.erase(done.begin());
-    ++next_publish_seq;
 
     if (!job->fatal.ok()) {
       if (fatal.ok()) fatal = job->fatal;
@@ -179,8 +178,12 @@ void Producer::Impl::PublishReady() {
         ring.Abandon(job->slot);
         return;
       }
-      count = pipeline ? pipeline->Compact(*job) : count;
+      count = pipeline ? pipeline->FillFailed(*job) : count;
+      // Nothing of it decoded: it comes back in its place in the sequence with other files,
+      // so that it keeps its size too (a group's ranks stay in step even with batches of 1).
+      if (count == 0 && pipeline && pipeline->Resubmit(job)) return;
     }
+    ++next_publish_seq;
 
     if (!device_rings.empty()) {
       // One upload per GPU that has a consumer now; a host copy if anyone reads the host path.

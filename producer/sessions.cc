@@ -273,8 +273,9 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     w.has_device = true;
     w.device = device_rings[s.ring]->table();
   }
-  if (!remote) {
-    // A local process (it shares our /dev/shm): give it a mailbox.
+  if (!remote && hello.pid > 0) {
+    // A local process (it shares our /dev/shm; a pid of 0 asks for announcements as messages):
+    // give it a mailbox.
     for (uint32_t i = 0; i < kMailboxes; ++i) {
       if (mailbox_used[i]) continue;
       mailbox_used[i] = true;

@@ -139,6 +139,47 @@ TEST_F(GroupsTest, MixedGroupsAndAPlainConsumerOnOneProducerAreEachExact) {
   EXPECT_NE(producer->Stderr().find("group job-a: all 4 rank(s) attached"), std::string::npos) << producer->Stderr();
 }
 
+TEST_F(GroupsTest, BadFilesLeaveEveryRankTheSameNumberOfBatches) {
+  // The hardening issue's case: 42 files of which 2 are bad, a 2-rank group with batches of 1,
+  // --on-bad-file skip. Before, a skipped file left a hole in one rank's share (21 batches to
+  // one rank, 7 to the other: a DDP job hangs in its all-reduce); now its place is taken by the
+  // next good sample of its producer batch, so both ranks get 21 and a plain consumer's len()
+  // is what it reads. With producer batches of 1 a bad file's batch has no good sample: it
+  // goes round again with the next file of the dataset.
+  const std::string data = tmp_.path() + "/withbad";
+  testing::MakeImageFolder(data, 40, 2);
+  testing::WriteFile(data + "/class0/zz_text.jpg", "this is not an image");
+  const std::string jpeg = testing::ReadFile(data + "/class1/img00001.jpg");
+  testing::WriteFile(data + "/class1/zz_truncated.jpg", jpeg.substr(0, jpeg.size() / 2));
+  for (const char* producer_batch : {"4", "1"}) {
+    SCOPED_TRACE(std::string("producer batches of ") + producer_batch);
+    const std::string name = std::string("b") + producer_batch;
+    std::vector<std::string> args = {"serve", "--data", data, "--name", name, "--image-size", "16", "--quiet",
+                                     "--batch-size", producer_batch, "--epochs", "2", "--min-consumers", "3"};
+    Child producer(Coloader(args), env_);
+    ASSERT_TRUE(producer.WaitForStderr("serving", 20000)) << producer.Stderr();
+    auto ranks = Group(name, "job", 2, 1);
+    auto plain = Consume(name, {"--batch-size", "5"});
+    for (auto& r : ranks) {
+      ASSERT_EQ(r->Wait(), 0) << r->Stderr();
+      const auto epochs = ParseJsonLines(r->Stdout());
+      EXPECT_EQ(epochs.size(), 2u) << r->Stdout();
+      for (const JsonLine& e : epochs) {
+        EXPECT_EQ(U64(e, "batches"), 21u) << r->Stdout();
+        EXPECT_EQ(U64(e, "expected_batches"), 21u);
+      }
+    }
+    ASSERT_EQ(plain->Wait(), 0) << plain->Stderr();
+    for (const JsonLine& e : ParseJsonLines(plain->Stdout())) {
+      EXPECT_EQ(U64(e, "batches"), U64(e, "expected_batches")) << "len() is what an epoch yields";
+      EXPECT_EQ(U64(e, "samples"), 42u);
+      EXPECT_EQ(U64(e, "unique_samples"), 40u);
+    }
+    EXPECT_EQ(producer.Wait(20000), 0) << producer.Stderr();
+    EXPECT_NE(producer.Stderr().find("zz_text.jpg"), std::string::npos) << producer.Stderr();
+  }
+}
+
 TEST_F(GroupsTest, AGroupOfOneIsThePlainConsumer) {
   auto producer = Serve("p", {"--batch-size", "16", "--epochs", "2", "--min-consumers", "2", "--no-shuffle"});
   auto one = Consume("p", {"--group", "solo", "--rank", "0", "--world-size", "1", "--batch-size", "10"});

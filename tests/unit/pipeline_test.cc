@@ -302,13 +302,13 @@ TEST_F(PipelineTest, AJobOfZeroSamplesCompletes) {
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0]->seq, 7u);
   EXPECT_TRUE(done[0]->failures.empty());
-  EXPECT_EQ(pipeline_->Compact(*done[0]), 0u);
+  EXPECT_EQ(pipeline_->FillFailed(*done[0]), 0u);
   EXPECT_EQ(pipeline_->in_flight(), 0u);
   EXPECT_TRUE(DataUntouched(3, 0));
   EXPECT_EQ(Indices(3)[0], static_cast<int64_t>(0xEEEEEEEEEEEEEEEEull));
 }
 
-TEST_F(PipelineTest, BadFilesAreRecordedWithTheirPathAndCompactMovesTheGoodSamplesDense) {
+TEST_F(PipelineTest, BadFilesAreRecordedWithTheirPathAndTakeTheNextGoodSamplesPlace) {
   MakePipeline(3);
   // good, bad, good, good, bad, good, bad, good
   const std::vector<int64_t> indices = {good_[6], bad_[0], good_[13], good_[2], bad_[1], good_[18], bad_[2], good_[7]};
@@ -328,29 +328,39 @@ TEST_F(PipelineTest, BadFilesAreRecordedWithTheirPathAndCompactMovesTheGoodSampl
   EXPECT_NE(failures[0].second.find("empty"), std::string::npos) << failures[0].second;
   EXPECT_NE(failures[1].second.find("truncated"), std::string::npos) << failures[1].second;
 
-  EXPECT_EQ(pipeline_->Compact(job), 5u);
-  const std::vector<int64_t> kept = {good_[6], good_[13], good_[2], good_[18], good_[7]};
-  for (uint32_t pos = 0; pos < kept.size(); ++pos) EXPECT_TRUE(HoldsSample(1, pos, kept[pos], 2));
+  // The batch keeps its 8 samples (every consumer and group rank its count): each bad one
+  // takes the next good one's sample, index and label (position 6 wraps to 7, 4 to 5, 1 to 2).
+  EXPECT_EQ(pipeline_->FillFailed(job), 8u);
+  const std::vector<int64_t> want = {good_[6], good_[13], good_[13], good_[2], good_[18], good_[18], good_[7], good_[7]};
+  for (uint32_t pos = 0; pos < want.size(); ++pos) EXPECT_TRUE(HoldsSample(1, pos, want[pos], 2)) << "position " << pos;
 }
 
-TEST_F(PipelineTest, CompactLeavesABatchWithoutFailuresAsItIs) {
+TEST(ReplacementTest, TheNextGoodPositionWrappingOrNone) {
+  EXPECT_EQ(ReplacementFor(1, {false, true, false}), 2u);
+  EXPECT_EQ(ReplacementFor(2, {false, false, true}), 0u);  // wraps to the batch's start
+  EXPECT_EQ(ReplacementFor(0, {true, true, false}), 2u);
+  EXPECT_EQ(ReplacementFor(0, {true, true}), std::nullopt);
+  EXPECT_EQ(ReplacementFor(0, {true}), std::nullopt);
+}
+
+TEST_F(PipelineTest, FillFailedLeavesABatchWithoutFailuresAsItIs) {
   MakePipeline(2);
   const std::vector<int64_t> indices = {good_[3], good_[1], good_[4]};
   pipeline_->Submit(Job(0, 0, 0, indices));
   Jobs done = WaitForJobs(*pipeline_, 1);
   ASSERT_EQ(done.size(), 1u);
   const std::vector<uint8_t> before(Slot(0), Slot(0) + layout_.slot_bytes);
-  EXPECT_EQ(pipeline_->Compact(*done[0]), 3u);
+  EXPECT_EQ(pipeline_->FillFailed(*done[0]), 3u);
   EXPECT_TRUE(std::equal(before.begin(), before.end(), Slot(0)));
 }
 
-TEST_F(PipelineTest, ABatchOfOnlyBadFilesCompactsToNothing) {
+TEST_F(PipelineTest, ABatchOfOnlyBadFilesHasNothingToGive) {
   MakePipeline(2);
   pipeline_->Submit(Job(0, 0, 0, bad_));
   Jobs done = WaitForJobs(*pipeline_, 1);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0]->failures.size(), 3u);
-  EXPECT_EQ(pipeline_->Compact(*done[0]), 0u);
+  EXPECT_EQ(pipeline_->FillFailed(*done[0]), 0u);
 }
 
 TEST_F(PipelineTest, EventFdIsReadableOnlyWhileCompletedJobsWait) {
