@@ -80,7 +80,12 @@ def main():
     p.add_argument("--step-ms", type=float, default=0, help="extra time per step (tests: a slower model)")
     args = p.parse_args()
 
-    cuda = torch.cuda.is_available()
+    # A GPU per local rank, or the CPU (NCCL cannot put two ranks on one GPU).
+    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    cuda = torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks
+    if torch.cuda.is_available() and not cuda:
+        print("ddp_train: %d local ranks and %d GPU(s): training on the CPU (gloo)"
+              % (local_ranks, torch.cuda.device_count()), file=sys.stderr, flush=True)
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))

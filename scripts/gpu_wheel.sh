@@ -144,13 +144,19 @@ elif [[ $what == smoke ]]; then
   :  # steps 1-3 only
 elif [[ $what == contract ]]; then
   # CONTRACT names the steps (default all): bench (first: its figures come back even if a suite
-  # overruns the command's limit), gpu_test, pytest (PYTEST_FILES: which files).
+  # overruns the command's limit), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
+  # which files).
   steps=${CONTRACT:-bench,gpu_test,pytest}
   if [[ ,$steps, == *,bench,* ]]; then
     echo "== what a job's own batches cost, host and device path (benchmarks/isolation_cost.py)"
     nvidia-smi --query-gpu=name --format=csv,noheader >"$out/isolation_cost.log"
     python3 benchmarks/isolation_cost.py --data "$data" --batches "${BENCH_BATCHES:-20}" --repeats "${BENCH_REPEATS:-3}" \
       --out "$out/isolation_cost.json" 2>&1 | tee -a "$out/isolation_cost.log" | tail -8
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,gpu_decode,* ]]; then
+    echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
+    .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   if [[ ,$steps, == *,gpu_test,* ]]; then
