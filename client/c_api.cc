@@ -12,6 +12,7 @@
 
 
 #include "client/consumer.h"
+#include "client/log.h"
 #include "common/c_abi_internal.h"
 
 #ifndef COLOADER_VERSION
@@ -38,6 +39,8 @@ extern "C" {
 const char* coloader_last_error(void) { return coloader::c_abi::LastError().c_str(); }
 
 const char* coloader_version(void) { return COLOADER_VERSION; }
+
+void coloader_set_log_handler(coloader_log_handler handler, void* user) { coloader::SetLogHandler(handler, user); }
 
 size_t coloader_struct_size(const char* name) {
   if (name == nullptr) return 0;

@@ -2,6 +2,7 @@
 // closing. The handshake runs in bounded steps (Connecting::Finish), so that a caller can
 // check for Ctrl-C between them.
 #include "client/consumer_internal.h"
+#include "client/log.h"
 
 #include <sys/sysinfo.h>
 
@@ -63,10 +64,10 @@ class Handshake {
   }
 
   Status Begin() {
-    ASSIGN_OR_RETURN(state_->sink->wake, EventFd::Make());
+    COLOADER_ASSIGN_OR_RETURN(state_->sink->wake, EventFd::Make());
     const ConsumerOptions& o = state_->opts;
     if (o.endpoint.empty()) {
-      ASSIGN_OR_RETURN(paths_, PathsFor(o.name));
+      COLOADER_ASSIGN_OR_RETURN(paths_, PathsFor(o.name));
       state_->endpoint = paths_.endpoint;
       return Status::OK();
     }
@@ -91,11 +92,11 @@ class Handshake {
     const Clock::time_point slice_end =
         wait_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(wait_ms);
     if (!dialed_) {
-      ASSIGN_OR_RETURN(bool live, Locate(slice_end));
+      COLOADER_ASSIGN_OR_RETURN(bool live, Locate(slice_end));
       if (!live) return Status::Again();
-      RETURN_NOT_OK(Dial());
+      COLOADER_RETURN_NOT_OK(Dial());
     }
-    ASSIGN_OR_RETURN(std::optional<zmq::message_t> reply, AwaitReply(slice_end));
+    COLOADER_ASSIGN_OR_RETURN(std::optional<zmq::message_t> reply, AwaitReply(slice_end));
     if (!reply) return Status::Again();
     return Adopt(*reply);
   }
@@ -110,8 +111,8 @@ class Handshake {
     if (!live() && o.wait_for_producer_ms > 0 && !said_waiting_) {
       // Jobs launched together with their producer may come first: say once what we wait for.
       said_waiting_ = true;
-      std::fprintf(stderr, "coloader: waiting up to %.0f s for producer '%s' to start (at %s)\n",
-                   o.wait_for_producer_ms / 1000.0, o.name.c_str(), paths_.socket.c_str());
+      Log(LogLevel::kInfo, "waiting up to " + std::to_string((o.wait_for_producer_ms + 500) / 1000) +
+                               " s for producer '" + o.name + "' to start (at " + paths_.socket + ")");
     }
     while (!live()) {
       if (Clock::now() >= producer_deadline_) {
@@ -141,7 +142,7 @@ class Handshake {
     if (curve_) {
       if (!tcp_)
         return Status::Invalid("CURVE keys apply to tcp:// endpoints; local producers are reached through the private run directory");
-      ASSIGN_OR_RETURN(our_key_, UseCurveClientKeys(sock, o.curve_key_file, o.curve_server_key));
+      COLOADER_ASSIGN_OR_RETURN(our_key_, UseCurveClientKeys(sock, o.curve_key_file, o.curve_server_key));
     }
     if (tcp_) {
       // On tcp, a refused key shows only as a failed handshake: watch for it to say so.
@@ -220,7 +221,7 @@ class Handshake {
         }
         return std::optional<zmq::message_t>(std::move(reply));
       }
-      if (items.size() > 1 && (items[1].revents & ZMQ_POLLIN)) RETURN_NOT_OK(ReadMonitorEvent());
+      if (items.size() > 1 && (items[1].revents & ZMQ_POLLIN)) COLOADER_RETURN_NOT_OK(ReadMonitorEvent());
       if (Clock::now() >= reply_deadline_) return NoAnswer();
       if (Clock::now() >= slice_end) return std::optional<zmq::message_t>();
     }
@@ -302,13 +303,13 @@ class Handshake {
     auto* welcome = std::get_if<Welcome>(&*m);
     if (!welcome) return Status::Protocol(std::string("expected Welcome from the producer, got ") + MessageTypeName(*m));
     s.welcome = *welcome;
-    RETURN_NOT_OK(MapMemory());
+    COLOADER_RETURN_NOT_OK(MapMemory());
     if (s.opts.batch_size == 0) s.opts.batch_size = s.welcome.slots.batch_size;
-    RETURN_NOT_OK(CheckBatchFits());
+    COLOADER_RETURN_NOT_OK(CheckBatchFits());
     if ((!s.opts.group.empty() || s.opts.resume) && s.welcome.epoch_samples == 0)
       return Status::Invalid(s.Who() + " does not say how many samples an epoch has, which a group's split needs");
     ConsumerState* raw = state_.get();
-    ASSIGN_OR_RETURN(s.io, StartThread("the consumer's I/O thread", [raw] { raw->IoLoop(); }));
+    COLOADER_ASSIGN_OR_RETURN(s.io, StartThread("the consumer's I/O thread", [raw] { raw->IoLoop(); }));
     return std::unique_ptr<Consumer>(new Consumer(std::move(state_)));
   }
 
@@ -436,7 +437,7 @@ Result<std::unique_ptr<Connecting>> Consumer::Start(ConsumerOptions opts) {
   const std::string target = opts.endpoint.empty() ? "producer '" + opts.name + "'" : opts.endpoint;
   auto h = std::make_unique<internal::Handshake>(std::move(opts));
   try {
-    RETURN_NOT_OK(h->Begin());
+    COLOADER_RETURN_NOT_OK(h->Begin());
   } catch (const zmq::error_t& e) {
     return Status::IOError("connecting to " + target + ": ZeroMQ failed: " + e.what());
   }
@@ -444,7 +445,7 @@ Result<std::unique_ptr<Connecting>> Consumer::Start(ConsumerOptions opts) {
 }
 
 Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Connecting> c, Start(std::move(opts)));
+  COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Connecting> c, Start(std::move(opts)));
   return c->Finish(-1);
 }
 }  // namespace coloader

@@ -57,7 +57,7 @@ Result<std::optional<BatchAnnouncement>> Consumer::Take(Clock::time_point slice_
         continue;
       return Status::Detached(s.Who() + " gave this consumer's mailbox to another: it was detached");
     }
-    RETURN_NOT_OK(WaitOver(slice_end));
+    COLOADER_RETURN_NOT_OK(WaitOver(slice_end));
     // At most 100 ms at a time: the I/O thread rings on any change, this only bounds the wait.
     Clock::time_point until = std::min(slice_end, Clock::now() + std::chrono::milliseconds(100));
     if (s.opts.timeout_ms > 0) {
@@ -81,7 +81,7 @@ Status Consumer::WaitOver(Clock::time_point slice_end) {
   const uint64_t waited_ms = (now - wait_since_ns_) / 1000000;
   if (!o.group.empty() && !last_taken_ && !group_checked_ && waited_ms >= static_cast<uint64_t>(o.group_wait_ms)) {
     group_checked_ = true;
-    RETURN_NOT_OK(CheckGroupComplete());
+    COLOADER_RETURN_NOT_OK(CheckGroupComplete());
   }
   if (o.timeout_ms > 0 && waited_ms >= static_cast<uint64_t>(o.timeout_ms)) {
     wait_since_ns_ = 0;
@@ -116,7 +116,7 @@ Status Consumer::SkipRestOfEpoch(Clock::time_point slice_end) {
   while (!epoch_ended_ || (split_mode() && !stream_epoch_done_)) {
     if (current_ && (current_->a.flags & kBatchLastInEpoch)) break;
     current_.reset();
-    ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
+    COLOADER_ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
     if (!a) {
       stream_ended_ = true;
       break;
@@ -145,7 +145,7 @@ Status Consumer::Attach() {
 
 Result<bool> Consumer::NextEpoch(int wait_ms) {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
-  RETURN_NOT_OK(Attach());
+  COLOADER_RETURN_NOT_OK(Attach());
   if (!stopped_.ok()) return StreamStopped(stopped_);
   const Clock::time_point slice_end = SliceEnd(wait_ms);
   // A batch whose assembly a timeout interrupted belongs to the epoch being left: drop it
@@ -154,7 +154,7 @@ Result<bool> Consumer::NextEpoch(int wait_ms) {
   gathering_.clear();
   assembling_.reset();
   if (in_epoch_ && (!epoch_ended_ || (split_mode() && !stream_epoch_done_)))
-    RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
+    COLOADER_RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
   current_.reset();
   for (;;) {
     if (stream_ended_) return false;
@@ -172,11 +172,11 @@ Result<bool> Consumer::NextEpoch(int wait_ms) {
     epoch_ended_ = false;
     offset_ = 0;
     if (!split_mode()) return true;
-    ASSIGN_OR_RETURN(bool take, StartSplit(*a));
+    COLOADER_ASSIGN_OR_RETURN(bool take, StartSplit(*a));
     if (take) return true;
     // A resume passes over this epoch whole (the saved one is still to come, or is gone).
     stream_epoch_done_ = false;
-    RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
+    COLOADER_RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
     current_.reset();
   }
 }

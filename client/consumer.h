@@ -1,12 +1,12 @@
 // The consumer library: connect to a producer by name (or endpoint), map its ring once, and
 // iterate epochs of batches of any size.
 //
-//   ASSIGN_OR_RETURN(auto consumer, Consumer::Connect({.name = "imagenet", .batch_size = 96}));
+//   COLOADER_ASSIGN_OR_RETURN(auto consumer, Consumer::Connect({.name = "imagenet", .batch_size = 96}));
 //   while (true) {
-//     ASSIGN_OR_RETURN(bool more, consumer->NextEpoch());
+//     COLOADER_ASSIGN_OR_RETURN(bool more, consumer->NextEpoch());
 //     if (!more) break;                                  // the producer finished or stopped
 //     for (;;) {
-//       ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer->Next());
+//       COLOADER_ASSIGN_OR_RETURN(std::optional<Batch> batch, consumer->Next());
 //       if (!batch) break;                               // end of this epoch
 //       use(batch->data(), batch->size());                // a view into shared memory
 //     }                                                  // the lease ends with `batch`

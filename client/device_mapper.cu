@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "client/device_mapper.h"
+#include "client/log.h"
 #include "common/cuda_internal.h"
 #include "common/process.h"
 
@@ -136,8 +137,10 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
     // slot that a kernel may still read.
     static std::atomic<bool> said{false};
     if (!said.exchange(true)) {
-      std::fprintf(stderr, "coloader: cannot order a release after the work on stream %p (%s); acking at once\n",
-                   stream, cudaGetErrorString(err));
+      char where[32];
+      std::snprintf(where, sizeof where, "%p", stream);
+      Log(LogLevel::kWarning, std::string("cannot order a release after the work on stream ") + where + " (" +
+                                  cudaGetErrorString(err) + "); acking at once");
     }
     done();
     return;
@@ -148,8 +151,7 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
       Result<std::thread> t = StartThread("the consumer's release thread", [this] { ReleaseLoop(); });
       if (!t.ok()) {
         // No thread to wait with (the thread limit): wait here, once; correct, if slower.
-        std::fprintf(stderr, "coloader: %s; releases wait for their stream on the caller's thread\n",
-                     t.status().message().c_str());
+        Log(LogLevel::kWarning, t.status().message() + "; releases wait for their stream on the caller's thread");
         cudaEventSynchronize(event);
         cudaEventDestroy(event);
         done();

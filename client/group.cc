@@ -3,9 +3,9 @@
 // of the few padding positions its last batch repeats. A member batch within one producer
 // slot is a view, as for a plain consumer; one that straddles slots, or holds padding, is
 // gathered.
-#include <cstdio>
 
 #include "client/consumer_internal.h"
+#include "client/log.h"
 
 namespace coloader {
 
@@ -28,7 +28,7 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
       // still to come. Pass over this one whole.
       resume_note_ = "the producer served epoch " + std::to_string(a.epoch) + " before the saved " + where +
                      "; it was skipped";
-      std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+      Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
       return false;
     }
     resume_pending_ = false;
@@ -58,8 +58,8 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
       resume_note_ = "was at position " + std::to_string(a.first) + " of " + where + ", past this group's resume point " +
                      std::to_string(at) + ": the rest of " + where + " (" + std::to_string(lost) +
                      " samples of this rank) is skipped; continuing at the next whole epoch";
-      std::fprintf(stderr, "coloader: %s %s (restart the producer with `coloader serve --resume STATE` to "
-                   "resume exactly)\n", state_->Who().c_str(), resume_note_.c_str());
+      Log(LogLevel::kWarning, state_->Who() + " " + resume_note_ +
+                                  " (restart the producer with `coloader serve --resume STATE` to resume exactly)");
       return false;
     }
     // Past the saved epoch: exact if that epoch's share was all taken and this is the next
@@ -71,7 +71,7 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
     if (!(complete && a.epoch == o.resume_epoch + 1 && a.first == 0)) {
       resume_note_ = "had moved on to epoch " + std::to_string(a.epoch) + " past the saved " + where +
                      ": its rest is skipped";
-      std::fprintf(stderr, "coloader: %s %s\n", state_->Who().c_str(), resume_note_.c_str());
+      Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
     }
   }
   auto plan = PlanSplit(split_);
@@ -117,17 +117,17 @@ Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
       // On the device: the copy is ordered on `stream` after the producer's work on the
       // slot, and the slot's release after the copy.
       if (!(current_->waited && current_->waited_stream == stream)) {
-        RETURN_NOT_OK(m->StreamWaitSlot(a.slot, stream));
+        COLOADER_RETURN_NOT_OK(m->StreamWaitSlot(a.slot, stream));
         current_->waited = true;
         current_->waited_stream = stream;
       }
       if (!stash_device_) {
-        ASSIGN_OR_RETURN(stash_device_, m->Allocate(labels_bytes + slots * sample_bytes, stream));
+        COLOADER_ASSIGN_OR_RETURN(stash_device_, m->Allocate(labels_bytes + slots * sample_bytes, stream));
         stash_stream_ = stream;
       }
       const DeviceTable& d = state_->welcome.device;
-      RETURN_NOT_OK(m->CopyAsync(stash_device_ + 8 * slot, current_->device_base + d.labels_offset + 8ull * i, 8, stream));
-      RETURN_NOT_OK(m->CopyAsync(stash_device_ + labels_bytes + slot * sample_bytes,
+      COLOADER_RETURN_NOT_OK(m->CopyAsync(stash_device_ + 8 * slot, current_->device_base + d.labels_offset + 8ull * i, 8, stream));
+      COLOADER_RETURN_NOT_OK(m->CopyAsync(stash_device_ + labels_bytes + slot * sample_bytes,
                                  current_->device_base + d.data_offset + i * sample_bytes, sample_bytes, stream));
       current_->stream = stream;
       current_->on_stream = true;
@@ -150,7 +150,7 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
         return Status::OK();
       }
       current_.reset();
-      ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
+      COLOADER_ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
       if (!a) {  // the producer served every epoch
         stream_ended_ = true;
         stream_epoch_done_ = true;
@@ -161,7 +161,7 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
         stream_epoch_done_ = true;
         return Status::OK();
       }
-      ASSIGN_OR_RETURN(current_, OpenSlot(*a));
+      COLOADER_ASSIGN_OR_RETURN(current_, OpenSlot(*a));
       offset_ = 0;
       continue;
     }
@@ -172,17 +172,17 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
     const bool take = pieces != nullptr && pos >= take_from;
     if (pieces != nullptr && pos < take_from) n = std::min<uint64_t>(n, take_from - pos);
     const auto count = static_cast<uint32_t>(n);
-    RETURN_NOT_OK(Stash(offset_, count, stream));
+    COLOADER_RETURN_NOT_OK(Stash(offset_, count, stream));
     if (take) {
       if (state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
-        RETURN_NOT_OK(state_->mapper->StreamWaitSlot(current_->a.slot, stream));
+        COLOADER_RETURN_NOT_OK(state_->mapper->StreamWaitSlot(current_->a.slot, stream));
         current_->waited = true;
         current_->waited_stream = stream;
       }
       pieces->push_back({current_, offset_, count});
       current_->stream = stream;
       current_->on_stream = true;
-      if (pieces->size() > 1 || *gathered || copies_every_batch()) RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
+      if (pieces->size() > 1 || *gathered || copies_every_batch()) COLOADER_RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
     }
     offset_ += count;
     // A slot passed to its end is let go by the cursor (the last one of the epoch is kept
@@ -207,8 +207,8 @@ Status Consumer::AppendPadding(Batch& b, void* stream) {
       const internal::PadSample& p = it->second;
       const uint64_t at = b.count_;
       if (m) {
-        RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * at, stash_device_ + 8ull * p.device_slot, 8, stream));
-        RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + at * sample_bytes,
+        COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * at, stash_device_ + 8ull * p.device_slot, 8, stream));
+        COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + at * sample_bytes,
                                    stash_device_ + stash_labels + p.device_slot * sample_bytes, sample_bytes, stream));
       } else {
         std::memcpy(b.owned_.get() + at * sample_bytes, p.pixels.data(), sample_bytes);

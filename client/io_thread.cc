@@ -1,6 +1,7 @@
 // The consumer's I/O thread: heartbeats, acks, the user thread's Attach and status requests,
 // announcements sent as messages, Reclaim, End, and the producer's goodbye or death.
 #include "client/consumer_internal.h"
+#include "client/log.h"
 
 namespace coloader {
 namespace internal {
@@ -18,8 +19,8 @@ void ConsumerState::GiveBack(uint64_t seq) {
   // The batch's tensors keep their address and contents: only the pages still shared with the
   // ring are copied (those written already are this process's own).
   if (Status st = lease->view.Detach(); !st.ok()) {
-    std::fprintf(stderr, "coloader: %s asked for batch %llu back, which this consumer keeps: %s\n", Who().c_str(),
-                 static_cast<unsigned long long>(seq), st.message().c_str());
+    Log(LogLevel::kWarning, Who() + " asked for batch " + std::to_string(seq) +
+                                " back, which this consumer keeps: " + st.message());
     return;
   }
   if (!lease->acked.exchange(true)) QueueAck(seq);

@@ -21,7 +21,7 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
     g.epoch_ = epoch_;
     g.ready_ns_ = pieces.empty() ? 0 : pieces.front().lease->a.ready_ns;  // empty: padding only
     if (m) {
-      ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
+      COLOADER_ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
       g.owned_device_ = internal::DeviceBuffer(device, internal::FreeOnStream{state_, stream});
       g.device_ = m->device();
     } else {
@@ -42,9 +42,9 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
     if (m) {
       // Stream-ordered: the source slot's ack waits for these copies (its lease is on `stream`).
       const DeviceTable& d = state_->welcome.device;
-      RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
+      COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
                                  8ull * p.count, stream));
-      RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + done * sample_bytes,
+      COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + done * sample_bytes,
                                  p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes,
                                  stream));
     } else {
@@ -82,7 +82,7 @@ Result<std::shared_ptr<SlotLease>> Consumer::OpenSlot(const BatchAnnouncement& a
   } else if (!s.opts.zero_copy && !s.local_slots) {
     // Host path: this consumer's own copy-on-write view of the slot. Reading it is zero-copy;
     // a page the job writes becomes its own; a Reclaim copies the rest and gives the slot back.
-    ASSIGN_OR_RETURN(lease->view, PrivateView::Map(s.shm, offset, s.welcome.slots.slot_bytes));
+    COLOADER_ASSIGN_OR_RETURN(lease->view, PrivateView::Map(s.shm, offset, s.welcome.slots.slot_bytes));
     lease->base = lease->view.data();
     std::lock_guard<std::mutex> lock(s.leases_mu);
     s.leases[a.seq] = lease;
@@ -140,7 +140,7 @@ Result<bool> Consumer::NextSlot(std::chrono::steady_clock::time_point slice_end,
     pending_ = a;
     return false;
   }
-  ASSIGN_OR_RETURN(current_, OpenSlot(*a));
+  COLOADER_ASSIGN_OR_RETURN(current_, OpenSlot(*a));
   offset_ = 0;
   return true;
 }

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/unique_fd.h"
+
 namespace coloader {
 
 namespace {
@@ -49,15 +51,14 @@ std::vector<KeyLine> Lines(const std::string& text) {
 }
 
 Status WriteNew(const std::string& path, const std::string& text, mode_t mode) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-  if (fd < 0) {
+  const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode));
+  if (!fd.valid()) {
     if (errno == EEXIST) return Status::AlreadyExists(path + " exists; remove it or choose another --out");
     return Status::FromErrno("cannot create " + path, errno);
   }
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int err = errno;
-  ::close(fd);
-  return ok ? Status::OK() : Status::FromErrno("cannot write " + path, err);
+  if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+    return Status::FromErrno("cannot write " + path, errno);
+  return Status::OK();
 }
 
 }  // namespace
@@ -69,7 +70,7 @@ Status CurveAvailable() {
 }
 
 Result<CurveKeyPair> GenerateCurveKeyPair() {
-  RETURN_NOT_OK(CurveAvailable());
+  COLOADER_RETURN_NOT_OK(CurveAvailable());
   char pub[kZ85KeyChars + 1], sec[kZ85KeyChars + 1];
   if (zmq_curve_keypair(pub, sec) != 0) return Status::FromErrno("zmq_curve_keypair", errno);
   return CurveKeyPair{pub, sec};
@@ -82,7 +83,7 @@ Status WriteCurveKeyFiles(const std::string& prefix, const CurveKeyPair& pair) {
     struct stat st {};
     if (::lstat(path.c_str(), &st) == 0) return Status::AlreadyExists(path + " exists; remove it or choose another --out");
   }
-  RETURN_NOT_OK(WriteNew(prefix + ".key",
+  COLOADER_RETURN_NOT_OK(WriteNew(prefix + ".key",
                          "# coloader CURVE key pair: keep secret\npublic " + pair.public_key + "\nsecret " +
                              pair.secret_key + "\n",
                          0600));
@@ -94,7 +95,7 @@ Status WriteCurveKeyFiles(const std::string& prefix, const CurveKeyPair& pair) {
 }
 
 Result<CurveKeyPair> ReadCurveKeyPair(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  COLOADER_ASSIGN_OR_RETURN(std::string text, ReadText(path));
   CurveKeyPair pair;
   for (const auto& [n, w] : Lines(text)) {
     if (w.size() == 2 && w[0] == "public") pair.public_key = w[1];
@@ -113,7 +114,7 @@ Result<CurveKeyPair> ReadCurveKeyPair(const std::string& path) {
 
 Result<std::string> ReadCurvePublicKey(const std::string& key_or_path) {
   if (IsZ85Key(key_or_path)) return key_or_path;
-  ASSIGN_OR_RETURN(std::string text, ReadText(key_or_path));
+  COLOADER_ASSIGN_OR_RETURN(std::string text, ReadText(key_or_path));
   for (const auto& [n, w] : Lines(text)) {
     if (w.size() == 1 && IsZ85Key(w[0])) return w[0];
     if (w.size() == 2 && w[0] == "public" && IsZ85Key(w[1])) return w[1];
@@ -123,7 +124,7 @@ Result<std::string> ReadCurvePublicKey(const std::string& key_or_path) {
 }
 
 Result<std::set<std::string>> ReadAuthorizedKeys(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  COLOADER_ASSIGN_OR_RETURN(std::string text, ReadText(path));
   std::set<std::string> keys;
   for (const auto& [line, w] : Lines(text)) {
     if (!IsZ85Key(w[0])) {
@@ -140,9 +141,9 @@ Result<std::string> UseCurveClientKeys(zmq::socket_t& sock, const std::string& k
                                        const std::string& server_key) {
   if (key_file.empty() || server_key.empty())
     return Status::Invalid("a CURVE connection needs both this side's key pair (--curve-key) and the producer's public key (--server-key)");
-  RETURN_NOT_OK(CurveAvailable());
-  ASSIGN_OR_RETURN(CurveKeyPair pair, ReadCurveKeyPair(key_file));
-  ASSIGN_OR_RETURN(std::string server, ReadCurvePublicKey(server_key));
+  COLOADER_RETURN_NOT_OK(CurveAvailable());
+  COLOADER_ASSIGN_OR_RETURN(CurveKeyPair pair, ReadCurveKeyPair(key_file));
+  COLOADER_ASSIGN_OR_RETURN(std::string server, ReadCurvePublicKey(server_key));
   sock.set(zmq::sockopt::curve_serverkey, server);
   sock.set(zmq::sockopt::curve_publickey, pair.public_key);
   sock.set(zmq::sockopt::curve_secretkey, pair.secret_key);

@@ -70,7 +70,7 @@ Result<std::string> RunDir() {
     dir = "/tmp/coloader-" + std::to_string(::geteuid());
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  RETURN_NOT_OK(EnsurePrivateDir(dir));
+  COLOADER_RETURN_NOT_OK(EnsurePrivateDir(dir));
   return dir;
 }
 
@@ -120,8 +120,8 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 }  // namespace
 
 Result<ProducerPaths> PathsFor(const std::string& name) {
-  RETURN_NOT_OK(ValidateName(name));
-  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  COLOADER_RETURN_NOT_OK(ValidateName(name));
+  COLOADER_ASSIGN_OR_RETURN(std::string dir, RunDir());
   return PathsIn(dir, name);
 }
 
@@ -130,13 +130,12 @@ Result<NameLock> NameLock::Acquire(const std::string& lock_path) {
   // the file we opened may be gone by the time our flock succeeds: then the lock is on an
   // orphan that nobody else will ever look at, and we try again on the path's new file.
   for (int attempt = 0;; ++attempt) {
-    int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return Status::FromErrno("cannot open lock file " + lock_path, errno);
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-      int err = errno;
+    UniqueFd fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!fd.valid()) return Status::FromErrno("cannot open lock file " + lock_path, errno);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
       char buf[32] = {};
-      ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
-      ::close(fd);
+      const ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
       if (err == EWOULDBLOCK) {
         std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
         while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
@@ -146,51 +145,33 @@ Result<NameLock> NameLock::Acquire(const std::string& lock_path) {
       return Status::FromErrno("cannot lock " + lock_path, err);
     }
     struct stat held {}, now {};
-    if (::fstat(fd, &held) == 0 && ::stat(lock_path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+    if (::fstat(fd.get(), &held) == 0 && ::stat(lock_path.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
         held.st_dev == now.st_dev) {
       char buf[32] = {};
-      const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      const ssize_t n = ::pread(fd.get(), buf, sizeof(buf) - 1, 0);
       const uint32_t previous = n > 0 ? static_cast<uint32_t>(std::strtoul(buf, nullptr, 10)) : 0;
       std::string pid = std::to_string(::getpid()) + "\n";
-      if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), pid.data(), pid.size(), 0) < 0) {
         // The pid is informative only; the lock itself is what matters.
       }
-      return NameLock(fd, lock_path, previous);
+      return NameLock(std::move(fd), lock_path, previous);
     }
-    ::close(fd);
     if (attempt >= 100) return Status::IOError("lock file " + lock_path + " keeps being replaced; is something removing it?");
   }
 }
 
 bool NameLock::IsHeld(const std::string& lock_path) {
-  int fd = ::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  ::close(fd);  // closing drops the shared lock we may have taken
-  return held;
-}
-
-NameLock& NameLock::operator=(NameLock&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = o.fd_;
-    path_ = std::move(o.path_);
-    previous_pid_ = o.previous_pid_;
-    o.fd_ = -1;
-  }
-  return *this;
-}
-
-NameLock::~NameLock() {
-  if (fd_ >= 0) ::close(fd_);
+  const UniqueFd fd(::open(lock_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  // Closing (on return) drops the shared lock we may have taken.
+  return ::flock(fd.get(), LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
 }
 
 void NameLock::Release() {
-  if (fd_ < 0) return;
+  if (!fd_.valid()) return;
   // Unlink while still holding the lock, so no newcomer locks a file that is about to vanish.
   ::unlink(path_.c_str());
-  ::close(fd_);
-  fd_ = -1;
+  fd_.Reset();
 }
 
 std::vector<std::string> RemoveProducerLeftovers(const ProducerPaths& p) {
@@ -203,7 +184,7 @@ std::vector<std::string> RemoveProducerLeftovers(const ProducerPaths& p) {
 }
 
 Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments) {
-  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  COLOADER_ASSIGN_OR_RETURN(std::string dir, RunDir());
   // Names with anything in the run directory or in /dev/shm under this directory's prefix.
   std::set<std::string> names;
   for (const std::string& f : ListDir(dir)) {
@@ -239,8 +220,8 @@ Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments) {
 }
 
 Result<std::vector<Leftover>> CleanLeftovers() {
-  ASSIGN_OR_RETURN(std::vector<Leftover> found, FindLeftovers());
-  ASSIGN_OR_RETURN(std::string dir, RunDir());
+  COLOADER_ASSIGN_OR_RETURN(std::vector<Leftover> found, FindLeftovers());
+  COLOADER_ASSIGN_OR_RETURN(std::string dir, RunDir());
   std::map<std::string, std::vector<Leftover>> by_name;
   for (Leftover& l : found) by_name[l.name].push_back(std::move(l));
   std::vector<Leftover> removed;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace coloader {
 
@@ -46,13 +47,8 @@ class NameLock {
   // True if some process holds the lock now (a live producer).
   static bool IsHeld(const std::string& lock_path);
 
-  NameLock(NameLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), previous_pid_(o.previous_pid_) {
-    o.fd_ = -1;
-  }
-  NameLock& operator=(NameLock&& o) noexcept;
-  NameLock(const NameLock&) = delete;
-  NameLock& operator=(const NameLock&) = delete;
-  ~NameLock();
+  NameLock(NameLock&&) noexcept = default;
+  NameLock& operator=(NameLock&&) noexcept = default;
 
   // Unlocks and removes the lock file (normal exit).
   void Release();
@@ -61,9 +57,9 @@ class NameLock {
   uint32_t previous_pid() const { return previous_pid_; }
 
  private:
-  NameLock(int fd, std::string path, uint32_t previous)
-      : fd_(fd), path_(std::move(path)), previous_pid_(previous) {}
-  int fd_ = -1;
+  NameLock(UniqueFd fd, std::string path, uint32_t previous)
+      : fd_(std::move(fd)), path_(std::move(path)), previous_pid_(previous) {}
+  UniqueFd fd_;  // the flock is held while it is open
   std::string path_;
   uint32_t previous_pid_ = 0;
 };

@@ -93,7 +93,7 @@ uint64_t MailboxArea::BytesFor(uint32_t count, uint32_t capacity) {
 Result<MailboxArea> MailboxArea::Create(const std::string& name, uint32_t count, uint32_t capacity,
                                         bool* no_space) {
   MailboxArea a;
-  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Create(name, BytesFor(count, capacity), {}, no_space));
+  COLOADER_ASSIGN_OR_RETURN(a.shm_, SharedMemory::Create(name, BytesFor(count, capacity), {}, no_space));
   a.count_ = count;
   a.capacity_ = capacity;
   return a;  // fresh shared memory is zero: every mailbox is free and empty
@@ -101,7 +101,7 @@ Result<MailboxArea> MailboxArea::Create(const std::string& name, uint32_t count,
 
 Result<MailboxArea> MailboxArea::Open(const std::string& name, uint32_t count, uint32_t capacity) {
   MailboxArea a;
-  ASSIGN_OR_RETURN(a.shm_, SharedMemory::Open(name, BytesFor(count, capacity), true));
+  COLOADER_ASSIGN_OR_RETURN(a.shm_, SharedMemory::Open(name, BytesFor(count, capacity), true));
   a.count_ = count;
   a.capacity_ = capacity;
   return a;

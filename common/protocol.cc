@@ -484,7 +484,7 @@ Result<uint16_t> PeekVersion(const uint8_t* data, size_t size) {
 }
 
 Result<Message> Decode(const uint8_t* data, size_t size) {
-  ASSIGN_OR_RETURN(uint16_t version, PeekVersion(data, size));
+  COLOADER_ASSIGN_OR_RETURN(uint16_t version, PeekVersion(data, size));
   if (version != kProtocolVersion) {
     return Status::Protocol("protocol version " + std::to_string(version) +
                             " is not supported (this build speaks version " +

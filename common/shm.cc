@@ -97,8 +97,8 @@ Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes,
   // unlink it (a reader still mapping it keeps its pages) and make a fresh one, never reusing
   // its bytes or its permissions.
   ::shm_unlink(ObjectName(name).c_str());
-  int fd = ::shm_open(ObjectName(name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
+  UniqueFd fd(::shm_open(ObjectName(name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
     const int err = errno;
     struct stat st {};
     if (err == EEXIST && ::stat(PathOf(name).c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
@@ -112,24 +112,23 @@ Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes,
     }
     return Status::FromErrno("cannot create shared memory " + PathOf(name), err);
   }
-  ::fchmod(fd, 0600);  // past the umask, whatever it is
+  ::fchmod(fd.get(), 0600);  // past the umask, whatever it is
   auto fail = [&](Status st) {
-    ::close(fd);
     ::shm_unlink(ObjectName(name).c_str());
     return st;
   };
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
     return fail(Status::FromErrno("cannot size shared memory " + PathOf(name) + " to " + HumanBytes(bytes), err));
   }
-  Status reserved = ReserveRanges(fd, name, bytes, reserve.empty() ? Ranges{{0, bytes}} : reserve, no_space);
+  Status reserved = ReserveRanges(fd.get(), name, bytes, reserve.empty() ? Ranges{{0, bytes}} : reserve, no_space);
   if (!reserved.ok()) return fail(reserved);
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     const int err = errno;
     return fail(Status::FromErrno("cannot map shared memory " + PathOf(name), err));
   }
-  ::close(fd);  // the mapping keeps the object; Reserve reopens it by name
+  // fd closes on return: the mapping keeps the object; Reserve reopens it by name.
   SharedMemory shm;
   shm.data_ = static_cast<uint8_t*>(p);
   shm.size_ = bytes;
@@ -139,11 +138,9 @@ Result<SharedMemory> SharedMemory::Create(const std::string& name, size_t bytes,
 
 Status SharedMemory::Reserve(const Ranges& ranges, bool* no_space) {
   if (no_space) *no_space = false;
-  int fd = ::shm_open(ObjectName(name_).c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) return Status::FromErrno("cannot reopen shared memory " + PathOf(name_) + " to reserve space", errno);
-  Status st = ReserveRanges(fd, name_, size_, ranges, no_space);
-  ::close(fd);
-  return st;
+  const UniqueFd fd(::shm_open(ObjectName(name_).c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) return Status::FromErrno("cannot reopen shared memory " + PathOf(name_) + " to reserve space", errno);
+  return ReserveRanges(fd.get(), name_, size_, ranges, no_space);
 }
 
 Result<SharedMemory> SharedMemory::Open(const std::string& name, size_t expected_bytes, bool writable) {

@@ -79,11 +79,4 @@ uint64_t ResumePosition(const SplitSpec& s, const SplitPlan& p, uint64_t k) {
   return s.begin + std::min(k, p.batches > 0 ? p.batches - 1 : 0) * uint64_t{s.world_size} * s.batch_size;
 }
 
-std::string DescribeSplit(const SplitSpec& s, const SplitPlan& p) {
-  return std::to_string(p.per_rank) + " samples in " + std::to_string(p.batches) + " batches per rank (" +
-         std::to_string(p.rounds) + " rounds of " + std::to_string(s.world_size) + " x " +
-         std::to_string(s.batch_size) + (p.tail ? ", a tail of " + std::to_string(p.tail) : std::string()) +
-         ", over positions " + std::to_string(s.begin) + ".." + std::to_string(s.end) + ")";
-}
-
 }  // namespace coloader

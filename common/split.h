@@ -75,7 +75,4 @@ uint64_t BatchesTaken(const SplitSpec& spec, const SplitPlan& plan, uint64_t sam
 // its members have each taken k batches. Positions before it are never needed again.
 uint64_t ResumePosition(const SplitSpec& spec, const SplitPlan& plan, uint64_t k);
 
-// "T samples in B batches per rank (R rounds of W x b, tail t)": for logs and errors.
-std::string DescribeSplit(const SplitSpec& spec, const SplitPlan& plan);
-
 }  // namespace coloader

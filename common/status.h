@@ -79,10 +79,6 @@ class [[nodiscard]] Result {
   T&& operator*() && { return std::get<T>(std::move(v_)); }
   T* operator->() { return &std::get<T>(v_); }
   const T* operator->() const { return &std::get<T>(v_); }
-  T ValueOrDie() && {
-    assert(ok());
-    return std::get<T>(std::move(v_));
-  }
 
  private:
   std::variant<T, Status> v_;
@@ -93,16 +89,16 @@ class [[nodiscard]] Result {
 #define COLOADER_CONCAT_INNER(a, b) a##b
 #define COLOADER_CONCAT(a, b) COLOADER_CONCAT_INNER(a, b)
 
-#define RETURN_NOT_OK(expr)                         \
-  do {                                              \
-    ::coloader::Status _st = (expr);                \
-    if (!_st.ok()) return _st;                      \
+#define COLOADER_RETURN_NOT_OK(expr) \
+  do {                               \
+    ::coloader::Status _st = (expr); \
+    if (!_st.ok()) return _st;       \
   } while (false)
 
-#define ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
-  auto tmp = (rexpr);                          \
-  if (!tmp.ok()) return tmp.status();          \
+#define COLOADER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
+  auto tmp = (rexpr);                                   \
+  if (!tmp.ok()) return tmp.status();                   \
   lhs = std::move(*tmp)
 
-#define ASSIGN_OR_RETURN(lhs, rexpr) \
-  ASSIGN_OR_RETURN_IMPL(COLOADER_CONCAT(_result_, __LINE__), lhs, rexpr)
+#define COLOADER_ASSIGN_OR_RETURN(lhs, rexpr) \
+  COLOADER_ASSIGN_OR_RETURN_IMPL(COLOADER_CONCAT(_result_, __LINE__), lhs, rexpr)

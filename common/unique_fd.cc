@@ -1,10 +1,20 @@
 #include "common/unique_fd.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 
 #include <cerrno>
 
 namespace coloader {
+
+Result<Pipe> Pipe::Make() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
+  Pipe p;
+  p.read.Reset(fds[0]);
+  p.write.Reset(fds[1]);
+  return p;
+}
 
 Result<EventFd> EventFd::Make() {
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

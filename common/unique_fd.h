@@ -39,6 +39,13 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+// A close-on-exec pipe, both ends owned.
+struct Pipe {
+  static Result<Pipe> Make();
+  UniqueFd read;
+  UniqueFd write;
+};
+
 class EventFd {
  public:
   // A non-blocking, close-on-exec eventfd.

@@ -10,7 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_internal.h"
-#include "pipeline/gpu_decode.h"
+#include "pipeline/augment_device.h"
 
 namespace coloader {
 

@@ -158,7 +158,7 @@ Status ListImageFolder(const std::string& root, std::vector<std::string>* classe
   std::vector<std::string> empty_classes;
   for (size_t label = 0; label < classes->size(); ++label) {
     std::vector<std::string> images;
-    RETURN_NOT_OK(CollectClassImages(fs::path(root) / (*classes)[label], &images));
+    COLOADER_RETURN_NOT_OK(CollectClassImages(fs::path(root) / (*classes)[label], &images));
     if (images.empty()) empty_classes.push_back((*classes)[label]);
     for (std::string& image : images) {
       samples->push_back(Sample{std::move(image), static_cast<int64_t>(label)});
@@ -241,7 +241,7 @@ Result<Dataset> Dataset::Open(const std::string& path) {
   Dataset dataset;
   dataset.source_ = path;
   if (st.type() == fs::file_type::directory) {
-    RETURN_NOT_OK(ListImageFolder(path, &dataset.classes_, &dataset.samples_));
+    COLOADER_RETURN_NOT_OK(ListImageFolder(path, &dataset.classes_, &dataset.samples_));
     return dataset;
   }
   if (st.type() == fs::file_type::regular) {
@@ -252,7 +252,7 @@ Result<Dataset> Dataset::Open(const std::string& path) {
                              "ImageFolder directory (root/<class>/<image>) or a file list " +
                              "(path,label per line)");
     }
-    RETURN_NOT_OK(ParseFileList(path, &dataset.samples_));
+    COLOADER_RETURN_NOT_OK(ParseFileList(path, &dataset.samples_));
     return dataset;
   }
   return Status::Invalid(path + ": is neither a directory nor a regular file; pass --data an " +

@@ -151,7 +151,7 @@ Result<ImageInfo> Decoder::Peek(const uint8_t* data, size_t size, const std::str
                           &info.height, &subsamp, &colorspace) != 0) {
     return Status::Invalid(path + ": corrupt JPEG header (" + tjGetErrorStr2(static_cast<tjhandle>(tj_)) + ")");
   }
-  RETURN_NOT_OK(formats::CheckImageSize(info.width, info.height, path));
+  COLOADER_RETURN_NOT_OK(formats::CheckImageSize(info.width, info.height, path));
   return info;
 }
 
@@ -181,7 +181,7 @@ Result<cv::Mat> Decoder::DecodeRgbUnchecked(const uint8_t* data, size_t size, in
   if (tjDecompressHeader3(tj, data, static_cast<unsigned long>(size), &w, &h, &subsamp, &colorspace) != 0) {
     return Status::Invalid(path + ": corrupt JPEG header (" + tjGetErrorStr2(tj) + ")");
   }
-  RETURN_NOT_OK(formats::CheckImageSize(w, h, path));
+  COLOADER_RETURN_NOT_OK(formats::CheckImageSize(w, h, path));
   tjscalingfactor sf{1, scale_denom > 0 ? scale_denom : 1};
   const int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
   const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;

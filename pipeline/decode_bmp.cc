@@ -79,7 +79,7 @@ Status ParseHeader(const uint8_t* d, size_t n, const std::string& path, Header* 
     h->top_down = true;
     height = -height;
   }
-  RETURN_NOT_OK(CheckImageSize(width, height, path));
+  COLOADER_RETURN_NOT_OK(CheckImageSize(width, height, path));
   h->width = static_cast<int>(width);
   h->height = static_cast<int>(height);
 
@@ -189,7 +189,7 @@ Status DecodeRle(const uint8_t* d, size_t n, const Header& h, std::vector<uint8_
 
 Result<ImageInfo> PeekBmp(const uint8_t* data, size_t size, const std::string& path) {
   Header h;
-  RETURN_NOT_OK(ParseHeader(data, size, path, &h));
+  COLOADER_RETURN_NOT_OK(ParseHeader(data, size, path, &h));
   ImageInfo info;
   info.kind = ImageKind::kBmp;
   info.width = h.width;
@@ -199,12 +199,12 @@ Result<ImageInfo> PeekBmp(const uint8_t* data, size_t size, const std::string& p
 
 Result<cv::Mat> DecodeBmp(const uint8_t* data, size_t size, const std::string& path) {
   Header h;
-  RETURN_NOT_OK(ParseHeader(data, size, path, &h));
+  COLOADER_RETURN_NOT_OK(ParseHeader(data, size, path, &h));
   const int w = h.width, rows = h.height;
   auto out_row = [&](cv::Mat& m, int file_row) { return m.ptr<uint8_t>(h.top_down ? file_row : rows - 1 - file_row); };
   if (h.compression == kRle8 || h.compression == kRle4) {
     std::vector<uint8_t> idx;
-    RETURN_NOT_OK(DecodeRle(data, size, h, &idx, path));
+    COLOADER_RETURN_NOT_OK(DecodeRle(data, size, h, &idx, path));
     cv::Mat rgb(rows, w, CV_8UC3);
     for (int y = 0; y < rows; ++y) {
       uint8_t* out = out_row(rgb, y);

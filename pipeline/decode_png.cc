@@ -49,12 +49,12 @@ Result<SpngCtx> Open(const uint8_t* data, size_t size, const std::string& path, 
         auto be32 = [&](size_t o) {
           return (uint32_t{data[o]} << 24) | (uint32_t{data[o + 1]} << 16) | (uint32_t{data[o + 2]} << 8) | data[o + 3];
         };
-        RETURN_NOT_OK(CheckImageSize(be32(16), be32(20), path));
+        COLOADER_RETURN_NOT_OK(CheckImageSize(be32(16), be32(20), path));
       }
     }
     return Status::Invalid(path + ": corrupt PNG header (" + spng_strerror(rc) + ")");
   }
-  RETURN_NOT_OK(CheckImageSize(ihdr->width, ihdr->height, path));
+  COLOADER_RETURN_NOT_OK(CheckImageSize(ihdr->width, ihdr->height, path));
   return ctx;
 }
 
@@ -62,7 +62,7 @@ Result<SpngCtx> Open(const uint8_t* data, size_t size, const std::string& path, 
 
 Result<ImageInfo> PeekPng(const uint8_t* data, size_t size, const std::string& path) {
   spng_ihdr ihdr{};
-  ASSIGN_OR_RETURN(SpngCtx ctx, Open(data, size, path, &ihdr));
+  COLOADER_ASSIGN_OR_RETURN(SpngCtx ctx, Open(data, size, path, &ihdr));
   ImageInfo info;
   info.kind = ImageKind::kPng;
   info.width = static_cast<int>(ihdr.width);
@@ -72,7 +72,7 @@ Result<ImageInfo> PeekPng(const uint8_t* data, size_t size, const std::string& p
 
 Result<cv::Mat> DecodePng(const uint8_t* data, size_t size, const std::string& path) {
   spng_ihdr ihdr{};
-  ASSIGN_OR_RETURN(SpngCtx ctx, Open(data, size, path, &ihdr));
+  COLOADER_ASSIGN_OR_RETURN(SpngCtx ctx, Open(data, size, path, &ihdr));
   const int w = static_cast<int>(ihdr.width), h = static_cast<int>(ihdr.height);
   cv::Mat rgb(h, w, CV_8UC3);
   if (ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE && ihdr.bit_depth == 16) {

@@ -69,7 +69,7 @@ Status ParseHeader(const uint8_t* d, size_t n, const std::string& path, Header* 
     return Status::Invalid(path + ": corrupt PNM header (maxval " + std::to_string(maxval) +
                            " is not within 1..65535)");
   }
-  RETURN_NOT_OK(CheckImageSize(static_cast<int64_t>(std::min<uint64_t>(w, INT64_MAX)),
+  COLOADER_RETURN_NOT_OK(CheckImageSize(static_cast<int64_t>(std::min<uint64_t>(w, INT64_MAX)),
                                static_cast<int64_t>(std::min<uint64_t>(hh, INT64_MAX)), path));
   h->width = static_cast<int>(w);
   h->height = static_cast<int>(hh);
@@ -97,7 +97,7 @@ Status Truncated(const std::string& path, uint64_t need, size_t have) {
 
 Result<ImageInfo> PeekPnm(const uint8_t* data, size_t size, const std::string& path) {
   Header h;
-  RETURN_NOT_OK(ParseHeader(data, size, path, &h));
+  COLOADER_RETURN_NOT_OK(ParseHeader(data, size, path, &h));
   ImageInfo info;
   info.kind = ImageKind::kPnm;
   info.width = h.width;
@@ -107,7 +107,7 @@ Result<ImageInfo> PeekPnm(const uint8_t* data, size_t size, const std::string& p
 
 Result<cv::Mat> DecodePnm(const uint8_t* data, size_t size, const std::string& path) {
   Header h;
-  RETURN_NOT_OK(ParseHeader(data, size, path, &h));
+  COLOADER_RETURN_NOT_OK(ParseHeader(data, size, path, &h));
   const int w = h.width, rows = h.height, ch = h.Channels();
   const size_t have = size - h.data_at;
   const uint8_t* p = data + h.data_at;

@@ -99,7 +99,7 @@ Result<TiffPtr> Open(MemFile* file, const std::string& path, int* width, int* he
   if (!TIFFGetField(tif.get(), TIFFTAG_IMAGEWIDTH, &w) || !TIFFGetField(tif.get(), TIFFTAG_IMAGELENGTH, &h)) {
     return TiffError(*file, path, "corrupt TIFF header (no image size)");
   }
-  RETURN_NOT_OK(CheckImageSize(w, h, path));
+  COLOADER_RETURN_NOT_OK(CheckImageSize(w, h, path));
   *width = static_cast<int>(w);
   *height = static_cast<int>(h);
   return tif;
@@ -281,7 +281,7 @@ Result<ImageInfo> PeekTiff(const uint8_t* data, size_t size, const std::string& 
   MemFile file{data, size, 0, {}};
   ImageInfo info;
   info.kind = ImageKind::kTiff;
-  ASSIGN_OR_RETURN(TiffPtr tif, Open(&file, path, &info.width, &info.height));
+  COLOADER_ASSIGN_OR_RETURN(TiffPtr tif, Open(&file, path, &info.width, &info.height));
   if (Orientation(tif.get()) >= 5) std::swap(info.width, info.height);  // turned a quarter
   return info;
 }
@@ -289,10 +289,10 @@ Result<ImageInfo> PeekTiff(const uint8_t* data, size_t size, const std::string& 
 Result<cv::Mat> DecodeTiff(const uint8_t* data, size_t size, const std::string& path) {
   MemFile file{data, size, 0, {}};
   int w = 0, h = 0;
-  ASSIGN_OR_RETURN(TiffPtr tif, Open(&file, path, &w, &h));
+  COLOADER_ASSIGN_OR_RETURN(TiffPtr tif, Open(&file, path, &w, &h));
   cv::Mat rgb(h, w, CV_8UC3);
   const Chunky c = ChunkyLayout(tif.get());
-  RETURN_NOT_OK(c.layout != Layout::kNone ? ReadChunky(tif.get(), file, c, rgb, path)
+  COLOADER_RETURN_NOT_OK(c.layout != Layout::kNone ? ReadChunky(tif.get(), file, c, rgb, path)
                                           : ReadRgba(tif.get(), file, rgb, path));
   return Orient(rgb, Orientation(tif.get()));
 }

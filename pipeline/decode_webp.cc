@@ -39,7 +39,7 @@ Result<WebPBitstreamFeatures> Features(const uint8_t* data, size_t size, const s
     if (s == VP8_STATUS_NOT_ENOUGH_DATA) return Status::Invalid(path + ": truncated WebP header");
     return Status::Invalid(path + ": corrupt WebP header (" + VP8StatusName(s) + ")");
   }
-  RETURN_NOT_OK(CheckImageSize(f.width, f.height, path));
+  COLOADER_RETURN_NOT_OK(CheckImageSize(f.width, f.height, path));
   return f;
 }
 
@@ -82,7 +82,7 @@ Result<cv::Mat> FirstFrame(const uint8_t* data, size_t size, const WebPBitstream
 }  // namespace
 
 Result<ImageInfo> PeekWebp(const uint8_t* data, size_t size, const std::string& path) {
-  ASSIGN_OR_RETURN(WebPBitstreamFeatures f, Features(data, size, path));
+  COLOADER_ASSIGN_OR_RETURN(WebPBitstreamFeatures f, Features(data, size, path));
   ImageInfo info;
   info.kind = ImageKind::kWebp;
   info.width = f.width;
@@ -91,7 +91,7 @@ Result<ImageInfo> PeekWebp(const uint8_t* data, size_t size, const std::string& 
 }
 
 Result<cv::Mat> DecodeWebp(const uint8_t* data, size_t size, const std::string& path) {
-  ASSIGN_OR_RETURN(WebPBitstreamFeatures f, Features(data, size, path));
+  COLOADER_ASSIGN_OR_RETURN(WebPBitstreamFeatures f, Features(data, size, path));
   if (f.has_animation) return FirstFrame(data, size, f, path);
   cv::Mat rgb(f.height, f.width, CV_8UC3);
   const size_t bytes = rgb.total() * rgb.elemSize();

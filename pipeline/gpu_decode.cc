@@ -17,15 +17,6 @@ Result<DecodeMode> ParseDecodeMode(const std::string& s) {
   return Status::Invalid("--decode must be cpu, gpu or auto, got '" + s + "'");
 }
 
-const char* DecodeModeName(DecodeMode mode) {
-  switch (mode) {
-    case DecodeMode::kCpu: return "cpu";
-    case DecodeMode::kGpu: return "gpu";
-    case DecodeMode::kAuto: return "auto";
-  }
-  return "?";
-}
-
 namespace {
 int BigEndian16(const uint8_t* p) { return (p[0] << 8) | p[1]; }
 bool IsFrameMarker(int m) {

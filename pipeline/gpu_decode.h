@@ -37,7 +37,6 @@ enum class DecodeMode { kCpu, kGpu, kAuto };
 // most 65535 rows: larger batches decode on the CPU.
 constexpr uint32_t kMaxGpuDecodeBatch = 65535;
 Result<DecodeMode> ParseDecodeMode(const std::string& s);  // "cpu" | "gpu" | "auto"
-const char* DecodeModeName(DecodeMode mode);
 
 // What a JPEG's frame header says: enough to route the file before any decoder sees it.
 struct JpegFrame {
@@ -119,21 +118,5 @@ class GpuDecodeStage {
   explicit GpuDecodeStage(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// The GPU variant of ResizeCrop (augment.cu), over a batch. Each task crops a box out of one
-// decoded full-size RGB image in device memory, resizes it to out_size x out_size (area
-// averaging when shrinking by 2x or more in both axes, bilinear otherwise: the CPU path's
-// rule and OpenCV's sampling grid) and flips it if asked, into uint8 NHWC at
-// dst + dst_index * out_size * out_size * 3.
-struct ResizeCropTask {
-  const uint8_t* src = nullptr;  // device, interleaved RGB
-  int32_t pitch = 0;             // bytes per row
-  int32_t x = 0, y = 0, width = 0, height = 0;
-  int32_t flip = 0;
-  uint32_t dst_index = 0;
-};
-// `tasks` is in device memory; `stream` is a cudaStream_t.
-Status ResizeCropBatchOnDevice(const ResizeCropTask* tasks, uint32_t count, int out_size, uint8_t* dst,
-                               void* stream);
 
 }  // namespace coloader

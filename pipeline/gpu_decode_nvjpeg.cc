@@ -13,6 +13,7 @@
 
 #include "common/align.h"
 #include "common/cuda_internal.h"
+#include "pipeline/augment_device.h"
 #include "pipeline/gpu_decode.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/stage_times.h"
@@ -295,7 +296,7 @@ Result<std::unique_ptr<GpuDecodeStage>> GpuDecodeStage::Make(const GpuDecodeOpti
       r.hardware = false;  // no engine on this GPU: the hybrid backend decodes everything
     }
     if (r.hardware) NVJPEG_RETURN_NOT_OK(api.StreamCreate(l.hardware.handle, &l.parsed));
-    RETURN_NOT_OK(l.hybrid.Create(NVJPEG_BACKEND_GPU_HYBRID));
+    COLOADER_RETURN_NOT_OK(l.hybrid.Create(NVJPEG_BACKEND_GPU_HYBRID));
     CUDA_RETURN_NOT_OK(cudaMallocHost(reinterpret_cast<void**>(&l.tasks_host), sizeof(ResizeCropTask) * o.batch_size));
     CUDA_RETURN_NOT_OK(cudaMalloc(reinterpret_cast<void**>(&l.tasks_device), sizeof(ResizeCropTask) * o.batch_size));
   }
@@ -435,7 +436,7 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
     ScopedStage timer(Stage::kLaneResize, tasks);
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(l.tasks_device, l.tasks_host, sizeof(ResizeCropTask) * tasks,
                                        cudaMemcpyHostToDevice, l.stream));
-    RETURN_NOT_OK(ResizeCropBatchOnDevice(l.tasks_device, tasks, r.opts.augment.size, dst, l.stream));
+    COLOADER_RETURN_NOT_OK(ResizeCropBatchOnDevice(l.tasks_device, tasks, r.opts.augment.size, dst, l.stream));
   }
   for (uint32_t i = 0; i < n && out > 0; ++i) {
     if (!failed[i]) continue;

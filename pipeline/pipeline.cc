@@ -22,17 +22,17 @@ Result<std::unique_ptr<Pipeline>> Pipeline::Make(const Dataset* dataset, Transfo
   std::unique_ptr<Pipeline> p(new Pipeline(dataset, std::move(opts), seed, std::move(layout)));
   p->gpu_ = std::move(gpu);
   p->gpu_jobs_.resize(p->gpu_.size());
-  ASSIGN_OR_RETURN(p->events_, EventFd::Make());
+  COLOADER_ASSIGN_OR_RETURN(p->events_, EventFd::Make());
   // A thread that cannot start ends the start with its reason; those started are joined by
   // the destructor.
   for (int w = 0; w < workers; ++w) {
-    ASSIGN_OR_RETURN(std::thread t, StartThread("decode worker " + std::to_string(w + 1) + " of " + std::to_string(workers),
+    COLOADER_ASSIGN_OR_RETURN(std::thread t, StartThread("decode worker " + std::to_string(w + 1) + " of " + std::to_string(workers),
                                                 [raw = p.get(), w] { raw->WorkerLoop(w); }));
     p->threads_.push_back(std::move(t));
   }
   for (uint32_t s = 0; s < p->gpu_.size(); ++s) {
     for (int l = 0; l < p->gpu_[s]->lanes(); ++l) {
-      ASSIGN_OR_RETURN(std::thread t, StartThread("GPU decode lane " + std::to_string(l + 1),
+      COLOADER_ASSIGN_OR_RETURN(std::thread t, StartThread("GPU decode lane " + std::to_string(l + 1),
                                                   [raw = p.get(), s, l] { raw->GpuLaneLoop(s, l); }));
       p->lanes_.push_back(std::move(t));
     }

@@ -6,6 +6,8 @@
 
 #include <cerrno>
 
+#include "common/unique_fd.h"
+
 namespace coloader {
 
 SampleTransform::SampleTransform(TransformOptions opts) : opts_(std::move(opts)) {
@@ -18,40 +20,31 @@ size_t SampleTransform::sample_bytes() const {
 }
 
 Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(path + ": cannot open", errno);
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(path + ": cannot open", errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Status::FromErrno(path + ": cannot stat", err);
-  }
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path + ": cannot stat", errno);
   out->resize(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < out->size()) {
-    const ssize_t n = ::read(fd, out->data() + got, out->size() - got);
+    const ssize_t n = ::read(fd.get(), out->data() + got, out->size() - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : 0;
-      ::close(fd);
-      return err ? Status::FromErrno(path + ": read failed", err)
-                 : Status::IOError(path + ": file shrank while being read");
-    }
+    if (n < 0) return Status::FromErrno(path + ": read failed", errno);
+    if (n == 0) return Status::IOError(path + ": file shrank while being read");
     got += static_cast<size_t>(n);
   }
-  ::close(fd);
   if (out->empty()) return Status::Invalid(path + ": empty file");
   return Status::OK();
 }
 
 Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
-  RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
+  COLOADER_RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
   return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
 }
 
 Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
                                  uint64_t epoch, uint64_t index, void* dst) {
-  ASSIGN_OR_RETURN(ImageInfo info, decoder_.Peek(data, size, path));
+  COLOADER_ASSIGN_OR_RETURN(ImageInfo info, decoder_.Peek(data, size, path));
   SampleRng rng(seed, epoch, index);
   const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
   const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
@@ -73,7 +66,7 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
     }
   }
   if (!done) {
-    ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
+    COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
     ResizeCrop(decoded, info.width, info.height, box, out);
   }
   if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/process.h"
+#include "common/unique_fd.h"
 
 extern char** environ;
 
@@ -48,7 +49,7 @@ constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
 // A whole number in lo..hi (or `fallback` when absent), so that the casts after it are defined:
 // the file is untrusted, and a double out of an integer type's range makes the cast undefined.
 Result<double> IntegerIn(const JsonFields& f, const std::string& key, double fallback, double lo, double hi) {
-  ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
+  COLOADER_ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
   if (!(v >= lo && v <= hi) || v != std::floor(v)) {
     char range[96];
     std::snprintf(range, sizeof(range), "must be an integer in %.0f..%.0f, got %.15g", lo, hi, v);
@@ -60,30 +61,30 @@ Result<double> IntegerIn(const JsonFields& f, const std::string& key, double fal
 Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) {
   if (!v.is_object()) return v.ErrorAt(where + " must be an object (data, augment, image_size, ...)");
   JsonFields f(v, where);
-  RETURN_NOT_OK(f.OnlyKnown({"data", "augment", "image_size", "output", "seed", "producer_batch", "window", "serve_args"}));
+  COLOADER_RETURN_NOT_OK(f.OnlyKnown({"data", "augment", "image_size", "output", "seed", "producer_batch", "window", "serve_args"}));
   JobPipeline p;
-  ASSIGN_OR_RETURN(p.data, f.String("data"));
+  COLOADER_ASSIGN_OR_RETURN(p.data, f.String("data"));
   if (p.data.empty()) return f.Error("data", "must name a dataset (an ImageFolder directory or a file list)");
-  ASSIGN_OR_RETURN(p.augment, f.String("augment", p.augment));
+  COLOADER_ASSIGN_OR_RETURN(p.augment, f.String("augment", p.augment));
   if (p.augment != "train" && p.augment != "eval" && p.augment != "none")
     return f.Error("augment", "must be train, eval or none, got \"" + p.augment + "\"");
-  ASSIGN_OR_RETURN(double size, IntegerIn(f, "image_size", p.image_size, 8, 4096));
+  COLOADER_ASSIGN_OR_RETURN(double size, IntegerIn(f, "image_size", p.image_size, 8, 4096));
   p.image_size = static_cast<int>(size);
-  ASSIGN_OR_RETURN(p.output, f.String("output", p.output));
+  COLOADER_ASSIGN_OR_RETURN(p.output, f.String("output", p.output));
   if (p.output != "uint8" && p.output != "float32" && p.output != "bfloat16" && p.output != "float16")
     return f.Error("output", "must be uint8, float32, bfloat16 or float16, got \"" + p.output + "\"");
-  ASSIGN_OR_RETURN(double seed, IntegerIn(f, "seed", 0, 0, kMaxExactInteger));
+  COLOADER_ASSIGN_OR_RETURN(double seed, IntegerIn(f, "seed", 0, 0, kMaxExactInteger));
   p.seed = static_cast<uint64_t>(seed);
-  ASSIGN_OR_RETURN(double pb, IntegerIn(f, "producer_batch", p.producer_batch, 1, 65536));
+  COLOADER_ASSIGN_OR_RETURN(double pb, IntegerIn(f, "producer_batch", p.producer_batch, 1, 65536));
   p.producer_batch = static_cast<uint32_t>(pb);
-  ASSIGN_OR_RETURN(double window, IntegerIn(f, "window", p.window, 1, 1024));
+  COLOADER_ASSIGN_OR_RETURN(double window, IntegerIn(f, "window", p.window, 1, 1024));
   p.window = static_cast<uint32_t>(window);
-  ASSIGN_OR_RETURN(p.serve_args, f.StringList("serve_args", {}));
+  COLOADER_ASSIGN_OR_RETURN(p.serve_args, f.StringList("serve_args", {}));
   return p;
 }
 
 Result<double> NonNegative(const JsonFields& f, const std::string& key, double fallback) {
-  ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
+  COLOADER_ASSIGN_OR_RETURN(double v, f.Number(key, fallback));
   if (!(v >= 0) || !std::isfinite(v)) return f.Error(key, "must be a number >= 0");
   return v;
 }
@@ -92,17 +93,17 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
                      std::vector<JobPipeline>* pipelines) {
   if (!v.is_object()) return v.ErrorAt(where + " must be an object");
   JsonFields f(v, where);
-  RETURN_NOT_OK(f.OnlyKnown({"name", "command", "pipeline", "batch_size", "memory_mib", "model", "optimizer",
+  COLOADER_RETURN_NOT_OK(f.OnlyKnown({"name", "command", "pipeline", "batch_size", "memory_mib", "model", "optimizer",
                              "precision", "channels_last", "sm_activity", "priority", "loader_cores", "isolation",
                              "arrival_s", "duration_s", "actual_memory_mib"}));
   Job j;
-  ASSIGN_OR_RETURN(j.name, f.String("name"));
+  COLOADER_ASSIGN_OR_RETURN(j.name, f.String("name"));
   if (j.name.empty() || j.name.find_first_of(" \t\n/") != std::string::npos)
     return f.Error("name", "must be a non-empty word without spaces or '/'");
   JsonFields named_fields(v, where + " (\"" + j.name + "\")");
   const JsonFields& g = named_fields;
-  ASSIGN_OR_RETURN(j.command, g.StringList("command", {}));
-  ASSIGN_OR_RETURN(double batch, IntegerIn(g, "batch_size", 0, 0, 1e6));
+  COLOADER_ASSIGN_OR_RETURN(j.command, g.StringList("command", {}));
+  COLOADER_ASSIGN_OR_RETURN(double batch, IntegerIn(g, "batch_size", 0, 0, 1e6));
   j.batch_size = static_cast<uint32_t>(batch);
 
   const JsonValue* pv = v.Find("pipeline");
@@ -113,7 +114,7 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
     if (it == named.end()) return g.Error("pipeline", "names \"" + pv->string() + "\", which \"pipelines\" does not define");
     p = it->second;
   } else {
-    ASSIGN_OR_RETURN(p, ParsePipeline(*pv, g.where() + ".pipeline"));
+    COLOADER_ASSIGN_OR_RETURN(p, ParsePipeline(*pv, g.where() + ".pipeline"));
   }
   // Jobs whose pipelines have the same key share one producer, however the file spelt them.
   j.pipeline = -1;
@@ -134,10 +135,10 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   } else {
     return g.Error("memory_mib", "must be a number of MiB > 0 or \"auto\"");
   }
-  ASSIGN_OR_RETURN(j.model, g.String("model", ""));
-  ASSIGN_OR_RETURN(j.optimizer, g.String("optimizer", j.optimizer));
-  ASSIGN_OR_RETURN(j.precision, g.String("precision", j.precision));
-  ASSIGN_OR_RETURN(j.channels_last, g.Bool("channels_last", false));
+  COLOADER_ASSIGN_OR_RETURN(j.model, g.String("model", ""));
+  COLOADER_ASSIGN_OR_RETURN(j.optimizer, g.String("optimizer", j.optimizer));
+  COLOADER_ASSIGN_OR_RETURN(j.precision, g.String("precision", j.precision));
+  COLOADER_ASSIGN_OR_RETURN(j.channels_last, g.Bool("channels_last", false));
   if (j.memory_auto) {
     if (j.model.empty()) return g.Error("model", "is needed when memory_mib is \"auto\" (e.g. \"torchvision:resnet50\")");
     if (j.batch_size == 0) return g.Error("batch_size", "is needed when memory_mib is \"auto\"");
@@ -147,16 +148,16 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
       return g.Error("precision", "must be fp32, bf16-amp or fp16-amp, got \"" + j.precision + "\"");
   }
   if (g.Has("sm_activity")) {
-    ASSIGN_OR_RETURN(j.sm_activity, g.Number("sm_activity"));
+    COLOADER_ASSIGN_OR_RETURN(j.sm_activity, g.Number("sm_activity"));
     if (!(j.sm_activity >= 0 && j.sm_activity <= 1)) return g.Error("sm_activity", "must be between 0 and 1");
   }
-  ASSIGN_OR_RETURN(double prio, IntegerIn(g, "priority", 0, -1e6, 1e6));
+  COLOADER_ASSIGN_OR_RETURN(double prio, IntegerIn(g, "priority", 0, -1e6, 1e6));
   j.priority = static_cast<int>(prio);
-  ASSIGN_OR_RETURN(j.loader_cores, NonNegative(g, "loader_cores", j.loader_cores));
-  ASSIGN_OR_RETURN(j.isolation, g.Bool("isolation", false));
-  ASSIGN_OR_RETURN(j.arrival_s, NonNegative(g, "arrival_s", 0));
-  ASSIGN_OR_RETURN(j.duration_s, NonNegative(g, "duration_s", 0));
-  ASSIGN_OR_RETURN(j.actual_memory_mib, NonNegative(g, "actual_memory_mib", 0));
+  COLOADER_ASSIGN_OR_RETURN(j.loader_cores, NonNegative(g, "loader_cores", j.loader_cores));
+  COLOADER_ASSIGN_OR_RETURN(j.isolation, g.Bool("isolation", false));
+  COLOADER_ASSIGN_OR_RETURN(j.arrival_s, NonNegative(g, "arrival_s", 0));
+  COLOADER_ASSIGN_OR_RETURN(j.duration_s, NonNegative(g, "duration_s", 0));
+  COLOADER_ASSIGN_OR_RETURN(j.actual_memory_mib, NonNegative(g, "actual_memory_mib", 0));
   return j;
 }
 
@@ -170,29 +171,29 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
     const JsonValue& v = array.items()[i];
     if (!v.is_object()) return v.ErrorAt(w + " must be an object");
     JsonFields f(v, w);
-    RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles"}));
+    COLOADER_RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles"}));
     Gpu g;
-    ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
+    COLOADER_ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
     g.index = static_cast<int>(index);
-    ASSIGN_OR_RETURN(g.name, f.String("name", "gpu" + std::to_string(g.index)));
-    ASSIGN_OR_RETURN(g.memory_mib, f.Number("memory_mib"));
+    COLOADER_ASSIGN_OR_RETURN(g.name, f.String("name", "gpu" + std::to_string(g.index)));
+    COLOADER_ASSIGN_OR_RETURN(g.memory_mib, f.Number("memory_mib"));
     if (!(g.memory_mib > 0)) return f.Error("memory_mib", "must be > 0");
-    ASSIGN_OR_RETURN(double sms, IntegerIn(f, "sms", 0, 0, 1e6));
+    COLOADER_ASSIGN_OR_RETURN(double sms, IntegerIn(f, "sms", 0, 0, 1e6));
     g.sms = static_cast<int>(sms);
-    ASSIGN_OR_RETURN(g.mig, f.Bool("mig", false));
+    COLOADER_ASSIGN_OR_RETURN(g.mig, f.Bool("mig", false));
     if (const JsonValue* profiles = v.Find("mig_profiles")) {
       if (!profiles->is_array()) return f.Error("mig_profiles", "must be an array");
       for (size_t k = 0; k < profiles->items().size(); ++k) {
         const std::string pw = w + ".mig_profiles[" + std::to_string(k) + "]";
         if (!profiles->items()[k].is_object()) return profiles->items()[k].ErrorAt(pw + " must be an object");
         JsonFields pf(profiles->items()[k], pw);
-        RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count"}));
+        COLOADER_RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count"}));
         MigProfile m;
-        ASSIGN_OR_RETURN(m.name, pf.String("name"));
-        ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
+        COLOADER_ASSIGN_OR_RETURN(m.name, pf.String("name"));
+        COLOADER_ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
         if (!(m.memory_mib > 0)) return pf.Error("memory_mib", "must be > 0");
-        ASSIGN_OR_RETURN(double psms, IntegerIn(pf, "sms", 0, 0, 1e6));
-        ASSIGN_OR_RETURN(double count, IntegerIn(pf, "count", 1, 1, 1024));
+        COLOADER_ASSIGN_OR_RETURN(double psms, IntegerIn(pf, "sms", 0, 0, 1e6));
+        COLOADER_ASSIGN_OR_RETURN(double count, IntegerIn(pf, "count", 1, 1, 1024));
         m.sms = static_cast<int>(psms);
         m.count = static_cast<int>(count);
         g.mig_profiles.push_back(m);
@@ -212,15 +213,15 @@ Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
                            ": the top level must be an object with \"jobs\"");
   }
   JsonFields top(doc, "");
-  RETURN_NOT_OK(top.OnlyKnown({"jobs", "pipelines", "gpus", "cpu_cores", "comment"}));
+  COLOADER_RETURN_NOT_OK(top.OnlyKnown({"jobs", "pipelines", "gpus", "cpu_cores", "comment"}));
   JobSet set;
   set.source = source;
-  ASSIGN_OR_RETURN(set.cpu_cores, NonNegative(top, "cpu_cores", 0));
+  COLOADER_ASSIGN_OR_RETURN(set.cpu_cores, NonNegative(top, "cpu_cores", 0));
   std::map<std::string, JobPipeline> named;
   if (const JsonValue* pl = doc.Find("pipelines")) {
     if (!pl->is_object()) return top.Error("pipelines", "must be an object of name -> pipeline");
     for (const auto& [name, v] : pl->members()) {
-      ASSIGN_OR_RETURN(JobPipeline p, ParsePipeline(v, "pipelines." + name));
+      COLOADER_ASSIGN_OR_RETURN(JobPipeline p, ParsePipeline(v, "pipelines." + name));
       named[name] = p;
     }
   }
@@ -228,20 +229,20 @@ Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
   if (!jobs || !jobs->is_array() || jobs->items().empty())
     return top.Error("jobs", "must be a non-empty array of jobs");
   for (size_t i = 0; i < jobs->items().size(); ++i) {
-    ASSIGN_OR_RETURN(Job j, ParseJob(jobs->items()[i], "jobs[" + std::to_string(i) + "]", named, &set.pipelines));
+    COLOADER_ASSIGN_OR_RETURN(Job j, ParseJob(jobs->items()[i], "jobs[" + std::to_string(i) + "]", named, &set.pipelines));
     for (const Job& other : set.jobs) {
       if (other.name == j.name) return jobs->items()[i].ErrorAt("two jobs are named \"" + j.name + "\"");
     }
     set.jobs.push_back(std::move(j));
   }
   if (const JsonValue* gpus = doc.Find("gpus")) {
-    ASSIGN_OR_RETURN(set.gpus, ParseGpus(*gpus, "gpus"));
+    COLOADER_ASSIGN_OR_RETURN(set.gpus, ParseGpus(*gpus, "gpus"));
   }
   return set;
 }
 
 Result<JobSet> LoadJobSet(const std::string& path) {
-  ASSIGN_OR_RETURN(JsonValue doc, ReadJsonOrYamlFile(path));
+  COLOADER_ASSIGN_OR_RETURN(JsonValue doc, ReadJsonOrYamlFile(path));
   return ParseJobSet(doc, path);
 }
 
@@ -356,31 +357,23 @@ SpawnArgs::SpawnArgs(const std::vector<std::string>& argv, const std::map<std::s
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeout_ms,
                                  const std::map<std::string, std::string>& env) {
   if (argv.empty()) return Status::Invalid("empty command");
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) return Status::FromErrno("pipe", errno);
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return Status::FromErrno("pipe", errno);
-  }
+  COLOADER_ASSIGN_OR_RETURN(Pipe out_pipe, Pipe::Make());
+  COLOADER_ASSIGN_OR_RETURN(Pipe err_pipe, Pipe::Make());
   SpawnArgs spawn(argv, env);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err_pipe[1], 2);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe.write.get(), 1);
+  posix_spawn_file_actions_adddup2(&fa, err_pipe.write.get(), 2);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   pid_t pid = -1;
   const int rc = ::posix_spawnp(&pid, argv[0].c_str(), &fa, nullptr, spawn.argv(), spawn.envp());
   posix_spawn_file_actions_destroy(&fa);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  if (rc != 0) {
-    ::close(out_pipe[0]);
-    ::close(err_pipe[0]);
-    return Status::NotFound("cannot run " + argv[0] + ": " + std::strerror(rc));
-  }
+  out_pipe.write.Reset();  // the child's copies are the only writers now
+  err_pipe.write.Reset();
+  if (rc != 0) return Status::NotFound("cannot run " + argv[0] + ": " + std::strerror(rc));
   CommandOutput result;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  UniqueFd* ends[2] = {&out_pipe.read, &err_pipe.read};
+  pollfd fds[2] = {{out_pipe.read.get(), POLLIN, 0}, {err_pipe.read.get(), POLLIN, 0}};
   const uint64_t deadline = MonotonicNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
   bool timed_out = false;
   int poll_errno = 0;
@@ -404,13 +397,10 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
       if (n > 0) {
         (k == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
       } else if (n == 0 || errno != EINTR) {
-        ::close(fds[k].fd);
-        fds[k].fd = -1;
+        ends[k]->Reset();
+        fds[k].fd = -1;  // poll skips it
       }
     }
-  }
-  for (auto& p : fds) {
-    if (p.fd >= 0) ::close(p.fd);
   }
   if (timed_out || poll_errno != 0) ::kill(pid, SIGKILL);
   int status = 0;

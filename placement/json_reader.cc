@@ -238,14 +238,14 @@ class Converter {
         }
         break;
       case YAML::NodeType::Scalar: {
-        ASSIGN_OR_RETURN(v, Scalar(n, m, at));
+        COLOADER_ASSIGN_OR_RETURN(v, Scalar(n, m, at));
         break;
       }
       case YAML::NodeType::Sequence: {
         if (json && at != '[') return ErrorAt(m, NotJsonCollection(at));
         std::vector<JsonValue> items;
         for (const YAML::Node& item : n) {
-          ASSIGN_OR_RETURN(JsonValue x, Convert(item, depth + 1));
+          COLOADER_ASSIGN_OR_RETURN(JsonValue x, Convert(item, depth + 1));
           items.push_back(std::move(x));
         }
         v = JsonValue::Array(std::move(items));
@@ -266,7 +266,7 @@ class Converter {
           if (!seen.insert(key.Scalar()).second) {
             return ErrorAt(km, std::string(json ? "duplicate member" : "duplicate key") + " \"" + key.Scalar() + "\"");
           }
-          ASSIGN_OR_RETURN(JsonValue x, Convert(kv.second, depth + 1));
+          COLOADER_ASSIGN_OR_RETURN(JsonValue x, Convert(kv.second, depth + 1));
           members.emplace_back(key.Scalar(), std::move(x));
         }
         v = JsonValue::Object(std::move(members));
@@ -351,7 +351,7 @@ class Converter {
 Result<JsonValue> Parse(const std::string& text, const std::string& source, Syntax syntax) {
   std::string json_text;
   std::vector<Shift> shifts;
-  if (syntax == Syntax::kJson) RETURN_NOT_OK(PrepareJson(text, source, &json_text, &shifts));
+  if (syntax == Syntax::kJson) COLOADER_RETURN_NOT_OK(PrepareJson(text, source, &json_text, &shifts));
   const std::string& input = syntax == Syntax::kJson ? json_text : text;
   Converter converter(input, source, syntax, shifts);
   // yaml-cpp reports every problem by exception; none may leave this Status-returning function.
@@ -386,12 +386,12 @@ Result<std::string> ReadTextFile(const std::string& path) {
 }
 
 Result<JsonValue> ReadJsonFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  COLOADER_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   return ParseJson(text, path);
 }
 
 Result<JsonValue> ReadYamlFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  COLOADER_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
   return ParseYaml(text, path);
 }
 
@@ -408,7 +408,6 @@ Status JsonFields::Error(const std::string& key, const std::string& what) const 
   return (v ? *v : obj_).ErrorAt((where_.empty() ? "" : where_ + ": ") + "field \"" + key + "\" " + what);
 }
 
-Status JsonFields::ErrorHere(const std::string& what) const { return obj_.ErrorAt(where_ + " " + what); }
 
 Result<const JsonValue*> JsonFields::Typed(const std::string& key, JsonValue::Type t) const {
   const JsonValue* v = obj_.Find(key);
@@ -420,7 +419,7 @@ Result<const JsonValue*> JsonFields::Typed(const std::string& key, JsonValue::Ty
 }
 
 Result<std::string> JsonFields::String(const std::string& key) const {
-  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kString));
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kString));
   return v->string();
 }
 Result<std::string> JsonFields::String(const std::string& key, const std::string& fallback) const {
@@ -428,7 +427,7 @@ Result<std::string> JsonFields::String(const std::string& key, const std::string
   return String(key);
 }
 Result<double> JsonFields::Number(const std::string& key) const {
-  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kNumber));
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kNumber));
   return v->number();
 }
 Result<double> JsonFields::Number(const std::string& key, double fallback) const {
@@ -437,11 +436,11 @@ Result<double> JsonFields::Number(const std::string& key, double fallback) const
 }
 Result<bool> JsonFields::Bool(const std::string& key, bool fallback) const {
   if (!Has(key)) return fallback;
-  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kBool));
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kBool));
   return v->bool_value();
 }
 Result<std::vector<std::string>> JsonFields::StringList(const std::string& key) const {
-  ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kArray));
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue* v, Typed(key, JsonValue::Type::kArray));
   std::vector<std::string> out;
   for (size_t i = 0; i < v->items().size(); ++i) {
     const JsonValue& item = v->items()[i];

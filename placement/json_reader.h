@@ -97,8 +97,6 @@ class JsonFields {
   Status OnlyKnown(const std::vector<std::string>& known) const;
   // "FILE:LINE:COL: where: field "key" what", at the field's value (the object's when absent).
   Status Error(const std::string& key, const std::string& what) const;
-  // "FILE:LINE:COL: where what", at the object itself ("... must be an object").
-  Status ErrorHere(const std::string& what) const;
   const std::string& where() const { return where_; }
 
  private:

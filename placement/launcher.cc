@@ -214,7 +214,7 @@ Status Launcher::StartProducer(int pipeline) {
     argv.push_back(device);
   }
   for (const auto& a : pl.serve_args) argv.push_back(a);
-  ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
+  COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
   p->pipeline = pipeline;
   Proc* raw = p.get();
   procs_.push_back(std::move(p));

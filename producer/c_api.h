@@ -28,7 +28,7 @@ typedef struct coloader_producer_options {
   uint32_t ndim;             /* of one sample, 1 to 3 */
   int64_t sample_shape[3];   /* e.g. {3, 224, 224} */
   uint32_t dtype;            /* enum coloader_dtype */
-  uint32_t window;           /* ring slots; 0: 4 */
+  uint32_t window;           /* batches the producer may run ahead of the slowest reader; 0: 4 */
   uint32_t min_consumers;    /* 0: 1 */
   uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
   int32_t heartbeat_ms;      /* 0: 500 */

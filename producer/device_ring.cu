@@ -120,7 +120,7 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
         CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging, r.opts.device, device_staged, staged_device, staged, r.stream));
         src = r.staging;
       }
-      RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
+      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
                                            r.opts.normalize, dev + r.data_offset, r.stream));
     } else if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
       // Already in its final form: one copy straight into the slot.
@@ -129,7 +129,7 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
     } else {
       CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging, host + r.opts.host_staging_offset, staged,
                                          cudaMemcpyHostToDevice, r.stream));
-      RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging, count, r.opts.height, r.opts.width, r.opts.dtype,
+      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging, count, r.opts.height, r.opts.width, r.opts.dtype,
                                            r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream));
     }
   }

@@ -9,7 +9,7 @@ namespace coloader {
 
 Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(SlotTable layout, uint8_t* base) {
   std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(layout), base));
-  ASSIGN_OR_RETURN(s->events_, EventFd::Make());
+  COLOADER_ASSIGN_OR_RETURN(s->events_, EventFd::Make());
   return Result<std::unique_ptr<ExternalSource>>(std::move(s));
 }
 

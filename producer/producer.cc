@@ -65,7 +65,7 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const P
     g.batch_size = table.batch_size;
     g.augment = augment;
     g.lanes = o.gpu_lanes;
-    ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
+    COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
     if (o.decode == DecodeMode::kAuto && stages.empty()) {
       std::fprintf(stderr, "[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name,
                    stage->description().c_str(), why.c_str());
@@ -161,7 +161,7 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
                              "(the consumers' .pub keys), or --insecure to accept anyone who can reach the port");
     if (keys && (opts.curve_key_file.empty() || opts.authorized_keys_file.empty()))
       return Status::Invalid("CURVE needs both --curve-key (this producer's key pair) and --authorized-keys");
-    if (keys) RETURN_NOT_OK(CurveAvailable());
+    if (keys) COLOADER_RETURN_NOT_OK(CurveAvailable());
   } else if (!opts.curve_key_file.empty() || !opts.authorized_keys_file.empty() || opts.insecure) {
     return Status::Invalid("--curve-key, --authorized-keys and --insecure apply to a --tcp endpoint; give one");
   }
@@ -194,23 +194,23 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
 }
 
 Status Producer::Impl::Setup() {
-  ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
+  COLOADER_ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
   if (!opts.external) {
-    ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+    COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
     SamplerOptions so;
     so.shuffle = opts.shuffle;
     so.seed = opts.seed;
     so.rank = opts.rank;
     so.world_size = opts.world_size;
-    ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
+    COLOADER_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
     sampler.emplace(std::move(s));
   }
   data_key = ComputeDataKey();
-  RETURN_NOT_OK(CheckStart());
+  COLOADER_RETURN_NOT_OK(CheckStart());
 
   // Claim the name before touching the socket or ring, so a second producer of the same
   // name fails cleanly instead of stealing them.
-  ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
+  COLOADER_ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
   lock.emplace(std::move(l));
   CrashPointForTest("lock");
   // We hold the name, so whoever made anything still under it is dead: take it back (before
@@ -275,17 +275,17 @@ Status Producer::Impl::Setup() {
     d.host_labels_offset = table.labels_offset;
     d.host_staging_offset = staging.data_offset;
     d.host_output_offset = table.data_offset;
-    ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
+    COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
     device_rings.push_back(std::move(r));
   }
   if (opts.external) {
-    ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
+    COLOADER_ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
   } else {
-    ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(opts, table, to.augment));
-    ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
+    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(opts, table, to.augment));
+    COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
   }
 
-  ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
+  COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
 
   router.set(zmq::sockopt::linger, 0);
   router.set(zmq::sockopt::router_mandatory, 1);
@@ -298,7 +298,7 @@ Status Producer::Impl::Setup() {
   }
   ::chmod(paths.socket.c_str(), 0600);
   CrashPointForTest("bind");
-  if (!opts.tcp_endpoint.empty()) RETURN_NOT_OK(BindTcp());
+  if (!opts.tcp_endpoint.empty()) COLOADER_RETURN_NOT_OK(BindTcp());
   progress_tty = ::isatty(STDERR_FILENO);
   return Status::OK();
 }

@@ -11,75 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "common/protocol.h"
 #include "common/status.h"
-#include "pipeline/augment.h"
-#include "pipeline/gpu_decode.h"
-#include "pipeline/normalize.h"
+#include "producer/options.h"
 
 namespace coloader {
-
-enum class OnBadFile { kSkip, kFail };
-
-struct ProducerOptions {
-  std::string name;
-  std::string data;         // ImageFolder directory or file list
-  uint32_t batch_size = 256;
-  int image_size = 224;
-  int workers = 0;          // 0: one per online CPU
-  uint32_t window = 4;      // K: the most batches a consumer may have unreleased (the lag window)
-  int spare_slots = -1;     // ring slots beyond K, for batches a consumer keeps while it reads
-                            // on (a held tensor): -1 means K / 2, at least 1
-  uint64_t epochs = 1;      // 0 with forever
-  bool forever = false;
-  uint64_t seed = 0;
-  bool shuffle = true;
-  AugmentMode augment = AugmentMode::kTrain;
-  DType output = DType::kFloat32;  // bfloat16 and float16 need a device
-  TensorLayout layout = TensorLayout::kNCHW;
-  std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
-  bool dct_scaling = true;
-  bool crop_decode = true;  // JPEG: decode only the crop's region (TransformOptions::crop_decode)
-  DecodeMode decode = DecodeMode::kCpu;  // gpu: nvJPEG + GPU augmentation, each device its share
-  int gpu_lanes = 1;  // batches each decoding GPU works on at once (GpuDecodeOptions::lanes)
-  OnBadFile on_bad_file = OnBadFile::kSkip;
-  uint32_t min_consumers = 1;
-  int rank = 0;
-  int world_size = 1;
-  // `serve --resume STATE`: start where a checkpointed consumer (group) resumes, rather than
-  // at epoch 0: the round of its split holding its next batch (common/split.h).
-  struct ResumePoint {
-    bool set = false;
-    uint64_t epoch = 0;
-    uint64_t begin = 0;    // where that epoch's split began (a late group: its join point)
-    uint64_t samples = 0;  // samples each rank had taken in it
-    uint32_t world_size = 1, batch_size = 1;
-    bool drop_last = false;
-    std::string data_key;  // the producer's data key when the state was saved ("": unchecked)
-  } resume;
-  uint32_t heartbeat_ms = 500;
-  uint32_t heartbeat_timeout_ms = 5000;
-  // A consumer that holds the others back this long (it took no batch while the producer
-  // waited on it, or its kept batches filled the ring and could not be copied away) is
-  // detached, with a message saying so. Only while someone else waits; 0: never.
-  uint32_t stall_timeout_ms = 60000;
-  int progress_interval_ms = 1000;  // 0: no progress lines
-
-  // Also serve consumers on other machines at this tcp:// endpoint (host path, batches sent as
-  // message payload). It takes CURVE keys: the producer's key pair and the consumers' public
-  // keys it accepts; without them it refuses to start unless `insecure`.
-  std::string tcp_endpoint;
-  std::string curve_key_file;
-  std::string authorized_keys_file;
-  bool insecure = false;
-
-  // Fed by the caller (ExternalSource) instead of `data`: samples of this shape (1 to 3
-  // dimensions, laid out as C,H,W with leading 1s) and `output` dtype; batch_size is the most
-  // one batch carries. epoch_samples, if known, lets consumers compute len().
-  bool external = false;
-  std::vector<int64_t> sample_shape;
-  uint64_t epoch_samples = 0;
-};
 
 class ExternalSource;
 

@@ -36,7 +36,6 @@
 
 namespace coloader {
 
-constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
 constexpr uint64_t kStrangerMessagesPerSecond = 1000;
 
 // Messages counted over one-second windows: how a flood is told from a busy consumer.

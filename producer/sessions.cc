@@ -1,5 +1,6 @@
 // Sessions: handshakes, consumers' messages, flood control and liveness.
 #include "producer/producer_internal.h"
+#include "producer/slot_layout.h"
 
 #include <unistd.h>
 

@@ -2,7 +2,6 @@
 
 #include "common/align.h"
 #include "common/mailbox.h"
-#include "producer/producer_internal.h"
 
 namespace coloader {
 

@@ -14,7 +14,7 @@
 
 #include "common/protocol.h"
 #include "common/shm.h"
-#include "producer/producer.h"
+#include "producer/options.h"
 
 namespace coloader {
 
@@ -32,6 +32,7 @@ uint64_t TotalBytes(const SharedMemory::Ranges& r);
 
 // Entries per consumer mailbox for a ring of `num_slots`.
 uint32_t MailboxCapacity(uint32_t num_slots);
+constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
 
 // The bytes of /dev/shm the producer reserves at start with these options: ring and mailboxes.
 uint64_t ShmBytesAtStart(const ProducerOptions& o);

@@ -16,11 +16,11 @@ Status Producer::Impl::BindTcp() {
   std::optional<std::set<std::string>> allowed;
   CurveKeyPair pair;
   if (!opts.insecure) {
-    ASSIGN_OR_RETURN(pair, ReadCurveKeyPair(opts.curve_key_file));
-    ASSIGN_OR_RETURN(allowed, ReadAuthorizedKeys(opts.authorized_keys_file));
+    COLOADER_ASSIGN_OR_RETURN(pair, ReadCurveKeyPair(opts.curve_key_file));
+    COLOADER_ASSIGN_OR_RETURN(allowed, ReadAuthorizedKeys(opts.authorized_keys_file));
   }
   const std::string name = opts.name;
-  ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
+  COLOADER_ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
                      std::fprintf(stderr, "[coloader %s] %s\n", name.c_str(), line.c_str());
                    }));
   try {

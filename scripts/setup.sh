@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libgtest-dev
-          cppzmq-dev libzmq3-dev libturbojpeg0-dev libjpeg62-turbo-dev libboost-dev
+          cppzmq-dev libzmq3-dev libturbojpeg0-dev libjpeg62-turbo-dev
           libopencv-core-dev libopencv-imgproc-dev
           mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch
           python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimate)

@@ -40,7 +40,7 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
                            "the loader's state in it with --resume-key KEY (e.g. --resume-key loader); or save "
                            "json.dump(loader.state_dict(), f) and give that file");
   }
-  ASSIGN_OR_RETURN(JsonValue v, ReadJsonFile(path));
+  COLOADER_ASSIGN_OR_RETURN(JsonValue v, ReadJsonFile(path));
   if (!v.is_object()) return Status::Invalid("--resume " + path + ": expected a JSON object (a Loader's state_dict())");
   auto number = [&](const char* key, bool required, uint64_t* out) -> Status {
     const JsonValue* f = v.Find(key);
@@ -54,12 +54,12 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
   };
   ProducerOptions::ResumePoint& r = o->resume;
   uint64_t world = 1, rank = 0, batch = 0, seed = 0;
-  RETURN_NOT_OK(number("epoch", true, &r.epoch));
-  RETURN_NOT_OK(number("samples_seen_in_epoch", true, &r.samples));
-  RETURN_NOT_OK(number("batch_size", true, &batch));
-  RETURN_NOT_OK(number("world_size", false, &world));
-  RETURN_NOT_OK(number("rank", false, &rank));
-  RETURN_NOT_OK(number("split_begin", false, &r.begin));
+  COLOADER_RETURN_NOT_OK(number("epoch", true, &r.epoch));
+  COLOADER_RETURN_NOT_OK(number("samples_seen_in_epoch", true, &r.samples));
+  COLOADER_RETURN_NOT_OK(number("batch_size", true, &batch));
+  COLOADER_RETURN_NOT_OK(number("world_size", false, &world));
+  COLOADER_RETURN_NOT_OK(number("rank", false, &rank));
+  COLOADER_RETURN_NOT_OK(number("split_begin", false, &r.begin));
   if (batch < 1 || batch > UINT32_MAX || world < 1 || world > kMaxGroupSize)
     return Status::Invalid("--resume " + path + ": batch_size " + std::to_string(batch) + " and world_size " +
                            std::to_string(world) + " must be >= 1 (and a group has at most " +
@@ -76,7 +76,7 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
                            "saved from, and a state without it cannot be checked against this producer's");
   r.data_key = k->string();
   if (const JsonValue* sd = v.Find("seed"); sd != nullptr && sd->is_number()) {
-    RETURN_NOT_OK(number("seed", false, &seed));
+    COLOADER_RETURN_NOT_OK(number("seed", false, &seed));
     if (seed_given && seed != o->seed) {
       return Status::Invalid("--resume " + path + ": the state was saved with --seed " + std::to_string(seed) +
                              ", but --seed " + std::to_string(o->seed) + " was given: its epochs hold other samples");

@@ -19,7 +19,7 @@ constexpr const char* kStatusSynopsis = "coloader status [--name NAME | --endpoi
 Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
                           const std::string& server_key) {
   if (endpoint.empty()) {
-    ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
+    COLOADER_ASSIGN_OR_RETURN(ProducerPaths paths, PathsFor(name));
     if (!NameLock::IsHeld(paths.lock)) {
       // A dead one of that name may have left its ring behind: say so, and how to remove it.
       size_t left = 0;
@@ -37,7 +37,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   zmq::socket_t sock(ctx, zmq::socket_type::dealer);
   sock.set(zmq::sockopt::linger, 0);
   sock.set(zmq::sockopt::maxmsgsize, kMaxLocalReplyBytes);
-  if (!key_file.empty() || !server_key.empty()) RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
+  if (!key_file.empty() || !server_key.empty()) COLOADER_RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
   try {
     sock.connect(endpoint);
   } catch (const zmq::error_t& e) {
@@ -59,7 +59,7 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
     }
     return Status::Timeout(why);
   }
-  ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
+  COLOADER_ASSIGN_OR_RETURN(Message m, Decode(reply.data<uint8_t>(), reply.size()));
   if (auto* r = std::get_if<StatusReply>(&m)) return *r;
   if (auto* reject = std::get_if<Reject>(&m)) return Status::Protocol("the producer refused the request: " + reject->reason);
   return Status::Protocol(std::string("expected StatusReply, got ") + MessageTypeName(m));

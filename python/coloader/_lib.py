@@ -19,8 +19,11 @@ structs laid out below are checked against the library's own (coloader_struct_si
 package and a library of different versions fail at once instead of corrupting memory.
 """
 
+import atexit
 import ctypes
+import logging
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -212,12 +215,37 @@ _producer_lib = None
 _lock = threading.Lock()
 
 
+# The library's messages (coloader_set_log_handler): to the "coloader" logger once the program
+# has configured logging, else to stderr as the library itself would write them, so that an
+# unconfigured job still sees "waiting up to 60 s for producer ...".
+_LOG_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+logger = logging.getLogger("coloader")
+
+
+def _log_from_library(level, message, _user):
+    text = message.decode(errors="replace")
+    if logger.hasHandlers():
+        logger.log(level, text)
+    elif level >= logging.INFO:
+        print("coloader: " + text, file=sys.stderr, flush=True)
+
+
+_log_callback = _LOG_HANDLER(_log_from_library)  # kept alive as long as the library may call it
+
+
+def _stop_logging_to_python(lib):
+    # At exit, before the interpreter goes: a library thread still running then writes to
+    # stderr instead of calling into a finalising Python.
+    lib.coloader_set_log_handler(_LOG_HANDLER(), None)
+
+
 def _declare(lib):
     c_consumer_p = ctypes.c_void_p
     c_batch_p = ctypes.c_void_p
     protos = {
         "coloader_last_error": (ctypes.c_char_p, []),
         "coloader_version": (ctypes.c_char_p, []),
+        "coloader_set_log_handler": (None, [_LOG_HANDLER, ctypes.c_void_p]),
         "coloader_consumer_open": (ctypes.c_int, [ctypes.POINTER(ConsumerOptions),
                                                   ctypes.POINTER(c_consumer_p)]),
         "coloader_consumer_open_start": (ctypes.c_int, [ctypes.POINTER(ConsumerOptions),
@@ -257,6 +285,8 @@ def _declare(lib):
     }
     _set_prototypes(lib, protos)
     _check_sizes(lib.coloader_struct_size, {"consumer_options": ConsumerOptions, "batch_info": BatchInfo})
+    lib.coloader_set_log_handler(_log_callback, None)
+    atexit.register(_stop_logging_to_python, lib)
 
 
 def _declare_producer(lib):

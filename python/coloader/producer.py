@@ -63,7 +63,8 @@ class Producer:
       name: what consumers connect to (coloader.Loader(name)).
       batch_size: the most samples one batch carries; default: iterable.batch_size, else the
         first batch's size.
-      window: ring slots: how far the producer may run ahead of the slowest consumer.
+      window: how many batches the producer may run ahead of how far the slowest consumer has
+        read (the ring has this many slots and a few spares).
       min_consumers: the first epoch starts when this many consumers are attached.
       epoch_samples: samples per epoch, for len() on the consumers; default: len() of the
         DataLoader's sampler (or dataset), when it has one.

@@ -472,7 +472,7 @@ def test_a_group_restarted_under_another_name_resumes(serve, tmp_path):
 
 def test_dataloader_arguments_are_accepted_with_one_note_each(serve):
     p = serve(epochs=1)
-    coloader.loader._noted.clear()
+    coloader._dataloader._noted.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         a = loader_for(p, batch_size=8, num_workers=8, pin_memory=True, shuffle=True, persistent_workers=True,

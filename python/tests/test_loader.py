@@ -8,6 +8,7 @@ Runs with: /usr/bin/python3 -m pytest -q python/tests
 
 import gc
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -38,8 +39,10 @@ def test_missing_producer_raises_producer_not_found(env):
     assert e.value.code == -2
 
 
-def test_loader_started_before_its_producer_waits_for_it(dataset, env):
-    # Jobs launched together with the producer may come up first: the Loader waits for it.
+def test_loader_started_before_its_producer_waits_for_it(dataset, env, caplog):
+    # Jobs launched together with the producer may come up first: the Loader waits for it, and
+    # says so through the "coloader" logger (the library's message, handed to Python logging).
+    caplog.set_level(logging.INFO, logger="coloader")
     started = []
 
     def start_producer():
@@ -57,6 +60,18 @@ def test_loader_started_before_its_producer_waits_for_it(dataset, env):
         timer.join()
         for p in started:
             assert p.wait(timeout=30) == 0
+    said = [r for r in caplog.records if r.name == "coloader" and "waiting up to 20 s for producer 'late'" in r.message]
+    assert len(said) == 1 and said[0].levelno == logging.INFO, caplog.records
+
+
+def test_without_logging_configured_the_library_says_it_on_stderr(env):
+    code = ("import coloader\n"
+            "try:\n    coloader.Loader('nobody-serves-this', wait_for_producer=1)\n"
+            "except coloader.ProducerNotFound:\n    print('not found')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=STEP_TIMEOUT,
+                         env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)))
+    assert out.stdout.strip() == "not found", out.stderr
+    assert "coloader: waiting up to 1 s for producer 'nobody-serves-this'" in out.stderr
 
 
 def test_bad_arguments_raise_invalid_argument(env):
@@ -237,6 +252,7 @@ def test_tensors_keep_their_slot_until_the_last_one_goes(serve):
     it = iter(loader)
 
     images0, labels0 = next(it)
+    first_labels = labels0.tolist()
     p.wait_for(lambda st: st["consumers"][0]["received"] >= 1, "an announcement")
     assert acked() == 0 and p.status()["slots_in_use"] >= 1
 
@@ -247,7 +263,7 @@ def test_tensors_keep_their_slot_until_the_last_one_goes(serve):
     st = p.wait_for(lambda st: st["consumers"][0]["acked"] >= 1, "the ack of batch 1")
     # Acks travel in order of release: had batch 0 gone with its images, it would be counted.
     assert st["consumers"][0]["acked"] == 1 and st["consumers"][0]["held"] >= 1
-    assert labels0.tolist() == labels0.clone().tolist()  # still readable
+    assert labels0.tolist() == first_labels  # still readable, and still batch 0's
 
     del labels0
     gc.collect()

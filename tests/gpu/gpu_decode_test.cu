@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <opencv2/imgproc.hpp>
 
+#include "pipeline/augment_device.h"
 #include "pipeline/gpu_decode.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/transform.h"

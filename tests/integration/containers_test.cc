@@ -131,7 +131,9 @@ TEST_F(ContainersTest, AThreadLimitIsOneLineNamingItAndLeavesNothingBehind) {
   EXPECT_NE(serve.Stderr().find("ulimit -u"), std::string::npos) << serve.Stderr();
   EXPECT_EQ(serve.Stderr().find("terminate called"), std::string::npos) << serve.Stderr();
   EXPECT_EQ(ShmOf(name_), 0) << "a ring or mailboxes were left in /dev/shm";
-  if (fs::exists(run_dir)) EXPECT_TRUE(fs::is_empty(run_dir)) << "a socket or lock was left in the run directory";
+  if (fs::exists(run_dir)) {
+    EXPECT_TRUE(fs::is_empty(run_dir)) << "a socket or lock was left in the run directory";
+  }
 }
 
 TEST_F(ContainersTest, ABatchLargerThanTheMachinesMemoryIsRefusedByName) {

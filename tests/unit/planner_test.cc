@@ -23,7 +23,7 @@ namespace coloader {
 namespace {
 
 Result<JobSet> Parse(const std::string& text) {
-  ASSIGN_OR_RETURN(JsonValue doc, ParseJson(text, "jobs.json"));
+  COLOADER_ASSIGN_OR_RETURN(JsonValue doc, ParseJson(text, "jobs.json"));
   return ParseJobSet(doc, "jobs.json");
 }
 
