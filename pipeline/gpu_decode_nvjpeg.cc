@@ -13,6 +13,7 @@
 
 #include "common/align.h"
 #include "common/cuda_internal.h"
+#include "common/log_line.h"
 #include "pipeline/augment_device.h"
 #include "pipeline/gpu_decode.h"
 #include "pipeline/pipeline.h"
@@ -238,7 +239,7 @@ GpuDecodeStage::~GpuDecodeStage() {
   if (!impl_) return;
   const GpuDecodeCounts c = counts();
   if (c.hardware + c.hybrid + c.cpu > 0) {
-    std::fprintf(stderr, "[coloader] decode gpu: %llu images by the hardware backend, %llu by the GPU hybrid backend, %llu on the CPU (cuda:%d)\n",
+    LogLine("[coloader] decode gpu: %llu images by the hardware backend, %llu by the GPU hybrid backend, %llu on the CPU (cuda:%d)\n",
                  static_cast<unsigned long long>(c.hardware), static_cast<unsigned long long>(c.hybrid),
                  static_cast<unsigned long long>(c.cpu), impl_->opts.device);
   }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "common/curve.h"
+#include "common/log_line.h"
 #include "producer/producer_internal.h"
 #include "producer/slot_layout.h"
 
@@ -35,19 +36,19 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const P
   if (o.devices.empty()) {
     if (o.decode == DecodeMode::kGpu)
       return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
-    std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
+    LogLine("[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
     return Stages();
   }
   std::vector<int> decoders = o.devices;
   std::string why;
   if (o.decode == DecodeMode::kAuto) {
     if (table.batch_size > kMaxGpuDecodeBatch) {
-      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name,
+      LogLine("[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name,
                    kMaxGpuDecodeBatch);
       return Stages();
     }
     if (!GpuDecodeStage::HardwareAvailable(o.devices[0], &why)) {
-      std::fprintf(stderr, "[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
+      LogLine("[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
       return Stages();
     }
     decoders.erase(std::remove_if(decoders.begin() + 1, decoders.end(),
@@ -67,10 +68,10 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const P
     g.lanes = o.gpu_lanes;
     COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
     if (o.decode == DecodeMode::kAuto && stages.empty()) {
-      std::fprintf(stderr, "[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name,
+      LogLine("[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name,
                    stage->description().c_str(), why.c_str());
     } else {
-      std::fprintf(stderr, "[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
+      LogLine("[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
     }
     stages.push_back(std::move(stage));
   }
@@ -83,7 +84,7 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const P
 void CrashPointForTest(const char* point) {
   static const char* at = std::getenv("COLOADER_TEST_CRASH_AT");
   if (at != nullptr && std::strcmp(at, point) == 0) {
-    std::fprintf(stderr, "[coloader] test hook: SIGKILL at start-up point '%s'\n", point);
+    LogLine("[coloader] test hook: SIGKILL at start-up point '%s'\n", point);
     ::raise(SIGKILL);
   }
 }
@@ -190,7 +191,7 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
   struct sysinfo si {};
   if (::sysinfo(&si) != 0) return;
   if (std::optional<std::string> w = LargeRingWarning(bytes, uint64_t{si.totalram} * si.mem_unit))
-    std::fprintf(stderr, "[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
+    LogLine("[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
 }
 
 Status Producer::Impl::Setup() {
@@ -219,7 +220,7 @@ Status Producer::Impl::Setup() {
     std::string list;
     for (const std::string& g : gone) list += (list.empty() ? "" : ", ") + g;
     const uint32_t prev = lock->previous_pid();
-    std::fprintf(stderr, "[coloader %s] reclaimed what a dead producer of this name%s left: %s\n", opts.name.c_str(),
+    LogLine("[coloader %s] reclaimed what a dead producer of this name%s left: %s\n", opts.name.c_str(),
                  prev ? (" (pid " + std::to_string(prev) + ")").c_str() : "", list.c_str());
   }
 
@@ -318,7 +319,7 @@ Status Producer::Impl::ReserveHostTensors() {
                            "): read the device path (a consumer on this GPU, --device), or give " + kShmDir +
                            " more room (docker run --shm-size, a Kubernetes emptyDir with medium: Memory)");
   }
-  std::fprintf(stderr, "[coloader %s] reserved %s of %s for host-path consumers\n", opts.name.c_str(),
+  LogLine("[coloader %s] reserved %s of %s for host-path consumers\n", opts.name.c_str(),
                HumanBytes(TotalBytes(host_tensors)).c_str(), kShmDir);
   host_tensors.clear();  // reserved for good
   return Status::OK();

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "common/log_line.h"
 #include "common/split.h"
 
 namespace coloader {
@@ -139,7 +140,7 @@ Status Producer::Impl::CheckStart() {
                            std::to_string(opts.epochs) + " ends before it: give --epochs beyond it (they count from "
                            "epoch 0 of the whole run) or --forever");
   }
-  std::fprintf(stderr, "[coloader %s] resuming at epoch %llu, position %llu (a group of %u resuming after %llu "
+  LogLine("[coloader %s] resuming at epoch %llu, position %llu (a group of %u resuming after %llu "
                "batch(es) of %u per rank)\n", opts.name.c_str(), static_cast<unsigned long long>(start_epoch),
                static_cast<unsigned long long>(start_position), r.world_size, static_cast<unsigned long long>(done),
                r.batch_size);
@@ -171,7 +172,7 @@ void Producer::Impl::PublishReady() {
         if (opts.on_bad_file == OnBadFile::kFail) {
           if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
         } else if (first_time) {
-          std::fprintf(stderr, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
+          LogLine("[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
         }
       }
       if (!fatal.ok()) {

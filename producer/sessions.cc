@@ -1,11 +1,13 @@
 // Sessions: handshakes, consumers' messages, flood control and liveness.
 #include "producer/producer_internal.h"
-#include "producer/slot_layout.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+
+#include "common/log_line.h"
+#include "producer/slot_layout.h"
 
 namespace coloader {
 
@@ -39,7 +41,7 @@ void Producer::Impl::DropSession(const std::string& identity, const char* why,
     mailboxes.at(static_cast<uint32_t>(s.mailbox)).Reset(0);
     mailbox_used[static_cast<size_t>(s.mailbox)] = false;
   }
-  std::fprintf(stderr, "[coloader %s] consumer %llu (pid %u) %s%s\n", opts.name.c_str(),
+  LogLine("[coloader %s] consumer %llu (pid %u) %s%s\n", opts.name.c_str(),
                static_cast<unsigned long long>(s.id), s.pid, why,
                freed ? ("; " + std::to_string(freed) + " slot(s) reclaimed").c_str() : "");
   Session gone = std::move(s);
@@ -106,7 +108,7 @@ void Producer::Impl::MaybeStartGroup(const std::string& name) {
     s.group_waiting = false;
     s.waiting_for_epoch = wait_for_epoch;
   }
-  std::fprintf(stderr, "[coloader %s] group %s: all %u rank(s) attached, serving them from the next batch\n",
+  LogLine("[coloader %s] group %s: all %u rank(s) attached, serving them from the next batch\n",
                opts.name.c_str(), name.c_str(), g->second.world_size);
 }
 
@@ -202,7 +204,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     return;
   }
   if (std::optional<std::string> why = Refusal(hello)) {
-    std::fprintf(stderr, "[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid, why->c_str());
+    LogLine("[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid, why->c_str());
     Send(identity, Reject{RejectCode::kMismatch, *why});
     return;
   }
@@ -250,7 +252,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
       s.watch = std::move(*w);
     } else {
-      std::fprintf(stderr, "[coloader %s] consumer pid %u is not that process here (another PID namespace?): "
+      LogLine("[coloader %s] consumer pid %u is not that process here (another PID namespace?): "
                    "watched by heartbeat\n", opts.name.c_str(), hello.pid);
     }
   }
@@ -294,7 +296,7 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
     return;
   }
   s.last_sent_ns = MonotonicNs();
-  std::fprintf(stderr, "[coloader %s] consumer %llu connected (pid %u, batch size %u, %s path offered%s%s)\n",
+  LogLine("[coloader %s] consumer %llu connected (pid %u, batch size %u, %s path offered%s%s)\n",
                opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
                s.device ? "device" : "host", s.waiting_for_epoch ? ", waits for the next epoch" : "",
                s.group.empty() ? ""
@@ -339,7 +341,7 @@ void Producer::Impl::HandleAttach(const std::string& identity, const Attach& att
     DropSession(identity, "reads the host path, which /dev/shm cannot hold", Bye{ByeReason::kRejected, r.message()});
     return;
   }
-  std::fprintf(stderr, "[coloader %s] consumer %llu attached: reads the %s path%s\n", opts.name.c_str(),
+  LogLine("[coloader %s] consumer %llu attached: reads the %s path%s\n", opts.name.c_str(),
                static_cast<unsigned long long>(s.id), s.device ? "device" : "host",
                s.device ? (" (cuda:" + std::to_string(device_rings[s.ring]->device()) + ")").c_str() : "");
   if (!s.group.empty()) MaybeStartGroup(s.group);
@@ -390,7 +392,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
     }
     // A stream of garbage is logged in samples, not line for line.
     if (rejected_messages <= 20 || rejected_messages % 1000 == 0)
-      std::fprintf(stderr, "[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
+      LogLine("[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
                    static_cast<unsigned long long>(rejected_messages), decoded.status().message().c_str());
     if (it != sessions.end()) {
       DropSession(identity, "broke the protocol", Bye{ByeReason::kRejected, decoded.status().message()});

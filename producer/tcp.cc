@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/curve.h"
+#include "common/log_line.h"
 
 namespace coloader {
 
@@ -21,7 +22,7 @@ Status Producer::Impl::BindTcp() {
   }
   const std::string name = opts.name;
   COLOADER_ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
-                     std::fprintf(stderr, "[coloader %s] %s\n", name.c_str(), line.c_str());
+                     LogLine("[coloader %s] %s\n", name.c_str(), line.c_str());
                    }));
   try {
     router.set(zmq::sockopt::zap_domain, ZapHandler::kDomain);

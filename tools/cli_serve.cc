@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/log_line.h"
 #include "common/process.h"
 #include "placement/json_reader.h"
 #include "tools/cli.h"
@@ -224,10 +225,10 @@ int Serve(const std::vector<std::string>& args) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  std::fprintf(stderr, "[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
+  LogLine("[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
                (*producer)->endpoint().c_str());
   if (!(*producer)->tcp_endpoint().empty()) {
-    std::fprintf(stderr, "[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
+    LogLine("[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
                  o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
   }
 
@@ -236,14 +237,14 @@ int Serve(const std::vector<std::string>& args) {
   const double cpu = ProcessCpuSeconds();
   producer->reset();
   if (run.code() == StatusCode::kCancelled) {
-    std::fprintf(stderr, "[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
+    LogLine("[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
     return 0;
   }
   if (!run.ok()) {
     std::fprintf(stderr, "coloader serve: %s\n", run.message().c_str());
     return 1;
   }
-  std::fprintf(stderr, "[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);
+  LogLine("[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);
   return 0;
 }
 

@@ -22,7 +22,9 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "client/consumer.h"
@@ -1082,6 +1084,23 @@ TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   ASSERT_EQ(table.Wait(), 0);
   EXPECT_NE(table.Stdout().find("images/s"), std::string::npos);
   consumer->Signal(SIGKILL);
+}
+
+TEST_F(IntegrationTest, TheProducersLogLinesSayWhen) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  auto consumer = Consume("p", {});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ASSERT_EQ(producer->Wait(20000), 0) << producer->Stderr();
+  // Every line of the producer's own log: local date and time to the millisecond, then the
+  // name (the progress line is off under --quiet).
+  const std::regex stamped(R"(^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3} \[coloader p\] .+)");
+  std::istringstream lines(producer->Stderr());
+  int seen = 0;
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_TRUE(std::regex_match(line, stamped)) << line;
+    ++seen;
+  }
+  EXPECT_GE(seen, 3) << producer->Stderr();  // serving, connected, done at least
 }
 
 }  // namespace
