@@ -111,7 +111,7 @@ class Handshake {
     if (!live() && o.wait_for_producer_ms > 0 && !said_waiting_) {
       // Jobs launched together with their producer may come first: say once what we wait for.
       said_waiting_ = true;
-      Log(LogLevel::kInfo, "waiting up to " + std::to_string((o.wait_for_producer_ms + 500) / 1000) +
+      Log(LogLevel::kInfo, "waiting up to " + std::to_string((int64_t{o.wait_for_producer_ms} + 500) / 1000) +
                                " s for producer '" + o.name + "' to start (at " + paths_.socket + ")");
     }
     while (!live()) {

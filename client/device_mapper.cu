@@ -145,21 +145,24 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
     done();
     return;
   }
+  Status no_thread;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
     if (!release_thread_.joinable()) {
       Result<std::thread> t = StartThread("the consumer's release thread", [this] { ReleaseLoop(); });
-      if (!t.ok()) {
-        // No thread to wait with (the thread limit): wait here, once; correct, if slower.
-        Log(LogLevel::kWarning, t.status().message() + "; releases wait for their stream on the caller's thread");
-        cudaEventSynchronize(event);
-        cudaEventDestroy(event);
-        done();
-        return;
-      }
-      release_thread_ = std::move(*t);
+      if (t.ok()) release_thread_ = std::move(*t);
+      else no_thread = t.status();
     }
-    releases_.push_back({event, std::move(done)});
+    if (no_thread.ok()) releases_.push_back({event, std::move(done)});
+  }
+  if (!no_thread.ok()) {
+    // No thread to wait with (the thread limit): wait here; correct, if slower. (Said outside
+    // the lock: a log handler may run code that releases another batch.)
+    Log(LogLevel::kWarning, no_thread.message() + "; releases wait for their stream on the caller's thread");
+    cudaEventSynchronize(event);
+    cudaEventDestroy(event);
+    done();
+    return;
   }
   release_cv_.notify_one();
 }

@@ -16,7 +16,8 @@ enum class LogLevel : int { kInfo = 20, kWarning = 30, kError = 40 };
 // release thread); it must not call back into the consumer.
 using LogHandler = void (*)(int level, const char* message, void* user);
 
-// `handler` nullptr: back to stderr. Takes effect for every message after it returns.
+// `handler` nullptr: back to stderr. Returns once no call of the previous handler is under
+// way (so it must not be called from inside a handler); every later message goes to the new.
 void SetLogHandler(LogHandler handler, void* user);
 
 void Log(LogLevel level, const std::string& message);

@@ -1,5 +1,7 @@
 #include "producer/slot_layout.h"
 
+#include <cstdio>
+
 #include "common/align.h"
 #include "common/mailbox.h"
 

@@ -216,8 +216,8 @@ _lock = threading.Lock()
 
 
 # The library's messages (coloader_set_log_handler): to the "coloader" logger once the program
-# has configured logging, else to stderr as the library itself would write them, so that an
-# unconfigured job still sees "waiting up to 60 s for producer ...".
+# has configured logging (at its levels: "waiting up to 60 s for producer ..." is INFO), else
+# to stderr as the library itself would write them.
 _LOG_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 logger = logging.getLogger("coloader")
 
@@ -226,7 +226,7 @@ def _log_from_library(level, message, _user):
     text = message.decode(errors="replace")
     if logger.hasHandlers():
         logger.log(level, text)
-    elif level >= logging.INFO:
+    else:
         print("coloader: " + text, file=sys.stderr, flush=True)
 
 

@@ -64,13 +64,6 @@ T0=$SECONDS
 export SLURM_TEST_DIR
 SLURM_TEST_DIR=$(mktemp -d /var/tmp/coloader-slurm-test.XXXXXX)
 DATA_DIR=$(mktemp -d /var/tmp/coloader-slurm-data.XXXXXX)  # apart: cluster.sh owns its directory
-# The binary the nodes run, copied there too: a checkout under /tmp (or any path a node cannot
-# see) must not keep slurmstepd from starting it. It links only system libraries.
-mkdir "$DATA_DIR/bin"
-cp "$COLOADER_BIN" "$DATA_DIR/bin/coloader"
-own_libs=$(ldd "$COLOADER_BIN" 2>/dev/null | grep -F -e "=> $(readlink -f "$BUILD_DIR")" -e "=> $REPO" || true)
-[[ -z $own_libs ]] || fail "the coloader binary links libraries of the build, which the nodes may not see: $own_libs"
-COLOADER_BIN=$DATA_DIR/bin/coloader
 MAKER=""
 cleanup() {
   local rc=$?
@@ -98,6 +91,15 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+
+# The binary the nodes run, copied to the shared file system too: a checkout under /tmp (or
+# any path a node cannot see) must not keep slurmstepd from starting it. It links only system
+# libraries; the copy must find every one of them where it is.
+mkdir "$DATA_DIR/bin"
+cp "$COLOADER_BIN" "$DATA_DIR/bin/coloader"
+COLOADER_BIN=$DATA_DIR/bin/coloader
+unresolved=$(ldd "$COLOADER_BIN" 2>&1 | grep -E 'not found|=> /tmp/' || true)
+[[ -z $unresolved ]] || fail "the copy of the coloader binary does not find its libraries where the nodes could: $unresolved"
 
 # ---- the dataset, made while the cluster starts ---------------------------------------------------
 DATA=$DATA_DIR/data
