@@ -73,6 +73,16 @@ class Writer {
     Put<uint16_t>(static_cast<uint16_t>(n));
     out_.insert(out_.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
   }
+  // One field of a message's field list (Fields below).
+  template <typename T>
+  bool Field(const T& v) {
+    Put(v);
+    return true;
+  }
+  bool Field(const std::string& s) {
+    PutString(s);
+    return true;
+  }
   std::vector<uint8_t> Take() { return std::move(out_); }
 
  private:
@@ -101,6 +111,12 @@ class Reader {
     pos_ += len;
     return true;
   }
+  // One field of a message's field list (Fields below).
+  template <typename T>
+  bool Field(T& v) {
+    return Get(&v);
+  }
+  bool Field(std::string& s) { return GetString(&s); }
   bool AtEnd() const { return pos_ == n_; }
   size_t remaining() const { return n_ - pos_; }
   const std::string& error() const { return error_; }
@@ -127,315 +143,223 @@ MessageType TypeOf(const Message& m) {
   return kTypes[m.index()];
 }
 
-void PutSlotTable(Writer& w, const SlotTable& t) {
-  w.PutString(t.shm_name);
-  w.Put(t.num_slots);
-  w.Put(t.slot_bytes);
-  w.Put(t.batch_size);
-  w.Put(t.indices_offset);
-  w.Put(t.labels_offset);
-  w.Put(t.data_offset);
-  w.Put(t.height);
-  w.Put(t.width);
-  w.Put(t.channels);
-  w.Put(static_cast<uint8_t>(t.dtype));
-  w.Put(static_cast<uint8_t>(t.layout));
+// One field list per message, read by both directions: Fields(io, m) hands every field to
+// io.Field() in wire order, where io is the Writer (m const) or the Reader. Enums travel as
+// their fixed underlying type; what a decoded message must satisfy is checked apart, in
+// Valid(). Counted lists (a device table's events, a status reply's consumers) and the
+// Welcome's optional device table are written out in both directions by hand.
+template <typename M, typename T>
+constexpr bool kIs = std::is_same_v<std::remove_const_t<M>, T>;
+
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, SlotTable>, bool> Fields(IO& io, M& t) {
+  return io.Field(t.shm_name) && io.Field(t.num_slots) && io.Field(t.slot_bytes) && io.Field(t.batch_size) &&
+         io.Field(t.indices_offset) && io.Field(t.labels_offset) && io.Field(t.data_offset) && io.Field(t.height) &&
+         io.Field(t.width) && io.Field(t.channels) && io.Field(t.dtype) && io.Field(t.layout);
+}
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Hello>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.pid) && io.Field(m.pid_ns) && io.Field(m.start_time) && io.Field(m.batch_size) &&
+         io.Field(m.flags) && io.Field(m.client_name) && io.Field(m.device_uuid) && io.Field(m.group) &&
+         io.Field(m.rank) && io.Field(m.world_size) && io.Field(m.node_rank) && io.Field(m.num_nodes) &&
+         io.Field(m.expect_seed) && io.Field(m.expect_data_key);
+}
+// A Welcome up to its slot table, and after its device table.
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Welcome>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.consumer_id) && io.Field(m.producer_pid) && io.Field(m.producer_pid_ns) &&
+         io.Field(m.producer_start_time) && io.Field(m.heartbeat_ms) && io.Field(m.heartbeat_timeout_ms) &&
+         io.Field(m.dataset_size) && io.Field(m.epoch_samples) && Fields(io, m.slots);
+}
+template <typename IO, typename M>
+bool WelcomeTail(IO& io, M& m) {
+  return io.Field(m.mailbox_name) && io.Field(m.mailbox_index) && io.Field(m.mailbox_count) &&
+         io.Field(m.mailbox_capacity) && io.Field(m.seed) && io.Field(m.data_key) && io.Field(m.node_rank) &&
+         io.Field(m.num_nodes);
+}
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Reject>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.code) && io.Field(m.reason);
+}
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, BatchAnnouncement>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.seq) && io.Field(m.slot) && io.Field(m.epoch) && io.Field(m.first) && io.Field(m.count) &&
+         io.Field(m.flags) && io.Field(m.ready_ns);
+}
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Attach>, bool> Fields(IO& io, M& m) { return io.Field(m.device); }
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, End>, bool> Fields(IO& io, M& m) { return io.Field(m.epochs); }
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Reclaim> || kIs<M, Ack>, bool> Fields(IO& io, M& m) { return io.Field(m.seq); }
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Heartbeat> || kIs<M, StatusRequest>, bool> Fields(IO&, M&) { return true; }
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, Bye>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.reason) && io.Field(m.message);
+}
+// A status reply up to its consumer count.
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, StatusReply>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.name) && io.Field(m.pid) && io.Field(m.state) && io.Field(m.epoch) && io.Field(m.position) &&
+         io.Field(m.epoch_samples) && io.Field(m.batches_published) && io.Field(m.samples_published) &&
+         io.Field(m.batches_per_s) && io.Field(m.images_per_s) && io.Field(m.cpu_seconds) &&
+         io.Field(m.uptime_seconds) && io.Field(m.num_slots) && io.Field(m.slots_in_use) && io.Field(m.bad_files) &&
+         io.Field(m.rejected_messages) && io.Field(m.dropped_clients);
+}
+template <typename IO, typename M>
+std::enable_if_t<kIs<M, ConsumerStatus>, bool> Fields(IO& io, M& c) {
+  return io.Field(c.id) && io.Field(c.pid) && io.Field(c.batch_size) && io.Field(c.received) &&
+         io.Field(c.acked) && io.Field(c.lag) && io.Field(c.held) && io.Field(c.path) && io.Field(c.name) &&
+         io.Field(c.group) && io.Field(c.rank) && io.Field(c.world_size) && io.Field(c.waiting) &&
+         io.Field(c.unread) && io.Field(c.idle_ms);
+}
+// A device table up to its event count, and after its events.
+template <typename IO, typename M>
+bool DeviceTableHead(IO& io, M& d) {
+  return io.Field(d.device) && io.Field(d.device_uuid) && io.Field(d.mem_handle);
+}
+template <typename IO, typename M>
+bool DeviceTableTail(IO& io, M& d) {
+  return io.Field(d.slot_bytes) && io.Field(d.labels_offset) && io.Field(d.data_offset) && io.Field(d.dtype) &&
+         io.Field(d.layout);
 }
 
-bool GetSlotTable(Reader& r, SlotTable* t) {
-  uint8_t dtype = 0, layout = 0;
-  if (!(r.GetString(&t->shm_name) && r.Get(&t->num_slots) && r.Get(&t->slot_bytes) &&
-        r.Get(&t->batch_size) && r.Get(&t->indices_offset) && r.Get(&t->labels_offset) &&
-        r.Get(&t->data_offset) && r.Get(&t->height) && r.Get(&t->width) && r.Get(&t->channels) &&
-        r.Get(&dtype) && r.Get(&layout)))
-    return false;
-  if (dtype > static_cast<uint8_t>(DType::kFloat16)) {
-    r.SetError("unknown dtype " + std::to_string(dtype));
-    return false;
-  }
-  if (layout > static_cast<uint8_t>(TensorLayout::kNCHW)) {
-    r.SetError("unknown layout " + std::to_string(layout));
-    return false;
-  }
-  t->dtype = static_cast<DType>(dtype);
-  t->layout = static_cast<TensorLayout>(layout);
+// ---- what a decoded message must satisfy ----------------------------------------------------
+
+bool Invalid(Reader& r, std::string why) {
+  r.SetError(std::move(why));
+  return false;
+}
+
+bool Valid(Reader& r, const SlotTable& t) {
+  if (t.dtype > DType::kFloat16) return Invalid(r, "unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
+  if (t.layout > TensorLayout::kNCHW)
+    return Invalid(r, "unknown layout " + std::to_string(static_cast<int>(t.layout)));
   // The table describes memory the consumer will map and index: it must be self-consistent,
   // and no sum or product below may wrap (each factor is bounded first).
-  const uint64_t p = t->batch_size;
-  if (t->num_slots == 0 || t->num_slots > kMaxSlots || p == 0 || p > kMaxBatch || t->channels == 0 ||
-      t->channels > kMaxSide || t->height == 0 || t->height > kMaxSide || t->width == 0 || t->width > kMaxSide ||
-      t->slot_bytes > kMaxRingBytes / t->num_slots || t->indices_offset > t->slot_bytes ||
-      t->labels_offset > t->slot_bytes || t->data_offset > t->slot_bytes ||
-      8 * p > t->slot_bytes - t->indices_offset || 8 * p > t->slot_bytes - t->labels_offset ||
-      t->sample_bytes() > (t->slot_bytes - t->data_offset) / p) {
-    r.SetError("inconsistent slot table");
-    return false;
-  }
+  const uint64_t p = t.batch_size;
+  if (t.num_slots == 0 || t.num_slots > kMaxSlots || p == 0 || p > kMaxBatch || t.channels == 0 ||
+      t.channels > kMaxSide || t.height == 0 || t.height > kMaxSide || t.width == 0 || t.width > kMaxSide ||
+      t.slot_bytes > kMaxRingBytes / t.num_slots || t.indices_offset > t.slot_bytes ||
+      t.labels_offset > t.slot_bytes || t.data_offset > t.slot_bytes || 8 * p > t.slot_bytes - t.indices_offset ||
+      8 * p > t.slot_bytes - t.labels_offset || t.sample_bytes() > (t.slot_bytes - t.data_offset) / p)
+    return Invalid(r, "inconsistent slot table");
   return true;
 }
 
-void Encode(Writer& w, const Hello& m) {
-  w.Put(m.pid);
-  w.Put(m.pid_ns);
-  w.Put(m.start_time);
-  w.Put(m.batch_size);
-  w.Put(m.flags);
-  w.PutString(m.client_name);
-  w.PutString(m.device_uuid);
-  w.PutString(m.group);
-  w.Put(m.rank);
-  w.Put(m.world_size);
-  w.Put(m.node_rank);
-  w.Put(m.num_nodes);
-  w.Put(m.expect_seed);
-  w.PutString(m.expect_data_key);
-}
-bool DecodeBody(Reader& r, Hello* m) {
-  if (!(r.Get(&m->pid) && r.Get(&m->pid_ns) && r.Get(&m->start_time) && r.Get(&m->batch_size) &&
-        r.Get(&m->flags) && r.GetString(&m->client_name) &&
-        r.GetString(&m->device_uuid) && r.GetString(&m->group) && r.Get(&m->rank) && r.Get(&m->world_size) &&
-        r.Get(&m->node_rank) && r.Get(&m->num_nodes) && r.Get(&m->expect_seed) && r.GetString(&m->expect_data_key)))
-    return false;
+bool Valid(Reader& r, const Hello& m) {
   // The producer acts on these (a rank indexes its group's table): bound them here.
-  if (m->world_size < 1 || m->world_size > kMaxGroupSize || m->rank >= m->world_size) {
-    r.SetError("rank " + std::to_string(m->rank) + " of a group of " + std::to_string(m->world_size) +
-               " (1 to " + std::to_string(kMaxGroupSize) + " ranks)");
-    return false;
-  }
-  if (m->num_nodes < 0 || (m->num_nodes > 0 && (m->node_rank < 0 || m->node_rank >= m->num_nodes))) {
-    r.SetError("node " + std::to_string(m->node_rank) + " of " + std::to_string(m->num_nodes));
-    return false;
-  }
+  if (m.world_size < 1 || m.world_size > kMaxGroupSize || m.rank >= m.world_size)
+    return Invalid(r, "rank " + std::to_string(m.rank) + " of a group of " + std::to_string(m.world_size) +
+                          " (1 to " + std::to_string(kMaxGroupSize) + " ranks)");
+  if (m.num_nodes < 0 || (m.num_nodes > 0 && (m.node_rank < 0 || m.node_rank >= m.num_nodes)))
+    return Invalid(r, "node " + std::to_string(m.node_rank) + " of " + std::to_string(m.num_nodes));
   return true;
+}
+
+bool Valid(Reader& r, const SlotTable& host, const DeviceTable& d) {
+  if (d.dtype > DType::kFloat16 || d.layout > TensorLayout::kNCHW) return Invalid(r, "unknown device dtype or layout");
+  const uint64_t p = host.batch_size;
+  const uint64_t sample = uint64_t{host.height} * host.width * host.channels * DTypeSize(d.dtype);
+  if (d.mem_handle.size() != kCudaIpcHandleBytes || d.device < 0 || d.slot_bytes > kMaxRingBytes ||
+      d.labels_offset > d.slot_bytes || d.data_offset > d.slot_bytes || 8 * p > d.slot_bytes - d.labels_offset ||
+      sample > (d.slot_bytes - d.data_offset) / p)
+    return Invalid(r, "inconsistent device table");
+  for (const std::string& e : d.event_handles)
+    if (e.size() != kCudaIpcHandleBytes) return Invalid(r, "event handle of " + std::to_string(e.size()) + " bytes");
+  return true;
+}
+
+bool Valid(Reader& r, const Welcome& m) {
+  if (m.num_nodes < 1 || m.node_rank < 0 || m.node_rank >= m.num_nodes)
+    return Invalid(r, "producer shard " + std::to_string(m.node_rank) + " of " + std::to_string(m.num_nodes));
+  if (!m.mailbox_name.empty() && (m.mailbox_index >= m.mailbox_count || m.mailbox_capacity == 0 ||
+                                  m.mailbox_count > 65536 || m.mailbox_capacity > 65536))
+    return Invalid(r, "inconsistent mailbox table");
+  return true;
+}
+
+bool Valid(Reader& r, const Reject& m) {
+  if (m.code < RejectCode::kVersion || m.code > RejectCode::kMismatch)
+    return Invalid(r, "unknown reject code " + std::to_string(static_cast<int>(m.code)));
+  return true;
+}
+
+bool Valid(Reader& r, const Attach& m) {
+  if (m.device > 1) return Invalid(r, "bad device flag " + std::to_string(m.device));
+  return true;
+}
+
+bool Valid(Reader& r, const Bye& m) {
+  if (m.reason < ByeReason::kFinished || m.reason > ByeReason::kGroupBroken)
+    return Invalid(r, "unknown bye reason " + std::to_string(static_cast<int>(m.reason)));
+  return true;
+}
+
+template <typename M>
+bool Valid(Reader&, const M&) {
+  return true;
+}
+
+// ---- the messages -----------------------------------------------------------------------------
+
+template <typename M>
+void Encode(Writer& w, const M& m) {
+  Fields(w, m);
+}
+template <typename M>
+bool DecodeBody(Reader& r, M* m) {
+  return Fields(r, *m) && Valid(r, *m);
 }
 
 void PutDeviceTable(Writer& w, const DeviceTable& d) {
-  w.Put(d.device);
-  w.PutString(d.device_uuid);
-  w.PutString(d.mem_handle);
+  DeviceTableHead(w, d);
   w.Put(static_cast<uint32_t>(d.event_handles.size()));
   for (const std::string& e : d.event_handles) w.PutString(e);
-  w.Put(d.slot_bytes);
-  w.Put(d.labels_offset);
-  w.Put(d.data_offset);
-  w.Put(static_cast<uint8_t>(d.dtype));
-  w.Put(static_cast<uint8_t>(d.layout));
+  DeviceTableTail(w, d);
 }
 
 bool GetDeviceTable(Reader& r, const SlotTable& host, DeviceTable* d) {
   uint32_t events = 0;
-  uint8_t dtype = 0, layout = 0;
-  if (!(r.Get(&d->device) && r.GetString(&d->device_uuid) && r.GetString(&d->mem_handle) && r.Get(&events)))
-    return false;
-  if (events != host.num_slots) {
-    r.SetError("device table has " + std::to_string(events) + " events for " + std::to_string(host.num_slots) + " slots");
-    return false;
-  }
+  if (!(DeviceTableHead(r, *d) && r.Get(&events))) return false;
+  if (events != host.num_slots)
+    return Invalid(r, "device table has " + std::to_string(events) + " events for " + std::to_string(host.num_slots) +
+                          " slots");
   d->event_handles.resize(events);
   for (std::string& e : d->event_handles)
     if (!r.GetString(&e)) return false;
-  if (!(r.Get(&d->slot_bytes) && r.Get(&d->labels_offset) && r.Get(&d->data_offset) && r.Get(&dtype) &&
-        r.Get(&layout)))
-    return false;
-  if (dtype > static_cast<uint8_t>(DType::kFloat16) || layout > static_cast<uint8_t>(TensorLayout::kNCHW)) {
-    r.SetError("unknown device dtype or layout");
-    return false;
-  }
-  d->dtype = static_cast<DType>(dtype);
-  d->layout = static_cast<TensorLayout>(layout);
-  const uint64_t p = host.batch_size;
-  const uint64_t sample = uint64_t{host.height} * host.width * host.channels * DTypeSize(d->dtype);
-  if (d->mem_handle.size() != kCudaIpcHandleBytes || d->device < 0 || d->slot_bytes > kMaxRingBytes ||
-      d->labels_offset > d->slot_bytes || d->data_offset > d->slot_bytes ||
-      8 * p > d->slot_bytes - d->labels_offset || sample > (d->slot_bytes - d->data_offset) / p) {
-    r.SetError("inconsistent device table");
-    return false;
-  }
-  for (const std::string& e : d->event_handles) {
-    if (e.size() != kCudaIpcHandleBytes) {
-      r.SetError("event handle of " + std::to_string(e.size()) + " bytes");
-      return false;
-    }
-  }
-  return true;
+  return DeviceTableTail(r, *d) && Valid(r, host, *d);
 }
 
 void Encode(Writer& w, const Welcome& m) {
-  w.Put(m.consumer_id);
-  w.Put(m.producer_pid);
-  w.Put(m.producer_pid_ns);
-  w.Put(m.producer_start_time);
-  w.Put(m.heartbeat_ms);
-  w.Put(m.heartbeat_timeout_ms);
-  w.Put(m.dataset_size);
-  w.Put(m.epoch_samples);
-  PutSlotTable(w, m.slots);
+  Fields(w, m);
   w.Put(static_cast<uint8_t>(m.has_device ? 1 : 0));
   if (m.has_device) PutDeviceTable(w, m.device);
-  w.PutString(m.mailbox_name);
-  w.Put(m.mailbox_index);
-  w.Put(m.mailbox_count);
-  w.Put(m.mailbox_capacity);
-  w.Put(m.seed);
-  w.PutString(m.data_key);
-  w.Put(m.node_rank);
-  w.Put(m.num_nodes);
+  WelcomeTail(w, m);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
-  if (!(r.Get(&m->consumer_id) && r.Get(&m->producer_pid) && r.Get(&m->producer_pid_ns) &&
-        r.Get(&m->producer_start_time) && r.Get(&m->heartbeat_ms) &&
-        r.Get(&m->heartbeat_timeout_ms) && r.Get(&m->dataset_size) && r.Get(&m->epoch_samples) &&
-        GetSlotTable(r, &m->slots) && r.Get(&has_device)))
-    return false;
-  if (has_device > 1) {
-    r.SetError("bad device flag");
-    return false;
-  }
+  if (!(Fields(r, *m) && Valid(r, m->slots) && r.Get(&has_device))) return false;
+  if (has_device > 1) return Invalid(r, "bad device flag");
   m->has_device = has_device == 1;
   if (m->has_device && !GetDeviceTable(r, m->slots, &m->device)) return false;
-  if (!(r.GetString(&m->mailbox_name) && r.Get(&m->mailbox_index) && r.Get(&m->mailbox_count) &&
-        r.Get(&m->mailbox_capacity) && r.Get(&m->seed) && r.GetString(&m->data_key) && r.Get(&m->node_rank) &&
-        r.Get(&m->num_nodes)))
-    return false;
-  if (m->num_nodes < 1 || m->node_rank < 0 || m->node_rank >= m->num_nodes) {
-    r.SetError("producer shard " + std::to_string(m->node_rank) + " of " + std::to_string(m->num_nodes));
-    return false;
-  }
-  if (!m->mailbox_name.empty() &&
-      (m->mailbox_index >= m->mailbox_count || m->mailbox_capacity == 0 || m->mailbox_count > 65536 ||
-       m->mailbox_capacity > 65536)) {
-    r.SetError("inconsistent mailbox table");
-    return false;
-  }
-  return true;
-}
-
-void Encode(Writer& w, const Reject& m) {
-  w.Put(static_cast<uint16_t>(m.code));
-  w.PutString(m.reason);
-}
-bool DecodeBody(Reader& r, Reject* m) {
-  uint16_t code = 0;
-  if (!(r.Get(&code) && r.GetString(&m->reason))) return false;
-  if (code < 1 || code > static_cast<uint16_t>(RejectCode::kMismatch)) {
-    r.SetError("unknown reject code " + std::to_string(code));
-    return false;
-  }
-  m->code = static_cast<RejectCode>(code);
-  return true;
-}
-
-void Encode(Writer& w, const BatchAnnouncement& m) {
-  w.Put(m.seq);
-  w.Put(m.slot);
-  w.Put(m.epoch);
-  w.Put(m.first);
-  w.Put(m.count);
-  w.Put(m.flags);
-  w.Put(m.ready_ns);
-}
-bool DecodeBody(Reader& r, BatchAnnouncement* m) {
-  return r.Get(&m->seq) && r.Get(&m->slot) && r.Get(&m->epoch) && r.Get(&m->first) &&
-         r.Get(&m->count) && r.Get(&m->flags) && r.Get(&m->ready_ns);
-}
-
-void Encode(Writer& w, const Attach& m) { w.Put(m.device); }
-bool DecodeBody(Reader& r, Attach* m) {
-  if (!r.Get(&m->device)) return false;
-  if (m->device > 1) {
-    r.SetError("bad device flag " + std::to_string(m->device));
-    return false;
-  }
-  return true;
-}
-
-void Encode(Writer& w, const End& m) { w.Put(m.epochs); }
-bool DecodeBody(Reader& r, End* m) { return r.Get(&m->epochs); }
-void Encode(Writer& w, const Reclaim& m) { w.Put(m.seq); }
-bool DecodeBody(Reader& r, Reclaim* m) { return r.Get(&m->seq); }
-
-void Encode(Writer& w, const Ack& m) { w.Put(m.seq); }
-bool DecodeBody(Reader& r, Ack* m) { return r.Get(&m->seq); }
-
-void Encode(Writer&, const Heartbeat&) {}
-bool DecodeBody(Reader&, Heartbeat*) { return true; }
-void Encode(Writer&, const StatusRequest&) {}
-bool DecodeBody(Reader&, StatusRequest*) { return true; }
-
-void Encode(Writer& w, const Bye& m) {
-  w.Put(static_cast<uint16_t>(m.reason));
-  w.PutString(m.message);
-}
-bool DecodeBody(Reader& r, Bye* m) {
-  uint16_t reason = 0;
-  if (!(r.Get(&reason) && r.GetString(&m->message))) return false;
-  if (reason < 1 || reason > static_cast<uint16_t>(ByeReason::kGroupBroken)) {
-    r.SetError("unknown bye reason " + std::to_string(reason));
-    return false;
-  }
-  m->reason = static_cast<ByeReason>(reason);
-  return true;
+  return WelcomeTail(r, *m) && Valid(r, *m);
 }
 
 void Encode(Writer& w, const StatusReply& m) {
-  w.PutString(m.name);
-  w.Put(m.pid);
-  w.Put(m.state);
-  w.Put(m.epoch);
-  w.Put(m.position);
-  w.Put(m.epoch_samples);
-  w.Put(m.batches_published);
-  w.Put(m.samples_published);
-  w.Put(m.batches_per_s);
-  w.Put(m.images_per_s);
-  w.Put(m.cpu_seconds);
-  w.Put(m.uptime_seconds);
-  w.Put(m.num_slots);
-  w.Put(m.slots_in_use);
-  w.Put(m.bad_files);
-  w.Put(m.rejected_messages);
-  w.Put(m.dropped_clients);
+  Fields(w, m);
   w.Put(static_cast<uint32_t>(m.consumers.size()));
-  for (const ConsumerStatus& c : m.consumers) {
-    w.Put(c.id);
-    w.Put(c.pid);
-    w.Put(c.batch_size);
-    w.Put(c.received);
-    w.Put(c.acked);
-    w.Put(c.lag);
-    w.Put(c.held);
-    w.Put(c.path);
-    w.PutString(c.name);
-    w.PutString(c.group);
-    w.Put(c.rank);
-    w.Put(c.world_size);
-    w.Put(c.waiting);
-    w.Put(c.unread);
-    w.Put(c.idle_ms);
-  }
+  for (const ConsumerStatus& c : m.consumers) Fields(w, c);
 }
 bool DecodeBody(Reader& r, StatusReply* m) {
   uint32_t n = 0;
-  if (!(r.GetString(&m->name) && r.Get(&m->pid) && r.Get(&m->state) && r.Get(&m->epoch) &&
-        r.Get(&m->position) && r.Get(&m->epoch_samples) && r.Get(&m->batches_published) &&
-        r.Get(&m->samples_published) && r.Get(&m->batches_per_s) && r.Get(&m->images_per_s) &&
-        r.Get(&m->cpu_seconds) && r.Get(&m->uptime_seconds) && r.Get(&m->num_slots) &&
-        r.Get(&m->slots_in_use) && r.Get(&m->bad_files) && r.Get(&m->rejected_messages) && r.Get(&m->dropped_clients) &&
-        r.Get(&n)))
-    return false;
-  if (n > kMaxStatusConsumers) {
-    r.SetError("consumer count " + std::to_string(n) + " exceeds " + std::to_string(kMaxStatusConsumers));
-    return false;
-  }
+  if (!(Fields(r, *m) && r.Get(&n))) return false;
+  if (n > kMaxStatusConsumers)
+    return Invalid(r, "consumer count " + std::to_string(n) + " exceeds " + std::to_string(kMaxStatusConsumers));
   m->consumers.resize(n);
-  for (ConsumerStatus& c : m->consumers) {
-    if (!(r.Get(&c.id) && r.Get(&c.pid) && r.Get(&c.batch_size) && r.Get(&c.received) &&
-          r.Get(&c.acked) && r.Get(&c.lag) && r.Get(&c.held) && r.Get(&c.path) &&
-          r.GetString(&c.name) && r.GetString(&c.group) && r.Get(&c.rank) && r.Get(&c.world_size) &&
-          r.Get(&c.waiting) && r.Get(&c.unread) && r.Get(&c.idle_ms)))
-      return false;
-  }
+  for (ConsumerStatus& c : m->consumers)
+    if (!Fields(r, c)) return false;
   return true;
 }
 
