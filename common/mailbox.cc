@@ -38,15 +38,7 @@ void Mailbox::Reset(uint64_t owner) {
 bool Mailbox::Push(const BatchAnnouncement& a) {
   const uint64_t tail = h_->tail.load();
   if (tail - (h_->head.load() & kHeadMask) >= capacity_) return false;
-  MailboxEntry& e = entries_[tail % capacity_];
-  e.seq = a.seq;
-  e.epoch = a.epoch;
-  e.first = a.first;
-  e.ready_ns = a.ready_ns;
-  e.slot = a.slot;
-  e.count = a.count;
-  e.flags = a.flags;
-  e.pad = 0;
+  entries_[tail % capacity_] = a;
   h_->tail.store(tail + 1);
   h_->doorbell.fetch_add(1);
   if (h_->sleeping.load()) FutexWake(&h_->doorbell);
@@ -63,15 +55,7 @@ std::optional<BatchAnnouncement> Mailbox::Pop(uint64_t owner) {
   if (h_->owner.load() != owner) return std::nullopt;  // read after head: see Reset
   const uint64_t taken = head & kHeadMask;
   if (taken == h_->tail.load()) return std::nullopt;
-  const MailboxEntry& e = entries_[taken % capacity_];
-  BatchAnnouncement a;
-  a.seq = e.seq;
-  a.epoch = e.epoch;
-  a.first = e.first;
-  a.ready_ns = e.ready_ns;
-  a.slot = e.slot;
-  a.count = e.count;
-  a.flags = static_cast<uint8_t>(e.flags);
+  const BatchAnnouncement a = entries_[taken % capacity_];
   // Only if nothing was handed over meanwhile (the generation): else the entry read may be
   // the next owner's, and it is left to it.
   if (!h_->head.compare_exchange_strong(head, head + 1)) return std::nullopt;

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "common/protocol.h"
 #include "common/shm.h"
@@ -28,11 +29,11 @@
 
 namespace coloader {
 
-struct MailboxEntry {
-  uint64_t seq, epoch, first, ready_ns;
-  uint32_t slot, count;
-  uint32_t flags, pad;
-};
+// An entry is the announcement itself, as the producer would have sent it (both sides are one
+// build: the handshake checks the protocol version). Plain bytes in shared memory:
+using MailboxEntry = BatchAnnouncement;
+static_assert(std::is_trivially_copyable_v<MailboxEntry> && std::is_standard_layout_v<MailboxEntry>,
+              "a mailbox entry is copied through shared memory");
 
 // The low bits of MailboxHeader::head count entries taken; the high ones are the generation,
 // advanced by every Reset.
