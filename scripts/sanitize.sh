@@ -27,7 +27,11 @@ export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history
 
 jobs=$(nproc)
 start=$SECONDS
+# -O1 -g1: what the sanitizers' authors advise (reports keep file:line), and the instrumented
+# build is what CI waits for: a producer source file compiles in 5.2 s instead of 11.1 s at
+# RelWithDebInfo's -O2 -g (ASan + UBSan, g++ 12, the dev box).
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=OFF \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
   -DCOLOADER_SANITIZE="$kind" -DCOLOADER_BUILD_BENCHMARKS=OFF >/dev/null
 cmake --build "$dir" -j "$jobs"
 echo "sanitize($kind): built in $((SECONDS - start)) s"
