@@ -13,6 +13,7 @@
 
 #include "common/endpoint.h"
 #include "common/split.h"
+#include "tests/support/producer_test.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -37,37 +38,10 @@ std::vector<int64_t> Indices(const JsonLine& line) {
   return out;
 }
 
-class GroupsTest : public ::testing::Test {
+class GroupsTest : public testing::ProducerTest {
  protected:
-  void SetUp() override {
-    run_dir_ = tmp_.path() + "/run";
-    data_ = tmp_.path() + "/data";
-    testing::MakeImageFolder(data_, static_cast<int>(kImages), 5);
-    env_ = {{"COLOADER_RUN_DIR", run_dir_}};
-    ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
-  }
-  void TearDown() override {
-    if (auto paths = PathsFor("x"); paths.ok()) {
-      const std::string prefix = paths->shm_name.substr(0, paths->shm_name.size() - 1);
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator("/dev/shm", ec))
-        if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
-    }
-    ::unsetenv("COLOADER_RUN_DIR");
-  }
-  std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"serve", "--data", data_, "--name", name, "--image-size", "16", "--workers", "2",
-                                     "--quiet", "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto child = std::make_unique<Child>(Coloader(args), env_);
-    EXPECT_TRUE(child->WaitForStderr("serving", 20000)) << child->Stderr();
-    return child;
-  }
-  std::unique_ptr<Child> Consume(const std::string& name, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"consume", "--name", name, "--json", "--indices"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<Child>(Coloader(args), env_);
-  }
+  GroupsTest() : ProducerTest({static_cast<int>(kImages), 5, 16, {"--indices"}}) {}
+
   std::vector<std::unique_ptr<Child>> Group(const std::string& name, const std::string& group, uint32_t w, uint32_t b,
                                             std::vector<std::string> extra = {}) {
     std::vector<std::unique_ptr<Child>> ranks;
@@ -116,10 +90,6 @@ class GroupsTest : public ::testing::Test {
       EXPECT_LT(total - kImages, w);
     }
   }
-
-  testing::TempDir tmp_;
-  std::string run_dir_, data_;
-  std::map<std::string, std::string> env_;
 };
 
 TEST_F(GroupsTest, MixedGroupsAndAPlainConsumerOnOneProducerAreEachExact) {

@@ -31,6 +31,7 @@
 #include "common/endpoint.h"
 #include "common/process.h"
 #include "common/protocol.h"
+#include "tests/support/producer_test.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -45,44 +46,10 @@ using testing::U64;
 
 constexpr int kImages = 103;  // a prime: no batch size used below divides it
 
-class IntegrationTest : public ::testing::Test {
+class IntegrationTest : public testing::ProducerTest {
  protected:
-  void SetUp() override {
-    run_dir_ = tmp_.path() + "/run";
-    data_ = tmp_.path() + "/data";
-    testing::MakeImageFolder(data_, kImages, 5);
-    env_ = {{"COLOADER_RUN_DIR", run_dir_}};
-    ::setenv("COLOADER_RUN_DIR", run_dir_.c_str(), 1);
-  }
-  void TearDown() override {
-    // A producer still running when its test ends is SIGKILLed (Child's destructor) and leaves
-    // its ring and mailboxes in /dev/shm, as a crash would; the next producer of that name
-    // would reclaim them, but this run directory goes: remove what belongs to it.
-    if (auto paths = PathsFor("x"); paths.ok()) {
-      const std::string prefix = paths->shm_name.substr(0, paths->shm_name.size() - 1);
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator("/dev/shm", ec))
-        if (e.path().filename().string().rfind(prefix, 0) == 0) fs::remove(e.path(), ec);
-    }
-    ::unsetenv("COLOADER_RUN_DIR");
-  }
+  IntegrationTest() : ProducerTest({kImages, 5, 32, {}}) {}
 
-  // A producer over the test dataset with small, fast images.
-  std::unique_ptr<Child> Serve(const std::string& name, std::vector<std::string> extra = {},
-                               const std::string& data = "") {
-    std::vector<std::string> args = {"serve", "--data", data.empty() ? data_ : data, "--name", name,
-                                     "--image-size", "32", "--workers", "2", "--quiet",
-                                     "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    auto child = std::make_unique<Child>(Coloader(args), env_);
-    EXPECT_TRUE(child->WaitForStderr("serving", 20000)) << child->Stderr();
-    return child;
-  }
-  std::unique_ptr<Child> Consume(const std::string& name, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"consume", "--name", name, "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<Child>(Coloader(args), env_);
-  }
   // Runs `coloader status --json` and returns its one line (empty if the producer is gone
   // and `must_answer` is false).
   JsonLine StatusOf(const std::string& name, bool must_answer = true) {
@@ -107,10 +74,6 @@ class IntegrationTest : public ::testing::Test {
   }
 
   static void ExpectExactEpoch(const JsonLine& e, uint64_t n = kImages) { testing::ExpectExactEpoch(e, n); }
-
-  testing::TempDir tmp_;
-  std::string run_dir_, data_;
-  std::map<std::string, std::string> env_;
 };
 
 TEST_F(IntegrationTest, OneConsumerSeesEveryEpochExactlyOnce) {
