@@ -1,10 +1,11 @@
 // The parts of --decode gpu that need no GPU: the option, the JPEG frame scan that routes
-// each file, and the worker-side routing (gpu_decode_nvjpeg.cc has the rest).
+// each file, the worker-side routing, and which GPUs decode (gpu_decode_nvjpeg.cc has the rest).
 #include "pipeline/gpu_decode.h"
 
 #include <algorithm>
 #include <cstring>
 
+#include "common/log_line.h"
 #include "pipeline/decode.h"
 #include "pipeline/transform.h"
 
@@ -83,6 +84,54 @@ Status GpuDecodeStage::Prepare(SampleTransform& cpu, const AugmentOptions& augme
   out->bytes = std::move(bytes);
   out->on_gpu = true;
   return Status::OK();
+}
+
+Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const GpuDecodeRequest& r) {
+  using Stages = std::vector<std::unique_ptr<GpuDecodeStage>>;
+  const char* name = r.name.c_str();
+  if (r.mode == DecodeMode::kCpu) return Stages();
+  if (r.devices.empty()) {
+    if (r.mode == DecodeMode::kGpu)
+      return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
+    LogLine("[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
+    return Stages();
+  }
+  std::vector<int> decoders = r.devices;
+  std::string why;
+  if (r.mode == DecodeMode::kAuto) {
+    if (r.batch_size > kMaxGpuDecodeBatch) {
+      LogLine("[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name, kMaxGpuDecodeBatch);
+      return Stages();
+    }
+    if (!GpuDecodeStage::HardwareAvailable(r.devices[0], &why)) {
+      LogLine("[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
+      return Stages();
+    }
+    decoders.erase(std::remove_if(decoders.begin() + 1, decoders.end(),
+                                  [](int d) {
+                                    std::string unused;
+                                    return !GpuDecodeStage::HardwareAvailable(d, &unused);
+                                  }),
+                   decoders.end());
+  }
+  Stages stages;
+  for (int d : decoders) {
+    GpuDecodeOptions g;
+    g.device = d;
+    g.num_slots = r.num_slots;
+    g.batch_size = r.batch_size;
+    g.augment = r.augment;
+    g.lanes = r.lanes;
+    COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
+    if (r.mode == DecodeMode::kAuto && stages.empty()) {
+      LogLine("[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name, stage->description().c_str(),
+              why.c_str());
+    } else {
+      LogLine("[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
+    }
+    stages.push_back(std::move(stage));
+  }
+  return stages;
 }
 
 }  // namespace coloader

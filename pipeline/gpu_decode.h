@@ -99,8 +99,8 @@ class GpuDecodeStage {
                         void* host_dst);
 
   // On lane thread `lane`: decodes and augments the job's GPU samples into its slot's device
-  // staging, copies the CPU ones up, all at dense positions (failed samples left out), and
-  // waits for the GPU. Failures found here are added to job.failures; `host_staging` is the
+  // staging, copies the CPU ones up, each at its own position (a failed one takes its
+  // replacement's, as Pipeline::FillFailed does on the host), and waits for the GPU. Failures found here are added to job.failures; `host_staging` is the
   // slot's uint8 NHWC host area, `paths` names each position's file for error messages.
   Status Finish(int lane, BatchJob& job, uint8_t* host_staging, const std::vector<std::string>& paths,
                 SampleTransform& cpu, uint64_t seed);
@@ -118,5 +118,23 @@ class GpuDecodeStage {
   explicit GpuDecodeStage(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Which GPUs decode a producer's batches (serve --decode, --device, --gpu-lanes).
+struct GpuDecodeRequest {
+  std::string name;          // the producer's, for its log lines
+  DecodeMode mode = DecodeMode::kAuto;
+  std::vector<int> devices;  // the rings' devices, in order
+  uint32_t num_slots = 0;
+  uint32_t batch_size = 0;
+  AugmentOptions augment;
+  int lanes = 1;
+};
+
+// One stage per decoding GPU, or none for the CPU decoder, and a log line that says which
+// was chosen (and why, under auto: with devices the hardware engine decodes where there is
+// one, the CPU elsewhere). Each GPU decodes its share of the batches (Pipeline), so decode
+// capacity grows with the JPEG engines; under auto a device without an engine is left out of
+// decoding (its ring is still filled, peer to peer).
+Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const GpuDecodeRequest& r);
 
 }  // namespace coloader

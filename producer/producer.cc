@@ -21,63 +21,6 @@ namespace coloader {
 
 namespace {
 
-// --decode: one GPU stage per --device for gpu (and for auto where the first --device has a
-// hardware JPEG decoder), none for the CPU decoder. Says which was chosen, and why for auto
-// (serve's default: with --device the hardware engine decodes where there is one, the CPU
-// elsewhere). Each GPU decodes its share of the batches (Pipeline), so with several devices
-// decode capacity grows with their JPEG engines; under auto a device without an engine is
-// left out of decoding (its ring is still filled, peer to peer).
-Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const ProducerOptions& o,
-                                                                        const SlotTable& table,
-                                                                        const AugmentOptions& augment) {
-  using Stages = std::vector<std::unique_ptr<GpuDecodeStage>>;
-  const char* name = o.name.c_str();
-  if (o.decode == DecodeMode::kCpu) return Stages();
-  if (o.devices.empty()) {
-    if (o.decode == DecodeMode::kGpu)
-      return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
-    LogLine("[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
-    return Stages();
-  }
-  std::vector<int> decoders = o.devices;
-  std::string why;
-  if (o.decode == DecodeMode::kAuto) {
-    if (table.batch_size > kMaxGpuDecodeBatch) {
-      LogLine("[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name,
-                   kMaxGpuDecodeBatch);
-      return Stages();
-    }
-    if (!GpuDecodeStage::HardwareAvailable(o.devices[0], &why)) {
-      LogLine("[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
-      return Stages();
-    }
-    decoders.erase(std::remove_if(decoders.begin() + 1, decoders.end(),
-                                  [](int d) {
-                                    std::string unused;
-                                    return !GpuDecodeStage::HardwareAvailable(d, &unused);
-                                  }),
-                   decoders.end());
-  }
-  Stages stages;
-  for (int d : decoders) {
-    GpuDecodeOptions g;
-    g.device = d;
-    g.num_slots = table.num_slots;
-    g.batch_size = table.batch_size;
-    g.augment = augment;
-    g.lanes = o.gpu_lanes;
-    COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
-    if (o.decode == DecodeMode::kAuto && stages.empty()) {
-      LogLine("[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name,
-                   stage->description().c_str(), why.c_str());
-    } else {
-      LogLine("[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
-    }
-    stages.push_back(std::move(stage));
-  }
-  return stages;
-}
-
 // Test hook: COLOADER_TEST_CRASH_AT=<point> makes the producer SIGKILL itself at that point of
 // start-up (lock, ring, mailboxes, bind), leaving exactly what a crash there leaves, so that
 // tests/shm/startup_kill_test.py can check that the next start reclaims it. Read nowhere else.
@@ -282,7 +225,15 @@ Status Producer::Impl::Setup() {
   if (opts.external) {
     COLOADER_ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
   } else {
-    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(opts, table, to.augment));
+    GpuDecodeRequest request;
+    request.name = opts.name;
+    request.mode = opts.decode;
+    request.devices = opts.devices;
+    request.num_slots = table.num_slots;
+    request.batch_size = table.batch_size;
+    request.augment = to.augment;
+    request.lanes = opts.gpu_lanes;
+    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(request));
     COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
   }
 
