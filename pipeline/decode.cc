@@ -13,6 +13,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "pipeline/decode_formats.h"
+#include "pipeline/jpeg_markers.h"
 
 namespace coloader {
 
@@ -121,13 +122,6 @@ bool DecodeJpegRows(const uint8_t* data, size_t size, int denom, int x, int y, i
 }
 
 }  // namespace
-
-bool JpegEndsWithEoi(const uint8_t* data, size_t size) {
-  const size_t tail = std::min<size_t>(size, 64);
-  for (size_t i = size - tail; i + 1 < size; ++i)
-    if (data[i] == 0xFF && data[i + 1] == 0xD9) return true;
-  return false;
-}
 
 Decoder::Decoder() : tj_(tjInitDecompress()) {}
 Decoder::~Decoder() {

@@ -78,10 +78,6 @@ class Decoder {
   std::vector<uint8_t> region_buf_;  // DecodeJpegRegion's rows, reused
 };
 
-// Whether a JPEG's data is closed by its end-of-image marker (within the last 64 bytes: some
-// writers leave a little padding after it). A file without one was cut short.
-bool JpegEndsWithEoi(const uint8_t* data, size_t size);
-
 // The largest DCT scale denominator in {1, 2, 4, 8} that still leaves the crop box at least
 // out_size pixels in both dimensions after scaling (so scaling never loses resolution that the
 // output needs). Returns 1 when `enabled` is false.

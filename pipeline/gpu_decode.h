@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "pipeline/augment.h"
+#include "pipeline/jpeg_markers.h"
 
 namespace coloader {
 
@@ -38,17 +39,6 @@ enum class DecodeMode { kCpu, kGpu, kAuto };
 constexpr uint32_t kMaxGpuDecodeBatch = 65535;
 Result<DecodeMode> ParseDecodeMode(const std::string& s);  // "cpu" | "gpu" | "auto"
 
-// What a JPEG's frame header says: enough to route the file before any decoder sees it.
-struct JpegFrame {
-  int sof = 0;         // the frame marker: 0xC0 baseline, 0xC1 extended, 0xC2 progressive...
-  int precision = 0;   // bits per sample
-  int components = 0;  // 1 grayscale, 3 YCbCr (or RGB), 4 CMYK/YCCK
-  int width = 0, height = 0;
-  bool adobe_no_transform = false;  // APP14 "Adobe" with transform 0: stored as RGB/CMYK as is
-  bool ends_with_eoi = false;       // the end-of-image marker closes the data (not cut short)
-};
-// Walks the markers up to the frame header. nullopt when there is none to read.
-std::optional<JpegFrame> ScanJpegFrame(const uint8_t* data, size_t size);
 // Whether a GPU decoder gets this file: complete, 8-bit, 3 components in YCbCr, a
 // Huffman-coded DCT frame, a plausible size. The rest goes to the CPU decoder.
 bool GpuDecodable(const JpegFrame& f);
