@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "placement/json_reader.h"
+#include "common/json_reader.h"
 #include "common/status.h"
 
 namespace coloader {
@@ -90,7 +90,7 @@ struct JobSet {
   std::string source;
 };
 
-// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (placement/json_reader.h).
+// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (common/json_reader.h).
 // Every error names the file, the line:column, the job and the field.
 Result<JobSet> LoadJobSet(const std::string& path);
 Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source);

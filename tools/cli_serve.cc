@@ -9,7 +9,7 @@
 
 #include "common/log_line.h"
 #include "common/process.h"
-#include "placement/json_reader.h"
+#include "common/json_reader.h"
 #include "tools/cli.h"
 #include "producer/device_ring.h"
 #include "producer/producer.h"

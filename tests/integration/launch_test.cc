@@ -10,7 +10,7 @@
 #include <regex>
 #include <set>
 
-#include "placement/json_reader.h"
+#include "common/json_reader.h"
 #include "common/process.h"
 #include "tests/support/test_support.h"
 

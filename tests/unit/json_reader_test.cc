@@ -1,4 +1,4 @@
-#include "placement/json_reader.h"
+#include "common/json_reader.h"
 
 #include <gtest/gtest.h>
 

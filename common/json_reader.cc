@@ -1,4 +1,4 @@
-#include "placement/json_reader.h"
+#include "common/json_reader.h"
 
 #include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion, which yaml.h does not include
 #include <yaml-cpp/yaml.h>
