@@ -296,6 +296,9 @@ node_main() {
   mount --bind "$DIR/nodes/$n/tmp" /tmp
   mount -t tmpfs -o mode=1777 tmpfs /dev/shm
   mount --bind "$DIR/hosts" /etc/hosts
+  # Its steps return to slurmd's working directory: one the node can see, whatever the
+  # caller's was (a checkout under /tmp is behind the node's private /tmp).
+  cd "$DIR"
   slurmd -D -N "$n" -f "$DIR/slurm.conf" &
   local pid=$!
   trap 'kill -TERM $pid 2>/dev/null' TERM INT
@@ -404,7 +407,8 @@ cmd_start() {
   # reach a node, a node's step cannot call back), the cluster started but misbehaves: 1.
   local ran want
   want=$(node_names | sort | tr '\n' ' ')
-  ran=$(timeout 30 srun --nodes="$NODES" --ntasks-per-node=1 --time=1 printenv SLURMD_NODENAME 2>&1 | sort | tr '\n' ' ') ||
+  # --chdir: the caller may stand where the nodes cannot (a checkout under /tmp, private on each).
+  ran=$(timeout 30 srun --chdir="$DIR" --nodes="$NODES" --ntasks-per-node=1 --time=1 printenv SLURMD_NODENAME 2>&1 | sort | tr '\n' ' ') ||
     die "a first job on all $NODES node(s) failed: $ran"
   [[ $ran == "$want" ]] || die "a first job on all $NODES node(s) ran on '$ran', expected '$want'"
   trap - EXIT
