@@ -94,16 +94,14 @@ void OnSignal(int sig) {
 
 constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [options]";
 
-}  // namespace
-
-int Serve(const std::vector<std::string>& args) {
-  ProducerOptions o;
+// The flags that are not ProducerOptions fields as they are written.
+struct ServeFlags {
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
-              gpu_wait = "block";
+              gpu_wait = "block", resume, resume_key;
   bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
-  Command cmd("serve", kServeSynopsis,
-              "Run a producer: decode and augment every batch once and serve it, under a name, to any number of "
-              "consumers (README.md has the semantics).");
+};
+
+void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--data", &o.data, "an ImageFolder tree (DIR/<class>/<image>) or a file list (path,label per line)")
       ->type_name("PATH");
   cmd.Add("--name", &o.name, "what consumers connect to ([A-Za-z0-9._-], up to 64)")->type_name("NAME");
@@ -116,20 +114,20 @@ int Serve(const std::vector<std::string>& args) {
   CLI::Option* epochs = cmd.Add("--epochs", &o.epochs, "how many epochs to serve");
   cmd.Add("--forever", &o.forever, "serve epochs until stopped")->excludes(epochs);
   cmd.Add("--seed", &o.seed, "the permutation and augmentation are functions of (seed, epoch, index)");
-  cmd.Add("--no-shuffle", &no_shuffle, "serve every epoch in dataset order");
-  cmd.Add("--augment", &augment, "RandomResizedCrop + flip; Resize + CenterCrop; plain resize")
+  cmd.Add("--no-shuffle", &f.no_shuffle, "serve every epoch in dataset order");
+  cmd.Add("--augment", &f.augment, "RandomResizedCrop + flip; Resize + CenterCrop; plain resize")
       ->check(CLI::IsMember({"train", "eval", "none"}));
-  cmd.Add("--output", &output, "raw pixels or ImageNet-normalised floats (the 16-bit types need --device)")
+  cmd.Add("--output", &f.output, "raw pixels or ImageNet-normalised floats (the 16-bit types need --device)")
       ->check(CLI::IsMember({"uint8", "float32", "bfloat16", "float16"}));
-  cmd.Add("--layout", &layout, "default: nhwc for uint8, nchw otherwise")->check(CLI::IsMember({"nchw", "nhwc"}));
-  cmd.Add("--device", &device, "cpu, or cuda:N[,cuda:M...]: the ring in GPU memory, one ring per GPU (CUDA IPC)");
-  cmd.Add("--decode", &decode, "gpu: nvJPEG + GPU augmentation on the first --device; auto: gpu where it has a "
-                               "JPEG engine")
+  cmd.Add("--layout", &f.layout, "default: nhwc for uint8, nchw otherwise")->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd.Add("--device", &f.device, "cpu, or cuda:N[,cuda:M...]: the ring in GPU memory, one ring per GPU (CUDA IPC)");
+  cmd.Add("--decode", &f.decode, "gpu: nvJPEG + GPU augmentation on the first --device; auto: gpu where it has a "
+                                 "JPEG engine")
       ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
-  cmd.Add("--gpu-wait", &gpu_wait, "how threads wait for the GPU: block spares the CPU, spin is CUDA's default")
+  cmd.Add("--gpu-wait", &f.gpu_wait, "how threads wait for the GPU: block spares the CPU, spin is CUDA's default")
       ->check(CLI::IsMember({"block", "spin"}));
   cmd.Add("--gpu-lanes", &o.gpu_lanes, "batches each decoding GPU works on at once");
-  cmd.Add("--on-bad-file", &on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
+  cmd.Add("--on-bad-file", &f.on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
       ->check(CLI::IsMember({"skip", "fail"}));
   cmd.Add("--min-consumers", &o.min_consumers, "start the first epoch when this many consumers are attached");
   cmd.Add("--rank", &o.rank, "this producer's shard of the dataset, as torch's DistributedSampler");
@@ -139,9 +137,9 @@ int Serve(const std::vector<std::string>& args) {
   cmd.Add("--stall-timeout-ms", &o.stall_timeout_ms,
           "a consumer that holds the others back this long (stopped reading, or kept batches it cannot copy) is "
           "detached; 0: never");
-  cmd.Add("--no-dct-scaling", &no_dct, "decode JPEGs at full size even when the crop is small");
-  cmd.Add("--no-crop-decode", &no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
-  cmd.Add("--quiet", &quiet, "no progress line");
+  cmd.Add("--no-dct-scaling", &f.no_dct, "decode JPEGs at full size even when the crop is small");
+  cmd.Add("--no-crop-decode", &f.no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
+  cmd.Add("--quiet", &f.quiet, "no progress line");
   cmd.Add("--tcp", &o.tcp_endpoint, "also serve consumers on other machines (host path); needs --curve-key and "
                                     "--authorized-keys, or --insecure")
       ->type_name("tcp://HOST:PORT");
@@ -149,62 +147,66 @@ int Serve(const std::vector<std::string>& args) {
   cmd.Add("--authorized-keys", &o.authorized_keys_file, "the consumers' public keys it accepts, one per line")
       ->type_name("FILE");
   cmd.Add("--insecure", &o.insecure, "--tcp without authentication: anyone who reaches the port may connect");
-  std::string resume, resume_key;
-  cmd.Add("--resume", &resume, "where a checkpointed job resumes: its Loader's state_dict() as JSON, or a torch "
-                               "checkpoint holding it (with --resume-key)")
+  cmd.Add("--resume", &f.resume, "where a checkpointed job resumes: its Loader's state_dict() as JSON, or a torch "
+                                 "checkpoint holding it (with --resume-key)")
       ->type_name("STATE");
-  cmd.Add("--resume-key", &resume_key, "the key of the Loader's state in a torch checkpoint (read by the Python "
-                                       "package's coloader command), e.g. loader or state.loader")
+  cmd.Add("--resume-key", &f.resume_key, "the key of the Loader's state in a torch checkpoint (read by the Python "
+                                         "package's coloader command), e.g. loader or state.loader")
       ->type_name("KEY");
-  if (std::optional<int> exit = cmd.Parse(args)) return *exit;
+}
 
-  if (o.data.empty()) return cmd.UsageError("--data is required (an ImageFolder directory or a file list)");
-  if (o.name.empty()) return cmd.UsageError("--name is required (consumers connect by it)");
-  if (Result<AugmentMode> a = ParseAugmentMode(augment); a.ok()) o.augment = *a;
-  else return cmd.UsageError(a.status().message());
-  if (Result<DecodeMode> d = ParseDecodeMode(decode); d.ok()) o.decode = *d;
-  else return cmd.UsageError(d.status().message());
-  if (!resume_key.empty()) {
-    return cmd.UsageError("--resume-key " + resume_key + ": a torch checkpoint is read by the coloader command the "
-                          "Python package installs (python -m coloader serve ...), which hands this binary the state "
-                          "it holds");
+// --device: cpu, or cuda:N[,cuda:M...] (one ring per GPU).
+Result<std::vector<int>> ParseDevices(const std::string& device) {
+  std::vector<int> devices;
+  if (device == "cpu") return devices;
+  size_t start = 0;
+  while (start <= device.size()) {
+    const size_t comma = device.find(',', start);
+    const std::string one = device.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long ordinal = one.rfind("cuda:", 0) == 0 ? std::strtol(one.c_str() + 5, &end, 10) : -1;
+    if (ordinal < 0 || ordinal > 1024 || end == one.c_str() + 5 || *end != '\0')
+      return Status::Invalid("--device must be cpu or cuda:N[,cuda:M...] (e.g. cuda:0), got '" + device + "'");
+    if (std::find(devices.begin(), devices.end(), ordinal) != devices.end())
+      return Status::Invalid("--device names " + one + " twice");
+    devices.push_back(static_cast<int>(ordinal));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
-  if (!resume.empty()) {
-    if (Status r = ReadResume(resume, cmd.Given("--seed"), &o); !r.ok()) return cmd.UsageError(r.message());
+  return devices;
+}
+
+// The flags into `o`; a usage error says what is wrong.
+Status ApplyServeFlags(const ServeFlags& f, bool seed_given, ProducerOptions& o) {
+  if (o.data.empty()) return Status::Invalid("--data is required (an ImageFolder directory or a file list)");
+  if (o.name.empty()) return Status::Invalid("--name is required (consumers connect by it)");
+  COLOADER_ASSIGN_OR_RETURN(o.augment, ParseAugmentMode(f.augment));
+  COLOADER_ASSIGN_OR_RETURN(o.decode, ParseDecodeMode(f.decode));
+  if (!f.resume_key.empty()) {
+    return Status::Invalid("--resume-key " + f.resume_key + ": a torch checkpoint is read by the coloader command the "
+                           "Python package installs (python -m coloader serve ...), which hands this binary the "
+                           "state it holds");
   }
-  if (output == "uint8") o.output = DType::kUInt8;
-  else if (output == "bfloat16") o.output = DType::kBFloat16;
-  else if (output == "float16") o.output = DType::kFloat16;
+  if (!f.resume.empty()) COLOADER_RETURN_NOT_OK(ReadResume(f.resume, seed_given, &o));
+  if (f.output == "uint8") o.output = DType::kUInt8;
+  else if (f.output == "bfloat16") o.output = DType::kBFloat16;
+  else if (f.output == "float16") o.output = DType::kFloat16;
   else o.output = DType::kFloat32;
   // uint8 is what a GPU-side normalisation wants (NHWC, as decoded); float32 is what a
   // model wants (NCHW, normalised). Either can be overridden.
-  if (layout.empty()) layout = o.output == DType::kUInt8 ? "nhwc" : "nchw";
+  const std::string layout = f.layout.empty() ? (o.output == DType::kUInt8 ? "nhwc" : "nchw") : f.layout;
   o.layout = layout == "nhwc" ? TensorLayout::kNHWC : TensorLayout::kNCHW;
-  if (device != "cpu") {
-    // cuda:N, or a comma-separated list of them: one ring per GPU.
-    size_t start = 0;
-    while (start <= device.size()) {
-      const size_t comma = device.find(',', start);
-      const std::string one = device.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      char* end = nullptr;
-      const long ordinal = one.rfind("cuda:", 0) == 0 ? std::strtol(one.c_str() + 5, &end, 10) : -1;
-      if (ordinal < 0 || ordinal > 1024 || end == one.c_str() + 5 || *end != '\0') {
-        return cmd.UsageError("--device must be cpu or cuda:N[,cuda:M...] (e.g. cuda:0), got '" + device + "'");
-      }
-      if (std::find(o.devices.begin(), o.devices.end(), ordinal) != o.devices.end()) {
-        return cmd.UsageError("--device names " + one + " twice");
-      }
-      o.devices.push_back(static_cast<int>(ordinal));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
-  o.shuffle = !no_shuffle;
-  o.dct_scaling = !no_dct;
-  o.crop_decode = !no_crop_decode;
-  o.on_bad_file = on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
-  if (quiet) o.progress_interval_ms = 0;
+  COLOADER_ASSIGN_OR_RETURN(o.devices, ParseDevices(f.device));
+  o.shuffle = !f.no_shuffle;
+  o.dct_scaling = !f.no_dct;
+  o.crop_decode = !f.no_crop_decode;
+  o.on_bad_file = f.on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
+  if (f.quiet) o.progress_interval_ms = 0;
+  return Status::OK();
+}
 
+// Makes the producer and serves until its epochs are delivered or a signal stops it.
+int RunProducer(const ProducerOptions& o, const std::string& gpu_wait) {
   // Before any other CUDA call of this process, so every context and library stream gets it.
   // A device that refuses is reported by Make below, with the options checked first.
   Status wait_set;
@@ -225,11 +227,10 @@ int Serve(const std::vector<std::string>& args) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  LogLine("[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(),
-               (*producer)->endpoint().c_str());
+  LogLine("[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(), (*producer)->endpoint().c_str());
   if (!(*producer)->tcp_endpoint().empty()) {
     LogLine("[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
-                 o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
+            o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
   }
 
   Status run = (*producer)->Run();
@@ -246,6 +247,20 @@ int Serve(const std::vector<std::string>& args) {
   }
   LogLine("[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);
   return 0;
+}
+
+}  // namespace
+
+int Serve(const std::vector<std::string>& args) {
+  ProducerOptions o;
+  ServeFlags f;
+  Command cmd("serve", kServeSynopsis,
+              "Run a producer: decode and augment every batch once and serve it, under a name, to any number of "
+              "consumers (README.md has the semantics).");
+  AddServeFlags(cmd, o, f);
+  if (std::optional<int> exit = cmd.Parse(args)) return *exit;
+  if (Status st = ApplyServeFlags(f, cmd.Given("--seed"), o); !st.ok()) return cmd.UsageError(st.message());
+  return RunProducer(o, f.gpu_wait);
 }
 
 }  // namespace coloader::cli
