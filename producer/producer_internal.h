@@ -231,6 +231,12 @@ struct Producer::Impl {
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
   bool Flooding(Session& s, uint64_t now);
   void HandleHello(const std::string& identity, const Hello& hello, bool remote);
+  // HandleHello's steps: the session a Hello asks for, how its process is watched, what the
+  // Welcome says, and a mailbox for a local process.
+  Session SessionFor(const std::string& identity, const Hello& hello, bool remote);
+  void WatchProcess(Session& s, const Hello& hello);
+  Welcome WelcomeFor(const Session& s) const;
+  void GiveMailbox(Session& s, Welcome& w);
   void HandleAttach(const std::string& identity, const Attach& attach);
   Status BindTcp();
   void SendWithPayload(Session& s, const BatchAnnouncement& a);

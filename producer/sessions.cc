@@ -197,17 +197,7 @@ std::string Producer::Impl::ComputeDataKey() const {
   return hex;
 }
 
-void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello, bool remote) {
-  if (sessions.count(identity)) {
-    ++rejected_messages;
-    DropSession(identity, "sent a second Hello", Bye{ByeReason::kRejected, "duplicate Hello"});
-    return;
-  }
-  if (std::optional<std::string> why = Refusal(hello)) {
-    LogLine("[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid, why->c_str());
-    Send(identity, Reject{RejectCode::kMismatch, *why});
-    return;
-  }
+Session Producer::Impl::SessionFor(const std::string& identity, const Hello& hello, bool remote) {
   Session s;
   s.id = next_consumer_id++;
   s.identity = identity;
@@ -234,28 +224,28 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   // consumer offered device memory first tries to map it (so a fallback loses nothing), and a
   // job checks a resume state against the Welcome before it takes anything.
   s.pending = true;
-  if (!s.device) {  // host path: a GPU ring's host tensor areas must be reserved first
-    if (Status r = ReserveHostTensors(); !r.ok()) {
-      Send(identity, Bye{ByeReason::kRejected, r.message()});
-      return;
-    }
-  }
   s.last_heard_ns = MonotonicNs();
-  if (hello.pid > 0 && !remote) {  // a remote pid names a process on another machine
-    // Local consumers are watched through a pidfd, so their death is seen at once; but only
-    // a pid that names the consumer here: one from another PID namespace (a container with
-    // --ipc=host, not --pid=host) names some other process, whose exit would detach a live
-    // consumer. Those, and pids already gone, are watched by heartbeat.
-    // (The pidfd first, then the identity: a pidfd names one process, so one that passes the
-    // check after it was opened is the consumer's, even if the pid is reused meanwhile.)
-    auto w = ProcessWatch::Open(static_cast<int>(hello.pid));
-    if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
-      s.watch = std::move(*w);
-    } else {
-      LogLine("[coloader %s] consumer pid %u is not that process here (another PID namespace?): "
-                   "watched by heartbeat\n", opts.name.c_str(), hello.pid);
-    }
+  return s;
+}
+
+void Producer::Impl::WatchProcess(Session& s, const Hello& hello) {
+  if (hello.pid == 0 || s.remote) return;  // a remote pid names a process on another machine
+  // Local consumers are watched through a pidfd, so their death is seen at once; but only a
+  // pid that names the consumer here: one from another PID namespace (a container with
+  // --ipc=host, not --pid=host) names some other process, whose exit would detach a live
+  // consumer. Those, and pids already gone, are watched by heartbeat.
+  // (The pidfd first, then the identity: a pidfd names one process, so one that passes the
+  // check after it was opened is the consumer's, even if the pid is reused meanwhile.)
+  auto w = ProcessWatch::Open(static_cast<int>(hello.pid));
+  if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
+    s.watch = std::move(*w);
+  } else {
+    LogLine("[coloader %s] consumer pid %u is not that process here (another PID namespace?): watched by heartbeat\n",
+            opts.name.c_str(), hello.pid);
   }
+}
+
+Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   Welcome w;
   w.consumer_id = s.id;
   w.producer_pid = static_cast<uint32_t>(::getpid());
@@ -271,40 +261,65 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   w.data_key = data_key;
   w.node_rank = opts.rank;
   w.num_nodes = opts.world_size;
-  if (remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
+  if (s.remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
   if (s.device) {
     w.has_device = true;
     w.device = device_rings[s.ring]->table();
   }
-  if (!remote && hello.pid > 0) {
-    // A local process (it shares our /dev/shm; a pid of 0 asks for announcements as messages):
-    // give it a mailbox.
-    for (uint32_t i = 0; i < kMailboxes; ++i) {
-      if (mailbox_used[i]) continue;
-      mailbox_used[i] = true;
-      mailboxes.at(i).Reset(s.id);
-      s.mailbox = static_cast<int>(i);
-      w.mailbox_name = mailboxes.name();
-      w.mailbox_index = i;
-      w.mailbox_count = mailboxes.count();
-      w.mailbox_capacity = mailboxes.capacity();
-      break;
+  return w;
+}
+
+void Producer::Impl::GiveMailbox(Session& s, Welcome& w) {
+  // Only to a local process (it shares our /dev/shm; a pid of 0 asks for announcements as
+  // messages).
+  if (s.remote || s.pid == 0) return;
+  for (uint32_t i = 0; i < kMailboxes; ++i) {
+    if (mailbox_used[i]) continue;
+    mailbox_used[i] = true;
+    mailboxes.at(i).Reset(s.id);
+    s.mailbox = static_cast<int>(i);
+    w.mailbox_name = mailboxes.name();
+    w.mailbox_index = i;
+    w.mailbox_count = mailboxes.count();
+    w.mailbox_capacity = mailboxes.capacity();
+    return;
+  }
+}
+
+void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello, bool remote) {
+  if (sessions.count(identity)) {
+    ++rejected_messages;
+    DropSession(identity, "sent a second Hello", Bye{ByeReason::kRejected, "duplicate Hello"});
+    return;
+  }
+  if (std::optional<std::string> why = Refusal(hello)) {
+    LogLine("[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid, why->c_str());
+    Send(identity, Reject{RejectCode::kMismatch, *why});
+    return;
+  }
+  Session s = SessionFor(identity, hello, remote);
+  if (!s.device) {  // host path: a GPU ring's host tensor areas must be reserved first
+    if (Status r = ReserveHostTensors(); !r.ok()) {
+      Send(identity, Bye{ByeReason::kRejected, r.message()});
+      return;
     }
   }
+  WatchProcess(s, hello);
+  Welcome w = WelcomeFor(s);
+  GiveMailbox(s, w);
   if (!Send(identity, w)) {
     if (s.mailbox >= 0) mailbox_used[static_cast<size_t>(s.mailbox)] = false;
     return;
   }
   s.last_sent_ns = MonotonicNs();
-  LogLine("[coloader %s] consumer %llu connected (pid %u, batch size %u, %s path offered%s%s)\n",
-               opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, s.batch_size,
-               s.device ? "device" : "host", s.waiting_for_epoch ? ", waits for the next epoch" : "",
-               s.group.empty() ? ""
-                               : (", rank " + std::to_string(s.rank) + " of group " + s.group + " (" +
-                                  std::to_string(s.world_size) + " ranks)").c_str());
-  const std::string group = s.group;
-  if (!group.empty()) {
-    Group& g = groups[group];
+  LogLine("[coloader %s] consumer %llu connected (pid %u, batch size %u, %s path offered%s%s)\n", opts.name.c_str(),
+          static_cast<unsigned long long>(s.id), s.pid, s.batch_size, s.device ? "device" : "host",
+          s.waiting_for_epoch ? ", waits for the next epoch" : "",
+          s.group.empty() ? ""
+                          : (", rank " + std::to_string(s.rank) + " of group " + s.group + " (" +
+                             std::to_string(s.world_size) + " ranks)").c_str());
+  if (!s.group.empty()) {
+    Group& g = groups[s.group];
     if (g.members.empty()) {
       g.world_size = s.world_size;
       g.members.resize(s.world_size);
