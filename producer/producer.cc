@@ -139,19 +139,54 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
 
 Status Producer::Impl::Setup() {
   COLOADER_ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
-  if (!opts.external) {
-    COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
-    SamplerOptions so;
-    so.shuffle = opts.shuffle;
-    so.seed = opts.seed;
-    so.rank = opts.rank;
-    so.world_size = opts.world_size;
-    COLOADER_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
-    sampler.emplace(std::move(s));
-  }
+  if (!opts.external) COLOADER_RETURN_NOT_OK(OpenDataset());
   data_key = ComputeDataKey();
   COLOADER_RETURN_NOT_OK(CheckStart());
+  COLOADER_RETURN_NOT_OK(ClaimName());
+  const SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
+  COLOADER_RETURN_NOT_OK(CreateRing(layouts));
 
+  TransformOptions to;
+  to.augment.mode = opts.augment;
+  to.augment.size = opts.image_size;
+  to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
+  to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  to.dct_scaling = opts.dct_scaling;
+  to.crop_decode = opts.crop_decode;
+  COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize));
+  if (opts.external) {
+    COLOADER_ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
+  } else {
+    GpuDecodeRequest request;
+    request.name = opts.name;
+    request.mode = opts.decode;
+    request.devices = opts.devices;
+    request.num_slots = table.num_slots;
+    request.batch_size = table.batch_size;
+    request.augment = to.augment;
+    request.lanes = opts.gpu_lanes;
+    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(request));
+    COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
+  }
+  COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
+  COLOADER_RETURN_NOT_OK(Bind());
+  progress_tty = ::isatty(STDERR_FILENO);
+  return Status::OK();
+}
+
+Status Producer::Impl::OpenDataset() {
+  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+  SamplerOptions so;
+  so.shuffle = opts.shuffle;
+  so.seed = opts.seed;
+  so.rank = opts.rank;
+  so.world_size = opts.world_size;
+  COLOADER_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
+  sampler.emplace(std::move(s));
+  return Status::OK();
+}
+
+Status Producer::Impl::ClaimName() {
   // Claim the name before touching the socket or ring, so a second producer of the same
   // name fails cleanly instead of stealing them.
   COLOADER_ASSIGN_OR_RETURN(NameLock l, NameLock::Acquire(paths.lock));
@@ -164,13 +199,15 @@ Status Producer::Impl::Setup() {
     for (const std::string& g : gone) list += (list.empty() ? "" : ", ") + g;
     const uint32_t prev = lock->previous_pid();
     LogLine("[coloader %s] reclaimed what a dead producer of this name%s left: %s\n", opts.name.c_str(),
-                 prev ? (" (pid " + std::to_string(prev) + ")").c_str() : "", list.c_str());
+            prev ? (" (pid " + std::to_string(prev) + ")").c_str() : "", list.c_str());
   }
+  return Status::OK();
+}
 
+Status Producer::Impl::CreateRing(const SlotLayouts& layouts) {
   // A /dev/shm too small for the ring is said now, in one message with the ways out; the
   // reservation below makes sure it is never found later as a SIGBUS.
   const bool device = !opts.devices.empty();
-  SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
   table = layouts.table;
   staging = layouts.staging;
   host_tensors = HostTensorReservation(layouts, device);
@@ -193,14 +230,10 @@ Status Producer::Impl::Setup() {
   mailboxes = std::move(*boxes);
   mailbox_used.assign(kMailboxes, false);
   CrashPointForTest("mailboxes");
+  return Status::OK();
+}
 
-  TransformOptions to;
-  to.augment.mode = opts.augment;
-  to.augment.size = opts.image_size;
-  to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
-  to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
-  to.dct_scaling = opts.dct_scaling;
-  to.crop_decode = opts.crop_decode;
+Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize) {
   for (size_t i = 0; i < opts.devices.size(); ++i) {
     DeviceRingOptions d;
     d.device = opts.devices[i];
@@ -211,10 +244,10 @@ Status Producer::Impl::Setup() {
     d.width = table.width;
     d.dtype = table.dtype;
     d.layout = table.layout;
-    d.normalize = to.normalize;
+    d.normalize = normalize;
     d.host_base = shm.data();
     d.host_bytes = shm.size();
-    d.host_pinned = StartReservation(layouts, device);  // pinning faults pages in: only reserved ones
+    d.host_pinned = StartReservation(layouts, true);  // pinning faults pages in: only reserved ones
     d.host_slot_bytes = table.slot_bytes;
     d.host_labels_offset = table.labels_offset;
     d.host_staging_offset = staging.data_offset;
@@ -222,23 +255,10 @@ Status Producer::Impl::Setup() {
     COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<DeviceRing> r, DeviceRing::Make(d));
     device_rings.push_back(std::move(r));
   }
-  if (opts.external) {
-    COLOADER_ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
-  } else {
-    GpuDecodeRequest request;
-    request.name = opts.name;
-    request.mode = opts.decode;
-    request.devices = opts.devices;
-    request.num_slots = table.num_slots;
-    request.batch_size = table.batch_size;
-    request.augment = to.augment;
-    request.lanes = opts.gpu_lanes;
-    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(request));
-    COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
-  }
+  return Status::OK();
+}
 
-  COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
-
+Status Producer::Impl::Bind() {
   router.set(zmq::sockopt::linger, 0);
   router.set(zmq::sockopt::router_mandatory, 1);
   router.set(zmq::sockopt::sndhwm, 100000);
@@ -251,7 +271,6 @@ Status Producer::Impl::Setup() {
   ::chmod(paths.socket.c_str(), 0600);
   CrashPointForTest("bind");
   if (!opts.tcp_endpoint.empty()) COLOADER_RETURN_NOT_OK(BindTcp());
-  progress_tty = ::isatty(STDERR_FILENO);
   return Status::OK();
 }
 

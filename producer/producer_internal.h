@@ -32,6 +32,7 @@
 #include "producer/external_source.h"
 #include "producer/producer.h"
 #include "producer/ring.h"
+#include "producer/slot_layout.h"
 #include "producer/zap.h"
 
 namespace coloader {
@@ -164,6 +165,12 @@ struct Producer::Impl {
   int SourceFd() const { return external ? external->event_fd() : pipeline->event_fd(); }
 
   Status Setup();
+  // Setup's steps, in order.
+  Status OpenDataset();
+  Status ClaimName();
+  Status CreateRing(const SlotLayouts& layouts);
+  Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize);
+  Status Bind();
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;
   Status Loop();
