@@ -35,6 +35,172 @@ double RealMemoryOn(const Planner& planner, const JobSet& set, int g) {
   return mib;
 }
 
+// One run of the trace: the state of every job and GPU, advanced by dt_s a step.
+class Simulation {
+ public:
+  Simulation(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts)
+      : gpus_(gpus), opts_(opts), set_(trace), planner_(opts.planner, gpus, &set_), jobs_(set_.jobs.size()) {
+    r_.policy = PolicyName(opts.planner.policy);
+    r_.sharing = opts.planner.sharing;
+  }
+  Simulation(const Simulation&) = delete;  // the planner holds a pointer to set_
+  Simulation& operator=(const Simulation&) = delete;
+
+  Result<SimResult> Run() {
+    const double kMaxTime = 3600.0 * 24 * 60;
+    const int n = static_cast<int>(jobs_.size());
+    while (finished_ < n) {
+      if (t_ > kMaxTime) return Status::Internal("not finished after 60 simulated days (a job that never fits?)");
+      Arrive();
+      Place();
+      const double cores_wanted = planner_.cores_used();
+      const std::map<int, double> speed = Speeds(cores_wanted);
+      if (t_ >= next_sample_) Sample(cores_wanted);
+      Advance(speed);
+    }
+    return Summary();
+  }
+
+ private:
+  // Jobs whose arrival time has come join the queue, or are impossible on any GPU.
+  void Arrive() {
+    for (size_t j = 0; j < jobs_.size(); ++j) {
+      if (jobs_[j].state != State::kPending || set_.jobs[j].arrival_s > t_) continue;
+      if (!planner_.FitsEmpty(static_cast<int>(j))) {
+        jobs_[j].state = State::kImpossible;
+        ++r_.impossible;
+        ++finished_;
+        continue;
+      }
+      jobs_[j].state = State::kQueued;
+      queue_.push_back(static_cast<int>(j));
+    }
+  }
+
+  // Placement, in queue order; FIFO lets nothing overtake a waiting job.
+  void Place() {
+    for (int j : planner_.QueueOrder(queue_)) {
+      std::optional<Placement> p = planner_.TryPlace(j);
+      if (!p) {
+        if (opts_.planner.policy == Policy::kFifoExclusive) break;
+        continue;
+      }
+      queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+      SimJob& sj = jobs_[j];
+      sj.state = State::kRunning;
+      sj.started_at = t_;
+      sj.progress_s = 0;
+      // Out of memory when what really runs on the GPU exceeds it, or a MIG instance's size.
+      const double real = RealMemoryOn(planner_, set_, p->gpu);
+      const double cap = p->mode == Mode::kMig ? p->reserved_mib : gpus_[p->gpu].memory_mib;
+      sj.will_oom = p->mode == Mode::kMig ? ActualMemory(set_.jobs[j]) > cap : real > cap;
+    }
+  }
+
+  // Each running job's speed: GPU contention, CPU starvation, and a shared producer's pace.
+  std::map<int, double> Speeds(double cores_wanted) const {
+    const double cpu_factor = cores_wanted > opts_.planner.cpu_cores ? opts_.planner.cpu_cores / cores_wanted : 1.0;
+    std::map<int, double> speed;
+    for (const auto& [j, p] : planner_.placed()) {
+      const GpuLoad& load = planner_.loads()[p.gpu];
+      const double slow =
+          p.mode == Mode::kMig ? 1.0 : CollocationSlowdown(static_cast<int>(load.jobs.size()), load.sm, opts_);
+      speed[j] = cpu_factor / slow;
+    }
+    if (opts_.planner.sharing) {  // a producer moves at the pace of its slowest reader
+      std::map<int, double> pace;
+      for (const auto& [j, s] : speed) {
+        const int pl = set_.jobs[j].pipeline;
+        pace[pl] = pace.count(pl) ? std::min(pace[pl], s) : s;
+      }
+      for (auto& [j, s] : speed) s = pace[set_.jobs[j].pipeline];
+    }
+    return speed;
+  }
+
+  void Sample(double cores_wanted) {
+    double busy_mem = 0, busy_sm = 0;
+    for (size_t g = 0; g < gpus_.size(); ++g) {
+      SimSample s;
+      s.t = t_;
+      s.gpu = static_cast<int>(g);
+      s.memory_mib = RealMemoryOn(planner_, set_, static_cast<int>(g));
+      s.sm = std::min(1.0, planner_.loads()[g].sm);
+      s.cores = cores_wanted;
+      s.running = static_cast<int>(planner_.loads()[g].jobs.size());
+      busy_mem += std::min(1.0, s.memory_mib / gpus_[g].memory_mib);
+      busy_sm += s.sm;
+      r_.samples.push_back(s);
+    }
+    mem_util_sum_ += busy_mem / gpus_.size();
+    sm_util_sum_ += busy_sm / gpus_.size();
+    cores_sum_ += cores_wanted;
+    ++samples_taken_;
+    r_.peak_cores = std::max(r_.peak_cores, cores_wanted);
+    next_sample_ += opts_.sample_s;
+  }
+
+  // Progress, completions and OOMs at the end of the step; an OOM'd job is queued again with
+  // a larger estimate.
+  void Advance(const std::map<int, double>& speed) {
+    t_ += opts_.dt_s;
+    std::vector<int> ended;
+    for (const auto& [j, s] : speed) {
+      SimJob& sj = jobs_[j];
+      sj.progress_s += opts_.dt_s * s;
+      if (sj.will_oom && t_ - sj.started_at >= std::min(opts_.oom_after_s, set_.jobs[j].duration_s)) {
+        ended.push_back(j);
+      } else if (sj.progress_s >= set_.jobs[j].duration_s) {
+        ended.push_back(j);
+      }
+    }
+    for (int j : ended) {
+      planner_.Release(j);
+      SimJob& sj = jobs_[j];
+      if (sj.will_oom) {
+        ++r_.ooms;
+        set_.jobs[j].memory_mib *= opts_.oom_growth;
+        sj.state = State::kQueued;
+        sj.will_oom = false;
+        queue_.push_back(j);
+      } else {
+        sj.state = State::kDone;
+        sj.finished_at = t_;
+        ++finished_;
+        ++r_.jobs_done;
+      }
+    }
+  }
+
+  SimResult Summary() {
+    double jct = 0;
+    for (size_t j = 0; j < jobs_.size(); ++j) {
+      if (jobs_[j].state != State::kDone) continue;
+      r_.makespan_s = std::max(r_.makespan_s, jobs_[j].finished_at);
+      jct += jobs_[j].finished_at - set_.jobs[j].arrival_s;
+    }
+    r_.mean_jct_s = r_.jobs_done ? jct / r_.jobs_done : 0;
+    if (samples_taken_) {
+      r_.mean_memory_util = mem_util_sum_ / samples_taken_;
+      r_.mean_sm_util = sm_util_sum_ / samples_taken_;
+      r_.mean_cores = cores_sum_ / samples_taken_;
+    }
+    return r_;
+  }
+
+  const std::vector<Gpu>& gpus_;
+  const SimOptions& opts_;
+  JobSet set_;  // OOM requeues raise estimates in this copy
+  Planner planner_;
+  std::vector<SimJob> jobs_;
+  SimResult r_;
+  std::vector<int> queue_;
+  double t_ = 0, next_sample_ = 0;
+  int finished_ = 0;
+  double mem_util_sum_ = 0, sm_util_sum_ = 0, cores_sum_ = 0;
+  long samples_taken_ = 0;
+};
+
 }  // namespace
 
 Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts) {
@@ -43,132 +209,8 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
     if (!(j.duration_s > 0)) return Status::Invalid("job \"" + j.name + "\" has no duration_s (seconds alone on a GPU)");
     if (j.memory_auto) return Status::Invalid("job \"" + j.name + "\" has memory_mib \"auto\"; a trace states the estimate");
   }
-  JobSet set = trace;  // OOM requeues raise estimates in this copy
-  Planner planner(opts.planner, gpus, &set);
-  const int n = static_cast<int>(set.jobs.size());
-  std::vector<SimJob> jobs(n);
-  SimResult r;
-  r.policy = PolicyName(opts.planner.policy);
-  r.sharing = opts.planner.sharing;
-  std::vector<int> queue;
-  double t = 0, next_sample = 0;
-  int finished = 0;
-  double mem_util_sum = 0, sm_util_sum = 0, cores_sum = 0;
-  long samples_taken = 0;
-  const double kMaxTime = 3600.0 * 24 * 60;
-
-  while (finished < n) {
-    if (t > kMaxTime) return Status::Internal("not finished after 60 simulated days (a job that never fits?)");
-    // Arrivals.
-    for (int j = 0; j < n; ++j) {
-      if (jobs[j].state != State::kPending || set.jobs[j].arrival_s > t) continue;
-      if (!planner.FitsEmpty(j)) {
-        jobs[j].state = State::kImpossible;
-        ++r.impossible;
-        ++finished;
-        continue;
-      }
-      jobs[j].state = State::kQueued;
-      queue.push_back(j);
-    }
-    // Placement, in queue order; FIFO lets nothing overtake a waiting job.
-    for (int j : planner.QueueOrder(queue)) {
-      std::optional<Placement> p = planner.TryPlace(j);
-      if (!p) {
-        if (opts.planner.policy == Policy::kFifoExclusive) break;
-        continue;
-      }
-      queue.erase(std::find(queue.begin(), queue.end(), j));
-      SimJob& sj = jobs[j];
-      sj.state = State::kRunning;
-      sj.started_at = t;
-      sj.progress_s = 0;
-      // Out of memory when what really runs on the GPU exceeds it, or a MIG instance's size.
-      const double real = RealMemoryOn(planner, set, p->gpu);
-      const double cap = p->mode == Mode::kMig ? p->reserved_mib : gpus[p->gpu].memory_mib;
-      sj.will_oom = p->mode == Mode::kMig ? ActualMemory(set.jobs[j]) > cap : real > cap;
-    }
-    // Speeds: GPU contention, CPU starvation, and a shared producer's pace.
-    const double cores_wanted = planner.cores_used();
-    const double cpu_factor = cores_wanted > opts.planner.cpu_cores ? opts.planner.cpu_cores / cores_wanted : 1.0;
-    std::map<int, double> speed;
-    for (const auto& [j, p] : planner.placed()) {
-      const GpuLoad& load = planner.loads()[p.gpu];
-      const double slow = p.mode == Mode::kMig ? 1.0 : CollocationSlowdown(static_cast<int>(load.jobs.size()), load.sm, opts);
-      speed[j] = cpu_factor / slow;
-    }
-    if (opts.planner.sharing) {  // a producer moves at the pace of its slowest reader
-      std::map<int, double> pace;
-      for (const auto& [j, s] : speed) {
-        const int pl = set.jobs[j].pipeline;
-        pace[pl] = pace.count(pl) ? std::min(pace[pl], s) : s;
-      }
-      for (auto& [j, s] : speed) s = pace[set.jobs[j].pipeline];
-    }
-    // Sampling.
-    if (t >= next_sample) {
-      double busy_mem = 0, busy_sm = 0;
-      for (size_t g = 0; g < gpus.size(); ++g) {
-        SimSample s;
-        s.t = t;
-        s.gpu = static_cast<int>(g);
-        s.memory_mib = RealMemoryOn(planner, set, static_cast<int>(g));
-        s.sm = std::min(1.0, planner.loads()[g].sm);
-        s.cores = cores_wanted;
-        s.running = static_cast<int>(planner.loads()[g].jobs.size());
-        busy_mem += std::min(1.0, s.memory_mib / gpus[g].memory_mib);
-        busy_sm += s.sm;
-        r.samples.push_back(s);
-      }
-      mem_util_sum += busy_mem / gpus.size();
-      sm_util_sum += busy_sm / gpus.size();
-      cores_sum += cores_wanted;
-      ++samples_taken;
-      r.peak_cores = std::max(r.peak_cores, cores_wanted);
-      next_sample += opts.sample_s;
-    }
-    // Progress, completions and OOMs at the end of the step.
-    t += opts.dt_s;
-    std::vector<int> ended;
-    for (const auto& [j, s] : speed) {
-      SimJob& sj = jobs[j];
-      sj.progress_s += opts.dt_s * s;
-      if (sj.will_oom && t - sj.started_at >= std::min(opts.oom_after_s, set.jobs[j].duration_s)) {
-        ended.push_back(j);
-      } else if (sj.progress_s >= set.jobs[j].duration_s) {
-        ended.push_back(j);
-      }
-    }
-    for (int j : ended) {
-      planner.Release(j);
-      SimJob& sj = jobs[j];
-      if (sj.will_oom) {
-        ++r.ooms;
-        set.jobs[j].memory_mib *= opts.oom_growth;
-        sj.state = State::kQueued;
-        sj.will_oom = false;
-        queue.push_back(j);
-      } else {
-        sj.state = State::kDone;
-        sj.finished_at = t;
-        ++finished;
-        ++r.jobs_done;
-      }
-    }
-  }
-  double jct = 0;
-  for (int j = 0; j < n; ++j) {
-    if (jobs[j].state != State::kDone) continue;
-    r.makespan_s = std::max(r.makespan_s, jobs[j].finished_at);
-    jct += jobs[j].finished_at - set.jobs[j].arrival_s;
-  }
-  r.mean_jct_s = r.jobs_done ? jct / r.jobs_done : 0;
-  if (samples_taken) {
-    r.mean_memory_util = mem_util_sum / samples_taken;
-    r.mean_sm_util = sm_util_sum / samples_taken;
-    r.mean_cores = cores_sum / samples_taken;
-  }
-  return r;
+  Simulation sim(trace, gpus, opts);
+  return sim.Run();
 }
 
 std::string SimSummaryCsv(const std::vector<SimResult>& runs) {
