@@ -38,7 +38,7 @@ void Mailbox::Reset(uint64_t owner) {
 bool Mailbox::Push(const BatchAnnouncement& a) {
   const uint64_t tail = h_->tail.load();
   if (tail - (h_->head.load() & kHeadMask) >= capacity_) return false;
-  entries_[tail % capacity_] = a;
+  entries_[tail % capacity_].Store(a);
   h_->tail.store(tail + 1);
   h_->doorbell.fetch_add(1);
   if (h_->sleeping.load()) FutexWake(&h_->doorbell);
@@ -55,7 +55,7 @@ std::optional<BatchAnnouncement> Mailbox::Pop(uint64_t owner) {
   if (h_->owner.load() != owner) return std::nullopt;  // read after head: see Reset
   const uint64_t taken = head & kHeadMask;
   if (taken == h_->tail.load()) return std::nullopt;
-  const BatchAnnouncement a = entries_[taken % capacity_];
+  const BatchAnnouncement a = entries_[taken % capacity_].Load();
   // Only if nothing was handed over meanwhile (the generation): else the entry read may be
   // the next owner's, and it is left to it.
   if (!h_->head.compare_exchange_strong(head, head + 1)) return std::nullopt;

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -29,11 +30,28 @@
 
 namespace coloader {
 
-// An entry is the announcement itself, as the producer would have sent it (both sides are one
-// build: the handshake checks the protocol version). Plain bytes in shared memory:
-using MailboxEntry = BatchAnnouncement;
-static_assert(std::is_trivially_copyable_v<MailboxEntry> && std::is_standard_layout_v<MailboxEntry>,
-              "a mailbox entry is copied through shared memory");
+// An entry holds the announcement's bytes (both sides are one build: the handshake checks the
+// protocol version) as atomic words. A stale owner inside Pop may read an entry while the
+// producer rewrites it for the next owner; the words make that read defined (it is then
+// discarded: Pop's compare-and-swap fails), and the tail's store and load order the rest.
+struct MailboxEntry {
+  static constexpr size_t kWords = (sizeof(BatchAnnouncement) + 7) / 8;
+  std::atomic<uint64_t> words[kWords];
+
+  void Store(const BatchAnnouncement& a) {
+    uint64_t w[kWords] = {};
+    std::memcpy(w, &a, sizeof(a));
+    for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
+  }
+  BatchAnnouncement Load() const {
+    uint64_t w[kWords];
+    for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
+    BatchAnnouncement a;
+    std::memcpy(&a, w, sizeof(a));
+    return a;
+  }
+};
+static_assert(std::is_trivially_copyable_v<BatchAnnouncement>, "an announcement is copied through shared memory");
 
 // The low bits of MailboxHeader::head count entries taken; the high ones are the generation,
 // advanced by every Reset.

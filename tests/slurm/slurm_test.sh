@@ -100,6 +100,12 @@ cp "$COLOADER_BIN" "$DATA_DIR/bin/coloader"
 COLOADER_BIN=$DATA_DIR/bin/coloader
 unresolved=$(ldd "$COLOADER_BIN" 2>&1 | grep -E 'not found|=> /tmp/' || true)
 [[ -z $unresolved ]] || fail "the copy of the coloader binary does not find its libraries where the nodes could: $unresolved"
+# Under TSan (scripts/sanitize.sh thread) the jobs' processes read a suppressions file: a copy
+# beside the binary, for the same reason.
+if [[ ${TSAN_OPTIONS:-} =~ suppressions=([^:]+) ]]; then
+  cp "${BASH_REMATCH[1]}" "$DATA_DIR/tsan.supp"
+  export TSAN_OPTIONS=${TSAN_OPTIONS/suppressions=${BASH_REMATCH[1]}/suppressions=$DATA_DIR/tsan.supp}
+fi
 
 # ---- the dataset, made while the cluster starts ---------------------------------------------------
 DATA=$DATA_DIR/data
