@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdio>
 #include <mutex>
+#include <utility>
 
 #include "common/align.h"
 #include "common/cuda_internal.h"
@@ -135,11 +136,18 @@ const char* NvjpegStatusName(nvjpegStatus_t s) {
 
 constexpr uint64_t kAlign = 256;
 
-// One nvJPEG backend's handle and batched-decode state.
+// One nvJPEG backend's handle and batched-decode state, destroyed with it.
 struct Backend {
   nvjpegHandle_t handle = nullptr;
   nvjpegJpegState_t state = nullptr;
   int initialized_for = -1;  // the batch size nvjpegDecodeBatchedInitialize was last called with
+
+  Backend() = default;
+  Backend(Backend&& o) noexcept
+      : handle(std::exchange(o.handle, nullptr)), state(std::exchange(o.state, nullptr)),
+        initialized_for(o.initialized_for) {}
+  Backend& operator=(Backend&&) = delete;
+  ~Backend() { Destroy(); }
 
   // Default flags: memory pools, padding and no-pipelining changed nothing measurable on the
   // H200 (docs/results/gpu_decode_profile_h200), so they are not offered.
@@ -150,9 +158,8 @@ struct Backend {
     return Status::OK();
   }
   void Destroy() {
-    const NvjpegApi& api = Nvjpeg();
-    if (state) api.StateDestroy(state);
-    if (handle) api.Destroy(handle);
+    if (state) Nvjpeg().StateDestroy(state);
+    if (handle) Nvjpeg().Destroy(handle);
     state = nullptr;
     handle = nullptr;
   }
@@ -184,18 +191,27 @@ struct Backend {
 
 }  // namespace
 
+// A parsed-stream handle of nvJPEG (for the per-file hardware check), destroyed with it.
+struct NvjpegStreamDestroy {
+  void operator()(nvjpegJpegStream_t s) const noexcept { Nvjpeg().StreamDestroy(s); }
+};
+using ParsedStream = std::unique_ptr<std::remove_pointer_t<nvjpegJpegStream_t>, NvjpegStreamDestroy>;
+
 struct GpuDecodeStage::Impl {
+  // Members go in reverse order (each lane's parsed stream before its backends, its memory,
+  // then its stream; the lanes before the staging), after the destructor has let the streams
+  // finish on this device.
   GpuDecodeOptions opts;
-  uint8_t* staging = nullptr;  // num_slots batches of uint8 NHWC
+  CudaDeviceMemory<uint8_t> staging;  // num_slots batches of uint8 NHWC
   uint64_t slot_bytes = 0;
   struct Lane {
-    cudaStream_t stream = nullptr;
-    Backend hardware, hybrid;
-    nvjpegJpegStream_t parsed = nullptr;  // for the per-file hardware check
-    uint8_t* arena = nullptr;             // decoded full-size images of one batch
+    CudaStream stream;
+    CudaPinnedMemory<ResizeCropTask> tasks_host;
+    CudaDeviceMemory<ResizeCropTask> tasks_device;
+    CudaDeviceMemory<uint8_t> arena;  // decoded full-size images of one batch
     uint64_t arena_bytes = 0;
-    ResizeCropTask* tasks_host = nullptr;  // pinned
-    ResizeCropTask* tasks_device = nullptr;
+    Backend hybrid, hardware;
+    ParsedStream parsed;
   };
   std::vector<Lane> lanes;
   bool hardware = false;
@@ -204,30 +220,19 @@ struct GpuDecodeStage::Impl {
   std::atomic<uint64_t> n_hardware{0}, n_hybrid{0}, n_cpu{0};
 
   ~Impl() {
-    const NvjpegApi& api = Nvjpeg();
     cudaSetDevice(opts.device);
-    for (Lane& l : lanes) {
-      if (l.stream) cudaStreamSynchronize(l.stream);
-      if (l.parsed) api.StreamDestroy(l.parsed);
-      l.hardware.Destroy();
-      l.hybrid.Destroy();
-      if (l.arena) cudaFree(l.arena);
-      if (l.tasks_device) cudaFree(l.tasks_device);
-      if (l.tasks_host) cudaFreeHost(l.tasks_host);
-      if (l.stream) cudaStreamDestroy(l.stream);
-    }
-    if (staging) cudaFree(staging);
+    for (Lane& l : lanes)
+      if (l.stream) cudaStreamSynchronize(l.stream.get());
   }
 
   // Room for every decoded image of a batch; on failure the caller decodes them on the CPU.
   Status Reserve(Lane& l, uint64_t bytes) {
     if (bytes <= l.arena_bytes) return Status::OK();
-    CUDA_RETURN_NOT_OK(cudaStreamSynchronize(l.stream));
-    if (l.arena) cudaFree(l.arena);
-    l.arena = nullptr;
+    CUDA_RETURN_NOT_OK(cudaStreamSynchronize(l.stream.get()));
+    l.arena.reset();
     l.arena_bytes = 0;
     const uint64_t want = RoundUp(bytes + bytes / 4, 1 << 20);
-    CUDA_RETURN_NOT_OK(cudaMalloc(reinterpret_cast<void**>(&l.arena), want));
+    CUDA_RETURN_NOT_OK(CudaMalloc(&l.arena, want));
     l.arena_bytes = want;
     return Status::OK();
   }
@@ -286,20 +291,24 @@ Result<std::unique_ptr<GpuDecodeStage>> GpuDecodeStage::Make(const GpuDecodeOpti
   Impl& r = *impl;
   const uint64_t s = static_cast<uint64_t>(o.augment.size);
   r.slot_bytes = RoundUp(uint64_t{o.batch_size} * s * s * 3, kAlign);
-  CUDA_RETURN_NOT_OK(cudaMalloc(reinterpret_cast<void**>(&r.staging), r.slot_bytes * o.num_slots));
+  CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, r.slot_bytes * o.num_slots));
   r.lanes.resize(static_cast<size_t>(std::max(1, o.lanes)));
   r.hardware = o.use_hardware;
   for (Impl::Lane& l : r.lanes) {
-    CUDA_RETURN_NOT_OK(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking));
+    CUDA_RETURN_NOT_OK(CudaStreamCreate(&l.stream, cudaStreamNonBlocking));
     if (Status hw = r.hardware ? l.hardware.Create(NVJPEG_BACKEND_HARDWARE) : Status::OK(); !hw.ok()) {
       r.hardware_error = hw.message();
       l.hardware.Destroy();
       r.hardware = false;  // no engine on this GPU: the hybrid backend decodes everything
     }
-    if (r.hardware) NVJPEG_RETURN_NOT_OK(api.StreamCreate(l.hardware.handle, &l.parsed));
+    if (r.hardware) {
+      nvjpegJpegStream_t parsed = nullptr;
+      NVJPEG_RETURN_NOT_OK(api.StreamCreate(l.hardware.handle, &parsed));
+      l.parsed.reset(parsed);
+    }
     COLOADER_RETURN_NOT_OK(l.hybrid.Create(NVJPEG_BACKEND_GPU_HYBRID));
-    CUDA_RETURN_NOT_OK(cudaMallocHost(reinterpret_cast<void**>(&l.tasks_host), sizeof(ResizeCropTask) * o.batch_size));
-    CUDA_RETURN_NOT_OK(cudaMalloc(reinterpret_cast<void**>(&l.tasks_device), sizeof(ResizeCropTask) * o.batch_size));
+    CUDA_RETURN_NOT_OK(CudaMallocHost(&l.tasks_host, sizeof(ResizeCropTask) * o.batch_size));
+    CUDA_RETURN_NOT_OK(CudaMalloc(&l.tasks_device, sizeof(ResizeCropTask) * o.batch_size));
   }
   unsigned engines = 0, cores = 0;
   if (r.hardware && api.HardwareInfo &&
@@ -307,35 +316,35 @@ Result<std::unique_ptr<GpuDecodeStage>> GpuDecodeStage::Make(const GpuDecodeOpti
     r.engines = std::to_string(engines) + " engines x " + std::to_string(cores) + " cores";
   if (!r.hardware) {
     for (Impl::Lane& l : r.lanes) {
-      if (l.parsed) api.StreamDestroy(l.parsed);
-      l.parsed = nullptr;
+      l.parsed.reset();
       l.hardware.Destroy();
     }
   }
   return std::unique_ptr<GpuDecodeStage>(new GpuDecodeStage(std::move(impl)));
 }
 
-Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_staging,
-                              const std::vector<std::string>& paths, SampleTransform& cpu, uint64_t seed) {
-  Impl& r = *impl_;
-  Impl::Lane& l = r.lanes[static_cast<size_t>(lane_index)];
-  const NvjpegApi& api = Nvjpeg();
-  CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
-  const uint32_t n = static_cast<uint32_t>(job.indices.size());
-  const uint64_t s = static_cast<uint64_t>(r.opts.augment.size);
-  const uint64_t sample_bytes = s * s * 3;
-  std::vector<bool> failed(n, false);
-  for (const auto& f : job.failures) failed[f.first] = true;
+namespace {
 
-  // Route: the hardware backend where it says it can, the hybrid backend for the rest.
-  std::vector<uint32_t> hw, hybrid, on_cpu;
-  uint64_t arena = 0;
-  std::vector<uint64_t> offset(n, 0);
-  // nvJPEG's own verdict on one file: its header parse and batched-support check.
+// Which decoder takes each of a batch's samples.
+struct Routes {
+  std::vector<uint32_t> hw, hybrid, on_cpu;  // positions, by decoder
+  std::vector<uint64_t> offset;              // each GPU sample's place in the lane's arena
+  uint64_t arena = 0;                        // the bytes of every decoded image
+};
+
+// Finish, step 1: the hardware backend where nvJPEG says it can (its header parse and
+// batched-support check), the hybrid backend for the other GPU files; all on the CPU when
+// the lane's arena cannot hold them.
+Routes RouteSamples(GpuDecodeStage::Impl& r, GpuDecodeStage::Impl::Lane& l, BatchJob& job,
+                    const std::vector<bool>& failed) {
+  const NvjpegApi& api = Nvjpeg();
+  const uint32_t n = static_cast<uint32_t>(job.indices.size());
+  Routes routes;
+  routes.offset.assign(n, 0);
   auto hardware_takes = [&](const GpuSample& g) {
     int unsupported = 1;
-    return api.ParseHeader(l.hardware.handle, g.bytes.data(), g.bytes.size(), l.parsed) == NVJPEG_STATUS_SUCCESS &&
-           api.BatchedSupported(l.hardware.handle, l.parsed, &unsupported) == NVJPEG_STATUS_SUCCESS &&
+    return api.ParseHeader(l.hardware.handle, g.bytes.data(), g.bytes.size(), l.parsed.get()) == NVJPEG_STATUS_SUCCESS &&
+           api.BatchedSupported(l.hardware.handle, l.parsed.get(), &unsupported) == NVJPEG_STATUS_SUCCESS &&
            unsupported == 0;
   };
   {
@@ -343,24 +352,32 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
     for (uint32_t i = 0; i < n; ++i) {
       const GpuSample& g = job.gpu[i];
       if (failed[i] || !g.on_gpu) continue;
-      offset[i] = arena;
-      arena += RoundUp(uint64_t(g.width) * g.height * 3, kAlign);
-      (r.hardware && hardware_takes(g) ? hw : hybrid).push_back(i);
+      routes.offset[i] = routes.arena;
+      routes.arena += RoundUp(uint64_t(g.width) * g.height * 3, kAlign);
+      (r.hardware && hardware_takes(g) ? routes.hw : routes.hybrid).push_back(i);
     }
-    timer.set_images(hw.size() + hybrid.size());
+    timer.set_images(routes.hw.size() + routes.hybrid.size());
   }
   Status reserved;
   {
-    ScopedStage timer(Stage::kLaneReserve, hw.size() + hybrid.size());
-    reserved = r.Reserve(l, arena);
+    ScopedStage timer(Stage::kLaneReserve, routes.hw.size() + routes.hybrid.size());
+    reserved = r.Reserve(l, routes.arena);
   }
   if (!reserved.ok()) {
     // Not enough device memory for this batch's images: the CPU decodes them.
-    on_cpu.insert(on_cpu.end(), hw.begin(), hw.end());
-    on_cpu.insert(on_cpu.end(), hybrid.begin(), hybrid.end());
-    hw.clear();
-    hybrid.clear();
+    routes.on_cpu.insert(routes.on_cpu.end(), routes.hw.begin(), routes.hw.end());
+    routes.on_cpu.insert(routes.on_cpu.end(), routes.hybrid.begin(), routes.hybrid.end());
+    routes.hw.clear();
+    routes.hybrid.clear();
   }
+  return routes;
+}
+
+// Finish, step 2: each backend decodes its files into the arena; what one refuses goes to
+// the next (hardware, hybrid, CPU), and a file the CPU cannot decode either is a failure.
+void DecodeSamples(GpuDecodeStage::Impl::Lane& l, BatchJob& job, Routes& routes, uint8_t* host_staging,
+                   uint64_t sample_bytes, const std::vector<std::string>& paths, SampleTransform& cpu, uint64_t seed,
+                   std::vector<bool>& failed) {
   auto decode = [&](Backend& b, const std::vector<uint32_t>& which) -> Status {
     std::vector<GpuSample*> samples;
     std::vector<nvjpegImage_t> dest(which.size());
@@ -368,28 +385,29 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
       GpuSample& g = job.gpu[which[k]];
       samples.push_back(&g);
       dest[k] = nvjpegImage_t{};
-      dest[k].channel[0] = l.arena + offset[which[k]];
+      dest[k].channel[0] = l.arena.get() + routes.offset[which[k]];
       dest[k].pitch[0] = static_cast<size_t>(g.width) * 3;
     }
-    return b.Decode(samples, dest, l.stream);
+    return b.Decode(samples, dest, l.stream.get());
   };
-  if (!hw.empty()) {
-    ScopedStage timer(Stage::kLaneDecodeHardware, hw.size());
-    if (!decode(l.hardware, hw).ok()) {
-      hybrid.insert(hybrid.end(), hw.begin(), hw.end());  // one file it refused fails its batch
-      hw.clear();
+  if (!routes.hw.empty()) {
+    ScopedStage timer(Stage::kLaneDecodeHardware, routes.hw.size());
+    if (!decode(l.hardware, routes.hw).ok()) {
+      // One file it refused fails its batch: the hybrid backend takes them all.
+      routes.hybrid.insert(routes.hybrid.end(), routes.hw.begin(), routes.hw.end());
+      routes.hw.clear();
     }
   }
-  if (!hybrid.empty()) {
-    ScopedStage timer(Stage::kLaneDecodeHybrid, hybrid.size());
-    if (!decode(l.hybrid, hybrid).ok()) {
-      on_cpu.insert(on_cpu.end(), hybrid.begin(), hybrid.end());
-      hybrid.clear();
+  if (!routes.hybrid.empty()) {
+    ScopedStage timer(Stage::kLaneDecodeHybrid, routes.hybrid.size());
+    if (!decode(l.hybrid, routes.hybrid).ok()) {
+      routes.on_cpu.insert(routes.on_cpu.end(), routes.hybrid.begin(), routes.hybrid.end());
+      routes.hybrid.clear();
     }
   }
-  if (!on_cpu.empty()) {
-    ScopedStage timer(Stage::kLaneCpuFallback, on_cpu.size());
-    for (uint32_t i : on_cpu) {
+  if (!routes.on_cpu.empty()) {
+    ScopedStage timer(Stage::kLaneCpuFallback, routes.on_cpu.size());
+    for (uint32_t i : routes.on_cpu) {
       GpuSample& g = job.gpu[i];
       const Status st = cpu.RunBytes(g.bytes.data(), g.bytes.size(), paths[i], seed, job.epoch,
                                      static_cast<uint64_t>(job.indices[i]), host_staging + i * sample_bytes);
@@ -401,15 +419,15 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
       }
     }
   }
-  uint64_t cpu_count = 0;
-  for (uint32_t i = 0; i < n; ++i) cpu_count += !failed[i] && !job.gpu[i].on_gpu;
-  r.n_hardware += hw.size();
-  r.n_hybrid += hybrid.size();
-  r.n_cpu += cpu_count;
+}
 
-  // Every sample at its own position; a failed one then takes its replacement's (as
-  // Pipeline::FillFailed does on the host).
-  uint8_t* dst = r.staging + job.slot * r.slot_bytes;
+// Finish, step 3: every sample at its own position of the slot's device staging (the GPU's
+// resized from the arena by one kernel, the CPU's copied up); a failed one then takes its
+// replacement's, as Pipeline::FillFailed does on the host. Returns the samples placed.
+Result<uint32_t> AssembleSlot(GpuDecodeStage::Impl::Lane& l, BatchJob& job, const Routes& routes,
+                              const uint8_t* host_staging, uint8_t* dst, uint64_t sample_bytes, int out_size,
+                              uint64_t cpu_count, const std::vector<bool>& failed) {
+  const uint32_t n = static_cast<uint32_t>(job.indices.size());
   uint32_t tasks = 0, out = 0;
   {
     ScopedStage timer(Stage::kLaneCopyCpuSamples, cpu_count);
@@ -417,8 +435,8 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
       if (failed[i]) continue;
       const GpuSample& g = job.gpu[i];
       if (g.on_gpu) {
-        ResizeCropTask& t = l.tasks_host[tasks++];
-        t.src = l.arena + offset[i];
+        ResizeCropTask& t = l.tasks_host.get()[tasks++];
+        t.src = l.arena.get() + routes.offset[i];
         t.pitch = g.width * 3;
         t.x = g.box.x;
         t.y = g.box.y;
@@ -428,35 +446,62 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
         t.dst_index = i;
       } else {
         CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst + i * sample_bytes, host_staging + i * sample_bytes, sample_bytes,
-                                           cudaMemcpyHostToDevice, l.stream));
+                                           cudaMemcpyHostToDevice, l.stream.get()));
       }
       ++out;
     }
   }
   if (tasks > 0) {
     ScopedStage timer(Stage::kLaneResize, tasks);
-    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(l.tasks_device, l.tasks_host, sizeof(ResizeCropTask) * tasks,
-                                       cudaMemcpyHostToDevice, l.stream));
-    COLOADER_RETURN_NOT_OK(ResizeCropBatchOnDevice(l.tasks_device, tasks, r.opts.augment.size, dst, l.stream));
+    CUDA_RETURN_NOT_OK(cudaMemcpyAsync(l.tasks_device.get(), l.tasks_host.get(), sizeof(ResizeCropTask) * tasks,
+                                       cudaMemcpyHostToDevice, l.stream.get()));
+    COLOADER_RETURN_NOT_OK(ResizeCropBatchOnDevice(l.tasks_device.get(), tasks, out_size, dst, l.stream.get()));
   }
   for (uint32_t i = 0; i < n && out > 0; ++i) {
     if (!failed[i]) continue;
     const uint32_t from = *ReplacementFor(i, failed);  // one exists: out > 0 samples decoded
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst + i * sample_bytes, dst + from * sample_bytes, sample_bytes,
-                                       cudaMemcpyDeviceToDevice, l.stream));
+                                       cudaMemcpyDeviceToDevice, l.stream.get()));
   }
+  return out;
+}
+
+}  // namespace
+
+Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_staging,
+                              const std::vector<std::string>& paths, SampleTransform& cpu, uint64_t seed) {
+  Impl& r = *impl_;
+  Impl::Lane& l = r.lanes[static_cast<size_t>(lane_index)];
+  CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
+  const uint32_t n = static_cast<uint32_t>(job.indices.size());
+  const uint64_t s = static_cast<uint64_t>(r.opts.augment.size);
+  const uint64_t sample_bytes = s * s * 3;
+  std::vector<bool> failed(n, false);
+  for (const auto& f : job.failures) failed[f.first] = true;
+
+  Routes routes = RouteSamples(r, l, job, failed);
+  DecodeSamples(l, job, routes, host_staging, sample_bytes, paths, cpu, seed, failed);
+  uint64_t cpu_count = 0;
+  for (uint32_t i = 0; i < n; ++i) cpu_count += !failed[i] && !job.gpu[i].on_gpu;
+  r.n_hardware += routes.hw.size();
+  r.n_hybrid += routes.hybrid.size();
+  r.n_cpu += cpu_count;
+
+  uint8_t* dst = r.staging.get() + job.slot * r.slot_bytes;
+  COLOADER_ASSIGN_OR_RETURN(const uint32_t out, AssembleSlot(l, job, routes, host_staging, dst, sample_bytes,
+                                                             r.opts.augment.size, cpu_count, failed));
   // The producer publishes once this returns: the slot's device staging must be complete.
   // This wait sleeps (serve sets cudaDeviceScheduleBlockingSync; phase 1 measured 0.2 µs of
   // CPU per image here against up to 35 µs of wall): the lane's CPU is inside nvJPEG.
   {
     ScopedStage timer(Stage::kLaneSync, out);
-    CUDA_RETURN_NOT_OK(cudaStreamSynchronize(l.stream));
+    CUDA_RETURN_NOT_OK(cudaStreamSynchronize(l.stream.get()));
   }
   for (uint32_t i = 0; i < n; ++i) std::vector<uint8_t>().swap(job.gpu[i].bytes);
   return Status::OK();
 }
 
-const uint8_t* GpuDecodeStage::device_staging(uint32_t slot) const { return impl_->staging + slot * impl_->slot_bytes; }
+const uint8_t* GpuDecodeStage::device_staging(uint32_t slot) const { return impl_->staging.get() + slot * impl_->slot_bytes; }
 int GpuDecodeStage::device() const { return impl_->opts.device; }
 int GpuDecodeStage::lanes() const { return static_cast<int>(impl_->lanes.size()); }
 GpuDecodeCounts GpuDecodeStage::counts() const {

@@ -15,26 +15,23 @@ constexpr uint64_t kAlign = 256;
 }  // namespace
 
 struct DeviceRing::Impl {
+  // Members go in reverse order, after the destructor has let the stream finish: events,
+  // stream, staging, the slots, then the host pages are unpinned.
   DeviceRingOptions opts;
-  uint8_t* device_base = nullptr;  // every slot, one allocation, one IPC handle
-  uint8_t* staging = nullptr;      // one uint8 batch: uploads are serialised on `stream`
+  std::vector<CudaHostRegistration> host_registered;  // the shared memory cudaHostRegister pinned
+  CudaDeviceMemory<uint8_t> device_base;  // every slot, one allocation, one IPC handle
+  CudaDeviceMemory<uint8_t> staging;      // one uint8 batch: uploads are serialised on `stream`
   uint64_t slot_bytes = 0, labels_offset = 0, data_offset = 0, alloc_bytes = 0;
-  cudaStream_t stream = nullptr;
-  std::vector<cudaEvent_t> events;
-  std::vector<void*> host_registered;  // what cudaHostRegister pinned, to unregister
+  CudaStream stream;
+  std::vector<CudaEvent> events;
 
   ~Impl() {
-    if (stream) cudaStreamSynchronize(stream);
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
-    if (stream) cudaStreamDestroy(stream);
-    if (staging) cudaFree(staging);
-    if (device_base) cudaFree(device_base);
-    for (void* p : host_registered) cudaHostUnregister(p);
+    if (stream) cudaStreamSynchronize(stream.get());
   }
   uint64_t sample_bytes() const { return uint64_t{opts.height} * opts.width * 3 * DTypeSize(opts.dtype); }
   uint64_t staged_sample_bytes() const { return uint64_t{opts.height} * opts.width * 3; }
   uint8_t* host_slot(uint32_t s) const { return opts.host_base + s * opts.host_slot_bytes; }
-  uint8_t* device_slot(uint32_t s) const { return device_base + s * slot_bytes; }
+  uint8_t* device_slot(uint32_t s) const { return device_base.get() + s * slot_bytes; }
 };
 
 DeviceRing::DeviceRing(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -61,9 +58,9 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   r.data_offset = RoundUp(8ull * o.batch_size, kAlign);
   r.slot_bytes = RoundUp(r.data_offset + uint64_t{o.batch_size} * r.sample_bytes(), 2 << 20);
   r.alloc_bytes = r.slot_bytes * o.num_slots;
-  CUDA_RETURN_NOT_OK(cudaMalloc(&r.device_base, r.alloc_bytes));
-  CUDA_RETURN_NOT_OK(cudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
-  CUDA_RETURN_NOT_OK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+  CUDA_RETURN_NOT_OK(CudaMalloc(&r.device_base, r.alloc_bytes));
+  CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
+  CUDA_RETURN_NOT_OK(CudaStreamCreate(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
   if (o.register_host) {
     // Portable: every device's uploads read it as pinned memory.
@@ -72,7 +69,7 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
     for (const auto& [offset, length] : pin) {
       if (length == 0) continue;
       CUDA_RETURN_NOT_OK(cudaHostRegister(o.host_base + offset, length, cudaHostRegisterPortable));
-      r.host_registered.push_back(o.host_base + offset);
+      r.host_registered.emplace_back(o.host_base + offset);
     }
   }
 
@@ -82,15 +79,15 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   CUDA_RETURN_NOT_OK(cudaGetDeviceProperties(&prop, o.device));
   t.device_uuid.assign(prop.uuid.bytes, sizeof(prop.uuid.bytes));
   cudaIpcMemHandle_t mem{};
-  CUDA_RETURN_NOT_OK(cudaIpcGetMemHandle(&mem, r.device_base));
+  CUDA_RETURN_NOT_OK(cudaIpcGetMemHandle(&mem, r.device_base.get()));
   t.mem_handle.assign(reinterpret_cast<const char*>(&mem), sizeof(mem));
-  r.events.resize(o.num_slots, nullptr);
+  r.events.resize(o.num_slots);
   for (uint32_t s = 0; s < o.num_slots; ++s) {
-    CUDA_RETURN_NOT_OK(cudaEventCreateWithFlags(&r.events[s], cudaEventDisableTiming | cudaEventInterprocess));
+    CUDA_RETURN_NOT_OK(CudaEventCreate(&r.events[s], cudaEventDisableTiming | cudaEventInterprocess));
     // Recorded once at the start so that a wait on a never-filled slot is already satisfied.
-    CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[s], r.stream));
+    CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[s].get(), r.stream.get()));
     cudaIpcEventHandle_t ev{};
-    CUDA_RETURN_NOT_OK(cudaIpcGetEventHandle(&ev, r.events[s]));
+    CUDA_RETURN_NOT_OK(cudaIpcGetEventHandle(&ev, r.events[s].get()));
     t.event_handles.emplace_back(reinterpret_cast<const char*>(&ev), sizeof(ev));
   }
   t.slot_bytes = r.slot_bytes;
@@ -111,29 +108,29 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
   uint8_t* dev = r.device_slot(slot);
   if (count > 0) {
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.labels_offset, host + r.opts.host_labels_offset, 8ull * count,
-                                       cudaMemcpyHostToDevice, r.stream));
+                                       cudaMemcpyHostToDevice, r.stream.get()));
     const uint64_t staged = uint64_t{count} * r.staged_sample_bytes();
     if (device_staged != nullptr) {
       // Decoded and augmented on a GPU: convert from there, no host copy in between.
       const uint8_t* src = device_staged;
       if (staged_device != r.opts.device) {
-        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging, r.opts.device, device_staged, staged_device, staged, r.stream));
-        src = r.staging;
+        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging.get(), r.opts.device, device_staged, staged_device, staged, r.stream.get()));
+        src = r.staging.get();
       }
       COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
-                                           r.opts.normalize, dev + r.data_offset, r.stream));
+                                           r.opts.normalize, dev + r.data_offset, r.stream.get()));
     } else if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
       // Already in its final form: one copy straight into the slot.
       CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.data_offset, host + r.opts.host_staging_offset, staged,
-                                         cudaMemcpyHostToDevice, r.stream));
+                                         cudaMemcpyHostToDevice, r.stream.get()));
     } else {
-      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging, host + r.opts.host_staging_offset, staged,
-                                         cudaMemcpyHostToDevice, r.stream));
-      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging, count, r.opts.height, r.opts.width, r.opts.dtype,
-                                           r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream));
+      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging.get(), host + r.opts.host_staging_offset, staged,
+                                         cudaMemcpyHostToDevice, r.stream.get()));
+      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging.get(), count, r.opts.height, r.opts.width, r.opts.dtype,
+                                           r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream.get()));
     }
   }
-  CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[slot], r.stream));
+  CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[slot].get(), r.stream.get()));
   return Status::OK();
 }
 
@@ -142,9 +139,9 @@ Status DeviceRing::DownloadToHost(uint32_t slot, uint32_t count) {
   CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
   if (count > 0) {
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.host_slot(slot) + r.opts.host_output_offset, r.device_slot(slot) + r.data_offset,
-                                       uint64_t{count} * r.sample_bytes(), cudaMemcpyDeviceToHost, r.stream));
+                                       uint64_t{count} * r.sample_bytes(), cudaMemcpyDeviceToHost, r.stream.get()));
   }
-  CUDA_RETURN_NOT_OK(cudaStreamSynchronize(r.stream));
+  CUDA_RETURN_NOT_OK(cudaStreamSynchronize(r.stream.get()));
   return Status::OK();
 }
 
@@ -156,7 +153,7 @@ Status SetGpuWait(int device, bool block) {
 
 Status DeviceRing::WaitIdle(uint32_t slot) {
   ScopedStage timer(Stage::kUploadWaitIdle, 0);
-  CUDA_RETURN_NOT_OK(cudaEventSynchronize(impl_->events[slot]));
+  CUDA_RETURN_NOT_OK(cudaEventSynchronize(impl_->events[slot].get()));
   return Status::OK();
 }
 
