@@ -32,6 +32,11 @@ for dir in "${!allowed[@]}"; do
   done < <(grep -HE '^#include "[a-z_]+/' "$src/$dir"/*.{h,cc,cu} 2>/dev/null || true)
 done
 
+# Inside client/ and producer/, no file includes back up (scripts/include_graph.py draws them).
+if ! python3 "$src/scripts/include_graph.py" --root "$src" --check client producer; then
+  fail=1
+fi
+
 # The consumer's library: what a training job loads. No OpenCV, no libjpeg/TurboJPEG.
 if deps=$(ldd "$lib"); then
   bad=$(grep -iE 'opencv|turbojpeg|libjpeg|libpng|libwebp|libtiff|gdal' <<<"$deps" || true)
