@@ -1,0 +1,51 @@
+// The fixture of the integration tests (integration_test, faults_test, tcp_test): a real
+// `coloader serve` process, real `coloader consume` processes (or the client library in this
+// process), real ZeroMQ sockets and real shared memory, in a run directory of the test's own.
+//
+// What a consumer saw is read from `consume --json`: per epoch the number of samples, how
+// many were distinct, and the sum and xor of their dataset indices. For a dataset of N images
+// an exact epoch has samples == unique == N and index_sum == N(N-1)/2.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/support/producer_test.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+
+constexpr int kImages = 103;  // a prime: no batch size used below divides it
+
+class IntegrationTest : public testing::ProducerTest {
+ protected:
+  IntegrationTest() : ProducerTest({kImages, 5, 32, {}}) {}
+
+  // Runs `coloader status --json` and returns its one line (empty if the producer is gone
+  // and `must_answer` is false).
+  testing::JsonLine StatusOf(const std::string& name, bool must_answer = true) {
+    testing::Child status(testing::Coloader({"status", "--name", name, "--json"}), env_);
+    const int rc = status.Wait(10000);
+    if (must_answer) {
+      EXPECT_EQ(rc, 0) << status.Stderr();
+    }
+    auto lines = testing::ParseJsonLines(status.Stdout());
+    return lines.empty() ? testing::JsonLine{} : lines[0];
+  }
+  // Polls the producer's status (an explicit readiness signal) until `pred` holds.
+  template <typename Pred>
+  bool WaitForStatus(const std::string& name, Pred pred, int timeout_ms = 20000) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < deadline) {
+      testing::JsonLine s = StatusOf(name);
+      if (!s.empty() && pred(s)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  static void ExpectExactEpoch(const testing::JsonLine& e, uint64_t n = kImages) { testing::ExpectExactEpoch(e, n); }
+};
+
+}  // namespace coloader
