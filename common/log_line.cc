@@ -34,6 +34,7 @@ void LogLine(const char* format, ...) {
     line.pop_back();  // vsnprintf's terminator
   }
   va_end(again);
+  if (line.back() != '\n') line += '\n';  // a format that failed, or forgot its newline
   std::fflush(stderr);  // what stdio holds goes first
   for (size_t done = 0; done < line.size();) {
     const ssize_t w = ::write(STDERR_FILENO, line.data() + done, line.size() - done);

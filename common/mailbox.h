@@ -19,10 +19,8 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <string>
-#include <type_traits>
 
 #include "common/protocol.h"
 #include "common/shm.h"
@@ -30,28 +28,33 @@
 
 namespace coloader {
 
-// An entry holds the announcement's bytes (both sides are one build: the handshake checks the
-// protocol version) as atomic words. A stale owner inside Pop may read an entry while the
-// producer rewrites it for the next owner; the words make that read defined (it is then
-// discarded: Pop's compare-and-swap fails), and the tail's store and load order the rest.
+// An entry is an announcement packed into six atomic words, in the layout every build of
+// protocol 4 shares: seq, epoch, first, ready_ns, then slot | count << 32, flags (the rest
+// zero). A stale owner inside Pop may read an entry while the producer rewrites it for the
+// next owner; atomic words make that read defined (it is then discarded: Pop's
+// compare-and-swap fails), and the tail's store and load order the rest.
 struct MailboxEntry {
-  static constexpr size_t kWords = (sizeof(BatchAnnouncement) + 7) / 8;
-  std::atomic<uint64_t> words[kWords];
+  std::atomic<uint64_t> words[6];
 
   void Store(const BatchAnnouncement& a) {
-    uint64_t w[kWords] = {};
-    std::memcpy(w, &a, sizeof(a));
-    for (size_t i = 0; i < kWords; ++i) words[i].store(w[i], std::memory_order_relaxed);
+    const uint64_t w[6] = {a.seq, a.epoch, a.first, a.ready_ns, a.slot | uint64_t{a.count} << 32, a.flags};
+    for (size_t i = 0; i < 6; ++i) words[i].store(w[i], std::memory_order_relaxed);
   }
   BatchAnnouncement Load() const {
-    uint64_t w[kWords];
-    for (size_t i = 0; i < kWords; ++i) w[i] = words[i].load(std::memory_order_relaxed);
+    uint64_t w[6];
+    for (size_t i = 0; i < 6; ++i) w[i] = words[i].load(std::memory_order_relaxed);
     BatchAnnouncement a;
-    std::memcpy(&a, w, sizeof(a));
+    a.seq = w[0];
+    a.epoch = w[1];
+    a.first = w[2];
+    a.ready_ns = w[3];
+    a.slot = static_cast<uint32_t>(w[4]);
+    a.count = static_cast<uint32_t>(w[4] >> 32);
+    a.flags = static_cast<uint8_t>(w[5]);
     return a;
   }
 };
-static_assert(std::is_trivially_copyable_v<BatchAnnouncement>, "an announcement is copied through shared memory");
+static_assert(sizeof(MailboxEntry) == 48, "the entry layout mailboxes of protocol 4 share");
 
 // The low bits of MailboxHeader::head count entries taken; the high ones are the generation,
 // advanced by every Reset.
