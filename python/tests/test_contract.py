@@ -263,7 +263,10 @@ def test_a_producer_stopped_mid_stream_raises_producer_stopped_after_its_last_ba
 # Waiting: every wait wakes for Ctrl-C and for the producer's death.
 
 WAITER = r"""
-import sys, time, torch, coloader  # torch first: a signal must not land in its import
+import signal, sys, time, torch, coloader  # torch first: a signal must not land in its import
+# As at a terminal: a test runner started in the background (CI) passes SIGINT on ignored, and
+# Python then installs no KeyboardInterrupt handler.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 where = sys.argv[2]
 try:
     if where == "batch":
