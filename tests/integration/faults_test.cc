@@ -35,11 +35,6 @@ namespace coloader {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::Child;
-using testing::Coloader;
-using testing::JsonLine;
-using testing::ParseJsonLines;
-using testing::U64;
 
 TEST_F(IntegrationTest, CleansUpSharedMemoryAndKeepsTheRunDirPrivate) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});

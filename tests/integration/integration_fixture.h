@@ -16,6 +16,13 @@
 
 namespace coloader {
 
+// What every integration test uses of tests/support (test-only: brought into coloader here).
+using testing::Child;
+using testing::Coloader;
+using testing::JsonLine;
+using testing::ParseJsonLines;
+using testing::U64;
+
 constexpr int kImages = 103;  // a prime: no batch size used below divides it
 
 class IntegrationTest : public testing::ProducerTest {

@@ -35,11 +35,6 @@ namespace coloader {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::Child;
-using testing::Coloader;
-using testing::JsonLine;
-using testing::ParseJsonLines;
-using testing::U64;
 
 std::string TcpEndpointOf(Child& producer) {
   EXPECT_TRUE(producer.WaitForStderr("also serving on tcp://", 20000)) << producer.Stderr();
