@@ -176,13 +176,19 @@ def test_late_join_gets_a_partial_epoch_then_whole_ones(serve):
     p.wait_for(lambda st: st["batches_published"] >= 2, "the first batches")
     late = loader_for(p, batch_size=7)
     waiting = loader_for(p, batch_size=7, wait_for_epoch=True)
-    go.set()
 
     def three_epochs(loader):
         return [(run_epoch(loader), loader.epoch, loader.partial) for _ in range(3)]
 
-    # Every consumer must keep moving (back-pressure), so each runs in its own thread.
+    # Every consumer must keep moving (back-pressure), so each runs in its own thread. A Loader
+    # attaches at its first iter(): both are attached (the producer says so) while `first`
+    # still holds epoch 0, so that `waiting` joins at epoch 1's boundary.
     join_late, join_waiting = in_thread(three_epochs, late), in_thread(three_epochs, waiting)
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while sum(" attached: " in line for line in p.lines) < 3:
+        assert time.monotonic() < deadline, "the consumers did not attach:\n" + "".join(p.lines)
+        time.sleep(0.01)
+    go.set()
     late_epochs, waiting_epochs = join_late(), join_waiting()
 
     (sizes, indices, _), epoch, partial = late_epochs[0]
