@@ -1,5 +1,6 @@
 #include "client/log.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -28,9 +29,10 @@ void SetLogHandler(LogHandler fn, void* user) {
   std::unique_lock<std::mutex> lock(s.mu);
   s.handler = fn;
   s.user = user;
-  // The old handler may be running on another thread: return only once it has returned, so
-  // that a caller taking its handler away (Python at exit) is never called again.
-  s.idle.wait(lock, [&s] { return s.in_flight == 0; });
+  // The old handler may be running on another thread: return once it has returned, so that a
+  // caller taking its handler away (Python at exit) is not called again; but not later than
+  // 2 s: a handler that hangs must not hang the caller with it.
+  s.idle.wait_for(lock, std::chrono::seconds(2), [&s] { return s.in_flight == 0; });
 }
 
 void Log(LogLevel level, const std::string& message) {

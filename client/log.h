@@ -17,7 +17,8 @@ enum class LogLevel : int { kInfo = 20, kWarning = 30, kError = 40 };
 using LogHandler = void (*)(int level, const char* message, void* user);
 
 // `handler` nullptr: back to stderr. Returns once no call of the previous handler is under
-// way (so it must not be called from inside a handler); every later message goes to the new.
+// way, or after 2 s at most (so it must not be called from inside a handler); every later
+// message goes to the new one.
 void SetLogHandler(LogHandler handler, void* user);
 
 void Log(LogLevel level, const std::string& message);

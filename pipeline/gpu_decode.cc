@@ -56,7 +56,7 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const G
   std::vector<int> decoders = r.devices;
   std::string why;
   if (r.mode == DecodeMode::kAuto) {
-    if (r.batch_size > kMaxGpuDecodeBatch) {
+    if (r.stage.batch_size > kMaxGpuDecodeBatch) {
       LogLine("[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name, kMaxGpuDecodeBatch);
       return Stages();
     }
@@ -73,12 +73,8 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const G
   }
   Stages stages;
   for (int d : decoders) {
-    GpuDecodeOptions g;
+    GpuDecodeOptions g = r.stage;
     g.device = d;
-    g.num_slots = r.num_slots;
-    g.batch_size = r.batch_size;
-    g.augment = r.augment;
-    g.lanes = r.lanes;
     COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
     if (r.mode == DecodeMode::kAuto && stages.empty()) {
       LogLine("[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name, stage->description().c_str(),

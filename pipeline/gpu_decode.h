@@ -114,10 +114,7 @@ struct GpuDecodeRequest {
   std::string name;          // the producer's, for its log lines
   DecodeMode mode = DecodeMode::kAuto;
   std::vector<int> devices;  // the rings' devices, in order
-  uint32_t num_slots = 0;
-  uint32_t batch_size = 0;
-  AugmentOptions augment;
-  int lanes = 1;
+  GpuDecodeOptions stage;    // every decoding GPU's stage, its `device` set per GPU
 };
 
 // One stage per decoding GPU, or none for the CPU decoder, and a log line that says which

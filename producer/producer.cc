@@ -161,10 +161,10 @@ Status Producer::Impl::Setup() {
     request.name = opts.name;
     request.mode = opts.decode;
     request.devices = opts.devices;
-    request.num_slots = table.num_slots;
-    request.batch_size = table.batch_size;
-    request.augment = to.augment;
-    request.lanes = opts.gpu_lanes;
+    request.stage.num_slots = table.num_slots;
+    request.stage.batch_size = table.batch_size;
+    request.stage.augment = to.augment;
+    request.stage.lanes = opts.gpu_lanes;
     COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(request));
     COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
   }
