@@ -46,7 +46,7 @@ void Consumer::Close() {
     state_->sink->Wake();  // wake it now, not at its next poll timeout
     state_->io.join();
   }
-  state_->sock.close();
+  state_->sock.Close();
   // The mapper (and its IPC mapping) stays with the state while leases are alive.
 }
 
@@ -133,11 +133,12 @@ class Handshake {
     dialed_ = true;
     ConsumerState& s = *state_;
     const ConsumerOptions& o = s.opts;
-    zmq::socket_t& sock = s.sock;
-    sock.set(zmq::sockopt::linger, 200);
-    sock.set(zmq::sockopt::rcvhwm, 100000);
+    COLOADER_ASSIGN_OR_RETURN(s.sock, Socket::Open(s.ctx, zmq::socket_type::dealer));
+    Socket& sock = s.sock;
+    COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::linger, 200));
+    COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::rcvhwm, 100000));
     tcp_ = s.endpoint.rfind("tcp://", 0) == 0;
-    sock.set(zmq::sockopt::maxmsgsize, tcp_ ? kMaxRemoteBatchBytes : kMaxLocalReplyBytes);
+    COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::maxmsgsize, tcp_ ? kMaxRemoteBatchBytes : kMaxLocalReplyBytes));
     curve_ = !o.curve_key_file.empty() || !o.curve_server_key.empty();
     if (curve_) {
       if (!tcp_)
@@ -150,18 +151,16 @@ class Handshake {
       if (zmq_socket_monitor(sock.handle(), mon.c_str(),
                              ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0) {
-        monitor_ = zmq::socket_t(s.ctx, zmq::socket_type::pair);
-        monitor_.set(zmq::sockopt::linger, 0);
-        monitor_.connect(mon);
+        COLOADER_ASSIGN_OR_RETURN(monitor_, Socket::Open(s.ctx, zmq::socket_type::pair));
+        COLOADER_RETURN_NOT_OK(monitor_.Set(zmq::sockopt::linger, 0));
+        COLOADER_RETURN_NOT_OK(monitor_.Connect(mon));
       }
     }
-    try {
-      sock.connect(s.endpoint);
-    } catch (const zmq::error_t& e) {
-      return Status::Invalid("cannot connect to '" + s.endpoint + "': " + e.what());
-    }
+    if (Status st = sock.Connect(s.endpoint); !st.ok()) return Status::Invalid(st.message());
     std::vector<uint8_t> bytes = Encode(MakeHello());
-    sock.send(zmq::buffer(bytes), zmq::send_flags::none);
+    // The first message of a new connection goes into its empty queue: never refused.
+    if (Status st = sock.Send(zmq::buffer(bytes), zmq::send_flags::dontwait); !st.ok())
+      return Status::IOError("saying Hello to " + s.endpoint + ": " + st.message());
     reply_deadline_ = Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
     return Status::OK();
   }
@@ -193,31 +192,27 @@ class Handshake {
     return hello;
   }
 
-  // One poll of the handshake. A signal delivered meanwhile (the user's handler, a profiler's
-  // timer) makes it throw EINTR: not an error, the loop polls again until its deadline.
-  static void PollOnce(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
-    try {
-      zmq::poll(items.data(), items.size(), timeout);
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-  }
-
   // The producer's answer to Hello, or nullopt when the slice ended first; fails at the
   // deadline, saying what the handshake monitor saw.
   Result<std::optional<zmq::message_t>> AwaitReply(Clock::time_point slice_end) {
     ConsumerState& s = *state_;
     for (;;) {
       std::vector<zmq::pollitem_t> items = {{s.sock.handle(), 0, ZMQ_POLLIN, 0}};
-      if (monitor_.handle()) items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
+      if (monitor_.is_open()) items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(reply_deadline_, slice_end) -
                                                                               Clock::now());
-      if (left.count() > 0) PollOnce(items, left);
+      // A signal delivered meanwhile (the user's handler, a profiler's timer) ends a poll
+      // early: the loop polls again until its deadline.
+      if (left.count() > 0) COLOADER_RETURN_NOT_OK(Poll(items, left).status());
       zmq::message_t reply;
-      if ((items[0].revents & ZMQ_POLLIN) && s.sock.recv(reply, zmq::recv_flags::dontwait)) {
-        if (monitor_.handle()) {
+      bool got = false;
+      if (items[0].revents & ZMQ_POLLIN) {
+        COLOADER_ASSIGN_OR_RETURN(got, s.sock.Recv(&reply, zmq::recv_flags::dontwait));
+      }
+      if (got) {
+        if (monitor_.is_open()) {
           (void)zmq_socket_monitor(s.sock.handle(), nullptr, 0);
-          monitor_.close();
+          monitor_.Close();
         }
         return std::optional<zmq::message_t>(std::move(reply));
       }
@@ -228,9 +223,10 @@ class Handshake {
   }
 
   Status ReadMonitorEvent() {
+    // An event is two frames, both there once the poll saw the first.
     zmq::message_t event, where;
-    (void)monitor_.recv(event, zmq::recv_flags::none);
-    if (event.more()) (void)monitor_.recv(where, zmq::recv_flags::none);
+    COLOADER_RETURN_NOT_OK(monitor_.Recv(&event, zmq::recv_flags::dontwait).status());
+    if (event.more()) COLOADER_RETURN_NOT_OK(monitor_.Recv(&where, zmq::recv_flags::dontwait).status());
     uint16_t id = 0;
     uint32_t value = 0;
     if (event.size() >= 2) std::memcpy(&id, event.data(), 2);
@@ -397,7 +393,7 @@ class Handshake {
   bool dialed_ = false, said_waiting_ = false, tcp_ = false, curve_ = false, mismatch_ = false;
   Clock::time_point producer_deadline_, reply_deadline_;
   std::string our_key_, last_failure_;
-  zmq::socket_t monitor_;
+  Socket monitor_;
   int failed_handshakes_ = 0;
 };
 
@@ -411,13 +407,7 @@ Connecting::~Connecting() = default;
 
 Result<std::unique_ptr<Consumer>> Connecting::Finish(int wait_ms) {
   if (!handshake_) return Status::Invalid("this connection attempt has ended");
-  Result<std::unique_ptr<Consumer>> r = Status::Again();
-  // ZeroMQ reports failures by throwing (cppzmq); none may cross this Status boundary.
-  try {
-    r = handshake_->Step(wait_ms);
-  } catch (const zmq::error_t& e) {
-    r = Status::IOError(std::string("connecting to the producer: ZeroMQ failed: ") + e.what());
-  }
+  Result<std::unique_ptr<Consumer>> r = handshake_->Step(wait_ms);
   if (r.ok() || r.status().code() != StatusCode::kAgain) handshake_.reset();  // over, either way
   return r;
 }
@@ -436,10 +426,9 @@ Result<std::unique_ptr<Connecting>> Consumer::Start(ConsumerOptions opts) {
                            " is not a node of the job");
   const std::string target = opts.endpoint.empty() ? "producer '" + opts.name + "'" : opts.endpoint;
   auto h = std::make_unique<internal::Handshake>(std::move(opts));
-  try {
-    COLOADER_RETURN_NOT_OK(h->Begin());
-  } catch (const zmq::error_t& e) {
-    return Status::IOError("connecting to " + target + ": ZeroMQ failed: " + e.what());
+  if (Status st = h->Begin(); !st.ok()) {
+    if (st.code() != StatusCode::kIOError) return st;
+    return Status::IOError("connecting to " + target + ": " + st.message());
   }
   return std::unique_ptr<Connecting>(new Connecting(std::move(h)));
 }

@@ -25,7 +25,6 @@
 #include <mutex>
 #include <thread>
 #include <tuple>
-#include <zmq.hpp>
 
 #include "client/device_mapper.h"
 #include "common/curve.h"
@@ -33,6 +32,7 @@
 #include "common/mailbox.h"
 #include "common/process.h"
 #include "common/shm.h"
+#include "common/socket.h"
 #include "common/unique_fd.h"
 
 namespace coloader {
@@ -82,7 +82,7 @@ struct ConsumerState {
   std::string fallback_reason;
   ProcessWatch producer_watch;
   zmq::context_t ctx{1};
-  zmq::socket_t sock{ctx, zmq::socket_type::dealer};
+  Socket sock;  // opened by the handshake
   std::thread io;
   std::atomic<bool> stopping{false};
   // Set by Close(): this group member took its whole share of its epoch, so its goodbye says
@@ -161,7 +161,9 @@ struct ConsumerState {
   // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
   Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
     zmq::message_t payload;
-    if (!head.more() || !sock.recv(payload, zmq::recv_flags::none)) {
+    // A message's frames arrive together: a payload that is not there now never comes.
+    Result<bool> got = head.more() ? sock.Recv(&payload, zmq::recv_flags::dontwait) : Result<bool>(false);
+    if (!got.ok() || !*got) {
       return Status::Protocol(Who() + " sent batch " + std::to_string(a.seq) + " without its payload");
     }
     const SlotTable& t = welcome.slots;

@@ -101,11 +101,8 @@ void ConsumerState::IoLoop() {
   uint64_t last_heard = MonotonicNs(), last_sent = last_heard;
   auto send = [&](const Message& m) {
     std::vector<uint8_t> bytes = Encode(m);
-    try {
-      if (sock.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) last_sent = MonotonicNs();
-    } catch (const zmq::error_t&) {
-      // The connection is gone; the liveness checks below report it.
-    }
+    // A failed send: the connection is gone, and the liveness checks below report it.
+    if (sock.Send(zmq::buffer(bytes), zmq::send_flags::dontwait).ok()) last_sent = MonotonicNs();
   };
   bool said_bye = false;
   uint64_t exit_seen_ns = 0;  // when the producer's pidfd fired
@@ -115,13 +112,9 @@ void ConsumerState::IoLoop() {
                                           {nullptr, sink->wake.fd(), ZMQ_POLLIN, 0}};
     if (producer_watch.valid() && exit_seen_ns == 0) items.push_back({nullptr, producer_watch.fd(), ZMQ_POLLIN, 0});
     const uint32_t wait_ms = exit_seen_ns ? 10 : std::min<uint32_t>(welcome.heartbeat_ms, 100);
-    try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) {
-        Fail(Status::IOError(std::string("poll: ") + e.what()));
-        return;
-      }
+    if (Result<int> polled = Poll(items, std::chrono::milliseconds(wait_ms)); !polled.ok()) {
+      Fail(polled.status());
+      return;
     }
     // The user thread's requests, then acks: they free the producer.
     if (int device = sink->attach.exchange(-1); device >= 0) send(Attach{static_cast<uint8_t>(device)});
@@ -130,7 +123,12 @@ void ConsumerState::IoLoop() {
 
     for (;;) {
       zmq::message_t msg;
-      if (!sock.recv(msg, zmq::recv_flags::dontwait)) break;
+      Result<bool> got = sock.Recv(&msg, zmq::recv_flags::dontwait);
+      if (!got.ok()) {
+        Fail(got.status());
+        return;
+      }
+      if (!*got) break;
       last_heard = MonotonicNs();
       if (!Receive(msg, &said_bye)) return;
     }

@@ -137,16 +137,16 @@ Result<std::set<std::string>> ReadAuthorizedKeys(const std::string& path) {
   return keys;
 }
 
-Result<std::string> UseCurveClientKeys(zmq::socket_t& sock, const std::string& key_file,
+Result<std::string> UseCurveClientKeys(Socket& sock, const std::string& key_file,
                                        const std::string& server_key) {
   if (key_file.empty() || server_key.empty())
     return Status::Invalid("a CURVE connection needs both this side's key pair (--curve-key) and the producer's public key (--server-key)");
   COLOADER_RETURN_NOT_OK(CurveAvailable());
   COLOADER_ASSIGN_OR_RETURN(CurveKeyPair pair, ReadCurveKeyPair(key_file));
   COLOADER_ASSIGN_OR_RETURN(std::string server, ReadCurvePublicKey(server_key));
-  sock.set(zmq::sockopt::curve_serverkey, server);
-  sock.set(zmq::sockopt::curve_publickey, pair.public_key);
-  sock.set(zmq::sockopt::curve_secretkey, pair.secret_key);
+  COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::curve_serverkey, server));
+  COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::curve_publickey, pair.public_key));
+  COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::curve_secretkey, pair.secret_key));
   return pair.public_key;
 }
 

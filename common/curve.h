@@ -10,10 +10,10 @@
 #pragma once
 
 #include <set>
-#include <zmq.hpp>
 #include <vector>
 #include <string>
 
+#include "common/socket.h"
 #include "common/status.h"
 
 namespace coloader {
@@ -37,7 +37,7 @@ Result<std::string> ReadCurvePublicKey(const std::string& key_or_path);
 Result<std::set<std::string>> ReadAuthorizedKeys(const std::string& path);
 // Makes `sock` (not yet connected) a CURVE client: this side's key pair file and the server's
 // public key (Z85 text or a file). Returns this side's public key, for error messages.
-Result<std::string> UseCurveClientKeys(zmq::socket_t& sock, const std::string& key_file,
+Result<std::string> UseCurveClientKeys(Socket& sock, const std::string& key_file,
                                        const std::string& server_key);
 // The 32 raw bytes of a key as ZAP hands them over, in Z85.
 std::string Z85FromRaw(const std::string& raw32);

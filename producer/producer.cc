@@ -41,7 +41,7 @@ Producer::~Producer() {
   impl_->pipeline.reset();     // join workers before the memory they write goes
   // Last to first: the first ring pinned the host memory and unregisters it before it is unmapped.
   while (!impl_->device_rings.empty()) impl_->device_rings.pop_back();
-  impl_->router.close();
+  impl_->router.Close();
   // Only a producer that holds the name removes what is under it: one that failed to take the
   // lock must not touch the running producer's socket.
   if (impl_->lock) {
@@ -112,12 +112,9 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(opts);
-  // ZeroMQ reports failures by throwing (cppzmq); none may cross this Status boundary.
   Status st;
   try {
     st = impl->Setup();
-  } catch (const zmq::error_t& e) {
-    st = Status::IOError("setting up producer '" + impl->opts.name + "': ZeroMQ failed: " + e.what());
   } catch (const std::exception& e) {  // a resource failure (memory, threads): cleaned up below
     st = Status::IOError("setting up producer '" + impl->opts.name + "': " + ResourceFailure(e));
   }
@@ -259,15 +256,12 @@ Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const Normali
 }
 
 Status Producer::Impl::Bind() {
-  router.set(zmq::sockopt::linger, 0);
-  router.set(zmq::sockopt::router_mandatory, 1);
-  router.set(zmq::sockopt::sndhwm, 100000);
-  router.set(zmq::sockopt::maxmsgsize, kMaxInboundMessageBytes);  // on the tcp:// endpoint too
-  try {
-    router.bind(paths.endpoint);
-  } catch (const zmq::error_t& e) {
-    return Status::IOError("cannot bind " + paths.endpoint + ": " + e.what());
-  }
+  COLOADER_ASSIGN_OR_RETURN(router, Socket::Open(ctx, zmq::socket_type::router));
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::linger, 0));
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::router_mandatory, 1));
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::sndhwm, 100000));
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::maxmsgsize, kMaxInboundMessageBytes));  // on the tcp:// endpoint too
+  COLOADER_RETURN_NOT_OK(router.Bind(paths.endpoint));
   ::chmod(paths.socket.c_str(), 0600);
   CrashPointForTest("bind");
   if (!opts.tcp_endpoint.empty()) COLOADER_RETURN_NOT_OK(BindTcp());
@@ -330,29 +324,9 @@ Status Producer::Impl::Loop() {
       if (s.watch.valid() && s.exited_ns == 0) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
     if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
     const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
-    try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) return Status::IOError(std::string("poll: ") + e.what());
-    }
-    // Drain the socket: each message is [routing id][payload].
-    for (int budget = 0; budget < 10000; ++budget) {
-      zmq::message_t identity, payload;
-      if (!router.recv(identity, zmq::recv_flags::dontwait)) break;
-      if (!identity.more()) continue;
-      (void)router.recv(payload, zmq::recv_flags::none);
-      bool extra = payload.more();
-      while (extra) {  // frames beyond the one we expect: swallow them and count the message
-        zmq::message_t junk;
-        (void)router.recv(junk, zmq::recv_flags::none);
-        extra = junk.more();
-        if (!extra) ++rejected_messages;
-      }
-      // Only tcp:// peers passed the ZAP handler, which gave them a user id.
-      const char* user = zmq_msg_gets(payload.handle(), "User-Id");
-      HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size(), user && *user);
-    }
-    if (zap) zap->HandlePending();
+    COLOADER_RETURN_NOT_OK(Poll(items, std::chrono::milliseconds(timeout_ms)).status());
+    COLOADER_RETURN_NOT_OK(ReadMessages());
+    if (zap) COLOADER_RETURN_NOT_OK(zap->HandlePending());
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
     DetachStalled(now);
@@ -360,20 +334,41 @@ Status Producer::Impl::Loop() {
   }
 }
 
+// Drains the socket: each message is [routing id][payload].
+Status Producer::Impl::ReadMessages() {
+  for (int budget = 0; budget < 10000; ++budget) {
+    zmq::message_t identity, payload;
+    COLOADER_ASSIGN_OR_RETURN(bool got, router.Recv(&identity, zmq::recv_flags::dontwait));
+    if (!got) break;
+    if (!identity.more()) continue;
+    // A message's frames arrive together: the rest are there to read.
+    COLOADER_RETURN_NOT_OK(router.Recv(&payload, zmq::recv_flags::none).status());
+    bool extra = payload.more();
+    while (extra) {  // frames beyond the one we expect: swallow them and count the message
+      zmq::message_t junk;
+      COLOADER_RETURN_NOT_OK(router.Recv(&junk, zmq::recv_flags::none).status());
+      extra = junk.more();
+      if (!extra) ++rejected_messages;
+    }
+    // Only tcp:// peers passed the ZAP handler, which gave them a user id.
+    const char* user = zmq_msg_gets(payload.handle(), "User-Id");
+    HandleMessage(identity.to_string(), payload.data<uint8_t>(), payload.size(), user && *user);
+  }
+  return Status::OK();
+}
+
 void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
   if (external) external->Stop();  // a caller blocked in Publish learns that it is over
   for (auto& [identity, s] : sessions) Send(identity, Bye{reason, message});
   // Give the goodbyes a moment to leave: consumers mapped the ring and keep reading what they
   // hold after we unlink it, so only the messages need to get out.
-  router.set(zmq::sockopt::linger, 1000);
+  if (router.is_open()) (void)router.Set(zmq::sockopt::linger, 1000);
   sessions.clear();
 }
 
 Status Producer::Run() {
   try {
     return impl_->Loop();
-  } catch (const zmq::error_t& e) {  // a socket call outside the loop's own handling
-    return Status::IOError("producer '" + impl_->opts.name + "': ZeroMQ failed: " + e.what());
   } catch (const std::exception& e) {  // a resource failure: the caller still destroys (cleans up) us
     impl_->Shutdown(ByeReason::kStopping, std::string("the producer failed: ") + ResourceFailure(e));
     return Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));

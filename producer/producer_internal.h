@@ -17,13 +17,13 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/endpoint.h"
 #include "common/mailbox.h"
 #include "common/process.h"
 #include "common/protocol.h"
 #include "common/shm.h"
+#include "common/socket.h"
 #include "common/unique_fd.h"
 #include "pipeline/dataset.h"
 #include "pipeline/pipeline.h"
@@ -112,7 +112,7 @@ struct Producer::Impl {
   std::unique_ptr<Pipeline> pipeline;
   std::unique_ptr<ExternalSource> external;  // instead of the pipeline, with opts.external
   zmq::context_t ctx{1};
-  zmq::socket_t router{ctx, zmq::socket_type::router};
+  Socket router;  // opened by Bind()
   std::unique_ptr<ZapHandler> zap;  // with a tcp:// endpoint: who may connect
   std::string tcp_bound;
   EventFd stop_fd;  // Stop() signals it; the loop polls it
@@ -174,6 +174,7 @@ struct Producer::Impl {
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;
   Status Loop();
+  Status ReadMessages();
   // Reserves the host tensor areas of a GPU ring in /dev/shm before the first host-path reader
   // (they are reserved at start without a GPU ring); a clear error when it does not fit.
   Status ReserveHostTensors();

@@ -13,13 +13,9 @@ namespace coloader {
 
 bool Producer::Impl::Send(const std::string& identity, const Message& m) {
   std::vector<uint8_t> bytes = Encode(m);
-  try {
-    if (!router.send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-      return false;
-    return router.send(zmq::buffer(bytes), zmq::send_flags::dontwait).has_value();
-  } catch (const zmq::error_t&) {
-    return false;  // EHOSTUNREACH: the peer's connection is gone
-  }
+  // Fails when the peer's queue is full or its connection is gone (EHOSTUNREACH).
+  return router.Send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
+         router.Send(zmq::buffer(bytes), zmq::send_flags::dontwait).ok();
 }
 
 void Producer::Impl::SendToSession(Session& s, const Message& m) {

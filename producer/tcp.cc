@@ -24,17 +24,13 @@ Status Producer::Impl::BindTcp() {
   COLOADER_ASSIGN_OR_RETURN(zap, ZapHandler::Make(ctx, std::move(allowed), [name](const std::string& line) {
                      LogLine("[coloader %s] %s\n", name.c_str(), line.c_str());
                    }));
-  try {
-    router.set(zmq::sockopt::zap_domain, ZapHandler::kDomain);
-    if (!opts.insecure) {
-      router.set(zmq::sockopt::curve_server, 1);
-      router.set(zmq::sockopt::curve_secretkey, pair.secret_key);
-    }
-    router.bind(opts.tcp_endpoint);
-    tcp_bound = router.get(zmq::sockopt::last_endpoint);
-  } catch (const zmq::error_t& e) {
-    return Status::IOError("cannot bind " + opts.tcp_endpoint + ": " + e.what());
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::zap_domain, std::string(ZapHandler::kDomain)));
+  if (!opts.insecure) {
+    COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::curve_server, 1));
+    COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::curve_secretkey, pair.secret_key));
   }
+  COLOADER_RETURN_NOT_OK(router.Bind(opts.tcp_endpoint));
+  COLOADER_ASSIGN_OR_RETURN(tcp_bound, router.LastEndpoint());
   return Status::OK();
 }
 
@@ -49,14 +45,11 @@ void Producer::Impl::SendWithPayload(Session& s, const BatchAnnouncement& a) {
   std::memcpy(out + 8 * n, slot + table.labels_offset, 8 * n);
   std::memcpy(out + 16 * n, slot + table.data_offset, tensor);
   std::vector<uint8_t> head = Encode(a);
-  try {
-    if (router.send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-        router.send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-        router.send(payload, zmq::send_flags::dontwait))
-      s.last_sent_ns = MonotonicNs();
-  } catch (const zmq::error_t&) {
-    // The connection is gone; the heartbeat timeout drops the session.
-  }
+  // A failed send: the connection is gone or its queue is full; the heartbeat timeout drops it.
+  if (router.Send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
+      router.Send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
+      router.Send(payload, zmq::send_flags::dontwait).ok())
+    s.last_sent_ns = MonotonicNs();
 }
 
 }  // namespace coloader

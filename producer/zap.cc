@@ -8,33 +8,38 @@ namespace coloader {
 
 Result<std::unique_ptr<ZapHandler>> ZapHandler::Make(zmq::context_t& ctx, std::optional<std::set<std::string>> allowed,
                                                      std::function<void(const std::string&)> log) {
-  std::unique_ptr<ZapHandler> h(new ZapHandler(ctx, std::move(allowed), std::move(log)));
-  h->sock_.set(zmq::sockopt::linger, 0);
-  try {
-    h->sock_.bind("inproc://zeromq.zap.01");
-  } catch (const zmq::error_t& e) {
-    return Status::IOError(std::string("cannot start the ZAP handler: ") + e.what());
-  }
+  std::unique_ptr<ZapHandler> h(new ZapHandler(std::move(allowed), std::move(log)));
+  Status st = [&]() -> Status {
+    COLOADER_ASSIGN_OR_RETURN(h->sock_, Socket::Open(ctx, zmq::socket_type::rep));
+    COLOADER_RETURN_NOT_OK(h->sock_.Set(zmq::sockopt::linger, 0));
+    return h->sock_.Bind("inproc://zeromq.zap.01");
+  }();
+  if (!st.ok()) return Status::IOError("cannot start the ZAP handler: " + st.message());
   return h;
 }
 
-void ZapHandler::HandlePending() {
+// One reply of a REP socket: every frame but the last says more follow.
+Status ZapHandler::Reply(std::initializer_list<zmq::const_buffer> frames) {
+  size_t left = frames.size();
+  for (const zmq::const_buffer& f : frames)
+    COLOADER_RETURN_NOT_OK(sock_.Send(f, --left ? zmq::send_flags::sndmore : zmq::send_flags::none));
+  return Status::OK();
+}
+
+Status ZapHandler::HandlePending() {
   for (;;) {
     // A request: version, request id, domain, address, routing id, mechanism, credentials...
     std::vector<zmq::message_t> frames;
     do {
       zmq::message_t f;
-      if (!sock_.recv(f, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none)) return;
+      COLOADER_ASSIGN_OR_RETURN(bool got, sock_.Recv(&f, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none));
+      if (!got) return Status::OK();
       frames.push_back(std::move(f));
     } while (frames.back().more());
     if (frames.size() < 6) {
       // Not a ZAP request; a REP socket must still answer before it can read again.
-      sock_.send(zmq::str_buffer("1.0"), zmq::send_flags::sndmore);
-      sock_.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
-      sock_.send(zmq::str_buffer("500"), zmq::send_flags::sndmore);
-      sock_.send(zmq::str_buffer("malformed ZAP request"), zmq::send_flags::sndmore);
-      sock_.send(zmq::str_buffer(""), zmq::send_flags::sndmore);
-      sock_.send(zmq::str_buffer(""), zmq::send_flags::none);
+      COLOADER_RETURN_NOT_OK(Reply({zmq::str_buffer("1.0"), zmq::str_buffer(""), zmq::str_buffer("500"),
+                                    zmq::str_buffer("malformed ZAP request"), zmq::str_buffer(""), zmq::str_buffer("")}));
       continue;
     }
     const std::string address = frames[3].to_string();
@@ -59,12 +64,11 @@ void ZapHandler::HandlePending() {
       ++refused_;
       if (log_) log_("refused a tcp connection from " + address + ": " + why);
     }
-    sock_.send(frames[0], zmq::send_flags::sndmore);  // version
-    sock_.send(frames[1], zmq::send_flags::sndmore);  // request id
-    sock_.send(zmq::buffer(std::string(ok ? "200" : "400")), zmq::send_flags::sndmore);
-    sock_.send(zmq::buffer(ok ? std::string("OK") : why), zmq::send_flags::sndmore);
-    sock_.send(zmq::buffer(user), zmq::send_flags::sndmore);
-    sock_.send(zmq::str_buffer(""), zmq::send_flags::none);  // no metadata
+    const std::string code = ok ? "200" : "400", text = ok ? "OK" : why;
+    // version, request id, status code and text, user id, no metadata
+    COLOADER_RETURN_NOT_OK(Reply({zmq::buffer(frames[0].data(), frames[0].size()),
+                                  zmq::buffer(frames[1].data(), frames[1].size()), zmq::buffer(code),
+                                  zmq::buffer(text), zmq::buffer(user), zmq::str_buffer("")}));
   }
 }
 

@@ -9,12 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
-#include <zmq.hpp>
 
+#include "common/socket.h"
 #include "common/status.h"
 
 namespace coloader {
@@ -26,9 +27,9 @@ class ZapHandler {
   static Result<std::unique_ptr<ZapHandler>> Make(zmq::context_t& ctx, std::optional<std::set<std::string>> allowed,
                                                   std::function<void(const std::string&)> log);
 
-  zmq::socket_t& socket() { return sock_; }
-  // Answers every pending request (non-blocking).
-  void HandlePending();
+  Socket& socket() { return sock_; }
+  // Answers every pending request (non-blocking); fails only when its socket does.
+  Status HandlePending();
 
   uint64_t accepted() const { return accepted_; }
   uint64_t refused() const { return refused_; }
@@ -38,10 +39,11 @@ class ZapHandler {
   static constexpr const char* kDomain = "coloader";
 
  private:
-  ZapHandler(zmq::context_t& ctx, std::optional<std::set<std::string>> allowed,
-             std::function<void(const std::string&)> log)
-      : sock_(ctx, zmq::socket_type::rep), allowed_(std::move(allowed)), log_(std::move(log)) {}
-  zmq::socket_t sock_;
+  ZapHandler(std::optional<std::set<std::string>> allowed, std::function<void(const std::string&)> log)
+      : allowed_(std::move(allowed)), log_(std::move(log)) {}
+  Status Reply(std::initializer_list<zmq::const_buffer> frames);
+
+  Socket sock_;
   std::optional<std::set<std::string>> allowed_;
   std::function<void(const std::string&)> log_;
   uint64_t accepted_ = 0, refused_ = 0;

@@ -2,12 +2,12 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
-#include <zmq.hpp>
 
 #include "common/curve.h"
 #include "common/endpoint.h"
 #include "common/json.h"
 #include "common/protocol.h"
+#include "common/socket.h"
 #include "tools/cli.h"
 
 namespace coloader::cli {
@@ -34,22 +34,22 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
     endpoint = paths.endpoint;
   }
   zmq::context_t ctx(1);
-  zmq::socket_t sock(ctx, zmq::socket_type::dealer);
-  sock.set(zmq::sockopt::linger, 0);
-  sock.set(zmq::sockopt::maxmsgsize, kMaxLocalReplyBytes);
+  COLOADER_ASSIGN_OR_RETURN(Socket sock, Socket::Open(ctx, zmq::socket_type::dealer));
+  COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::linger, 0));
+  COLOADER_RETURN_NOT_OK(sock.Set(zmq::sockopt::maxmsgsize, kMaxLocalReplyBytes));
   if (!key_file.empty() || !server_key.empty()) COLOADER_RETURN_NOT_OK(UseCurveClientKeys(sock, key_file, server_key).status());
-  try {
-    sock.connect(endpoint);
-  } catch (const zmq::error_t& e) {
-    return Status::Invalid("cannot connect to --endpoint '" + endpoint + "': " + e.what() +
-                           " (an endpoint looks like tcp://HOST:PORT or ipc://PATH)");
-  }
+  if (Status st = sock.Connect(endpoint); !st.ok())
+    return Status::Invalid(st.message() + " (an endpoint looks like tcp://HOST:PORT or ipc://PATH)");
   std::vector<uint8_t> req = Encode(StatusRequest{});
-  sock.send(zmq::buffer(req), zmq::send_flags::none);
-  zmq::pollitem_t item{sock.handle(), 0, ZMQ_POLLIN, 0};
-  zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  COLOADER_RETURN_NOT_OK(sock.Send(zmq::buffer(req), zmq::send_flags::dontwait));
+  std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+  COLOADER_RETURN_NOT_OK(Poll(items, std::chrono::milliseconds(timeout_ms)).status());
   zmq::message_t reply;
-  if (!(item.revents & ZMQ_POLLIN) || !sock.recv(reply, zmq::recv_flags::dontwait)) {
+  bool got = false;
+  if (items[0].revents & ZMQ_POLLIN) {
+    COLOADER_ASSIGN_OR_RETURN(got, sock.Recv(&reply, zmq::recv_flags::dontwait));
+  }
+  if (!got) {
     std::string why = "producer at " + endpoint + " did not answer within " + std::to_string(timeout_ms) + " ms";
     if (endpoint.rfind("tcp://", 0) == 0) {
       // A refused CURVE handshake is silent on the client's side, like a host that is down.
