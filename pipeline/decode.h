@@ -17,24 +17,9 @@
 
 #include "common/status.h"
 #include "pipeline/augment.h"
+#include "pipeline/image_kind.h"
 
 namespace coloader {
-
-enum class ImageKind { kJpeg, kPng, kWebp, kTiff, kBmp, kPnm, kOther };
-
-// "JPEG", "PNG", ... for messages.
-const char* ImageKindName(ImageKind kind);
-
-// Larger images are refused by Peek and DecodeRgb (a decompression bomb is a few hundred
-// bytes claiming gigapixels). 64 Mpixels is far above any training image.
-inline constexpr int kMaxImageSide = 32768;
-inline constexpr uint64_t kMaxImagePixels = uint64_t{64} << 20;
-
-struct ImageInfo {
-  ImageKind kind = ImageKind::kOther;
-  int width = 0;
-  int height = 0;
-};
 
 // Part of a scaled image: `rgb` holds the pixels whose top-left is (x, y) in the image scaled
 // by 1/scale_denom.

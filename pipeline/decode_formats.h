@@ -18,7 +18,7 @@
 #include <opencv2/core.hpp>
 
 #include "common/status.h"
-#include "pipeline/decode.h"
+#include "pipeline/image_kind.h"
 
 namespace coloader::formats {
 

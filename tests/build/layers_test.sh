@@ -32,8 +32,8 @@ for dir in "${!allowed[@]}"; do
   done < <(grep -HE '^#include "[a-z_]+/' "$src/$dir"/*.{h,cc,cu} 2>/dev/null || true)
 done
 
-# Inside client/ and producer/, no file includes back up (scripts/include_graph.py draws them).
-if ! python3 "$src/scripts/include_graph.py" --root "$src" --check client producer; then
+# Inside client/, producer/ and pipeline/, no file includes back up (scripts/include_graph.py draws them).
+if ! python3 "$src/scripts/include_graph.py" --root "$src" --check client producer pipeline; then
   fail=1
 fi
 
