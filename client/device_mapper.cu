@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <vector>
 
 #include "client/device_mapper.h"
 #include "client/log.h"
@@ -36,6 +38,24 @@ class DeviceGuard {
 
 }  // namespace
 
+struct DeviceMapper::Cuda {
+  // A release: `done` runs once `event`, recorded after the work it must follow, has fired.
+  struct Release {
+    CudaEvent event;
+    std::function<void()> done;
+  };
+  // Made in this order, freed in reverse: the events, the mapping, the pool (a pool goes last:
+  // buffers still allocated from it would keep it alive; every batch holds this mapper, so none are).
+  CudaMemPool pool;
+  CudaIpcMapping base;
+  std::vector<CudaEvent> slot_events;  // the producer's, one per slot
+  // Under release_mu_:
+  std::deque<Release> releases;
+  std::vector<CudaEvent> free_events;  // recorded and waited for: reused
+};
+
+DeviceMapper::DeviceMapper() : cuda_(std::make_unique<Cuda>()) {}
+
 Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -57,15 +77,17 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
   m->slot_bytes_ = t.slot_bytes;
   cudaIpcMemHandle_t mem;
   std::memcpy(&mem, t.mem_handle.data(), sizeof(mem));
+  Cuda& cuda = *m->cuda_;
   void* base = nullptr;
   CUDA_RETURN_NOT_OK(cudaIpcOpenMemHandle(&base, mem, cudaIpcMemLazyEnablePeerAccess));
-  m->base_ = static_cast<uint8_t*>(base);
+  cuda.base.reset(static_cast<uint8_t*>(base));
+  m->base_ = cuda.base.get();
   for (const std::string& h : t.event_handles) {
     cudaIpcEventHandle_t eh;
     std::memcpy(&eh, h.data(), sizeof(eh));
     cudaEvent_t e = nullptr;
     CUDA_RETURN_NOT_OK(cudaIpcOpenEventHandle(&e, eh));
-    m->events_.push_back(e);
+    cuda.slot_events.emplace_back(e);
   }
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
@@ -73,7 +95,7 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable& t) {
   props.location.id = device;
   cudaMemPool_t pool = nullptr;
   CUDA_RETURN_NOT_OK(cudaMemPoolCreate(&pool, &props));
-  m->pool_ = pool;
+  cuda.pool.reset(pool);
   // A job holds a batch or two (the one it computes on, the next one being copied); keeping
   // four slots' worth cached makes every later allocation a reuse.
   uint64_t keep = 4 * t.slot_bytes;
@@ -100,17 +122,14 @@ DeviceMapper::~DeviceMapper() {
   }
   release_cv_.notify_one();
   if (release_thread_.joinable()) release_thread_.join();  // runs what is pending first
+  if (device_ < 0) return;  // Open failed before choosing a device: nothing was made
   DeviceGuard guard(device_);
-  for (void* e : free_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-  if (base_) cudaIpcCloseMemHandle(base_);
-  // Buffers still allocated from it (none: every batch holds this mapper) would keep it until freed.
-  if (pool_) cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool_));
+  cuda_.reset();
 }
 
 Status DeviceMapper::StreamWaitSlot(uint32_t slot, void* stream) {
   DeviceGuard guard(device_);
-  CUDA_RETURN_NOT_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(events_[slot]), 0));
+  CUDA_RETURN_NOT_OK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->slot_events[slot].get(), 0));
   return Status::OK();
 }
 
@@ -118,21 +137,21 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
   // An event recorded on the stream, waited for by this mapper's release thread: the stream
   // itself never waits (cudaLaunchHostFunc would hold it until a host thread had run the
   // callback, ~0.35 ms a batch measured on the H200: docs/BENCHMARKS.md).
-  cudaEvent_t event = nullptr;
+  CudaEvent event;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
-    if (!free_events_.empty()) {
-      event = static_cast<cudaEvent_t>(free_events_.back());
-      free_events_.pop_back();
+    if (!cuda_->free_events.empty()) {
+      event = std::move(cuda_->free_events.back());
+      cuda_->free_events.pop_back();
     }
   }
   DeviceGuard guard(device_);
   cudaError_t err = guard.ok() ? cudaSuccess : cudaErrorInvalidDevice;
-  if (err == cudaSuccess && event == nullptr) err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync);
-  if (err == cudaSuccess) err = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+  if (err == cudaSuccess && !event) err = CudaEventCreate(&event, cudaEventDisableTiming | cudaEventBlockingSync);
+  if (err == cudaSuccess) err = cudaEventRecord(event.get(), static_cast<cudaStream_t>(stream));
   if (err != cudaSuccess) {
     cudaGetLastError();
-    if (event) cudaEventDestroy(event);
+    event.reset();
     // Not silently: an ack that does not wait for the stream lets the producer overwrite a
     // slot that a kernel may still read.
     static std::atomic<bool> said{false};
@@ -153,14 +172,14 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
       if (t.ok()) release_thread_ = std::move(*t);
       else no_thread = t.status();
     }
-    if (no_thread.ok()) releases_.push_back({event, std::move(done)});
+    if (no_thread.ok()) cuda_->releases.push_back({std::move(event), std::move(done)});
   }
   if (!no_thread.ok()) {
     // No thread to wait with (the thread limit): wait here; correct, if slower. (Said outside
     // the lock: a log handler may run code that releases another batch.)
     Log(LogLevel::kWarning, no_thread.message() + "; releases wait for their stream on the caller's thread");
-    cudaEventSynchronize(event);
-    cudaEventDestroy(event);
+    cudaEventSynchronize(event.get());
+    event.reset();
     done();
     return;
   }
@@ -170,25 +189,26 @@ void DeviceMapper::WhenStreamDone(void* stream, std::function<void()> done) {
 void DeviceMapper::ReleaseLoop() {
   NameThisThread("cl-release");
   cudaSetDevice(device_);
+  std::deque<Cuda::Release>& releases = cuda_->releases;
   std::unique_lock<std::mutex> lock(release_mu_);
   for (;;) {
-    release_cv_.wait(lock, [this] { return !releases_.empty() || stopping_; });
-    if (releases_.empty()) return;  // stopping, and nothing left to wait for
-    Release r = std::move(releases_.front());
-    releases_.pop_front();
+    release_cv_.wait(lock, [&] { return !releases.empty() || stopping_; });
+    if (releases.empty()) return;  // stopping, and nothing left to wait for
+    Cuda::Release r = std::move(releases.front());
+    releases.pop_front();
     lock.unlock();
     // Blocking (cudaEventBlockingSync): this thread sleeps, it does not spin a core.
-    cudaEventSynchronize(static_cast<cudaEvent_t>(r.event));
+    cudaEventSynchronize(r.event.get());
     r.done();
     lock.lock();
-    free_events_.push_back(r.event);
+    cuda_->free_events.push_back(std::move(r.event));
   }
 }
 
 Result<uint8_t*> DeviceMapper::Allocate(uint64_t bytes, void* stream) {
   DeviceGuard guard(device_);
   void* p = nullptr;
-  CUDA_RETURN_NOT_OK(cudaMallocFromPoolAsync(&p, bytes, static_cast<cudaMemPool_t>(pool_), static_cast<cudaStream_t>(stream)));
+  CUDA_RETURN_NOT_OK(cudaMallocFromPoolAsync(&p, bytes, cuda_->pool.get(), static_cast<cudaStream_t>(stream)));
   return static_cast<uint8_t*>(p);
 }
 

@@ -6,12 +6,10 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "common/protocol.h"
 #include "common/status.h"
@@ -51,23 +49,19 @@ class DeviceMapper {
   Status CopyToHost(void* dst, const void* src, uint64_t bytes, void* stream);
 
  private:
-  DeviceMapper() = default;
+  DeviceMapper();
+  // The CUDA handles, in owners (device_mapper.cu), and the releases waiting on their events.
+  // The destructor frees them with this mapper's device current, then restores the caller's.
+  struct Cuda;
+  std::unique_ptr<Cuda> cuda_;
   int device_ = -1;
-  uint8_t* base_ = nullptr;
+  uint8_t* base_ = nullptr;  // the IPC mapping's address (owned by cuda_)
   uint64_t slot_bytes_ = 0;
-  std::vector<void*> events_;  // cudaEvent_t
-  void* pool_ = nullptr;       // cudaMemPool_t
 
-  // Releases waiting for their stream's work, in order, and the thread that waits for them.
-  struct Release {
-    void* event;  // cudaEvent_t, recorded after the work the release must follow
-    std::function<void()> done;
-  };
+  // The thread that waits for the releases' streams, in order; cuda_'s queue is under the mutex.
   void ReleaseLoop();
   std::mutex release_mu_;
   std::condition_variable release_cv_;
-  std::deque<Release> releases_;
-  std::vector<void*> free_events_;  // recorded and waited for: reused
   bool stopping_ = false;
   std::thread release_thread_;  // started with the first release
 };

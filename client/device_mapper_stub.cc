@@ -9,6 +9,8 @@ Result<std::unique_ptr<DeviceMapper>> DeviceMapper::Open(const DeviceTable&) {
 Result<std::string> DeviceMapper::CurrentDeviceUuid() {
   return Status::NotFound("this coloader client was built without CUDA");
 }
+struct DeviceMapper::Cuda {};
+DeviceMapper::DeviceMapper() = default;
 DeviceMapper::~DeviceMapper() = default;
 Status DeviceMapper::StreamWaitSlot(uint32_t, void*) { return Status::Internal("built without CUDA"); }
 void DeviceMapper::WhenStreamDone(void*, std::function<void()> done) { done(); }

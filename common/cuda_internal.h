@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -37,6 +38,12 @@ struct CudaStreamDestroy {
 struct CudaEventDestroy {
   void operator()(cudaEvent_t e) const noexcept { cudaEventDestroy(e); }
 };
+struct CudaIpcClose {
+  void operator()(void* p) const noexcept { cudaIpcCloseMemHandle(p); }
+};
+struct CudaMemPoolDestroy {
+  void operator()(cudaMemPool_t p) const noexcept { cudaMemPoolDestroy(p); }
+};
 
 template <typename T>
 using CudaDeviceMemory = std::unique_ptr<T, CudaFree>;  // cudaMalloc
@@ -45,6 +52,8 @@ using CudaPinnedMemory = std::unique_ptr<T, CudaFreeHost>;  // cudaMallocHost
 using CudaHostRegistration = std::unique_ptr<void, CudaHostUnregister>;  // cudaHostRegister
 using CudaStream = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, CudaStreamDestroy>;
 using CudaEvent = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, CudaEventDestroy>;
+using CudaIpcMapping = std::unique_ptr<uint8_t, CudaIpcClose>;  // cudaIpcOpenMemHandle
+using CudaMemPool = std::unique_ptr<std::remove_pointer_t<cudaMemPool_t>, CudaMemPoolDestroy>;
 
 // `bytes` of device memory into `out` (which frees what it held).
 template <typename T>
