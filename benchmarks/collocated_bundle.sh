@@ -13,10 +13,11 @@ dest=${1:?usage: benchmarks/collocated_bundle.sh DIR}
 mkdir -p "$dest"
 COLOADER_BUNDLE="$dest/.device" COLOADER_BUNDLE_TARGETS="coloader coloader_c" scripts/gpu_bundle.sh
 rm -rf "$dest/benchmarks" "$dest/scripts" "$dest/python"
-mkdir -p "$dest/benchmarks" "$dest/scripts" "$dest/python"
+mkdir -p "$dest/benchmarks" "$dest/scripts/gpu" "$dest/python"
 cp benchmarks/collocated.py benchmarks/collocated_probes.py benchmarks/collocated_runner.py benchmarks/collocated_report.py \
   benchmarks/collocated_job.py benchmarks/collocated_feed.py benchmarks/run_collocated.sh "$dest/benchmarks/"
-cp scripts/make_dataset.py scripts/gpu_env.sh "$dest/scripts/"
+cp scripts/make_dataset.py "$dest/scripts/"
+cp scripts/gpu/env.sh "$dest/scripts/gpu/"
 cp -r python/coloader "$dest/python/"
 find "$dest/python" -name __pycache__ -prune -exec rm -rf {} +
 [[ -d $dest/.whl ]] || benchmarks/fetch_wheels.sh "$dest/.whl" >/dev/null

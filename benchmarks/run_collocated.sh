@@ -20,7 +20,7 @@
 # fairness.json): seven files, within what the device tool brings back.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+source scripts/gpu/env.sh
 log="$out/run.log"
 : >"$log"
 

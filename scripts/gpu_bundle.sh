@@ -7,12 +7,12 @@
 #   scripts/gpu_bundle.sh          build with CUDA, then pack .device/
 #   scripts/gpu_bundle.sh --tests-only   only the test binaries, fixtures and photos: coloader
 #                                  itself comes from the wheel (scripts/build_wheel.sh, then
-#                                  scripts/gpu_wheel.sh there), so the bundle is what the wheel
+#                                  scripts/gpu.sh wheel there), so the bundle is what the wheel
 #                                  does not ship
 # COLOADER_BUNDLE=DIR packs into DIR instead; COLOADER_BUNDLE_TARGETS="coloader coloader_c"
 # builds and packs only those (the benchmarks need no test binaries); SKIP_BUILD=1 packs what
 # build/ holds.
-# On the GPU machine: scripts/gpu_run.sh (reads .device/, writes results under $OUT).
+# On the GPU machine: scripts/gpu.sh SUITE (reads .device/, writes results under $OUT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

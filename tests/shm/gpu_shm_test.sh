@@ -8,7 +8,7 @@
 # Run from the repository root after scripts/gpu_bundle.sh; the log lands in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu_env.sh
+source scripts/gpu/env.sh
 python3 tests/shm/shm_limits_test.py --coloader "$COLOADER_BINARY" --device cuda:0 --shm-mb 48 2>&1 |
   tee "$out/shm_limits_gpu.log"
 exit "${PIPESTATUS[0]}"

@@ -15,8 +15,8 @@
 #   DDP_EPOCHS (default 3)       epochs every job trains
 #   DDP_BATCH  (default 128)     per-rank batch size (the producer's batch is the same)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 images=${DDP_IMAGES:-12801}  # odd: the 2-rank groups pad one sample (the device-path padding copy)
 epochs=${DDP_EPOCHS:-3}
 batch=${DDP_BATCH:-128}
@@ -28,7 +28,7 @@ chmod 0700 "$COLOADER_RUN_DIR"
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpus.txt"
 if [[ $(nvidia-smi -L | wc -l) -lt 2 ]]; then
-  echo "gpu_ddp.sh needs 2 GPUs (kind nvidia-h200-x2); this machine has $(nvidia-smi -L | wc -l)" >&2
+  echo "the ddp suite needs 2 GPUs (kind nvidia-h200-x2); this machine has $(nvidia-smi -L | wc -l)" >&2
   exit 2
 fi
 

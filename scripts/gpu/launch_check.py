@@ -9,7 +9,7 @@ was measured stays within the plan's bounds:
     plus what processes outside the plan (the MPS server) were seen to hold.
 
 Writes plan.json/plan.txt, launch.log, summary.json, samples.csv, check.json and check.txt under
---out; exits 1 when a bound is exceeded or a job failed. Called by scripts/gpu_launch_check.sh.
+--out; exits 1 when a bound is exceeded or a job failed. Called by scripts/gpu.sh launch.
 """
 import argparse
 import json
@@ -83,7 +83,7 @@ def main():
                 job["memory_mib"] = FALLBACK_MIB[key]
         jobs_path = f"{out}/jobs_fallback.json"
         json.dump(spec, open(jobs_path, "w"), indent=1)
-        notes.append("estimator not installed: memory from FALLBACK_MIB in scripts/gpu_launch_check.py")
+        notes.append("estimator not installed: memory from FALLBACK_MIB in scripts/gpu/launch_check.py")
     else:
         notes.append("memory from the estimator (python -m coloader.estimate)")
 

@@ -3,9 +3,9 @@
 # producer under MPS) while nvidia-smi is sampled, then a check that measured memory stayed
 # within the plan's bounds. Uses the binaries that scripts/gpu_bundle.sh packed into .device/
 # (or $BUNDLE); writes everything under $OUT/launch_check (default ./out/launch_check).
-#   scripts/gpu_launch_check.sh [JOBS.json]
+#   scripts/gpu.sh launch [JOBS.json]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 here=$(pwd)
 bundle=${BUNDLE:-$here/.device}
 export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -21,4 +21,4 @@ if [[ ! -d $data ]]; then
   python3 scripts/make_dataset.py --source "$bundle/photos" --out "$data" --images "${IMAGES:-6000}" --classes 100 \
     > "$out/make_dataset.log" 2>&1 || { echo "dataset generation failed: $out/make_dataset.log"; exit 1; }
 fi
-exec python3 scripts/gpu_launch_check.py --jobs "${1:-examples/jobs_gpu.json}" --binary "$COLOADER_BINARY" --out "$out"
+exec python3 scripts/gpu/launch_check.py --jobs "${1:-examples/jobs_gpu.json}" --binary "$COLOADER_BINARY" --out "$out"

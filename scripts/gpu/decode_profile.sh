@@ -25,12 +25,12 @@
 # (with -DCOLOADER_NVJPEG_ROOT in a worktree), then SKIP_BUILD=1 scripts/gpu_bundle.sh. Writes
 # under $OUT: summary.md, results.csv, profile.log, tests.log, decode_alone.tgz, runs.tgz.
 #
-#   scripts/gpu_decode_profile.sh            PROFILE_BUDGET_S (default 520) bounds the whole run
+#   scripts/gpu.sh decode-profile            PROFILE_BUDGET_S (default 520) bounds the whole run
 # PROFILE_DEVICE=cpu tries the script's paths on a machine without a GPU (CPU decode, tiny
 # batches, no MPS): nothing it measures means anything.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 root=$out
 budget=${PROFILE_BUDGET_S:-520}
 t0=$(date +%s)
@@ -228,7 +228,7 @@ PY
   echo
   echo "## 2. Against issue 16's targets"
   echo
-  [[ -f $work/results.csv ]] && python3 scripts/gpu_decode_targets.py "$work/results.csv"
+  [[ -f $work/results.csv ]] && python3 scripts/gpu/decode_targets.py "$work/results.csv"
   echo
   echo "## 3. Every row (benchmarks/collocated.py --report)"
   echo

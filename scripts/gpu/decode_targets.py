@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Issue 16's targets against a collocated.py results.csv (scripts/gpu_decode_profile.sh and
-gpu_decode_x2.sh): for every coloader-gpudecode row, its fraction of the synthetic ceiling at
+"""Issue 16's targets against a collocated.py results.csv (scripts/gpu.sh decode-profile and
+decode-x2 suites of scripts/gpu.sh): for every coloader-gpudecode row, its fraction of the synthetic ceiling at
 the same model and N, the whole machine's busy cores, the producer's cores (its threads, summed)
 and those per 10k images/s, each target marked met or missed.
 
-  scripts/gpu_decode_targets.py results.csv [--gpus G]
+  scripts/gpu/decode_targets.py results.csv [--gpus G]
 
 With --gpus G the N jobs were spread over G GPUs (job i on GPU i mod G): the slowest and fastest
 job are shown against the ceiling's, since each GPU's fraction is its jobs' against its own."""

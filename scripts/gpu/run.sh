@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, over a copy of the repository that carries .device/ (made by
-# scripts/gpu_bundle.sh). Writes logs and results under $OUT (default ./out).
-#   scripts/gpu_run.sh tests     the GPU decode and GPU test suites, the formats test (cpu and gpu
-#                                decode), the host-path integration tests, pytest
-#   scripts/gpu_run.sh formats   the formats test alone
-#   scripts/gpu_run.sh bench     the GPU benchmarks
-#   scripts/gpu_run.sh all       both
-#   scripts/gpu_run.sh reliability   fault stress and soak on the device path (docs/RELIABILITY.md);
-#                                STRESS_SECONDS (default 150) and SOAK_SECONDS (default 300) set
-#                                their lengths: SOAK_SECONDS=3600 is the one-hour soak
+# The suites of scripts/gpu.sh that run from the bundle: over a copy of the repository that
+# carries .device/ (made by scripts/gpu_bundle.sh). Writes logs and results under $OUT.
+#   tests         the GPU decode and GPU test suites, the formats test (cpu and gpu decode), the
+#                 host-path integration tests, pytest
+#   formats       the formats test alone
+#   bench         the GPU benchmarks
+#   reliability   fault stress and soak on the device path (docs/RELIABILITY.md); STRESS_SECONDS
+#                 (default 150) and SOAK_SECONDS (default 300) set their lengths:
+#                 SOAK_SECONDS=3600 is the one-hour soak
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
-what=${1:-all}
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
+what=${1:?usage: scripts/gpu.sh tests|formats|bench|reliability}
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -23,7 +22,7 @@ if [[ $what == formats ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
-if [[ $what == tests || $what == all ]]; then
+if [[ $what == tests ]]; then
   echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
   .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) |tests? ran|Failure|mean|max'
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -42,7 +41,7 @@ if [[ $what == tests || $what == all ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 fi
 
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == bench ]]; then
   data=/tmp/coloader-imagenet-like
   [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images "${BENCH_IMAGES:-6000}" --classes 100 2>/dev/null
   echo "== producer throughput, host path vs GPU path, $(nproc) workers"

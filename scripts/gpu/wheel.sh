@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine, from the repository root of a copy that carries the wheel (dist/,
-# made here by scripts/build_wheel.sh) and the test binaries (.device/, made here by
-# scripts/gpu_bundle.sh --tests-only). Installs the wheel as a user would and runs the GPU
-# suites against it. Writes logs under $OUT (default ./out).
+# The suites of scripts/gpu.sh that run from the installed wheel: over a copy of the repository
+# that carries the wheel (dist/, made here by scripts/build_wheel.sh) and the test binaries
+# (.device/, made here by scripts/gpu_bundle.sh --tests-only). Installs the wheel as a user would
+# and runs the GPU suites against it. Writes logs under $OUT.
 #
-#   scripts/gpu_wheel.sh              install, check, the clean-environment runs, then the suites
-#   scripts/gpu_wheel.sh smoke        install, check and the clean-environment runs only (steps 1-3)
-#   scripts/gpu_wheel.sh collocated   the same install, then one collocated benchmark configuration
-#                                     (benchmarks/run_collocated.sh --tiny) with the wheel's binary
-#   scripts/gpu_wheel.sh contract     the same install, then the job contract on the device path:
-#                                     gpu_test, the Python GPU and contract suites, and what a job's
-#                                     own batches cost (benchmarks/isolation_cost.py)
+#   wheel (tests)  install, check, the clean-environment runs, then the suites
+#   smoke          install, check and the clean-environment runs only (steps 1-3)
+#   collocated     the same install, then one collocated benchmark configuration
+#                  (benchmarks/run_collocated.sh --tiny) with the wheel's binary
+#   contract       the same install, then the job contract on the device path: gpu_test, the
+#                  Python GPU and contract suites, and what a job's own batches cost
+#                  (benchmarks/isolation_cost.py)
 #
 # 1. `pip install --no-deps --no-index --target` the wheel into a fresh folder (the GPU machine has
 #    no package registry; its Python is not ours to modify); without pip, the wheel (a zip) is
@@ -21,14 +21,14 @@
 #    `coloader serve` (the console script) on the GPU ring with --decode gpu and with --decode
 #    cpu, each feeding a coloader.Loader on cuda:0 for an exact epoch; the serve banner says which
 #    nvJPEG it loaded (smoke.log).
-# 4. The GPU suites with the wheel's binary and libraries (scripts/gpu_env.sh with
+# 4. The GPU suites with the wheel's binary and libraries (scripts/gpu/env.sh with
 #    COLOADER_WHEEL_SITE): gpu_decode_test, gpu_test, integration_test, then pytest python/tests.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 what=${1:-tests}
 site=/tmp/coloader-wheel-site
 export COLOADER_WHEEL_SITE=$site
-source scripts/gpu_env.sh
+source scripts/gpu/env.sh
 status=0
 
 wheels=(dist/coloader-*.whl)
@@ -175,7 +175,7 @@ elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
   COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
 else
-  echo "usage: scripts/gpu_wheel.sh [tests|smoke|collocated|contract]" >&2
+  echo "usage: scripts/gpu.sh wheel|smoke|collocated|contract" >&2
   exit 2
 fi
 echo "gpu_wheel: status $status"

@@ -13,15 +13,15 @@
 #      (job i on GPU i mod 2): the synthetic ceiling and coloader-gpudecode, each GPU's jobs
 #      against the ceiling's, the producer's cores; then the producer outside MPS (@nomps).
 #
-# Here first: as for scripts/gpu_decode_profile.sh (build, then SKIP_BUILD=1
+# Here first: as for scripts/gpu.sh decode-profile (build, then SKIP_BUILD=1
 # scripts/gpu_bundle.sh). Writes under $OUT: summary.md, results.csv, x2.log, tests.log,
 # decode_alone.tgz, runs.tgz.
 #
-#   scripts/gpu_decode_x2.sh          X2_BUDGET_S (default 480) bounds the whole run
+#   scripts/gpu.sh decode-x2          X2_BUDGET_S (default 480) bounds the whole run
 # PROFILE_DEVICE=cpu tries the paths without a GPU (CPU decode, one host ring, no MPS).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-source scripts/gpu_env.sh
+cd "$(dirname "$0")/../.."
+source scripts/gpu/env.sh
 root=$out
 budget=${X2_BUDGET_S:-480}
 t0=$(date +%s)
@@ -163,7 +163,7 @@ PY
   echo
   echo "## 2. Against issue 16's targets (N jobs over 2 GPUs: N=2 is one job per GPU)"
   echo
-  [[ -f $work/results.csv ]] && python3 scripts/gpu_decode_targets.py "$work/results.csv" --gpus 2
+  [[ -f $work/results.csv ]] && python3 scripts/gpu/decode_targets.py "$work/results.csv" --gpus 2
   echo
   echo "## 3. Every row"
   echo
