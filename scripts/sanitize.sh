@@ -42,16 +42,6 @@ cd "$dir"
 log=ctest.log
 status=0
 ctest --output-on-failure -j "$jobs" --timeout 600 -L 'unit|integration' "$@" 2>&1 | tee "$log" || status=$?
-report='(Address|Thread|Leak|UndefinedBehavior)Sanitizer|runtime error:'
-if ((status != 0)) && ! grep -qE "$report" "$log"; then
-  # No sanitizer report, only failed assertions: some integration tests race the clock
-  # (IntegrationTest.ProducerNeverRunsMoreThanTheWindowAhead may poll a producer that has
-  # already finished, more often when instrumented). Run those once more, alone; a
-  # sanitizer report is never retried.
-  echo "sanitize($kind): failures without a sanitizer report; running them again, one at a time"
-  status=0
-  ctest --output-on-failure --rerun-failed --timeout 600 2>&1 | tee -a "$log" || status=$?
-fi
 echo "sanitize($kind): tests ran in $((SECONDS - start)) s, ctest exit $status (log: $dir/$log)"
 if [[ $kind == address && $status -eq 0 && -x /usr/bin/python3 ]]; then
   # The instrumented producer and consumers under 40 s of random faults: every exit path a
