@@ -116,7 +116,12 @@ TEST_F(IntegrationTest, LateJoinerGetsTheRestThenWholeEpochs) {
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
     return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
   }));
+  // Hold epoch 0 open (the stopped reader holds the window) until the late one has attached, so
+  // that it joins inside epoch 0 however slowly it starts on a loaded or instrumented machine.
+  first->Signal(SIGSTOP);
   auto late = Consume("p");
+  ASSERT_TRUE(producer->WaitForStderr("consumer 2 attached", 20000)) << producer->Stderr();
+  first->Signal(SIGCONT);
   ASSERT_EQ(late->Wait(), 0) << late->Stderr();
   ASSERT_EQ(first->Wait(), 0) << first->Stderr();
   auto late_epochs = ParseJsonLines(late->Stdout());
