@@ -11,6 +11,8 @@
 #include <system_error>
 #include <utility>
 
+#include "pipeline/webdataset.h"
+
 namespace coloader {
 
 namespace fs = std::filesystem;
@@ -161,7 +163,7 @@ Status ListImageFolder(const std::string& root, std::vector<std::string>* classe
     COLOADER_RETURN_NOT_OK(CollectClassImages(fs::path(root) / (*classes)[label], &images));
     if (images.empty()) empty_classes.push_back((*classes)[label]);
     for (std::string& image : images) {
-      samples->push_back(Sample{std::move(image), static_cast<int64_t>(label)});
+      samples->push_back(Sample::File(std::move(image), static_cast<int64_t>(label)));
     }
   }
   const std::string accepted = "accepted extensions (any case): " + AcceptedExtensionsList();
@@ -212,7 +214,7 @@ Status ParseFileList(const std::string& list_path, std::vector<Sample>* samples)
     }
     fs::path sample_path(path);
     if (sample_path.is_relative()) sample_path = base / sample_path;
-    samples->push_back(Sample{sample_path.string(), label});
+    samples->push_back(Sample::File(sample_path.string(), label));
   }
   if (in.bad()) return Status::FromErrno(list_path + ": read failed", errno);
   if (samples->empty()) {
@@ -228,13 +230,21 @@ Status ParseFileList(const std::string& list_path, std::vector<Sample>* samples)
 // out by the decoder when it reads it (a stat per file would make opening ImageNet take
 // seconds to minutes on a network filesystem). In particular a file list may name files that
 // do not exist; they are reported at read time with their path.
-Result<Dataset> Dataset::Open(const std::string& path) {
+Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>* notes) {
+  if (IsShardSource(path)) {
+    Dataset dataset;
+    dataset.source_ = path;
+    COLOADER_ASSIGN_OR_RETURN(dataset.shards_, ExpandShards(path));
+    std::vector<std::string> ignored;
+    COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored));
+    return dataset;
+  }
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks
   if (st.type() == fs::file_type::not_found) {
     return Status::NotFound(path + ": no such file or directory; pass --data an ImageFolder " +
-                            "directory (root/<class>/<image>) or a file list (path,label per " +
-                            "line)");
+                            "directory (root/<class>/<image>), a file list (path,label per " +
+                            "line) or WebDataset shards (train-{000000..000146}.tar)");
   }
   if (ec) return Status::IOError(path + ": " + ec.message());
 

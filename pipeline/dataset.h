@@ -1,7 +1,8 @@
 // Sources of samples: an ImageFolder tree (root/<class>/<image>, classes sorted by name as
-// torchvision does, images chosen by torchvision's extension list, case-insensitively) or a
-// file list (one "path,label" per line; relative paths are relative to the list's folder).
-// Every sample has a stable dataset index: its position in this list.
+// torchvision does, images chosen by torchvision's extension list, case-insensitively), a
+// file list (one "path,label" per line; relative paths are relative to the list's folder), or
+// WebDataset tar shards (webdataset.h). Every sample has a stable dataset index: its position
+// in this list (for shards: shard order, then position in the shard).
 #pragma once
 
 #include <cstdint>
@@ -9,19 +10,17 @@
 #include <vector>
 
 #include "common/status.h"
+#include "pipeline/sample.h"
 
 namespace coloader {
 
-struct Sample {
-  std::string path;
-  int64_t label = 0;
-};
-
 class Dataset {
  public:
-  // `path` is a directory (ImageFolder) or a regular file (file list). Errors name the path
-  // and say what to do: missing path, empty directory, no class folders, no images.
-  static Result<Dataset> Open(const std::string& path);
+  // `path` is a directory (ImageFolder, or one of .tar shards), a regular file (file list, or
+  // one .tar shard) or a brace pattern of shards (train-{000000..000146}.tar). Errors name the
+  // path and say what to do: missing path, empty directory, no class folders, no images.
+  // What was skipped while listing (a shard cut short, keys without an image) goes to `notes`.
+  static Result<Dataset> Open(const std::string& path, std::vector<std::string>* notes = nullptr);
 
   size_t size() const { return samples_.size(); }
   const Sample& operator[](size_t i) const { return samples_[i]; }
@@ -29,10 +28,13 @@ class Dataset {
   // Class names in label order (ImageFolder); for a file list, empty.
   const std::vector<std::string>& classes() const { return classes_; }
   const std::string& source() const { return source_; }
+  // Shards in order (empty unless the source is WebDataset shards).
+  const std::vector<std::string>& shards() const { return shards_; }
 
  private:
   std::string source_;
   std::vector<std::string> classes_;
+  std::vector<std::string> shards_;
   std::vector<Sample> samples_;
 };
 

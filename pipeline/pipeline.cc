@@ -88,6 +88,7 @@ std::vector<std::unique_ptr<BatchJob>> Pipeline::TakeCompleted() {
 void Pipeline::WorkerLoop(int worker) {
   NameThisThread("cl-worker-" + std::to_string(worker));
   SampleTransform transform(opts_);
+  std::vector<uint8_t> file_buf;  // the sample's file bytes, reused
   const uint64_t sample_bytes = layout_.sample_bytes();
   for (;;) {
     BatchJob* job = nullptr;
@@ -112,19 +113,22 @@ void Pipeline::WorkerLoop(int worker) {
         std::vector<uint8_t> bytes;
         {
           ScopedStage timer(Stage::kWorkerRead);
-          st = ReadWholeFile(sample.path, &bytes);
+          st = ReadSample(sample, &bytes);
         }
         if (st.ok()) {
           ScopedStage timer(Stage::kWorkerRoute);
-          st = GpuDecodeStage::Prepare(transform, opts_.augment, std::move(bytes), sample.path, seed_, job->epoch,
+          st = GpuDecodeStage::Prepare(transform, opts_.augment, std::move(bytes), sample.where(), seed_, job->epoch,
                                        static_cast<uint64_t>(index), &job->gpu[pos], dst);
         }
       } else {
         ScopedStage timer(Stage::kWorkerCpuTransform);
-        st = transform.Run(sample.path, seed_, job->epoch, static_cast<uint64_t>(index), dst);
+        st = ReadSample(sample, &file_buf);
+        if (st.ok())
+          st = transform.RunBytes(file_buf.data(), file_buf.size(), sample.where(), seed_, job->epoch,
+                                  static_cast<uint64_t>(index), dst);
       }
     } catch (const std::exception& e) {  // a bad file must never end the producer
-      st = Status::Invalid(sample.path + ": " + e.what());
+      st = Status::Invalid(sample.where() + ": " + e.what());
     }
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(job->failures_mu);
@@ -172,7 +176,7 @@ void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
       queue.pop_front();
     }
     std::vector<std::string> paths(job->indices.size());
-    for (size_t i = 0; i < paths.size(); ++i) paths[i] = (*dataset_)[static_cast<size_t>(job->indices[i])].path;
+    for (size_t i = 0; i < paths.size(); ++i) paths[i] = (*dataset_)[static_cast<size_t>(job->indices[i])].where();
     Status st;
     try {
       st = gpu.Finish(lane, *job, job->slot_base + layout_.data_offset, paths, transform, seed_);

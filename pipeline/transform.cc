@@ -37,6 +37,24 @@ Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
   return Status::OK();
 }
 
+Status ReadSample(const Sample& sample, std::vector<uint8_t>* out) {
+  if (!sample.in_archive()) return ReadWholeFile(sample.path, out);
+  const std::string where = sample.where();
+  if (sample.size == 0) return Status::Invalid(where + ": empty member");
+  const UniqueFd fd(::open(sample.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(sample.path + ": cannot open", errno);
+  out->resize(static_cast<size_t>(sample.size));
+  size_t got = 0;
+  while (got < out->size()) {
+    const ssize_t n = ::pread(fd.get(), out->data() + got, out->size() - got, static_cast<off_t>(sample.offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(where + ": read failed", errno);
+    if (n == 0) return Status::IOError(where + ": the shard shrank while being read");
+    got += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
 Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
   COLOADER_RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
   return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "pipeline/augment.h"
+#include "pipeline/sample.h"
 #include "pipeline/decode.h"
 #include "pipeline/normalize.h"
 
@@ -28,6 +29,8 @@ struct TransformOptions {
 
 // Reads a whole file into `out` (resized to fit). Errors name the path; an empty file is one.
 Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out);
+// A sample's bytes: its file, or its member of a shard. Errors name the file (and member).
+Status ReadSample(const Sample& sample, std::vector<uint8_t>* out);
 
 // Per worker thread: owns a Decoder and scratch buffers. Not thread-safe.
 class SampleTransform {

@@ -172,7 +172,12 @@ Status Producer::Impl::Setup() {
 }
 
 Status Producer::Impl::OpenDataset() {
-  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data));
+  std::vector<std::string> notes;
+  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data, &notes));
+  for (const std::string& note : notes) LogLine("[coloader %s] %s\n", opts.name.c_str(), note.c_str());
+  if (!dataset.shards().empty())
+    LogLine("[coloader %s] %zu samples in %zu WebDataset shard(s)\n", opts.name.c_str(), dataset.size(),
+            dataset.shards().size());
   SamplerOptions so;
   so.shuffle = opts.shuffle;
   so.seed = opts.seed;

@@ -178,8 +178,14 @@ std::string Producer::Impl::ComputeDataKey() const {
   } else {
     const std::string& root = dataset.source();
     for (const Sample& smp : dataset.samples()) {
-      const bool under = smp.path.size() > root.size() && smp.path.compare(0, root.size(), root) == 0;
-      mix(under ? smp.path.substr(root.size()) : smp.path);
+      if (smp.in_archive()) {  // the shard's file name and the member: wherever the shards are
+        const size_t slash = smp.path.rfind('/');
+        mix(slash == std::string::npos ? smp.path : smp.path.substr(slash + 1));
+        mix(smp.member);
+      } else {
+        const bool under = smp.path.size() > root.size() && smp.path.compare(0, root.size(), root) == 0;
+        mix(under ? smp.path.substr(root.size()) : smp.path);
+      }
       mix(std::to_string(smp.label));
     }
   }

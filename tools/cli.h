@@ -98,6 +98,7 @@ int SimulateCommand(const std::vector<std::string>& args);
 int Keygen(const std::vector<std::string>& args);
 // Leftovers of dead producers (cli_clean.cc): `coloader clean`, and the listing `status` shows.
 int Clean(const std::vector<std::string>& args);
+int Shard(const std::vector<std::string>& args);
 void PrintLeftovers(const std::vector<Leftover>& items, size_t foreign, const char* verb);
 
 }  // namespace coloader::cli

@@ -22,6 +22,7 @@ constexpr const char* kHelp =
     "  coloader launch  JOBS.json [options]                run a plan: MPS daemon, producers, jobs\n"
     "  coloader simulate --trace TRACE.json [options]      replay a trace under each placement policy\n"
     "  coloader keygen  --out NAME                         a CURVE key pair for tcp:// endpoints\n"
+    "  coloader shard   --data DIR --out 'train-%06d.tar'  write a dataset as WebDataset tar shards\n"
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
@@ -60,6 +61,7 @@ int Run(std::vector<std::string> args) {
   if (command == "simulate") return coloader::cli::SimulateCommand(args);
   if (command == "keygen") return coloader::cli::Keygen(args);
   if (command == "clean") return coloader::cli::Clean(args);
+  if (command == "shard") return coloader::cli::Shard(args);
   std::fprintf(stderr, "coloader: unknown command '%s'\n\n%s", command.c_str(), kHelp);
   return 2;
 }

@@ -6,6 +6,7 @@
 
 #include "common/protocol.h"
 #include "pipeline/decode.h"
+#include "pipeline/tar_index.h"
 #include "pipeline/transform.h"
 
 namespace coloader::fuzz {
@@ -115,6 +116,17 @@ std::string DecodeOne(const uint8_t* data, size_t size) {
     out.assign(t->sample_bytes(), 0);
     Status st = t->RunBytes(data, size, path, /*seed=*/size, /*epoch=*/0, index++, out.data());
     (void)st;  // an error is a right answer for a bad file; returning at all is the property
+  }
+  return "";
+}
+
+std::string TarOne(const uint8_t* data, size_t size) {
+  Result<TarIndex> r = IndexTarBytes(data, size, "fuzz.tar");
+  if (!r.ok()) return "";
+  for (const TarMember& m : r->members) {
+    if (m.offset > size || m.size > size - m.offset)
+      return "member '" + m.name + "' at " + std::to_string(m.offset) + "+" + std::to_string(m.size) +
+             " lies outside the " + std::to_string(size) + " bytes";
   }
   return "";
 }

@@ -23,4 +23,7 @@ std::string ProtocolOne(const uint8_t* data, size_t size);
 // call must return (a Status or a value), and a decoded image must have the size Peek promised.
 std::string DecodeOne(const uint8_t* data, size_t size);
 
+// IndexTarBytes: it must return, and every member it lists must lie inside the input.
+std::string TarOne(const uint8_t* data, size_t size);
+
 }  // namespace coloader::fuzz

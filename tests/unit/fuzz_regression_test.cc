@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Input {
-  std::string target;  // "protocol" or "decode"
+  std::string target;  // "protocol", "decode" or "tar"
   std::string path;
 };
 
@@ -35,6 +35,7 @@ std::vector<Input> Inputs() {
       {"protocol", root / "tests/fuzz/corpus/protocol"},   {"protocol", root / "tests/fuzz/regressions/protocol"},
       {"decode", root / "tests/fuzz/corpus/decode"},       {"decode", root / "tests/fuzz/regressions/decode"},
       {"decode", root / "tests/data"},
+      {"tar", root / "tests/fuzz/corpus/tar"},
   };
   std::vector<Input> inputs;
   for (const auto& [target, dir] : dirs) {
@@ -62,6 +63,7 @@ TEST_P(FuzzRegressionTest, ReplaysWithoutCrashOrBrokenProperty) {
   const std::vector<uint8_t> bytes = ReadFile(input.path);
   ASSERT_FALSE(bytes.empty() && fs::file_size(input.path) != 0) << "cannot read " << input.path;
   const std::string broken = input.target == "protocol" ? fuzz::ProtocolOne(bytes.data(), bytes.size())
+                             : input.target == "tar"    ? fuzz::TarOne(bytes.data(), bytes.size())
                                                         : fuzz::DecodeOne(bytes.data(), bytes.size());
   EXPECT_EQ(broken, "") << input.path;
 }

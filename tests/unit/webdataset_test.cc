@@ -1,0 +1,181 @@
+// WebDataset shards: the tar reader against archives GNU tar writes in each of its formats,
+// shard patterns, grouping by key, and `coloader shard` read back byte for byte.
+#include "pipeline/webdataset.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+
+#include "pipeline/dataset.h"
+#include "pipeline/tar_index.h"
+#include "pipeline/transform.h"
+#include "tests/support/test_support.h"
+
+namespace coloader {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string ReadRange(const std::string& path, uint64_t offset, uint64_t size) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s(size, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(size));
+  return s;
+}
+
+class TarIndexTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  testing::TempDir tmp_;
+};
+
+// Three members, one under a path longer than ustar's 100-character name field, packed by GNU
+// tar in the format under test (gnu: a long-name member; pax: an extended header; ustar: the
+// prefix field). Every member's bytes are found where the index says.
+TEST_P(TarIndexTest, EveryMemberOfGnuTarsFormatsIsFoundWhereItsBytesLie) {
+  const std::string src = tmp_.path() + "/src";
+  const std::string deep = std::string(120, 'd') + "/000002.jpg";
+  const std::map<std::string, std::string> files = {
+      {"000000.jpg", Bytes(1000, 1)}, {"000000.cls", "7\n"}, {deep, Bytes(513, 2)}};
+  for (const auto& [name, bytes] : files) WriteFile(src + "/" + name, bytes);
+  const std::string tar = tmp_.path() + "/shard.tar";
+  const std::string cmd = "tar --format=" + std::string(GetParam()) + " -cf " + tar + " -C " + src +
+                          " 000000.jpg 000000.cls " + deep;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_OK_AND_ASSIGN(TarIndex index, IndexTar(tar));
+  EXPECT_EQ(index.damage, "");
+  ASSERT_EQ(index.members.size(), 3u);
+  for (const TarMember& m : index.members) {
+    ASSERT_EQ(files.count(m.name), 1u) << m.name;
+    EXPECT_EQ(ReadRange(tar, m.offset, m.size), files.at(m.name)) << m.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, TarIndexTest, ::testing::Values("gnu", "pax", "ustar"));
+
+TEST(TarIndex, AShardCutShortKeepsTheMembersBeforeTheDamageAndNamesIt) {
+  testing::TempDir tmp;
+  const std::string src = tmp.path() + "/src";
+  WriteFile(src + "/a.jpg", Bytes(3000, 3));
+  WriteFile(src + "/b.jpg", Bytes(3000, 4));
+  const std::string tar = tmp.path() + "/cut.tar";
+  ASSERT_EQ(std::system(("tar -cf " + tar + " -C " + src + " a.jpg b.jpg").c_str()), 0);
+  ASSERT_OK_AND_ASSIGN(TarIndex whole, IndexTar(tar));
+  ASSERT_EQ(whole.members.size(), 2u);
+  ASSERT_EQ(::truncate(tar.c_str(), static_cast<off_t>(whole.members[1].offset + 100)), 0);
+  ASSERT_OK_AND_ASSIGN(TarIndex cut, IndexTar(tar));
+  ASSERT_EQ(cut.members.size(), 1u);
+  EXPECT_EQ(cut.members[0].name, "a.jpg");
+  EXPECT_NE(cut.damage.find("cut short inside member 'b.jpg'"), std::string::npos) << cut.damage;
+}
+
+TEST(TarIndex, AFileThatIsNotATarIsAnErrorNamingIt) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/noise.tar";
+  WriteFile(path, Bytes(4096, 5));
+  Result<TarIndex> r = IndexTar(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path + ": not a tar file"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(IndexTar(tmp.path() + "/missing.tar").ok());
+}
+
+TEST(ShardPattern, BracesExpandToPaddedRangesAndLists) {
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> a, ExpandShards("d/train-{000008..000011}.tar"));
+  EXPECT_EQ(a, (std::vector<std::string>{"d/train-000008.tar", "d/train-000009.tar", "d/train-000010.tar",
+                                         "d/train-000011.tar"}));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> b, ExpandShards("{a,b}-{9..10}.tar"));
+  EXPECT_EQ(b, (std::vector<std::string>{"a-9.tar", "a-10.tar", "b-9.tar", "b-10.tar"}));
+  Result<std::vector<std::string>> backwards = ExpandShards("t-{5..1}.tar");
+  ASSERT_FALSE(backwards.ok());
+  EXPECT_NE(backwards.status().message().find("backwards"), std::string::npos);
+  EXPECT_FALSE(ExpandShards("t-{1..x}.tar").ok());
+  EXPECT_FALSE(ExpandShards("t-{1..2.tar").ok());
+  EXPECT_TRUE(IsShardSource("t-{1..2}.tar"));
+  EXPECT_TRUE(IsShardSource("one.tar"));
+  EXPECT_FALSE(IsShardSource("list.txt"));
+}
+
+TEST(ShardSamples, KeysGroupMembersAndWhatCannotBeServedIsSaid) {
+  testing::TempDir tmp;
+  const std::string src = tmp.path() + "/src";
+  WriteFile(src + "/k1.jpg", Bytes(100, 6));
+  WriteFile(src + "/k1.cls", "3");
+  WriteFile(src + "/k1.json", "{}");
+  WriteFile(src + "/k2.txt", "no image");
+  WriteFile(src + "/k3.png", Bytes(50, 7));
+  WriteFile(src + "/k3.cls", "three");
+  WriteFile(src + "/k4.webp", Bytes(60, 8));
+  const std::string tar = tmp.path() + "/s.tar";
+  ASSERT_EQ(std::system(("tar -cf " + tar + " -C " + src + " k1.jpg k1.cls k1.json k2.txt k3.png k3.cls k4.webp").c_str()), 0);
+  std::vector<Sample> samples;
+  std::vector<std::string> notes;
+  ASSERT_OK(ListShardSamples({tar}, &samples, &notes));
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].member, "k1.jpg");
+  EXPECT_EQ(samples[0].label, 3);
+  EXPECT_EQ(samples[1].member, "k4.webp");
+  EXPECT_EQ(samples[1].label, -1);
+  std::string said;
+  for (const std::string& n : notes) said += n + "\n";
+  EXPECT_NE(said.find("[k3.cls]: 'three' is not a class label"), std::string::npos) << said;
+  EXPECT_NE(said.find("1 key(s) without an image member"), std::string::npos) << said;
+  EXPECT_NE(said.find("1 sample(s) without a .cls member"), std::string::npos) << said;
+}
+
+// `coloader shard` writes what `serve --data` reads: every sample's bytes and label are its
+// source file's, and the keys are the source's indices.
+TEST(ShardCommand, WritesShardsThatReadBackAsTheSourceByteForByte) {
+  testing::TempDir tmp;
+  const std::string folder = tmp.path() + "/folder";
+  for (int c = 0; c < 3; ++c)
+    for (int i = 0; i < 4; ++i)
+      WriteFile(folder + "/class" + std::to_string(c) + "/img" + std::to_string(i) + (i % 2 ? ".JPEG" : ".png"),
+                Bytes(200 + 37 * i + c, static_cast<uint32_t>(10 * c + i)));
+  testing::Child shard(testing::Coloader({"shard", "--data", folder, "--out", tmp.path() + "/s-%03d.tar",
+                                          "--shard-size", "5", "--quiet"}));
+  ASSERT_EQ(shard.Wait(), 0) << shard.Stderr();
+  EXPECT_NE(shard.Stdout().find("wrote 12 samples into 3 shard(s)"), std::string::npos) << shard.Stdout();
+  ASSERT_OK_AND_ASSIGN(Dataset source, Dataset::Open(folder));
+  ASSERT_OK_AND_ASSIGN(Dataset shards, Dataset::Open(tmp.path() + "/s-{000..002}.tar"));
+  ASSERT_EQ(shards.size(), source.size());
+  EXPECT_EQ(shards.shards().size(), 3u);
+  std::set<size_t> keys;
+  std::vector<uint8_t> got, want;
+  for (const Sample& s : shards.samples()) {
+    const size_t key = std::stoul(s.member.substr(0, s.member.find('.')));
+    ASSERT_LT(key, source.size());
+    keys.insert(key);
+    ASSERT_OK(ReadSample(s, &got));
+    ASSERT_OK(ReadWholeFile(source[key].path, &want));
+    EXPECT_EQ(got, want) << s.where();
+    EXPECT_EQ(s.label, source[key].label) << s.where();
+    EXPECT_EQ(fs::path(s.member).extension().string(), fs::path(source[key].path).extension().string() == ".JPEG"
+                                                           ? ".jpeg" : fs::path(source[key].path).extension().string());
+  }
+  EXPECT_EQ(keys.size(), source.size());
+  // Refuses to overwrite.
+  testing::Child again(testing::Coloader({"shard", "--data", folder, "--out", tmp.path() + "/s-%03d.tar"}));
+  EXPECT_EQ(again.Wait(), 1);
+  EXPECT_NE(again.Stderr().find("exists already"), std::string::npos) << again.Stderr();
+}
+
+}  // namespace
+}  // namespace coloader
