@@ -31,7 +31,9 @@ for t in "${targets[@]}"; do
   mkdir -p "build-fuzz/corpus/$t" "build-fuzz/artifacts/$t"
   # The new inputs go to the first folder (build-fuzz), the seeds are read from the second.
   # -timeout: one input taking seconds is a bug (the decode harness bounds image sizes).
-  build-fuzz/tests/fuzz/${t}_fuzz "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t" "tests/fuzz/regressions/$t" \
+  seeds=("tests/fuzz/corpus/$t")
+  [[ -d tests/fuzz/regressions/$t ]] && seeds+=("tests/fuzz/regressions/$t")  # saved crashes, once there are any
+  build-fuzz/tests/fuzz/${t}_fuzz "build-fuzz/corpus/$t" "${seeds[@]}" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="build-fuzz/artifacts/$t/" >"build-fuzz/$t.log" 2>&1 &
   pids+=($!)
