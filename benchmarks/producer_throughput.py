@@ -4,7 +4,9 @@ CPU time per image, host path vs GPU path (--device), on the same files in one r
 With --gpu-decode, also the GPU path with `serve --decode gpu` (nvJPEG + GPU augmentation),
 with every core reading files and with only 2 worker threads: cores busy = producer CPU
 time / wall time. With --whole-decode, also the host path with `serve --no-crop-decode` (every
-JPEG decoded whole, as before the crop-region decode).
+JPEG decoded whole, as before the crop-region decode). With --shards N, also the same images
+as WebDataset tar shards of N samples (written by `coloader shard`), host path, and on --device
+with --decode auto: shards against loose files, side by side.
 
 From the CPU seconds per image follows how many cores it takes to feed one ResNet-50 training
 job (~4,000 images/s on an H100 in bf16).
@@ -49,7 +51,7 @@ def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", w
     images = sum(e["samples"] for e in epochs_out)
     ips = sorted(e["images_per_s"] for e in epochs_out)[len(epochs_out) // 2]
     cpu = ru.ru_utime + ru.ru_stime
-    return {"path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
+    return {"source": "shards" if "{" in data else "files", "path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
             "workers": workers, "images": images,
             "images_per_s": round(ips), "producer_cpu_s": round(cpu, 2), "cores_busy": round(cpu / wall, 1),
             "images_per_cpu_s": round(images / cpu), "cores_for_resnet50": round(RESNET50_IMAGES_PER_S * cpu / images, 1),
@@ -66,6 +68,8 @@ def main():
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "tools", "coloader"))
     ap.add_argument("--gpu-decode", action="store_true", help="also --decode gpu on --device (all workers, then 2)")
     ap.add_argument("--whole-decode", action="store_true", help="also the host path with --no-crop-decode")
+    ap.add_argument("--shards", type=int, default=0, metavar="N",
+                    help="also the images as tar shards of N samples (coloader shard), host path and --device auto")
     args = ap.parse_args()
     env = dict(os.environ, COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="coloader-tp-"))
     rows = [run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tphost")]
@@ -78,10 +82,21 @@ def main():
         for workers in (args.workers, 2):
             rows.append(run(args.binary, args.data, args.device, workers, args.batch_size, args.epochs, env,
                             "tpgpu", decode="gpu"))
-    print(f"{'path':<8}{'decode':>10}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
+    if args.shards:
+        out = tempfile.mkdtemp(prefix="coloader-tp-shards-")
+        subprocess.run([args.binary, "shard", "--data", args.data, "--out", os.path.join(out, "s-%06d.tar"),
+                        "--shard-size", str(args.shards), "--quiet"], check=True, stdout=subprocess.DEVNULL)
+        last = len([f for f in os.listdir(out) if f.endswith(".tar")]) - 1
+        pattern = os.path.join(out, "s-{000000..%06d}.tar" % last)
+        pairs = [(None, "cpu")] + ([(args.device, "auto")] if args.device else [])
+        for device, decode in pairs:
+            for data, name in ((args.data, "tpfiles"), (pattern, "tpshards")):
+                rows.append(run(args.binary, data, device, args.workers, args.batch_size, args.epochs, env, name,
+                                decode=decode))
+    print(f"{'source':<8}{'path':<8}{'decode':>10}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
           f"{'cores for RN50':>16}")
     for r in rows:
-        print(f"{r['path']:<8}{r['decode']:>10}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}"
+        print(f"{r['source']:<8}{r['path']:<8}{r['decode']:>10}{r['workers']:>8}{r['images_per_s']:>10}{r['producer_cpu_s']:>8}"
               f"{r['cores_busy']:>12}{r['images_per_cpu_s']:>11}{r['cores_for_resnet50']:>16}")
     for r in rows:
         print(json.dumps(r))
