@@ -11,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include "pipeline/transform.h"
 #include "pipeline/webdataset.h"
 
 namespace coloader {
@@ -226,6 +227,16 @@ Status ParseFileList(const std::string& list_path, std::vector<Sample>* samples)
 
 }  // namespace
 
+Status Dataset::Read(const Sample& sample, std::vector<uint8_t>* out) const {
+  if (!cache_ || !sample.in_archive()) return ReadSample(sample, out);
+  COLOADER_ASSIGN_OR_RETURN(ShardCache::Bytes shard, cache_->Get(sample.shard));
+  if (sample.offset + sample.size > shard->size())
+    return Status::IOError(sample.where() + ": the shard came back shorter than when it was indexed");
+  out->assign(shard->begin() + static_cast<std::ptrdiff_t>(sample.offset),
+              shard->begin() + static_cast<std::ptrdiff_t>(sample.offset + sample.size));
+  return Status::OK();
+}
+
 // Samples are only listed here, never opened: whether each file exists and decodes is found
 // out by the decoder when it reads it (a stat per file would make opening ImageNet take
 // seconds to minutes on a network filesystem). In particular a file list may name files that
@@ -237,6 +248,13 @@ Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>*
     COLOADER_ASSIGN_OR_RETURN(dataset.shards_, ExpandShards(path));
     std::vector<std::string> ignored;
     COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored));
+    if (IsRemoteShard(dataset.shards_.front())) {
+      dataset.stream_blocks_.assign(dataset.shards_.size(), 0);
+      for (const Sample& s : dataset.samples_) ++dataset.stream_blocks_[s.shard];
+      dataset.stream_blocks_.erase(std::remove(dataset.stream_blocks_.begin(), dataset.stream_blocks_.end(), 0u),
+                                   dataset.stream_blocks_.end());
+      dataset.cache_ = std::make_shared<ShardCache>(dataset.shards_, kStreamedShardsHeld, FetchOptions{});
+    }
     return dataset;
   }
   std::error_code ec;

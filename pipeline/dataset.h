@@ -6,13 +6,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "pipeline/sample.h"
+#include "pipeline/shard_cache.h"
 
 namespace coloader {
+
+// How many streamed shards are held in memory at most (ShardCache's capacity): the ones the
+// submitted batches read, and the next.
+inline constexpr size_t kStreamedShardsHeld = 8;
 
 class Dataset {
  public:
@@ -30,11 +36,24 @@ class Dataset {
   const std::string& source() const { return source_; }
   // Shards in order (empty unless the source is WebDataset shards).
   const std::vector<std::string>& shards() const { return shards_; }
+  // Streamed shards (http(s)://, pipe:) are read whole, in one stretch per epoch: the samples of
+  // each, for the sampler's blocks (SamplerOptions::blocks). Empty otherwise.
+  const std::vector<uint64_t>& stream_blocks() const { return stream_blocks_; }
+
+  // A sample's bytes: its file, its member of a local shard (pread), or of a streamed shard
+  // (from memory, fetched when needed). Errors name the file or URL and the member.
+  Status Read(const Sample& sample, std::vector<uint8_t>* out) const;
+  // Says that `sample` will be read soon: a streamed shard is fetched ahead.
+  void WillRead(const Sample& sample) const {
+    if (cache_) cache_->WillRead(sample.shard);
+  }
 
  private:
   std::string source_;
   std::vector<std::string> classes_;
   std::vector<std::string> shards_;
+  std::vector<uint64_t> stream_blocks_;
+  std::shared_ptr<ShardCache> cache_;  // shared by copies of this dataset
   std::vector<Sample> samples_;
 };
 

@@ -59,6 +59,8 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
   const uint32_t n = static_cast<uint32_t>(job->indices.size());
   job->remaining.store(n);
   in_flight_.fetch_add(1);
+  // Streamed shards: what this batch reads is fetched while the batches before it decode.
+  for (int64_t index : job->indices) dataset_->WillRead((*dataset_)[static_cast<size_t>(index)]);
   if (!gpu_.empty()) {
     job->gpu.assign(n, GpuSample{});
     job->decoder = static_cast<uint32_t>(job->seq % gpu_.size());
@@ -67,18 +69,21 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
     std::lock_guard<std::mutex> lock(mu_);
     if (n == 0) {
       completed_.push_back(std::move(job));
+      events_.Signal();
     } else {
       for (uint32_t i = 0; i < n; ++i) tasks_.emplace_back(job.get(), i);
       running_.push_back(std::move(job));
     }
   }
-  if (n == 0) events_.Signal();
   cv_.notify_all();
 }
 
 std::vector<std::unique_ptr<BatchJob>> Pipeline::TakeCompleted() {
-  events_.Drain();
+  // Drained and taken under the lock that Complete signals under: the eventfd is readable
+  // exactly while completed_ holds something (before, a worker could signal between another
+  // thread's drain and its take, leaving a wake-up with nothing behind it).
   std::lock_guard<std::mutex> lock(mu_);
+  events_.Drain();
   std::vector<std::unique_ptr<BatchJob>> out;
   out.swap(completed_);
   in_flight_.fetch_sub(out.size());
@@ -113,7 +118,7 @@ void Pipeline::WorkerLoop(int worker) {
         std::vector<uint8_t> bytes;
         {
           ScopedStage timer(Stage::kWorkerRead);
-          st = ReadSample(sample, &bytes);
+          st = dataset_->Read(sample, &bytes);
         }
         if (st.ok()) {
           ScopedStage timer(Stage::kWorkerRoute);
@@ -122,7 +127,7 @@ void Pipeline::WorkerLoop(int worker) {
         }
       } else {
         ScopedStage timer(Stage::kWorkerCpuTransform);
-        st = ReadSample(sample, &file_buf);
+        st = dataset_->Read(sample, &file_buf);
         if (st.ok())
           st = transform.RunBytes(file_buf.data(), file_buf.size(), sample.where(), seed_, job->epoch,
                                   static_cast<uint64_t>(index), dst);
@@ -156,8 +161,8 @@ void Pipeline::Complete(BatchJob* job) {
                            [job](const std::unique_ptr<BatchJob>& j) { return j.get() == job; });
     completed_.push_back(std::move(*it));
     running_.erase(it);
+    events_.Signal();
   }
-  events_.Signal();
 }
 
 void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {

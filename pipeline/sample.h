@@ -14,6 +14,7 @@ struct Sample {
   // In a shard: the image member's name and where its bytes lie in `path`.
   std::string member;
   uint64_t offset = 0, size = 0;
+  uint32_t shard = 0;  // its shard's position in the dataset's list
 
   static Sample File(std::string path, int64_t label) {
     Sample s;

@@ -67,6 +67,15 @@ class EpochRng {
   Xoshiro256StarStar gen_;
 };
 
+// Fisher-Yates over [begin, end) of `v`, as described above.
+template <typename T>
+void Shuffle(std::vector<T>* v, size_t begin, size_t end, EpochRng* rng) {
+  for (size_t i = end - 1; i > begin; --i) {
+    const size_t j = begin + static_cast<size_t>(rng->Below(static_cast<uint64_t>(i - begin) + 1));
+    std::swap((*v)[i], (*v)[j]);
+  }
+}
+
 }  // namespace
 
 Result<Sampler> Sampler::Make(size_t dataset_size, SamplerOptions opts) {
@@ -94,6 +103,13 @@ Result<Sampler> Sampler::Make(size_t dataset_size, SamplerOptions opts) {
                            " leaves every rank with no samples; turn drop_last off or use " +
                            "fewer ranks");
   }
+  if (!opts.blocks.empty()) {
+    uint64_t total = 0;
+    for (uint64_t b : opts.blocks) total += b;
+    if (total != dataset_size)
+      return Status::Internal("sampler blocks sum to " + std::to_string(total) + ", not the dataset's " +
+                              std::to_string(dataset_size));
+  }
   return Sampler(dataset_size, opts, epoch_size);
 }
 
@@ -101,11 +117,24 @@ std::vector<int64_t> Sampler::EpochIndices(uint64_t epoch) const {
   const size_t n = dataset_size_;
   std::vector<int64_t> order(n);
   for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
-  if (opts_.shuffle) {
+  if (opts_.shuffle && opts_.blocks.empty()) {
     EpochRng rng(opts_.seed, epoch);
-    for (size_t i = n - 1; i > 0; --i) {
-      const size_t j = static_cast<size_t>(rng.Below(static_cast<uint64_t>(i) + 1));
-      std::swap(order[i], order[j]);
+    Shuffle(&order, 0, n, &rng);
+  } else if (opts_.shuffle) {
+    // The blocks in a permutation, then each block's indices in one, from the same generator.
+    EpochRng rng(opts_.seed, epoch);
+    std::vector<size_t> blocks(opts_.blocks.size());
+    std::vector<size_t> first(opts_.blocks.size() + 1, 0);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      blocks[b] = b;
+      first[b + 1] = first[b] + opts_.blocks[b];
+    }
+    if (blocks.size() > 1) Shuffle(&blocks, 0, blocks.size(), &rng);
+    size_t at = 0;
+    for (size_t b : blocks) {
+      const size_t start = at;
+      for (size_t i = first[b]; i < first[b + 1]; ++i) order[at++] = static_cast<int64_t>(i);
+      if (at - start > 1) Shuffle(&order, start, at, &rng);
     }
   }
   if (opts_.world_size == 1) return order;  // epoch_size_ == n: the whole permutation

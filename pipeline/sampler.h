@@ -17,6 +17,10 @@ struct SamplerOptions {
   int rank = 0;
   int world_size = 1;
   bool drop_last = false;  // DistributedSampler's drop_last (only matters for world_size > 1)
+  // Streamed shards: the sizes of the consecutive index blocks (one per shard, summing to the
+  // dataset's size) that are read as wholes. Shuffling then permutes the blocks and the indices
+  // within each block, so an epoch reads each shard once, in one stretch.
+  std::vector<uint64_t> blocks;
 };
 
 class Sampler {

@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
+#include <functional>
 #include <system_error>
 
 #include "common/unique_fd.h"
+#include "pipeline/shard_fetch.h"
 #include "pipeline/tar_index.h"
 
 namespace coloader {
@@ -82,15 +84,16 @@ Status Expand(const std::string& s, const std::string& pattern, std::vector<std:
   return Status::OK();
 }
 
+// A member's bytes, from wherever the shard is (a file or memory).
+using ReadMember = std::function<Result<std::string>(const TarMember&)>;
+
 // The label in a ".cls" member: an integer, surrounded by whitespace at most.
-Result<int64_t> ReadLabel(int fd, const TarMember& m, const std::string& shard) {
+Result<int64_t> ReadLabel(const ReadMember& read, const TarMember& m, const std::string& shard) {
   const std::string where = shard + "[" + m.name + "]";
   if (m.size == 0 || m.size > 64) return Status::Invalid(where + ": a class label of " + std::to_string(m.size) + " bytes");
-  char buf[64];
-  if (::pread(fd, buf, m.size, static_cast<off_t>(m.offset)) != static_cast<ssize_t>(m.size))
-    return Status::FromErrno(where + ": cannot read", errno);
-  const char* b = buf;
-  const char* e = buf + m.size;
+  COLOADER_ASSIGN_OR_RETURN(const std::string text, read(m));
+  const char* b = text.data();
+  const char* e = b + text.size();
   while (b < e && std::isspace(static_cast<unsigned char>(*b))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(e[-1]))) --e;
   int64_t v = 0;
@@ -102,6 +105,7 @@ Result<int64_t> ReadLabel(int fd, const TarMember& m, const std::string& shard) 
 }  // namespace
 
 bool IsShardSource(const std::string& data) {
+  if (IsRemoteShard(data)) return true;
   if (data.find('{') != std::string::npos && data.find('}') != std::string::npos) return true;
   if (EndsWith(data, ".tar")) return true;
   std::error_code ec;
@@ -128,70 +132,124 @@ Result<std::vector<std::string>> ExpandShards(const std::string& data) {
   return shards;
 }
 
-Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Sample>* samples,
-                        std::vector<std::string>* notes) {
+namespace {
+
+struct Tally {
   uint64_t without_image = 0, without_label = 0;
-  for (const std::string& shard : shards) {
-    std::error_code ec;
-    if (!fs::exists(shard, ec))
-      return Status::NotFound(shard + ": no such shard (check the --data pattern's range)");
-    COLOADER_ASSIGN_OR_RETURN(TarIndex index, IndexTar(shard));
-    if (!index.damage.empty())
-      notes->push_back(shard + ": " + index.damage + "; the " + std::to_string(index.members.size()) +
-                       " members before it are served, the rest of the shard is skipped");
-    const UniqueFd fd(::open(shard.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!fd.valid()) return Status::FromErrno(shard + ": cannot open", errno);
-    // Consecutive members with one key make a sample, as WebDataset groups them.
-    const std::vector<TarMember>& m = index.members;
-    for (size_t i = 0; i < m.size();) {
-      const size_t slash = m[i].name.rfind('/');
-      const size_t dot = m[i].name.find('.', slash == std::string::npos ? 0 : slash + 1);
-      const std::string key = m[i].name.substr(0, dot);
-      const TarMember* image = nullptr;
-      const TarMember* cls = nullptr;
-      int best = -1;
-      size_t j = i;
-      for (; j < m.size() && m[j].name.size() > key.size() && m[j].name.compare(0, key.size(), key) == 0 &&
-             m[j].name[key.size()] == '.';
-           ++j) {
-        const std::string ext = m[j].name.substr(key.size() + 1);
-        const int rank = ImageRank(ext);
-        if (rank >= 0 && (best < 0 || rank < best)) {
-          best = rank;
-          image = &m[j];
-        }
-        if (ext == "cls") cls = &m[j];
+};
+
+// The samples of one indexed shard, in archive order: consecutive members with one key make a
+// sample, as WebDataset groups them.
+void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& index, const ReadMember& read,
+                  std::vector<Sample>* samples, std::vector<std::string>* notes, Tally* tally) {
+  const std::vector<TarMember>& m = index.members;
+  for (size_t i = 0; i < m.size();) {
+    const size_t slash = m[i].name.rfind('/');
+    const size_t dot = m[i].name.find('.', slash == std::string::npos ? 0 : slash + 1);
+    const std::string key = m[i].name.substr(0, dot);
+    const TarMember* image = nullptr;
+    const TarMember* cls = nullptr;
+    int best = -1;
+    size_t j = i;
+    for (; j < m.size() && m[j].name.size() > key.size() && m[j].name.compare(0, key.size(), key) == 0 &&
+           m[j].name[key.size()] == '.';
+         ++j) {
+      const std::string ext = m[j].name.substr(key.size() + 1);
+      const int rank = ImageRank(ext);
+      if (rank >= 0 && (best < 0 || rank < best)) {
+        best = rank;
+        image = &m[j];
       }
-      if (j == i) ++j;  // a member with no extension: a key of its own, with no image
-      i = j;
-      if (!image) {
-        ++without_image;
+      if (ext == "cls") cls = &m[j];
+    }
+    if (j == i) ++j;  // a member with no extension: a key of its own, with no image
+    i = j;
+    if (!image) {
+      ++tally->without_image;
+      continue;
+    }
+    Sample s;
+    s.path = shard;
+    s.shard = shard_no;
+    s.member = image->name;
+    s.offset = image->offset;
+    s.size = image->size;
+    s.label = -1;
+    if (cls) {
+      Result<int64_t> label = ReadLabel(read, *cls, shard);
+      if (!label.ok()) {
+        notes->push_back(label.status().message() + "; sample '" + key + "' is skipped");
         continue;
       }
-      Sample s;
-      s.path = shard;
-      s.member = image->name;
-      s.offset = image->offset;
-      s.size = image->size;
-      s.label = -1;
-      if (cls) {
-        Result<int64_t> label = ReadLabel(fd.get(), *cls, shard);
-        if (!label.ok()) {
-          notes->push_back(label.status().message() + "; sample '" + key + "' is skipped");
-          continue;
-        }
-        s.label = *label;
-      } else {
-        ++without_label;
-      }
-      samples->push_back(std::move(s));
+      s.label = *label;
+    } else {
+      ++tally->without_label;
+    }
+    samples->push_back(std::move(s));
+  }
+}
+
+// A local shard: indexed from its headers, labels read by pread.
+Status ListLocalShard(const std::string& shard, uint32_t shard_no, std::vector<Sample>* samples,
+                      std::vector<std::string>* notes, Tally* tally) {
+  std::error_code ec;
+  if (!fs::exists(shard, ec)) return Status::NotFound(shard + ": no such shard (check the --data pattern's range)");
+  COLOADER_ASSIGN_OR_RETURN(TarIndex index, IndexTar(shard));
+  if (!index.damage.empty())
+    notes->push_back(shard + ": " + index.damage + "; the " + std::to_string(index.members.size()) +
+                     " members before it are served, the rest of the shard is skipped");
+  const UniqueFd fd(::open(shard.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::FromErrno(shard + ": cannot open", errno);
+  auto read = [&](const TarMember& m) -> Result<std::string> {
+    std::string text(m.size, '\0');
+    if (::pread(fd.get(), text.data(), m.size, static_cast<off_t>(m.offset)) != static_cast<ssize_t>(m.size))
+      return Status::FromErrno(shard + "[" + m.name + "]: cannot read", errno);
+    return text;
+  };
+  GroupSamples(shard, shard_no, index, read, samples, notes, tally);
+  return Status::OK();
+}
+
+// A streamed shard (http(s)://, pipe:): fetched whole once, to index it; a transfer that
+// arrives cut short is fetched again (twice more at most) before its complete members are
+// taken as they are.
+Status ListStreamedShard(const std::string& shard, uint32_t shard_no, const FetchOptions& fetch,
+                         std::vector<Sample>* samples, std::vector<std::string>* notes, Tally* tally) {
+  std::vector<uint8_t> bytes;
+  TarIndex index;
+  for (int round = 0; round < 3; ++round) {
+    COLOADER_ASSIGN_OR_RETURN(bytes, FetchShard(shard, fetch));
+    COLOADER_ASSIGN_OR_RETURN(index, IndexTarBytes(bytes.data(), bytes.size(), shard));
+    if (index.damage.empty()) break;
+  }
+  if (!index.damage.empty())
+    notes->push_back(shard + ": " + index.damage + " (in three fetches); the " + std::to_string(index.members.size()) +
+                     " members before it are served, the rest of the shard is skipped");
+  auto read = [&](const TarMember& m) -> Result<std::string> {
+    return std::string(reinterpret_cast<const char*>(bytes.data()) + m.offset, m.size);
+  };
+  GroupSamples(shard, shard_no, index, read, samples, notes, tally);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Sample>* samples,
+                        std::vector<std::string>* notes, const FetchOptions& fetch) {
+  Tally tally;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const auto shard_no = static_cast<uint32_t>(k);
+    if (IsRemoteShard(shards[k])) {
+      COLOADER_RETURN_NOT_OK(ListStreamedShard(shards[k], shard_no, fetch, samples, notes, &tally));
+    } else {
+      COLOADER_RETURN_NOT_OK(ListLocalShard(shards[k], shard_no, samples, notes, &tally));
     }
   }
-  if (without_image)
-    notes->push_back(std::to_string(without_image) + " key(s) without an image member (" +
+  if (tally.without_image)
+    notes->push_back(std::to_string(tally.without_image) + " key(s) without an image member (" +
                      "jpg, jpeg, png, webp, ppm, bmp, pgm, tif, tiff) are left out");
-  if (without_label)
-    notes->push_back(std::to_string(without_label) + " sample(s) without a .cls member have label -1");
+  if (tally.without_label)
+    notes->push_back(std::to_string(tally.without_label) + " sample(s) without a .cls member have label -1");
   if (samples->empty())
     return Status::Invalid(shards.front() + (shards.size() > 1 ? " (and the other shards)" : "") +
                            ": no sample with an image member (KEY.jpg, KEY.png, ...)");

@@ -15,11 +15,12 @@
 
 #include "common/status.h"
 #include "pipeline/sample.h"
+#include "pipeline/shard_fetch.h"
 
 namespace coloader {
 
 // Whether --data names shards: a brace pattern ("{0..9}"), a path ending in ".tar", or a
-// directory holding .tar files and no subdirectory.
+// directory holding .tar files and no subdirectory, or a streamed shard (http://, https://, pipe:).
 bool IsShardSource(const std::string& data);
 
 // The shard paths `data` names, in order: a brace pattern expanded ("train-{000..146}.tar",
@@ -31,7 +32,8 @@ Result<std::vector<std::string>> ExpandShards(const std::string& data);
 // Lists every sample of `shards` into `samples`. A shard that cannot be opened, or is not a
 // tar file, is an error naming it; a shard cut short keeps the samples before the damage, and
 // keys without an image are left out: both are said in `notes`.
+// Streamed shards (http(s)://, pipe:; shard_fetch.h) are fetched once here to be indexed.
 Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Sample>* samples,
-                        std::vector<std::string>* notes);
+                        std::vector<std::string>* notes, const FetchOptions& fetch = {});
 
 }  // namespace coloader

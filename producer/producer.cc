@@ -183,6 +183,7 @@ Status Producer::Impl::OpenDataset() {
   so.seed = opts.seed;
   so.rank = opts.rank;
   so.world_size = opts.world_size;
+  so.blocks = dataset.stream_blocks();
   COLOADER_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
   sampler.emplace(std::move(s));
   return Status::OK();

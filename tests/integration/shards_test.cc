@@ -76,5 +76,81 @@ TEST_F(WebDatasetTest, AMissingShardOrAnEmptyRangeIsAClearError) {
   EXPECT_NE(backwards.Stderr().find("runs backwards"), std::string::npos) << backwards.Stderr();
 }
 
+// The shards served over HTTP by tests/integration/shard_server.py (a real server on a free port).
+class StreamedShardsTest : public WebDatasetTest {
+ protected:
+  // Starts the server over the shards' directory; returns the URL pattern of MakeShards' files.
+  std::string ServeOverHttp(const std::string& pattern, bool drop_first = false) {
+    std::vector<std::string> argv = {"/usr/bin/python3", std::string(COLOADER_SOURCE_DIR) +
+                                                             "/tests/integration/shard_server.py",
+                                     tmp_.path() + "/shards"};
+    if (drop_first) argv.push_back("--drop-first");
+    server_ = std::make_unique<Child>(argv, env_);
+    EXPECT_TRUE(server_->WaitForStdout("ready", 20000)) << server_->Stderr();
+    const std::string port = server_->Stdout().substr(6, server_->Stdout().find('\n') - 6);
+    const std::string file = pattern.substr(pattern.rfind('/') + 1);
+    return "http://127.0.0.1:" + port + "/" + file;
+  }
+  std::unique_ptr<Child> server_;
+};
+
+TEST_F(StreamedShardsTest, ShardsOverHttpGiveExactEpochsToConsumersOfOtherBatchSizes) {
+  const std::string url = ServeOverHttp(MakeShards(20));
+  auto producer = Serve("w", {"--batch-size", "16", "--epochs", "2", "--min-consumers", "3"}, url);
+  std::vector<std::unique_ptr<Child>> consumers;
+  for (const char* b : {"5", "8", "13"}) consumers.push_back(Consume("w", {"--batch-size", b}));
+  for (auto& c : consumers) {
+    ASSERT_EQ(c->Wait(), 0) << c->Stderr();
+    const auto epochs = ParseJsonLines(c->Stdout());
+    ASSERT_EQ(epochs.size(), 2u) << c->Stdout();
+    for (const auto& e : epochs) ExpectExactEpoch(e);
+  }
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("103 samples in 6 WebDataset shard(s)"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(producer->Stderr().find("skipped bad file"), std::string::npos) << producer->Stderr();
+}
+
+TEST_F(StreamedShardsTest, AConnectionDroppedMidShardIsFetchedAgain) {
+  const std::string url = ServeOverHttp(MakeShards(40), /*drop_first=*/true);
+  auto producer = Serve("w", {"--batch-size", "16", "--epochs", "1"}, url);
+  auto consumer = Consume("w", {"--batch-size", "7"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+  const auto epochs = ParseJsonLines(consumer->Stdout());
+  ASSERT_EQ(epochs.size(), 1u) << consumer->Stdout();
+  ExpectExactEpoch(epochs[0]);
+  EXPECT_NE(server_->Stderr().find("train-000000.tar dropped"), std::string::npos) << server_->Stderr();
+  EXPECT_NE(producer->Stderr().find("fetching shard http://127.0.0.1"), std::string::npos) << producer->Stderr();
+}
+
+TEST_F(StreamedShardsTest, AMissingShardIsNamedWithItsStatusAndNotAskedForAgain) {
+  std::string url = ServeOverHttp(MakeShards(20));
+  url.replace(url.find("000005}"), 7, "000007}");  // two shards past the last
+  Child serve(Coloader({"serve", "--data", url, "--name", "w"}), env_);
+  EXPECT_EQ(serve.Wait(), 1);
+  EXPECT_NE(serve.Stderr().find("train-000006.tar (HTTP status 404)"), std::string::npos) << serve.Stderr();
+  const std::string log = server_->Stderr();
+  EXPECT_EQ(log.find("GET /train-000006.tar 404"), log.rfind("GET /train-000006.tar 404")) << log;
+}
+
+TEST_F(WebDatasetTest, PipeCommandsAreShardsAndTheirFailuresAreNamed) {
+  const std::string pattern = MakeShards(20);
+  auto producer = Serve("w", {"--batch-size", "16", "--epochs", "1"}, "pipe:cat " + pattern);
+  auto consumer = Consume("w", {"--batch-size", "9"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+  const auto epochs = ParseJsonLines(consumer->Stdout());
+  ASSERT_EQ(epochs.size(), 1u) << consumer->Stdout();
+  ExpectExactEpoch(epochs[0]);
+  // A command that fails every time: the error names it, what it said, and how often it was tried.
+  Child failing(Coloader({"serve", "--data", "pipe:cat " + tmp_.path() + "/nowhere.tar", "--name", "w"}), env_);
+  EXPECT_EQ(failing.Wait(30000), 1);
+  EXPECT_NE(failing.Stderr().find("cannot fetch shard pipe:cat " + tmp_.path() + "/nowhere.tar (4 attempts, each: "
+                                  "the command exited with status 1"),
+            std::string::npos)
+      << failing.Stderr();
+  EXPECT_NE(failing.Stderr().find("No such file or directory"), std::string::npos) << failing.Stderr();
+}
+
 }  // namespace
 }  // namespace coloader

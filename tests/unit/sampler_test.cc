@@ -246,6 +246,37 @@ TEST(SamplerTest, WorldSizeOneIsThePlainPermutation) {
 
 // ---------------------------------------------------------------------------- arguments
 
+// Streamed shards: an epoch reads each block (shard) in one stretch, blocks and their insides in
+// a seeded order, every index once; without shuffle, in order.
+TEST(SamplerTest, BlocksAreReadWholeInAShuffledOrder) {
+  const std::vector<uint64_t> blocks = {5, 1, 7, 3, 4};
+  SamplerOptions o;
+  o.seed = 11;
+  o.blocks = blocks;
+  ASSERT_OK_AND_ASSIGN(Sampler s, Sampler::Make(20, o));
+  std::vector<size_t> block_of;
+  for (size_t b = 0; b < blocks.size(); ++b) block_of.insert(block_of.end(), blocks[b], b);
+  std::set<std::vector<int64_t>> orders;
+  for (uint64_t epoch = 0; epoch < 6; ++epoch) {
+    const std::vector<int64_t> order = s.EpochIndices(epoch);
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < 20; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+    std::vector<size_t> runs;  // the blocks in the order the epoch visits them, one entry per run
+    for (int64_t i : order)
+      if (runs.empty() || runs.back() != block_of[static_cast<size_t>(i)]) runs.push_back(block_of[static_cast<size_t>(i)]);
+    EXPECT_EQ(runs.size(), blocks.size()) << "epoch " << epoch << ": a block was read in more than one stretch";
+    EXPECT_EQ(order, s.EpochIndices(epoch));
+    orders.insert(order);
+  }
+  EXPECT_EQ(orders.size(), 6u) << "every epoch should have its own order";
+  o.shuffle = false;
+  ASSERT_OK_AND_ASSIGN(Sampler seq, Sampler::Make(20, o));
+  for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(seq.EpochIndices(3)[static_cast<size_t>(i)], i);
+  o.blocks = {5, 5};
+  EXPECT_FALSE(Sampler::Make(20, o).ok());
+}
+
 TEST(SamplerTest, InvalidArgumentsAreRejectedNamingTheValue) {
   struct Case {
     size_t n;

@@ -1,0 +1,243 @@
+#include "pipeline/shard_fetch.h"
+
+#define CURL_DISABLE_TYPECHECK  // curl_easy_setopt as the plain function it is (called through dlopen)
+#include <curl/curl.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "common/log_line.h"
+#include "common/unique_fd.h"
+#include "pipeline/transform.h"
+
+extern char** environ;
+
+namespace coloader {
+
+namespace {
+
+// One attempt's failure, and whether another attempt may succeed.
+struct Failure {
+  std::string why;
+  bool retry = true;
+};
+using Attempt = std::optional<Failure>;  // nullopt: the bytes are in
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// ---------------------------------------------------------------------------------------------
+// http(s):// through libcurl, loaded on first use
+
+struct CurlApi {
+  decltype(&curl_global_init) global_init = nullptr;
+  decltype(&curl_easy_init) init = nullptr;
+  decltype(&curl_easy_setopt) setopt = nullptr;
+  decltype(&curl_easy_perform) perform = nullptr;
+  decltype(&curl_easy_getinfo) getinfo = nullptr;
+  decltype(&curl_easy_cleanup) cleanup = nullptr;
+  decltype(&curl_easy_strerror) strerror = nullptr;
+};
+
+Result<const CurlApi*> LoadCurl() {
+  static CurlApi api;
+  static Status loaded = Status::Internal("not loaded");
+  static std::once_flag once;
+  std::call_once(once, [] {
+    void* h = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      loaded = Status::NotFound(std::string("http(s):// shards need libcurl, which this machine lacks (") + ::dlerror() +
+                                "): install it (Debian/Ubuntu: apt install libcurl4), or fetch the shards with a "
+                                "pipe: command, or copy them to a local file system");
+      return;
+    }
+    auto sym = [h](const char* name) { return ::dlsym(h, name); };
+    api.global_init = reinterpret_cast<decltype(api.global_init)>(sym("curl_global_init"));
+    api.init = reinterpret_cast<decltype(api.init)>(sym("curl_easy_init"));
+    api.setopt = reinterpret_cast<decltype(api.setopt)>(sym("curl_easy_setopt"));
+    api.perform = reinterpret_cast<decltype(api.perform)>(sym("curl_easy_perform"));
+    api.getinfo = reinterpret_cast<decltype(api.getinfo)>(sym("curl_easy_getinfo"));
+    api.cleanup = reinterpret_cast<decltype(api.cleanup)>(sym("curl_easy_cleanup"));
+    api.strerror = reinterpret_cast<decltype(api.strerror)>(sym("curl_easy_strerror"));
+    if (!api.global_init || !api.init || !api.setopt || !api.perform || !api.getinfo || !api.cleanup || !api.strerror) {
+      loaded = Status::Internal("libcurl.so.4 lacks curl_easy_* functions");
+      return;
+    }
+    // Once, before any transfer (curl_global_init is not thread-safe; call_once serialises it).
+    if (api.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+      loaded = Status::Internal("curl_global_init failed");
+      return;
+    }
+    loaded = Status::OK();
+  });
+  if (!loaded.ok()) return loaded;
+  return &api;
+}
+
+struct Sink {
+  std::vector<uint8_t>* out;
+  uint64_t max_bytes;
+  bool too_large = false;
+};
+
+size_t WriteToSink(char* data, size_t size, size_t n, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  if (sink->out->size() + size * n > sink->max_bytes) {
+    sink->too_large = true;
+    return 0;  // ends the transfer
+  }
+  sink->out->insert(sink->out->end(), data, data + size * n);
+  return size * n;
+}
+
+Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOptions& opts, std::vector<uint8_t>* out) {
+  CURL* h = curl.init();
+  if (!h) return Failure{"curl_easy_init failed", true};
+  Sink sink{out, opts.max_bytes};
+  curl.setopt(h, CURLOPT_URL, url.c_str());
+  curl.setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+  curl.setopt(h, CURLOPT_NOSIGNAL, 1L);  // worker threads: no SIGALRM for DNS timeouts
+  curl.setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts.connect_timeout_ms));
+  curl.setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // below 1 byte/s ...
+  curl.setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1, opts.stall_timeout_ms / 1000)));  // ... this long
+  curl.setopt(h, CURLOPT_WRITEFUNCTION, &WriteToSink);
+  curl.setopt(h, CURLOPT_WRITEDATA, &sink);
+  const CURLcode rc = curl.perform(h);
+  long code = 0;
+  curl.getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  curl.cleanup(h);
+  if (sink.too_large) return Failure{"larger than " + std::to_string(opts.max_bytes) + " bytes", false};
+  if (rc != CURLE_OK) {
+    const bool permanent = rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
+    return Failure{std::string(curl.strerror(rc)) + " after " + std::to_string(out->size()) + " bytes", !permanent};
+  }
+  if (code >= 400) {
+    // Not found, forbidden, gone: asking again will not help. Busy (429) and server errors may pass.
+    const bool retry = code == 408 || code == 429 || code >= 500;
+    return Failure{"HTTP status " + std::to_string(code), retry};
+  }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------------
+// pipe:COMMAND through /bin/sh
+
+Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vector<uint8_t>* out) {
+  Result<Pipe> data = Pipe::Make();
+  Result<Pipe> errors = Pipe::Make();
+  if (!data.ok() || !errors.ok()) return Failure{"cannot make a pipe", true};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, data->write.get(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, errors->write.get(), STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
+  pid_t pid = -1;
+  const int err = posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  data->write.Reset();
+  errors->write.Reset();
+  if (err != 0) return Failure{std::string("cannot start /bin/sh: ") + std::strerror(err), false};
+  std::string said;  // the command's stderr, its last 400 bytes kept for the message
+  bool too_large = false;
+  uint8_t buf[1 << 16];
+  pollfd fds[2] = {{data->read.get(), POLLIN, 0}, {errors->read.get(), POLLIN, 0}};
+  int open_fds = 2;
+  auto stalled_since = std::chrono::steady_clock::now();
+  while (open_fds > 0) {
+    const int n = ::poll(fds, 2, 1000);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 && std::chrono::steady_clock::now() - stalled_since > std::chrono::milliseconds(opts.stall_timeout_ms)) {
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t r = ::read(fds[i].fd, buf, sizeof buf);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      stalled_since = std::chrono::steady_clock::now();
+      if (i == 0) {
+        if (out->size() + static_cast<size_t>(r) > opts.max_bytes) {
+          too_large = true;
+          ::kill(pid, SIGKILL);
+          fds[0].fd = -1;
+          --open_fds;
+          continue;
+        }
+        out->insert(out->end(), buf, buf + r);
+      } else {
+        said.append(reinterpret_cast<char*>(buf), static_cast<size_t>(r));
+        if (said.size() > 400) said.erase(0, said.size() - 400);
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  const std::string tail = said.empty() ? "" : " (it said: " + said + ")";
+  if (too_large) return Failure{"wrote more than " + std::to_string(opts.max_bytes) + " bytes", false};
+  if (WIFSIGNALED(status))
+    return Failure{"the command was killed by signal " + std::to_string(WTERMSIG(status)) + " after " +
+                       std::to_string(out->size()) + " bytes" + tail, true};
+  if (WEXITSTATUS(status) != 0)
+    return Failure{"the command exited with status " + std::to_string(WEXITSTATUS(status)) + " after " +
+                       std::to_string(out->size()) + " bytes" + tail, true};
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool IsRemoteShard(const std::string& where) {
+  return StartsWith(where, "http://") || StartsWith(where, "https://") || StartsWith(where, "pipe:");
+}
+
+Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts) {
+  std::vector<uint8_t> bytes;
+  if (!IsRemoteShard(where)) {
+    COLOADER_RETURN_NOT_OK(ReadWholeFile(where, &bytes));
+    return bytes;
+  }
+  const CurlApi* curl = nullptr;
+  if (!StartsWith(where, "pipe:")) {
+    COLOADER_ASSIGN_OR_RETURN(curl, LoadCurl());
+  }
+  std::vector<std::string> whys;
+  int pause_ms = opts.first_pause_ms;
+  for (int attempt = 1; attempt <= opts.attempts; ++attempt) {
+    bytes.clear();
+    const Attempt failed = curl ? FetchHttp(*curl, where, opts, &bytes) : FetchPipe(where.substr(5), opts, &bytes);
+    if (!failed) return bytes;
+    whys.push_back(failed->why);
+    if (!failed->retry || attempt == opts.attempts) break;
+    LogLine("[coloader] fetching shard %s failed (%s); attempt %d of %d in %.1f s\n", where.c_str(),
+            failed->why.c_str(), attempt + 1, opts.attempts, pause_ms / 1000.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    pause_ms *= 2;
+  }
+  std::string said;
+  if (std::all_of(whys.begin(), whys.end(), [&](const std::string& w) { return w == whys.front(); })) {
+    said = whys.size() == 1 ? whys.front() : std::to_string(whys.size()) + " attempts, each: " + whys.front();
+  } else {
+    for (size_t i = 0; i < whys.size(); ++i) said += (i ? "; " : "") + std::string("attempt ") + std::to_string(i + 1) + ": " + whys[i];
+  }
+  return Status::IOError("cannot fetch shard " + where + " (" + said + ")");
+}
+
+}  // namespace coloader
