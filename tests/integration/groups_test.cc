@@ -28,15 +28,7 @@ using testing::U64;
 
 constexpr uint64_t kImages = 103;  // a prime: no group size or batch size below divides it
 
-std::vector<int64_t> Indices(const JsonLine& line) {
-  std::vector<int64_t> out;
-  auto it = line.find("indices");
-  if (it == line.end()) return out;
-  std::stringstream ss(it->second);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
+using testing::Indices;
 
 class GroupsTest : public testing::ProducerTest {
  protected:

@@ -147,5 +147,40 @@ TEST_F(WebDatasetTest, PipeCommandsAreShardsAndTheirFailuresAreNamed) {
   EXPECT_NE(failing.Stderr().find("No such file or directory"), std::string::npos) << failing.Stderr();
 }
 
+// Resume on streamed shards: a producer started from a saved position serves the rest of that
+// epoch in the same order as the run that saved it, then whole epochs.
+TEST_F(WebDatasetTest, AResumedProducerGoesOnWhereTheSavedRunWas) {
+  const std::string source = "pipe:cat " + MakeShards(20);
+  auto first = Serve("w", {"--batch-size", "8", "--epochs", "2", "--seed", "9"}, source);
+  auto whole = Consume("w", {"--indices"});
+  ASSERT_EQ(whole->Wait(), 0) << whole->Stderr();
+  ASSERT_EQ(first->Wait(), 0) << first->Stderr();
+  const auto epochs = ParseJsonLines(whole->Stdout());
+  ASSERT_EQ(epochs.size(), 2u);
+  const std::vector<int64_t> epoch1 = testing::Indices(epochs[1]);
+  ASSERT_EQ(epoch1.size(), 103u);
+
+  // The data key comes from the refusal of a state of other data, as a user would see it.
+  const std::string state = tmp_.path() + "/state.json";
+  testing::WriteFile(state, R"({"epoch": 1, "samples_seen_in_epoch": 40, "batch_size": 8, "data_key": "0000000000000000"})");
+  Child refused(Coloader({"serve", "--data", source, "--name", "w", "--image-size", std::to_string(setup_.image_size),
+                          "--epochs", "3", "--seed", "9", "--resume", state}),
+                env_);
+  ASSERT_EQ(refused.Wait(), 2);
+  const std::string says = "but this producer's is ";
+  const size_t at = refused.Stderr().find(says);
+  ASSERT_NE(at, std::string::npos) << refused.Stderr();
+  const std::string key = refused.Stderr().substr(at + says.size(), 16);
+  testing::WriteFile(state, R"({"epoch": 1, "samples_seen_in_epoch": 40, "batch_size": 8, "data_key": ")" + key + R"("})");
+  auto resumed = Serve("w", {"--batch-size", "8", "--epochs", "3", "--seed", "9", "--resume", state}, source);
+  auto rest = Consume("w", {"--indices"});
+  ASSERT_EQ(rest->Wait(), 0) << rest->Stderr();
+  ASSERT_EQ(resumed->Wait(), 0) << resumed->Stderr();
+  const auto after = ParseJsonLines(rest->Stdout());
+  ASSERT_EQ(after.size(), 2u) << rest->Stdout();
+  EXPECT_EQ(testing::Indices(after[0]), std::vector<int64_t>(epoch1.begin() + 40, epoch1.end()));
+  ExpectExactEpoch(after[1]);
+}
+
 }  // namespace
 }  // namespace coloader

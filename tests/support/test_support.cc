@@ -159,6 +159,16 @@ std::vector<JsonLine> ParseJsonLines(const std::string& text) {
   return out;
 }
 
+std::vector<int64_t> Indices(const JsonLine& line) {
+  std::vector<int64_t> out;
+  auto it = line.find("indices");
+  if (it == line.end()) return out;
+  std::stringstream ss(it->second);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
+}
+
 uint64_t U64(const JsonLine& line, const std::string& key) {
   auto it = line.find(key);
   if (it == line.end()) {

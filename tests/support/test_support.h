@@ -79,6 +79,8 @@ std::vector<std::string> Coloader(std::vector<std::string> args);
 using JsonLine = std::map<std::string, std::string>;
 std::vector<JsonLine> ParseJsonLines(const std::string& text);
 uint64_t U64(const JsonLine& line, const std::string& key);
+// The dataset indices a `consume --json --indices` line lists, in the order seen.
+std::vector<int64_t> Indices(const JsonLine& line);
 // A whole epoch of a dataset of n images seen exactly once (from `consume --json`): n samples,
 // n distinct, dataset indices summing to n(n-1)/2.
 void ExpectExactEpoch(const JsonLine& epoch, uint64_t n);
