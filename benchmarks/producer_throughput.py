@@ -51,7 +51,9 @@ def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", w
     images = sum(e["samples"] for e in epochs_out)
     ips = sorted(e["images_per_s"] for e in epochs_out)[len(epochs_out) // 2]
     cpu = ru.ru_utime + ru.ru_stime
-    return {"source": "shards" if "{" in data else "files", "path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
+    source = "files" if "{" not in data else "http" if data.startswith("http") else "pipe" if data.startswith("pipe:") \
+        else "shards"
+    return {"source": source, "path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
             "workers": workers, "images": images,
             "images_per_s": round(ips), "producer_cpu_s": round(cpu, 2), "cores_busy": round(cpu / wall, 1),
             "images_per_cpu_s": round(images / cpu), "cores_for_resnet50": round(RESNET50_IMAGES_PER_S * cpu / images, 1),
@@ -70,6 +72,8 @@ def main():
     ap.add_argument("--whole-decode", action="store_true", help="also the host path with --no-crop-decode")
     ap.add_argument("--shards", type=int, default=0, metavar="N",
                     help="also the images as tar shards of N samples (coloader shard), host path and --device auto")
+    ap.add_argument("--stream", action="store_true",
+                    help="with --shards: also the shards streamed over HTTP (a local http.server) and through pipe:cat")
     args = ap.parse_args()
     env = dict(os.environ, COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="coloader-tp-"))
     rows = [run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tphost")]
@@ -89,10 +93,20 @@ def main():
         last = len([f for f in os.listdir(out) if f.endswith(".tar")]) - 1
         pattern = os.path.join(out, "s-{000000..%06d}.tar" % last)
         pairs = [(None, "cpu")] + ([(args.device, "auto")] if args.device else [])
+        sources = [(args.data, "tpfiles"), (pattern, "tpshards")]
+        server = None
+        if args.stream:
+            server = subprocess.Popen([sys.executable, "-u", "-m", "http.server", "--bind", "127.0.0.1", "0"], cwd=out,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            port = server.stdout.readline().split(" port ")[1].split(" ")[0]  # "Serving HTTP on ... port P ..."
+            name = os.path.basename(pattern)
+            sources += [(f"http://127.0.0.1:{port}/{name}", "tphttp"), ("pipe:cat " + pattern, "tppipe")]
         for device, decode in pairs:
-            for data, name in ((args.data, "tpfiles"), (pattern, "tpshards")):
+            for data, name in sources:
                 rows.append(run(args.binary, data, device, args.workers, args.batch_size, args.epochs, env, name,
                                 decode=decode))
+        if server:
+            server.terminate()
     print(f"{'source':<8}{'path':<8}{'decode':>10}{'workers':>8}{'images/s':>10}{'CPU s':>8}{'cores busy':>12}{'img/CPU-s':>11}"
           f"{'cores for RN50':>16}")
     for r in rows:
