@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <regex>
+#include <set>
 
 #include "tests/integration/integration_fixture.h"
 
@@ -145,6 +146,30 @@ TEST_F(WebDatasetTest, PipeCommandsAreShardsAndTheirFailuresAreNamed) {
             std::string::npos)
       << failing.Stderr();
   EXPECT_NE(failing.Stderr().find("No such file or directory"), std::string::npos) << failing.Stderr();
+}
+
+// A consumer group over streamed shards: each epoch both ranks take the same number of batches
+// and together every sample.
+TEST_F(WebDatasetTest, AGroupOverStreamedShardsSplitsEveryEpochEvenly) {
+  auto producer = Serve("w", {"--batch-size", "16", "--epochs", "2", "--min-consumers", "2"},
+                        "pipe:cat " + MakeShards(20));
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (const char* r : {"0", "1"})
+    ranks.push_back(Consume("w", {"--group", "g", "--rank", r, "--world-size", "2", "--batch-size", "8", "--indices"}));
+  std::vector<std::vector<JsonLine>> lines;
+  for (auto& r : ranks) {
+    ASSERT_EQ(r->Wait(), 0) << r->Stderr();
+    lines.push_back(ParseJsonLines(r->Stdout()));
+    ASSERT_EQ(lines.back().size(), 2u) << r->Stdout();
+  }
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(U64(lines[0][e], "batches"), U64(lines[1][e], "batches")) << "epoch " << e;
+    std::set<int64_t> seen;
+    for (const auto& rank : lines)
+      for (int64_t i : testing::Indices(rank[e])) seen.insert(i);
+    EXPECT_EQ(seen.size(), 103u) << "epoch " << e << ": the group's union is not the whole dataset";
+  }
 }
 
 // Resume on streamed shards: a producer started from a saved position serves the rest of that
