@@ -241,13 +241,19 @@ Status Dataset::Read(const Sample& sample, std::vector<uint8_t>* out) const {
 // out by the decoder when it reads it (a stat per file would make opening ImageNet take
 // seconds to minutes on a network filesystem). In particular a file list may name files that
 // do not exist; they are reported at read time with their path.
-Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>* notes) {
+Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>* notes,
+                              const std::string& label_field) {
+  if (!label_field.empty() && !IsShardSource(path))
+    return Status::Invalid("--label-field " + label_field + " applies to WebDataset shards, and " + path +
+                           " is not shards (an ImageFolder's labels are its class folders)");
   if (IsShardSource(path)) {
     Dataset dataset;
     dataset.source_ = path;
     COLOADER_ASSIGN_OR_RETURN(dataset.shards_, ExpandShards(path));
     std::vector<std::string> ignored;
-    COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored));
+    ShardListing listing;
+    listing.label_field = label_field;
+    COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored, listing));
     if (IsRemoteShard(dataset.shards_.front())) {
       dataset.stream_blocks_.assign(dataset.shards_.size(), 0);
       for (const Sample& s : dataset.samples_) ++dataset.stream_blocks_[s.shard];

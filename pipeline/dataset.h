@@ -26,7 +26,9 @@ class Dataset {
   // one .tar shard) or a brace pattern of shards (train-{000000..000146}.tar). Errors name the
   // path and say what to do: missing path, empty directory, no class folders, no images.
   // What was skipped while listing (a shard cut short, keys without an image) goes to `notes`.
-  static Result<Dataset> Open(const std::string& path, std::vector<std::string>* notes = nullptr);
+  // `label_field`: with shards, the label from this integer field of KEY.json (not KEY.cls).
+  static Result<Dataset> Open(const std::string& path, std::vector<std::string>* notes = nullptr,
+                              const std::string& label_field = "");
 
   size_t size() const { return samples_.size(); }
   const Sample& operator[](size_t i) const { return samples_[i]; }

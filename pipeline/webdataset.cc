@@ -11,6 +11,7 @@
 #include <functional>
 #include <system_error>
 
+#include "common/json_reader.h"
 #include "common/unique_fd.h"
 #include "pipeline/shard_fetch.h"
 #include "pipeline/tar_index.h"
@@ -102,6 +103,20 @@ Result<int64_t> ReadLabel(const ReadMember& read, const TarMember& m, const std:
   return v;
 }
 
+// The label in a ".json" member's top-level field `field`: a non-negative integer.
+Result<int64_t> ReadJsonLabel(const ReadMember& read, const TarMember& m, const std::string& shard,
+                              const std::string& field) {
+  const std::string where = shard + "[" + m.name + "]";
+  if (m.size > (1u << 20)) return Status::Invalid(where + ": a JSON member of " + std::to_string(m.size) + " bytes");
+  COLOADER_ASSIGN_OR_RETURN(const std::string text, read(m));
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue json, ParseJson(text, where));
+  const JsonValue* v = json.Find(field);
+  if (!v) return Status::Invalid(where + ": no field \"" + field + "\" (--label-field)");
+  if (!v->is_number() || v->number() < 0 || v->number() != static_cast<double>(static_cast<int64_t>(v->number())))
+    return v->ErrorAt(where + ": field \"" + field + "\" is not a class label (a non-negative integer)");
+  return static_cast<int64_t>(v->number());
+}
+
 }  // namespace
 
 bool IsShardSource(const std::string& data) {
@@ -141,14 +156,15 @@ struct Tally {
 // The samples of one indexed shard, in archive order: consecutive members with one key make a
 // sample, as WebDataset groups them.
 void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& index, const ReadMember& read,
-                  std::vector<Sample>* samples, std::vector<std::string>* notes, Tally* tally) {
+                  const std::string& label_field, std::vector<Sample>* samples, std::vector<std::string>* notes,
+                  Tally* tally) {
   const std::vector<TarMember>& m = index.members;
   for (size_t i = 0; i < m.size();) {
     const size_t slash = m[i].name.rfind('/');
     const size_t dot = m[i].name.find('.', slash == std::string::npos ? 0 : slash + 1);
     const std::string key = m[i].name.substr(0, dot);
     const TarMember* image = nullptr;
-    const TarMember* cls = nullptr;
+    const TarMember* cls = nullptr;  // KEY.cls, or KEY.json with --label-field
     int best = -1;
     size_t j = i;
     for (; j < m.size() && m[j].name.size() > key.size() && m[j].name.compare(0, key.size(), key) == 0 &&
@@ -160,7 +176,7 @@ void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& i
         best = rank;
         image = &m[j];
       }
-      if (ext == "cls") cls = &m[j];
+      if (ext == (label_field.empty() ? "cls" : "json")) cls = &m[j];
     }
     if (j == i) ++j;  // a member with no extension: a key of its own, with no image
     i = j;
@@ -176,7 +192,8 @@ void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& i
     s.size = image->size;
     s.label = -1;
     if (cls) {
-      Result<int64_t> label = ReadLabel(read, *cls, shard);
+      Result<int64_t> label =
+          label_field.empty() ? ReadLabel(read, *cls, shard) : ReadJsonLabel(read, *cls, shard, label_field);
       if (!label.ok()) {
         notes->push_back(label.status().message() + "; sample '" + key + "' is skipped");
         continue;
@@ -190,8 +207,8 @@ void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& i
 }
 
 // A local shard: indexed from its headers, labels read by pread.
-Status ListLocalShard(const std::string& shard, uint32_t shard_no, std::vector<Sample>* samples,
-                      std::vector<std::string>* notes, Tally* tally) {
+Status ListLocalShard(const std::string& shard, uint32_t shard_no, const std::string& label_field,
+                      std::vector<Sample>* samples, std::vector<std::string>* notes, Tally* tally) {
   std::error_code ec;
   if (!fs::exists(shard, ec)) return Status::NotFound(shard + ": no such shard (check the --data pattern's range)");
   COLOADER_ASSIGN_OR_RETURN(TarIndex index, IndexTar(shard));
@@ -206,7 +223,7 @@ Status ListLocalShard(const std::string& shard, uint32_t shard_no, std::vector<S
       return Status::FromErrno(shard + "[" + m.name + "]: cannot read", errno);
     return text;
   };
-  GroupSamples(shard, shard_no, index, read, samples, notes, tally);
+  GroupSamples(shard, shard_no, index, read, label_field, samples, notes, tally);
   return Status::OK();
 }
 
@@ -214,7 +231,8 @@ Status ListLocalShard(const std::string& shard, uint32_t shard_no, std::vector<S
 // arrives cut short is fetched again (twice more at most) before its complete members are
 // taken as they are.
 Status ListStreamedShard(const std::string& shard, uint32_t shard_no, const FetchOptions& fetch,
-                         std::vector<Sample>* samples, std::vector<std::string>* notes, Tally* tally) {
+                         const std::string& label_field, std::vector<Sample>* samples, std::vector<std::string>* notes,
+                         Tally* tally) {
   std::vector<uint8_t> bytes;
   TarIndex index;
   for (int round = 0; round < 3; ++round) {
@@ -228,28 +246,30 @@ Status ListStreamedShard(const std::string& shard, uint32_t shard_no, const Fetc
   auto read = [&](const TarMember& m) -> Result<std::string> {
     return std::string(reinterpret_cast<const char*>(bytes.data()) + m.offset, m.size);
   };
-  GroupSamples(shard, shard_no, index, read, samples, notes, tally);
+  GroupSamples(shard, shard_no, index, read, label_field, samples, notes, tally);
   return Status::OK();
 }
 
 }  // namespace
 
 Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Sample>* samples,
-                        std::vector<std::string>* notes, const FetchOptions& fetch) {
+                        std::vector<std::string>* notes, const ShardListing& listing) {
   Tally tally;
   for (size_t k = 0; k < shards.size(); ++k) {
     const auto shard_no = static_cast<uint32_t>(k);
     if (IsRemoteShard(shards[k])) {
-      COLOADER_RETURN_NOT_OK(ListStreamedShard(shards[k], shard_no, fetch, samples, notes, &tally));
+      COLOADER_RETURN_NOT_OK(
+          ListStreamedShard(shards[k], shard_no, listing.fetch, listing.label_field, samples, notes, &tally));
     } else {
-      COLOADER_RETURN_NOT_OK(ListLocalShard(shards[k], shard_no, samples, notes, &tally));
+      COLOADER_RETURN_NOT_OK(ListLocalShard(shards[k], shard_no, listing.label_field, samples, notes, &tally));
     }
   }
   if (tally.without_image)
     notes->push_back(std::to_string(tally.without_image) + " key(s) without an image member (" +
                      "jpg, jpeg, png, webp, ppm, bmp, pgm, tif, tiff) are left out");
   if (tally.without_label)
-    notes->push_back(std::to_string(tally.without_label) + " sample(s) without a .cls member have label -1");
+    notes->push_back(std::to_string(tally.without_label) + " sample(s) without a " +
+                     (listing.label_field.empty() ? std::string(".cls") : ".json") + " member have label -1");
   if (samples->empty())
     return Status::Invalid(shards.front() + (shards.size() > 1 ? " (and the other shards)" : "") +
                            ": no sample with an image member (KEY.jpg, KEY.png, ...)");

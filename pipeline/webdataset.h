@@ -2,7 +2,8 @@
 // member's path up to the first dot of its file name: "a/000123.jpg" and "a/000123.cls" are the
 // sample "a/000123"). The image is the first member with an image extension (jpg, jpeg, png,
 // webp, ppm, bmp, pgm, tif, tiff, in that order; decoded by content, as every file is); the
-// label is the integer text of the ".cls" member. Other members are ignored.
+// label is the integer text of the ".cls" member, or a named integer field of the ".json"
+// member (--label-field). Other members are ignored.
 //
 // Shards on a local file system are indexed at start from their headers alone (tar_index.h) and
 // read by pread, one sample at a time, so every sample has its global index (shard order, then
@@ -32,8 +33,15 @@ Result<std::vector<std::string>> ExpandShards(const std::string& data);
 // Lists every sample of `shards` into `samples`. A shard that cannot be opened, or is not a
 // tar file, is an error naming it; a shard cut short keeps the samples before the damage, and
 // keys without an image are left out: both are said in `notes`.
+// How shards are listed: how streamed ones are fetched, and where labels come from.
+struct ShardListing {
+  FetchOptions fetch;
+  // "": the label is KEY.cls; otherwise this top-level integer field of KEY.json.
+  std::string label_field;
+};
+
 // Streamed shards (http(s)://, pipe:; shard_fetch.h) are fetched once here to be indexed.
 Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Sample>* samples,
-                        std::vector<std::string>* notes, const FetchOptions& fetch = {});
+                        std::vector<std::string>* notes, const ShardListing& listing = {});
 
 }  // namespace coloader

@@ -18,7 +18,8 @@ enum class OnBadFile { kSkip, kFail };
 
 struct ProducerOptions {
   std::string name;
-  std::string data;         // ImageFolder directory or file list
+  std::string data;         // ImageFolder directory, file list or WebDataset shards
+  std::string label_field;  // shards: the label from this integer field of KEY.json ("": KEY.cls)
   uint32_t batch_size = 256;
   int image_size = 224;
   int workers = 0;          // 0: one per online CPU

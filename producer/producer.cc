@@ -173,7 +173,7 @@ Status Producer::Impl::Setup() {
 
 Status Producer::Impl::OpenDataset() {
   std::vector<std::string> notes;
-  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data, &notes));
+  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data, &notes, opts.label_field));
   for (const std::string& note : notes) LogLine("[coloader %s] %s\n", opts.name.c_str(), note.c_str());
   if (!dataset.shards().empty())
     LogLine("[coloader %s] %zu samples in %zu WebDataset shard(s)\n", opts.name.c_str(), dataset.size(),

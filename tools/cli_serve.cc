@@ -102,8 +102,12 @@ struct ServeFlags {
 };
 
 void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
-  cmd.Add("--data", &o.data, "an ImageFolder tree (DIR/<class>/<image>) or a file list (path,label per line)")
+  cmd.Add("--data", &o.data, "an ImageFolder tree (DIR/<class>/<image>), a file list (path,label per line), or "
+                             "WebDataset shards: 'train-{000000..000146}.tar', http(s):// URLs or pipe:COMMAND")
       ->type_name("PATH");
+  cmd.Add("--label-field", &o.label_field, "with WebDataset shards: the label from this integer field of KEY.json "
+                                           "instead of KEY.cls")
+      ->type_name("NAME");
   cmd.Add("--name", &o.name, "what consumers connect to ([A-Za-z0-9._-], up to 64)")->type_name("NAME");
   cmd.Add("--batch-size", &o.batch_size, "producer batch (samples per ring slot)");
   cmd.Add("--image-size", &o.image_size, "output is S x S");

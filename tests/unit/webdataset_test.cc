@@ -140,6 +140,40 @@ TEST(ShardSamples, KeysGroupMembersAndWhatCannotBeServedIsSaid) {
   EXPECT_NE(said.find("1 sample(s) without a .cls member"), std::string::npos) << said;
 }
 
+TEST(ShardSamples, ALabelFieldTakesTheLabelFromTheJsonMember) {
+  testing::TempDir tmp;
+  const std::string src = tmp.path() + "/src";
+  WriteFile(src + "/a.jpg", Bytes(100, 9));
+  WriteFile(src + "/a.json", R"({"caption": "a dog", "label": 12})");
+  WriteFile(src + "/a.cls", "3");
+  WriteFile(src + "/b.jpg", Bytes(100, 10));
+  WriteFile(src + "/b.json", R"({"label": "twelve"})");
+  WriteFile(src + "/c.jpg", Bytes(100, 11));
+  WriteFile(src + "/c.json", R"({"caption": "no label"})");
+  WriteFile(src + "/d.jpg", Bytes(100, 12));
+  const std::string tar = tmp.path() + "/s.tar";
+  ASSERT_EQ(std::system(("tar -cf " + tar + " -C " + src + " a.jpg a.json a.cls b.jpg b.json c.jpg c.json d.jpg").c_str()), 0);
+  std::vector<Sample> samples;
+  std::vector<std::string> notes;
+  ShardListing listing;
+  listing.label_field = "label";
+  ASSERT_OK(ListShardSamples({tar}, &samples, &notes, listing));
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].member, "a.jpg");
+  EXPECT_EQ(samples[0].label, 12);  // the JSON's, not a.cls's
+  EXPECT_EQ(samples[1].member, "d.jpg");
+  EXPECT_EQ(samples[1].label, -1);
+  std::string said;
+  for (const std::string& n : notes) said += n + "\n";
+  EXPECT_NE(said.find("[b.json]: field \"label\" is not a class label"), std::string::npos) << said;
+  EXPECT_NE(said.find("[c.json]: no field \"label\""), std::string::npos) << said;
+  EXPECT_NE(said.find("1 sample(s) without a .json member"), std::string::npos) << said;
+  // Not for an ImageFolder.
+  Result<Dataset> folder = Dataset::Open(src, nullptr, "label");
+  ASSERT_FALSE(folder.ok());
+  EXPECT_NE(folder.status().message().find("--label-field label applies to WebDataset shards"), std::string::npos);
+}
+
 // `coloader shard` writes what `serve --data` reads: every sample's bytes and label are its
 // source file's, and the keys are the source's indices.
 TEST(ShardCommand, WritesShardsThatReadBackAsTheSourceByteForByte) {
