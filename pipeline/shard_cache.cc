@@ -55,16 +55,19 @@ Result<ShardCache::Bytes> ShardCache::FetchLocked(uint32_t shard, std::unique_lo
   lock.lock();
   e.fetching = false;
   ++fetches_;
-  if (got.ok()) {
-    e.bytes = std::make_shared<const std::vector<uint8_t>>(std::move(*got));
-    e.error = Status::OK();
-    EvictLocked();
-  } else {
-    e.error = got.status();
-  }
   cv_.notify_all();
-  if (!e.bytes) return e.error;
-  return e.bytes;
+  if (!got.ok()) {
+    e.error = got.status();
+    return e.error;
+  }
+  // Kept here as well as in the entry: making room may let go of this very entry (others were
+  // read while it was on its way), and its reader still gets it.
+  Bytes bytes = std::make_shared<const std::vector<uint8_t>>(std::move(*got));
+  e.bytes = bytes;
+  e.error = Status::OK();
+  e.used = ++tick_;
+  EvictLocked();
+  return bytes;
 }
 
 void ShardCache::EvictLocked() {

@@ -11,8 +11,10 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "pipeline/dataset.h"
+#include "pipeline/shard_cache.h"
 #include "pipeline/tar_index.h"
 #include "pipeline/transform.h"
 #include "tests/support/test_support.h"
@@ -172,6 +174,44 @@ TEST(ShardSamples, ALabelFieldTakesTheLabelFromTheJsonMember) {
   Result<Dataset> folder = Dataset::Open(src, nullptr, "label");
   ASSERT_FALSE(folder.ok());
   EXPECT_NE(folder.status().message().find("--label-field label applies to WebDataset shards"), std::string::npos);
+}
+
+// The cache of streamed shards: what it holds is bounded, a shard let go is fetched again, a
+// shard named ahead arrives without a reader asking, and a failure names the command.
+TEST(ShardCacheTest, HoldsAtMostItsCapacityAndFetchesAhead) {
+  testing::TempDir tmp;
+  std::vector<std::string> shards;
+  for (int i = 0; i < 4; ++i) {
+    WriteFile(tmp.path() + "/s" + std::to_string(i), Bytes(1000 + i, static_cast<uint32_t>(20 + i)));
+    shards.push_back("pipe:cat " + tmp.path() + "/s" + std::to_string(i));
+  }
+  shards.push_back("pipe:exit 3");
+  FetchOptions fast;
+  fast.attempts = 2;
+  fast.first_pause_ms = 1;
+  ShardCache cache(shards, 2, fast);
+  for (uint32_t i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(ShardCache::Bytes b, cache.Get(i));
+    EXPECT_EQ(b->size(), 1000u + i);
+  }
+  EXPECT_EQ(cache.fetches(), 3u);
+  ASSERT_OK(cache.Get(2).status());  // held: no fetch
+  EXPECT_EQ(cache.fetches(), 3u);
+  ASSERT_OK(cache.Get(0).status());  // let go (two held at most): fetched again
+  EXPECT_EQ(cache.fetches(), 4u);
+  cache.WillRead(3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (cache.fetches() < 5 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(cache.fetches(), 5u) << "the shard named ahead was not fetched";
+  ASSERT_OK(cache.Get(3).status());
+  EXPECT_EQ(cache.fetches(), 5u);  // it was there when its reader came
+  Result<ShardCache::Bytes> failed = cache.Get(4);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("cannot fetch shard pipe:exit 3 (2 attempts, each: the command exited with "
+                                           "status 3"),
+            std::string::npos)
+      << failed.status().message();
 }
 
 // `coloader shard` writes what `serve --data` reads: every sample's bytes and label are its
