@@ -16,6 +16,7 @@
   do {                                                                                        \
     cudaError_t _err = (expr);                                                                \
     if (_err != cudaSuccess) {                                                                \
+      cudaGetLastError(); /* reported here: not left for the next caller (torch's) to find */  \
       return ::coloader::Status::IOError(std::string("CUDA: ") + #expr + " failed: " +       \
                                          cudaGetErrorName(_err) + " (" + cudaGetErrorString(_err) + ")"); \
     }                                                                                         \

@@ -57,11 +57,15 @@ Status Socket::Send(zmq::message_t& message, zmq::send_flags flags) {
 }
 
 Result<bool> Socket::Recv(zmq::message_t* message, zmq::recv_flags flags) {
-  try {
-    return sock_.recv(*message, flags).has_value();
-  } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return false;  // a signal: nothing read, the caller polls again
-    return Failure("recv", e);
+  for (;;) {
+    try {
+      return sock_.recv(*message, flags).has_value();
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) return Failure("recv", e);
+      // A signal: under dontwait nothing was read (the caller polls again); a blocking read
+      // (the rest of a message whose first frame came) is read again.
+      if (flags == zmq::recv_flags::dontwait) return false;
+    }
   }
 }
 

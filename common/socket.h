@@ -50,7 +50,8 @@ class Socket {
   // EHOSTUNREACH) or the socket failed.
   Status Send(zmq::const_buffer data, zmq::send_flags flags);
   Status Send(zmq::message_t& message, zmq::send_flags flags);
-  // One frame into `message`: false when dontwait is given and none is waiting.
+  // One frame into `message`: false when dontwait is given and none is waiting (or a signal came
+  // first); a blocking read interrupted by a signal is read again.
   Result<bool> Recv(zmq::message_t* message, zmq::recv_flags flags);
 
  private:

@@ -8,6 +8,7 @@ namespace coloader {
 
 ShardCache::ShardCache(std::vector<std::string> shards, size_t capacity, FetchOptions opts)
     : shards_(std::move(shards)), capacity_(std::max<size_t>(capacity, 2)), opts_(opts) {
+  opts_.cancel = &cancel_;
   // Without a thread (the thread limit), reading still works: each shard is fetched by its
   // first reader.
   if (Result<std::thread> t = StartThread("the shard read-ahead thread", [this] { ReadAheadLoop(); }); t.ok())
@@ -19,6 +20,7 @@ ShardCache::~ShardCache() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
+  cancel_.store(true);  // a fetch under way (the read-ahead's, or a reader's) ends within a second
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
@@ -39,6 +41,7 @@ void ShardCache::WillRead(uint32_t shard) {
     auto it = entries_.find(shard);
     if (it != entries_.end() && (it->second.bytes || it->second.fetching)) return;
     if (std::find(ahead_.begin(), ahead_.end(), shard) != ahead_.end()) return;
+    if (ahead_.size() >= capacity_ / 2) return;  // its reader fetches it, if the queue has not by then
     ahead_.push_back(shard);
   }
   cv_.notify_all();
@@ -46,10 +49,16 @@ void ShardCache::WillRead(uint32_t shard) {
 
 Result<ShardCache::Bytes> ShardCache::FetchLocked(uint32_t shard, std::unique_lock<std::mutex>& lock) {
   Entry& e = entries_[shard];  // std::map: the reference stays valid while others are added
-  cv_.wait(lock, [&] { return !e.fetching; });
+  if (e.fetching) {
+    // Another thread fetches it: wait for that fetch, and take its outcome, failure included.
+    const uint64_t round = e.fetch_round;
+    cv_.wait(lock, [&] { return !e.fetching || e.fetch_round != round; });
+    if (!e.bytes && !e.error.ok()) return e.error;
+  }
   e.used = ++tick_;
   if (e.bytes) return e.bytes;
   e.fetching = true;
+  ++e.fetch_round;
   lock.unlock();
   Result<std::vector<uint8_t>> got = FetchShard(shards_[shard], opts_);
   lock.lock();

@@ -3,9 +3,12 @@
 // with its readers). Fetch ahead of need: the pipeline names the samples of every batch it is
 // given (WillRead), so the shards of the batches the producer has submitted (its --window) are
 // fetched on a thread of their own while earlier batches decode. One fetch per shard at a time;
-// other readers of it wait for that one.
+// other readers of it wait for that one, and share its failure rather than fetch again. At most
+// capacity / 2 shards wait to be fetched ahead, so that fetching ahead never lets go of the
+// shards it fetched before they are read.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,6 +45,7 @@ class ShardCache {
   struct Entry {
     Bytes bytes;
     bool fetching = false;
+    uint64_t fetch_round = 0;  // fetches of it begun so far
     Status error;  // the last fetch's failure, given to the readers that waited for it
     uint64_t used = 0;
   };
@@ -51,7 +55,8 @@ class ShardCache {
 
   const std::vector<std::string> shards_;
   const size_t capacity_;
-  const FetchOptions opts_;
+  FetchOptions opts_;
+  std::atomic<bool> cancel_{false};  // set by the destructor: a fetch under way ends
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<uint32_t, Entry> entries_;

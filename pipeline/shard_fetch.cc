@@ -101,6 +101,12 @@ size_t WriteToSink(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+bool Cancelled(const FetchOptions& opts) { return opts.cancel && opts.cancel->load(); }
+
+int CurlProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return Cancelled(*static_cast<const FetchOptions*>(user)) ? 1 : 0;  // non-zero aborts the transfer
+}
+
 Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOptions& opts, std::vector<uint8_t>* out) {
   CURL* h = curl.init();
   if (!h) return Failure{"curl_easy_init failed", true};
@@ -113,6 +119,9 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOption
   curl.setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1, opts.stall_timeout_ms / 1000)));  // ... this long
   curl.setopt(h, CURLOPT_WRITEFUNCTION, &WriteToSink);
   curl.setopt(h, CURLOPT_WRITEDATA, &sink);
+  curl.setopt(h, CURLOPT_XFERINFOFUNCTION, &CurlProgress);
+  curl.setopt(h, CURLOPT_XFERINFODATA, &opts);
+  curl.setopt(h, CURLOPT_NOPROGRESS, 0L);
   const CURLcode rc = curl.perform(h);
   long code = 0;
   curl.getinfo(h, CURLINFO_RESPONSE_CODE, &code);
@@ -142,24 +151,40 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   posix_spawn_file_actions_adddup2(&actions, data->write.get(), STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, errors->write.get(), STDERR_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  // A process group of its own, so that a stalled pipeline (pipe:a | b) is ended whole.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   const char* argv[] = {"/bin/sh", "-c", command.c_str(), nullptr};
   pid_t pid = -1;
-  const int err = posix_spawn(&pid, "/bin/sh", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  const int err = posix_spawn(&pid, "/bin/sh", &actions, &attr, const_cast<char* const*>(argv), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   data->write.Reset();
   errors->write.Reset();
   if (err != 0) return Failure{std::string("cannot start /bin/sh: ") + std::strerror(err), false};
   std::string said;  // the command's stderr, its last 400 bytes kept for the message
-  bool too_large = false;
+  enum class Ended { kByItself, kTooLarge, kStalled, kCancelled } ended = Ended::kByItself;
+  auto end = [&](Ended why) {
+    ended = why;
+    ::kill(-pid, SIGKILL);
+  };
   uint8_t buf[1 << 16];
   pollfd fds[2] = {{data->read.get(), POLLIN, 0}, {errors->read.get(), POLLIN, 0}};
   int open_fds = 2;
   auto stalled_since = std::chrono::steady_clock::now();
-  while (open_fds > 0) {
+  while (open_fds > 0 && ended == Ended::kByItself) {
     const int n = ::poll(fds, 2, 1000);
     if (n < 0 && errno == EINTR) continue;
-    if (n == 0 && std::chrono::steady_clock::now() - stalled_since > std::chrono::milliseconds(opts.stall_timeout_ms)) {
-      ::kill(pid, SIGKILL);
+    // Only the shard's bytes count as progress: a command may keep talking on stderr (a progress
+    // meter) over a dead connection.
+    if (std::chrono::steady_clock::now() - stalled_since > std::chrono::milliseconds(opts.stall_timeout_ms)) {
+      end(Ended::kStalled);
+      break;
+    }
+    if (Cancelled(opts)) {
+      end(Ended::kCancelled);
       break;
     }
     for (int i = 0; i < 2; ++i) {
@@ -171,14 +196,11 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
         --open_fds;
         continue;
       }
-      stalled_since = std::chrono::steady_clock::now();
       if (i == 0) {
+        stalled_since = std::chrono::steady_clock::now();
         if (out->size() + static_cast<size_t>(r) > opts.max_bytes) {
-          too_large = true;
-          ::kill(pid, SIGKILL);
-          fds[0].fd = -1;
-          --open_fds;
-          continue;
+          end(Ended::kTooLarge);
+          break;
         }
         out->insert(out->end(), buf, buf + r);
       } else {
@@ -192,7 +214,11 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   }
   while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
   const std::string tail = said.empty() ? "" : " (it said: " + said + ")";
-  if (too_large) return Failure{"wrote more than " + std::to_string(opts.max_bytes) + " bytes", false};
+  if (ended == Ended::kTooLarge) return Failure{"wrote more than " + std::to_string(opts.max_bytes) + " bytes", false};
+  if (ended == Ended::kCancelled) return Failure{"cancelled", false};
+  if (ended == Ended::kStalled)
+    return Failure{"the command wrote nothing for " + std::to_string(opts.stall_timeout_ms / 1000) + " s after " +
+                       std::to_string(out->size()) + " bytes, and was stopped" + tail, true};
   if (WIFSIGNALED(status))
     return Failure{"the command was killed by signal " + std::to_string(WTERMSIG(status)) + " after " +
                        std::to_string(out->size()) + " bytes" + tail, true};
@@ -225,10 +251,12 @@ Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOpt
     const Attempt failed = curl ? FetchHttp(*curl, where, opts, &bytes) : FetchPipe(where.substr(5), opts, &bytes);
     if (!failed) return bytes;
     whys.push_back(failed->why);
+    if (Cancelled(opts)) return Status::Cancelled("fetching shard " + where + ": cancelled");
     if (!failed->retry || attempt == opts.attempts) break;
     LogLine("[coloader] fetching shard %s failed (%s); attempt %d of %d in %.1f s\n", where.c_str(),
             failed->why.c_str(), attempt + 1, opts.attempts, pause_ms / 1000.0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    for (int slept = 0; slept < pause_ms && !Cancelled(opts); slept += 50)
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, pause_ms - slept)));
     pause_ms *= 2;
   }
   std::string said;

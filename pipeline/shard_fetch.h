@@ -9,6 +9,7 @@
 // wheel stays free of libcurl and its TLS stack, and a machine without it hears how to get it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -26,6 +27,9 @@ struct FetchOptions {
   int connect_timeout_ms = 10000;
   int stall_timeout_ms = 30000;  // a transfer that moves no byte this long fails (and is retried)
   uint64_t max_bytes = uint64_t{64} << 30;  // a shard larger than this is an error, not a retry
+  // When set and true, the fetch ends at once (within a second) with kCancelled: its owner is
+  // shutting down.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts = {});

@@ -60,7 +60,7 @@ Result<std::vector<std::string>> Alternatives(const std::string& body, const std
   if (!number(a, &lo) || !number(b, &hi))
     return Status::Invalid(pattern + ": '{" + body + "}' is not a range of numbers like {000000..000146}");
   if (hi < lo) return Status::Invalid(pattern + ": the range {" + body + "} runs backwards");
-  if (hi - lo >= 10'000'000) return Status::Invalid(pattern + ": the range {" + body + "} names over ten million shards");
+  if (hi - lo >= 1'000'000) return Status::Invalid(pattern + ": the range {" + body + "} names over a million shards");
   const bool padded = (a.size() > 1 && a[0] == '0') || (b.size() > 1 && b[0] == '0');
   const size_t width = padded ? std::max(a.size(), b.size()) : 0;
   for (uint64_t v = lo; v <= hi; ++v) {
@@ -80,6 +80,8 @@ Status Expand(const std::string& s, const std::string& pattern, std::vector<std:
   const size_t close = s.find('}', open);
   if (close == std::string::npos) return Status::Invalid(pattern + ": a '{' without its '}'");
   COLOADER_ASSIGN_OR_RETURN(std::vector<std::string> alts, Alternatives(s.substr(open + 1, close - open - 1), pattern));
+  if (out->size() + alts.size() > 1'000'000)
+    return Status::Invalid(pattern + ": names over a million shards");
   for (const std::string& alt : alts)
     COLOADER_RETURN_NOT_OK(Expand(s.substr(0, open) + alt + s.substr(close + 1), pattern, out));
   return Status::OK();
@@ -112,7 +114,8 @@ Result<int64_t> ReadJsonLabel(const ReadMember& read, const TarMember& m, const 
   COLOADER_ASSIGN_OR_RETURN(const JsonValue json, ParseJson(text, where));
   const JsonValue* v = json.Find(field);
   if (!v) return Status::Invalid(where + ": no field \"" + field + "\" (--label-field)");
-  if (!v->is_number() || v->number() < 0 || v->number() != static_cast<double>(static_cast<int64_t>(v->number())))
+  if (!v->is_number() || v->number() < 0 || v->number() >= 9.2e18 ||
+      v->number() != static_cast<double>(static_cast<int64_t>(v->number())))
     return v->ErrorAt(where + ": field \"" + field + "\" is not a class label (a non-negative integer)");
   return static_cast<int64_t>(v->number());
 }

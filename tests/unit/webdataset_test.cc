@@ -214,6 +214,44 @@ TEST(ShardCacheTest, HoldsAtMostItsCapacityAndFetchesAhead) {
       << failed.status().message();
 }
 
+// A command that talks on stderr but sends no shard is stopped at the stall timeout, with its
+// process group (the sleep under the shell too), and said to have stalled.
+TEST(ShardFetch, ACommandThatSendsNothingIsStoppedAndSaidToHaveStalled) {
+  FetchOptions o;
+  o.attempts = 1;
+  o.stall_timeout_ms = 1000;
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::vector<uint8_t>> r = FetchShard("pipe:while :; do echo progress >&2; sleep 0.2; done", o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("wrote nothing for 1 s after 0 bytes, and was stopped"), std::string::npos)
+      << r.status().message();
+}
+
+// Destroying the cache ends a fetch under way (its read-ahead of a shard that never comes).
+TEST(ShardCacheTest, GoingAwayEndsAFetchUnderWay) {
+  testing::TempDir tmp;
+  const std::string started = tmp.path() + "/started";
+  {
+    ShardCache cache({"pipe:touch " + started + "; sleep 60"}, 2, FetchOptions{});
+    cache.WillRead(0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!fs::exists(started) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(fs::exists(started));
+  }  // the destructor: within the poll's second, not the sleep's minute
+  SUCCEED();
+}
+
+TEST(ShardPattern, LocalAndStreamedShardsDoNotMix) {
+  testing::TempDir tmp;
+  WriteFile(tmp.path() + "/a.tar", "");
+  Result<Dataset> mixed = Dataset::Open("{" + tmp.path() + "/a.tar,pipe:cat " + tmp.path() + "/a.tar}");
+  ASSERT_FALSE(mixed.ok());
+  EXPECT_NE(mixed.status().message().find("mixes local shards with streamed ones"), std::string::npos)
+      << mixed.status().message();
+}
+
 // `coloader shard` writes what `serve --data` reads: every sample's bytes and label are its
 // source file's, and the keys are the source's indices.
 TEST(ShardCommand, WritesShardsThatReadBackAsTheSourceByteForByte) {
