@@ -12,6 +12,10 @@
 
 namespace coloader {
 
+// Reads up to `n` bytes of `fd` at `offset` (pread, again after a signal or a short read): how
+// many were read (fewer only where the file ends), or -1 with errno set.
+int64_t PreadFully(int fd, void* buf, size_t n, uint64_t offset);
+
 class UniqueFd {
  public:
   UniqueFd() = default;

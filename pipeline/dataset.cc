@@ -237,6 +237,16 @@ Status Dataset::Read(const Sample& sample, std::vector<uint8_t>* out) const {
   return Status::OK();
 }
 
+void Dataset::WillRead(const std::vector<int64_t>& indices) const {
+  if (!cache_) return;
+  int64_t last = -1;  // a batch's samples come a shard at a time: name each shard once
+  for (int64_t index : indices) {
+    const uint32_t shard = samples_[static_cast<size_t>(index)].shard;
+    if (shard != last) cache_->WillRead(shard);
+    last = shard;
+  }
+}
+
 // Samples are only listed here, never opened: whether each file exists and decodes is found
 // out by the decoder when it reads it (a stat per file would make opening ImageNet take
 // seconds to minutes on a network filesystem). In particular a file list may name files that

@@ -45,10 +45,9 @@ class Dataset {
   // A sample's bytes: its file, its member of a local shard (pread), or of a streamed shard
   // (from memory, fetched when needed). Errors name the file or URL and the member.
   Status Read(const Sample& sample, std::vector<uint8_t>* out) const;
-  // Says that `sample` will be read soon: a streamed shard is fetched ahead.
-  void WillRead(const Sample& sample) const {
-    if (cache_) cache_->WillRead(sample.shard);
-  }
+  // Says that these samples will be read soon: their streamed shards are fetched ahead (nothing
+  // for local data).
+  void WillRead(const std::vector<int64_t>& indices) const;
 
  private:
   std::string source_;

@@ -60,7 +60,7 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
   job->remaining.store(n);
   in_flight_.fetch_add(1);
   // Streamed shards: what this batch reads is fetched while the batches before it decode.
-  for (int64_t index : job->indices) dataset_->WillRead((*dataset_)[static_cast<size_t>(index)]);
+  dataset_->WillRead(job->indices);
   if (!gpu_.empty()) {
     job->gpu.assign(n, GpuSample{});
     job->decoder = static_cast<uint32_t>(job->seq % gpu_.size());

@@ -177,17 +177,7 @@ Result<TarIndex> IndexTar(const std::string& path) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path + ": cannot stat", errno);
   if (!S_ISREG(st.st_mode)) return Status::Invalid(path + ": not a regular file");
-  auto read_at = [&](uint64_t offset, size_t n, uint8_t* out) -> int64_t {
-    size_t done = 0;
-    while (done < n) {
-      const ssize_t r = ::pread(fd.get(), out + done, n - done, static_cast<off_t>(offset + done));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return -1;
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    return static_cast<int64_t>(done);
-  };
+  auto read_at = [&](uint64_t offset, size_t n, uint8_t* out) { return PreadFully(fd.get(), out, n, offset); };
   return Index(read_at, static_cast<uint64_t>(st.st_size), path);
 }
 

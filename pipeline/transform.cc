@@ -25,14 +25,9 @@ Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(path + ": cannot stat", errno);
   out->resize(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < out->size()) {
-    const ssize_t n = ::read(fd.get(), out->data() + got, out->size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(path + ": read failed", errno);
-    if (n == 0) return Status::IOError(path + ": file shrank while being read");
-    got += static_cast<size_t>(n);
-  }
+  const int64_t got = PreadFully(fd.get(), out->data(), out->size(), 0);
+  if (got < 0) return Status::FromErrno(path + ": read failed", errno);
+  if (static_cast<size_t>(got) < out->size()) return Status::IOError(path + ": file shrank while being read");
   if (out->empty()) return Status::Invalid(path + ": empty file");
   return Status::OK();
 }
@@ -44,14 +39,9 @@ Status ReadSample(const Sample& sample, std::vector<uint8_t>* out) {
   const UniqueFd fd(::open(sample.path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::FromErrno(sample.path + ": cannot open", errno);
   out->resize(static_cast<size_t>(sample.size));
-  size_t got = 0;
-  while (got < out->size()) {
-    const ssize_t n = ::pread(fd.get(), out->data() + got, out->size() - got, static_cast<off_t>(sample.offset + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::FromErrno(where + ": read failed", errno);
-    if (n == 0) return Status::IOError(where + ": the shard shrank while being read");
-    got += static_cast<size_t>(n);
-  }
+  const int64_t got = PreadFully(fd.get(), out->data(), out->size(), sample.offset);
+  if (got < 0) return Status::FromErrno(where + ": read failed", errno);
+  if (static_cast<size_t>(got) < out->size()) return Status::IOError(where + ": the shard shrank while being read");
   return Status::OK();
 }
 

@@ -222,7 +222,7 @@ Status ListLocalShard(const std::string& shard, uint32_t shard_no, const std::st
   if (!fd.valid()) return Status::FromErrno(shard + ": cannot open", errno);
   auto read = [&](const TarMember& m) -> Result<std::string> {
     std::string text(m.size, '\0');
-    if (::pread(fd.get(), text.data(), m.size, static_cast<off_t>(m.offset)) != static_cast<ssize_t>(m.size))
+    if (PreadFully(fd.get(), text.data(), m.size, m.offset) != static_cast<int64_t>(m.size))
       return Status::FromErrno(shard + "[" + m.name + "]: cannot read", errno);
     return text;
   };

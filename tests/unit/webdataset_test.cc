@@ -221,11 +221,24 @@ TEST(ShardFetch, ACommandThatSendsNothingIsStoppedAndSaidToHaveStalled) {
   o.attempts = 1;
   o.stall_timeout_ms = 1000;
   const auto start = std::chrono::steady_clock::now();
-  Result<std::vector<uint8_t>> r = FetchShard("pipe:while :; do echo progress >&2; sleep 0.2; done", o);
+  Result<std::vector<uint8_t>> r = FetchShard("pipe:for i in $(seq 40); do echo progress >&2; sleep 0.2; done", o);  // 8 s at most
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("wrote nothing for 1 s after 0 bytes, and was stopped"), std::string::npos)
       << r.status().message();
+}
+
+// Readers waiting for a fetch that fails take its failure; the shard is not fetched once per reader.
+TEST(ShardCacheTest, ReadersWaitingOnAFailedFetchShareItsFailure) {
+  FetchOptions once;
+  once.attempts = 1;
+  ShardCache cache({"pipe:sleep 2; exit 3"}, 2, once);  // long enough for every reader to arrive
+  std::vector<Status> got(3);
+  std::vector<std::thread> readers;
+  for (size_t i = 0; i < got.size(); ++i) readers.emplace_back([&, i] { got[i] = cache.Get(0).status(); });
+  for (auto& t : readers) t.join();
+  for (const Status& st : got) EXPECT_NE(st.message().find("exited with status 3"), std::string::npos) << st.ToString();
+  EXPECT_EQ(cache.fetches(), 1u);
 }
 
 // Destroying the cache ends a fetch under way (its read-ahead of a shard that never comes).
