@@ -260,14 +260,15 @@ Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>*
     Dataset dataset;
     dataset.source_ = path;
     COLOADER_ASSIGN_OR_RETURN(dataset.shards_, ExpandShards(path));
-    const auto remote = std::count_if(dataset.shards_.begin(), dataset.shards_.end(), IsRemoteShard);
-    if (remote > 0 && remote < static_cast<std::ptrdiff_t>(dataset.shards_.size()))
-      return Status::Invalid(path + ": mixes local shards with streamed ones (http(s)://, pipe:); give one kind");
+    const auto whole = std::count_if(dataset.shards_.begin(), dataset.shards_.end(), IsReadWhole);
+    if (whole > 0 && whole < static_cast<std::ptrdiff_t>(dataset.shards_.size()))
+      return Status::Invalid(path + ": mixes shards read in place (local .tar) with shards read whole (http(s)://, " +
+                             "pipe:, .tar.gz); give one kind");
     std::vector<std::string> ignored;
     ShardListing listing;
     listing.label_field = label_field;
     COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored, listing));
-    if (remote > 0) {
+    if (whole > 0) {
       dataset.stream_blocks_.assign(dataset.shards_.size(), 0);
       for (const Sample& s : dataset.samples_) ++dataset.stream_blocks_[s.shard];
       dataset.stream_blocks_.erase(std::remove(dataset.stream_blocks_.begin(), dataset.stream_blocks_.end(), 0u),

@@ -38,11 +38,11 @@ class Dataset {
   const std::string& source() const { return source_; }
   // Shards in order (empty unless the source is WebDataset shards).
   const std::vector<std::string>& shards() const { return shards_; }
-  // Streamed shards (http(s)://, pipe:) are read whole, in one stretch per epoch: the samples of
-  // each, for the sampler's blocks (SamplerOptions::blocks). Empty otherwise.
+  // Shards read whole (http(s)://, pipe:, .tar.gz) are read in one stretch per epoch: the samples
+  // of each, for the sampler's blocks (SamplerOptions::blocks). Empty otherwise.
   const std::vector<uint64_t>& stream_blocks() const { return stream_blocks_; }
 
-  // A sample's bytes: its file, its member of a local shard (pread), or of a streamed shard
+  // A sample's bytes: its file, its member of a local shard (pread), or of a shard read whole
   // (from memory, fetched when needed). Errors name the file or URL and the member.
   Status Read(const Sample& sample, std::vector<uint8_t>* out) const;
   // Says that these samples will be read soon: their streamed shards are fetched ahead (nothing

@@ -142,11 +142,18 @@ std::vector<int64_t> Sampler::EpochIndices(uint64_t epoch) const {
   // DistributedSampler pads the order to total = epoch_size * world by repeating it from the
   // start (as many times as needed), or cuts it to total, and rank r takes positions
   // r, r + W, r + 2W, ... Position k of the padded order is order[k % n], so the padded list
-  // never needs to be built.
+  // never needs to be built. With blocks, rank r takes the stretch [r * E, (r + 1) * E) of the
+  // padded order instead: the same counts and the same union, but each node then reads about
+  // 1/W of the shards (whole, plus a part of at most two at its stretch's ends) where striding
+  // would have every node fetch every shard.
   const size_t world = static_cast<size_t>(opts_.world_size);
   const size_t rank = static_cast<size_t>(opts_.rank);
   std::vector<int64_t> mine(epoch_size_);
-  for (size_t i = 0; i < epoch_size_; ++i) mine[i] = order[(rank + i * world) % n];
+  if (opts_.blocks.empty()) {
+    for (size_t i = 0; i < epoch_size_; ++i) mine[i] = order[(rank + i * world) % n];
+  } else {
+    for (size_t i = 0; i < epoch_size_; ++i) mine[i] = order[(rank * epoch_size_ + i) % n];
+  }
   return mine;
 }
 

@@ -19,7 +19,8 @@ struct SamplerOptions {
   bool drop_last = false;  // DistributedSampler's drop_last (only matters for world_size > 1)
   // Streamed shards: the sizes of the consecutive index blocks (one per shard, summing to the
   // dataset's size) that are read as wholes. Shuffling then permutes the blocks and the indices
-  // within each block, so an epoch reads each shard once, in one stretch.
+  // within each block, so an epoch reads each shard once, in one stretch; with world_size > 1,
+  // each rank takes a contiguous stretch of that order, so it reads about 1/world_size of them.
   std::vector<uint64_t> blocks;
 };
 

@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -115,8 +116,9 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOption
   curl.setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
   curl.setopt(h, CURLOPT_NOSIGNAL, 1L);  // worker threads: no SIGALRM for DNS timeouts
   curl.setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts.connect_timeout_ms));
-  curl.setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);  // below 1 byte/s ...
-  curl.setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(std::max(1, opts.stall_timeout_ms / 1000)));  // ... this long
+  const long stall_s = std::max(1, opts.stall_timeout_ms / 1000);
+  curl.setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(std::max<uint64_t>(1, opts.min_bytes_per_s)));  // below this ...
+  curl.setopt(h, CURLOPT_LOW_SPEED_TIME, stall_s);  // ... this long
   curl.setopt(h, CURLOPT_WRITEFUNCTION, &WriteToSink);
   curl.setopt(h, CURLOPT_WRITEDATA, &sink);
   curl.setopt(h, CURLOPT_XFERINFOFUNCTION, &CurlProgress);
@@ -127,6 +129,9 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOption
   curl.getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl.cleanup(h);
   if (sink.too_large) return Failure{"larger than " + std::to_string(opts.max_bytes) + " bytes", false};
+  if (rc == CURLE_OPERATION_TIMEDOUT && !Cancelled(opts))
+    return Failure{"slower than " + std::to_string(opts.min_bytes_per_s) + " bytes/s for " + std::to_string(stall_s) +
+                       " s after " + std::to_string(out->size()) + " bytes", true};
   if (rc != CURLE_OK) {
     const bool permanent = rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
     return Failure{std::string(curl.strerror(rc)) + " after " + std::to_string(out->size()) + " bytes", !permanent};
@@ -173,15 +178,23 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   uint8_t buf[1 << 16];
   pollfd fds[2] = {{data->read.get(), POLLIN, 0}, {errors->read.get(), POLLIN, 0}};
   int open_fds = 2;
-  auto stalled_since = std::chrono::steady_clock::now();
+  // The stall rule in stretches of stall_timeout: each must bring min_bytes_per_s per second.
+  const auto window = std::chrono::milliseconds(opts.stall_timeout_ms);
+  const uint64_t window_needs = std::max<uint64_t>(1, opts.min_bytes_per_s * static_cast<uint64_t>(opts.stall_timeout_ms) / 1000);
+  auto window_start = std::chrono::steady_clock::now();
+  uint64_t window_bytes = 0;
   while (open_fds > 0 && ended == Ended::kByItself) {
     const int n = ::poll(fds, 2, 1000);
     if (n < 0 && errno == EINTR) continue;
     // Only the shard's bytes count as progress: a command may keep talking on stderr (a progress
     // meter) over a dead connection.
-    if (std::chrono::steady_clock::now() - stalled_since > std::chrono::milliseconds(opts.stall_timeout_ms)) {
-      end(Ended::kStalled);
-      break;
+    if (std::chrono::steady_clock::now() - window_start > window) {
+      if (window_bytes < window_needs) {
+        end(Ended::kStalled);
+        break;
+      }
+      window_start = std::chrono::steady_clock::now();
+      window_bytes = 0;
     }
     if (Cancelled(opts)) {
       end(Ended::kCancelled);
@@ -197,7 +210,7 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
         continue;
       }
       if (i == 0) {
-        stalled_since = std::chrono::steady_clock::now();
+        window_bytes += static_cast<uint64_t>(r);
         if (out->size() + static_cast<size_t>(r) > opts.max_bytes) {
           end(Ended::kTooLarge);
           break;
@@ -217,8 +230,10 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   if (ended == Ended::kTooLarge) return Failure{"wrote more than " + std::to_string(opts.max_bytes) + " bytes", false};
   if (ended == Ended::kCancelled) return Failure{"cancelled", false};
   if (ended == Ended::kStalled)
-    return Failure{"the command wrote nothing for " + std::to_string(opts.stall_timeout_ms / 1000) + " s after " +
-                       std::to_string(out->size()) + " bytes, and was stopped" + tail, true};
+    return Failure{"the command wrote only " + std::to_string(window_bytes) + " bytes in " +
+                       std::to_string(opts.stall_timeout_ms / 1000) + " s (slower than " +
+                       std::to_string(opts.min_bytes_per_s) + " bytes/s; " + std::to_string(out->size()) +
+                       " bytes in all) and was stopped" + tail, true};
   if (WIFSIGNALED(status))
     return Failure{"the command was killed by signal " + std::to_string(WTERMSIG(status)) + " after " +
                        std::to_string(out->size()) + " bytes" + tail, true};
@@ -228,13 +243,7 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   return std::nullopt;
 }
 
-}  // namespace
-
-bool IsRemoteShard(const std::string& where) {
-  return StartsWith(where, "http://") || StartsWith(where, "https://") || StartsWith(where, "pipe:");
-}
-
-Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts) {
+Result<std::vector<uint8_t>> FetchRaw(const std::string& where, const FetchOptions& opts) {
   std::vector<uint8_t> bytes;
   if (!IsRemoteShard(where)) {
     COLOADER_RETURN_NOT_OK(ReadWholeFile(where, &bytes));
@@ -266,6 +275,73 @@ Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOpt
     for (size_t i = 0; i < whys.size(); ++i) said += (i ? "; " : "") + std::string("attempt ") + std::to_string(i + 1) + ": " + whys[i];
   }
   return Status::IOError("cannot fetch shard " + where + " (" + said + ")");
+}
+
+// A gzip stream inflated whole (members one after another, as `cat a.gz b.gz` makes them). What
+// follows damage or a cut is dropped and logged; the tar index names the shard cut short.
+Result<std::vector<uint8_t>> Gunzip(const std::string& where, const std::vector<uint8_t>& in, uint64_t max_bytes) {
+  std::vector<uint8_t> out;
+  z_stream z{};
+  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Internal("zlib's inflateInit2 failed");
+  z.next_in = const_cast<Bytef*>(in.data());
+  z.avail_in = static_cast<uInt>(std::min<size_t>(in.size(), UINT32_MAX));
+  size_t fed = z.avail_in;  // how much of `in` has been handed to zlib
+  std::string damage;
+  uint8_t buf[1 << 16];
+  for (;;) {
+    z.next_out = buf;
+    z.avail_out = sizeof buf;
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    out.insert(out.end(), buf, buf + (sizeof buf - z.avail_out));
+    if (out.size() > max_bytes) {
+      inflateEnd(&z);
+      return Status::Invalid("shard " + where + " inflates to more than " + std::to_string(max_bytes) + " bytes");
+    }
+    if (z.avail_in == 0 && fed < in.size()) {  // over 4 GiB of input: hand zlib the next part
+      z.next_in = const_cast<Bytef*>(in.data() + fed);
+      z.avail_in = static_cast<uInt>(std::min<size_t>(in.size() - fed, UINT32_MAX));
+      fed += z.avail_in;
+    }
+    if (rc == Z_STREAM_END) {
+      if (z.avail_in == 0) break;  // the last member
+      inflateReset(&z);            // another member follows
+      continue;
+    }
+    if (rc == Z_OK) continue;
+    if (rc == Z_BUF_ERROR && z.avail_in == 0) {
+      damage = "its gzip stream is cut short";
+    } else {
+      damage = std::string("its gzip stream is damaged (zlib: ") + (z.msg ? z.msg : "error " + std::to_string(rc)) + ")";
+    }
+    break;
+  }
+  const uint64_t consumed = in.size() - z.avail_in;
+  inflateEnd(&z);
+  if (!damage.empty())
+    LogLine("[coloader] shard %s: %s after %llu compressed bytes; the %zu bytes inflated before it are kept\n",
+            where.c_str(), damage.c_str(), static_cast<unsigned long long>(consumed), out.size());
+  return out;
+}
+
+}  // namespace
+
+bool IsRemoteShard(const std::string& where) {
+  return StartsWith(where, "http://") || StartsWith(where, "https://") || StartsWith(where, "pipe:");
+}
+
+bool IsCompressedShard(const std::string& where) {
+  auto ends = [&](const std::string& tail) {
+    return where.size() >= tail.size() && where.compare(where.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends(".tar.gz") || ends(".tgz");
+}
+
+bool IsReadWhole(const std::string& where) { return IsRemoteShard(where) || IsCompressedShard(where); }
+
+Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts) {
+  COLOADER_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, FetchRaw(where, opts));
+  if (bytes.size() < 2 || bytes[0] != 0x1f || bytes[1] != 0x8b) return bytes;
+  return Gunzip(where, bytes, opts.max_bytes);
 }
 
 }  // namespace coloader

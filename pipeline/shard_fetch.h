@@ -21,17 +21,31 @@ namespace coloader {
 // http://, https:// or pipe:.
 bool IsRemoteShard(const std::string& where);
 
+// A gzip-compressed shard by its name: .tar.gz or .tgz.
+bool IsCompressedShard(const std::string& where);
+
+// Shards that are read whole into memory (fetched by FetchShard, held by a ShardCache) rather
+// than in place by pread: streamed ones, and compressed ones, which cannot be read from the middle.
+bool IsReadWhole(const std::string& where);
+
 struct FetchOptions {
   int attempts = 4;            // in all, the first included
   int first_pause_ms = 500;    // then doubled after each failed attempt
   int connect_timeout_ms = 10000;
-  int stall_timeout_ms = 30000;  // a transfer that moves no byte this long fails (and is retried)
+  // A transfer that moves fewer than min_bytes_per_s * stall_timeout bytes in any stretch of
+  // stall_timeout fails (and is retried): a dead connection or one trickling a byte at a time.
+  int stall_timeout_ms = 30000;
+  uint64_t min_bytes_per_s = 1024;
   uint64_t max_bytes = uint64_t{64} << 30;  // a shard larger than this is an error, not a retry
   // When set and true, the fetch ends at once (within a second) with kCancelled: its owner is
   // shutting down.
   const std::atomic<bool>* cancel = nullptr;
 };
 
+// The shard's bytes, inflated when they are a gzip stream (told by content, as images are; a
+// stream of several gzip members is inflated whole, as gzip does). A gzip stream that is cut
+// short or damaged gives what inflated before the damage, which the tar index then names as a
+// shard cut short (the damage itself is logged).
 Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts = {});
 
 }  // namespace coloader

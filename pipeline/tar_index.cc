@@ -109,6 +109,8 @@ Result<TarIndex> Index(const ReadAt& read_at, uint64_t file_size, const std::str
   bool next_has_size = false;
   auto damaged = [&](const std::string& why) -> Result<TarIndex> {
     if (index.members.empty() && pos == 0) {
+      if (h[0] == 0x1f && h[1] == 0x8b)  // read in place, so not inflated: the name did not say .gz
+        return Status::Invalid(path + ": a gzip-compressed tar file; name it .tar.gz (or .tgz) to be read as one");
       return Status::Invalid(path + ": not a tar file (" + why + "); a WebDataset shard is a tar archive of "
                              "KEY.jpg, KEY.cls, ... members");
     }

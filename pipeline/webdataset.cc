@@ -120,18 +120,20 @@ Result<int64_t> ReadJsonLabel(const ReadMember& read, const TarMember& m, const 
   return static_cast<int64_t>(v->number());
 }
 
+bool IsShardFile(const std::string& name) { return EndsWith(name, ".tar") || IsCompressedShard(name); }
+
 }  // namespace
 
 bool IsShardSource(const std::string& data) {
   if (IsRemoteShard(data)) return true;
   if (data.find('{') != std::string::npos && data.find('}') != std::string::npos) return true;
-  if (EndsWith(data, ".tar")) return true;
+  if (IsShardFile(data)) return true;
   std::error_code ec;
   if (!fs::is_directory(data, ec)) return false;
   bool tars = false;
   for (const auto& e : fs::directory_iterator(data, ec)) {
     if (e.is_directory(ec)) return false;
-    tars = tars || EndsWith(e.path().filename().string(), ".tar");
+    tars = tars || IsShardFile(e.path().filename().string());
   }
   return tars;
 }
@@ -141,9 +143,9 @@ Result<std::vector<std::string>> ExpandShards(const std::string& data) {
   std::error_code ec;
   if (fs::is_directory(data, ec)) {
     for (const auto& e : fs::directory_iterator(data, ec))
-      if (EndsWith(e.path().filename().string(), ".tar")) shards.push_back(e.path().string());
+      if (IsShardFile(e.path().filename().string())) shards.push_back(e.path().string());
     std::sort(shards.begin(), shards.end());
-    if (shards.empty()) return Status::Invalid(data + ": holds no .tar shard");
+    if (shards.empty()) return Status::Invalid(data + ": holds no .tar (or .tar.gz) shard");
     return shards;
   }
   COLOADER_RETURN_NOT_OK(Expand(data, data, &shards));
@@ -230,21 +232,25 @@ Status ListLocalShard(const std::string& shard, uint32_t shard_no, const std::st
   return Status::OK();
 }
 
-// A streamed shard (http(s)://, pipe:): fetched whole once, to index it; a transfer that
+// A shard read whole (http(s)://, pipe:, .tar.gz): fetched whole once, to index it; a transfer that
 // arrives cut short is fetched again (twice more at most) before its complete members are
 // taken as they are.
 Status ListStreamedShard(const std::string& shard, uint32_t shard_no, const FetchOptions& fetch,
                          const std::string& label_field, std::vector<Sample>* samples, std::vector<std::string>* notes,
                          Tally* tally) {
+  std::error_code ec;
+  if (!IsRemoteShard(shard) && !fs::exists(shard, ec))
+    return Status::NotFound(shard + ": no such shard (check the --data pattern's range)");
   std::vector<uint8_t> bytes;
   TarIndex index;
-  for (int round = 0; round < 3; ++round) {
+  const int rounds = IsRemoteShard(shard) ? 3 : 1;  // a local file reads the same again
+  for (int round = 0; round < rounds; ++round) {
     COLOADER_ASSIGN_OR_RETURN(bytes, FetchShard(shard, fetch));
     COLOADER_ASSIGN_OR_RETURN(index, IndexTarBytes(bytes.data(), bytes.size(), shard));
     if (index.damage.empty()) break;
   }
   if (!index.damage.empty())
-    notes->push_back(shard + ": " + index.damage + " (in three fetches); the " + std::to_string(index.members.size()) +
+    notes->push_back(shard + ": " + index.damage + (rounds > 1 ? " (in three fetches)" : "") + "; the " + std::to_string(index.members.size()) +
                      " members before it are served, the rest of the shard is skipped");
   auto read = [&](const TarMember& m) -> Result<std::string> {
     return std::string(reinterpret_cast<const char*>(bytes.data()) + m.offset, m.size);
@@ -260,7 +266,7 @@ Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Samp
   Tally tally;
   for (size_t k = 0; k < shards.size(); ++k) {
     const auto shard_no = static_cast<uint32_t>(k);
-    if (IsRemoteShard(shards[k])) {
+    if (IsReadWhole(shards[k])) {
       COLOADER_RETURN_NOT_OK(
           ListStreamedShard(shards[k], shard_no, listing.fetch, listing.label_field, samples, notes, &tally));
     } else {

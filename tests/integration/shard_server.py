@@ -2,21 +2,24 @@
 """An HTTP server of the shards under DIR for tests/integration/shards_test.cc, on 127.0.0.1 and
 a free port, which it prints as "ready PORT" once it listens. With --drop-first, the first request
 for each file gets its full Content-Length but only half the bytes before the connection closes
-(a server or proxy dropping mid-shard); later requests get the whole file. Every request is
-logged on stderr as "GET PATH STATUS".
+(a server or proxy dropping mid-shard); later requests get the whole file. With --trickle, every
+file is sent a byte every 0.1 s (a connection that moves, too slowly to be of use). Every request
+is logged on stderr as "GET PATH STATUS".
 
-  shard_server.py DIR [--drop-first]
+  shard_server.py DIR [--drop-first] [--trickle]
 """
 import argparse
 import http.server
 import os
 import sys
+import time
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--drop-first", action="store_true")
+    ap.add_argument("--trickle", action="store_true")
     args = ap.parse_args()
     served = set()
 
@@ -41,7 +44,17 @@ def main():
                 self.close_connection = True
                 sys.stderr.write(f"GET {self.path} dropped\n")
                 return
-            self.wfile.write(data)
+            if args.trickle:
+                try:
+                    for i in range(len(data)):
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                except OSError:  # the client gave up
+                    sys.stderr.write(f"GET {self.path} left\n")
+                    return
+            else:
+                self.wfile.write(data)
             sys.stderr.write(f"GET {self.path} 200\n")
 
         def log_message(self, *_):

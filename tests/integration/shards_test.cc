@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <regex>
 #include <set>
 
@@ -48,6 +50,13 @@ class WebDatasetTest : public IntegrationTest {
 TEST_F(WebDatasetTest, ShardsGiveExactEpochsToConsumersOfOtherBatchSizes) {
   const std::string pattern = MakeShards(20);  // 6 shards, the last of 3 samples
   ExpectExactForThreeConsumers(pattern);
+}
+
+// Compressed shards (gzip'd by the gzip command) serve as the plain ones do.
+TEST_F(WebDatasetTest, CompressedShardsGiveExactEpochsToConsumersOfOtherBatchSizes) {
+  const std::string pattern = MakeShards(20);
+  ASSERT_EQ(std::system(("gzip " + tmp_.path() + "/shards/*.tar").c_str()), 0);
+  ExpectExactForThreeConsumers(pattern + ".gz");
 }
 
 TEST_F(WebDatasetTest, AShardCutShortIsNamedAndTheRestIsServedExactly) {
@@ -170,6 +179,42 @@ TEST_F(WebDatasetTest, AGroupOverStreamedShardsSplitsEveryEpochEvenly) {
       for (int64_t i : testing::Indices(rank[e])) seen.insert(i);
     EXPECT_EQ(seen.size(), 103u) << "epoch " << e << ": the group's union is not the whole dataset";
   }
+}
+
+// Node shards over streamed shards (serve --rank/--world-size, one producer per node): each
+// epoch the two nodes serve the same number of samples and together every one, and each node
+// fetches only the shards its stretch of the epoch covers. The command logs each fetch.
+TEST_F(WebDatasetTest, NodesOverStreamedShardsSplitEveryEpochAndFetchOnlyTheirShards) {
+  const std::string pattern = MakeShards(20);  // 6 shards
+  const std::string script = tmp_.path() + "/fetch.sh";
+  testing::WriteFile(script, "echo \"$2\" >> \"$1\"; exec cat \"$2\"\n");
+  std::vector<std::unique_ptr<Child>> producers, consumers;
+  for (const char* node : {"0", "1"}) {
+    const std::string name = std::string("n") + node;
+    producers.push_back(Serve(name, {"--batch-size", "16", "--epochs", "1", "--rank", node, "--world-size", "2"},
+                              "pipe:sh " + script + " " + tmp_.path() + "/fetched-" + node + " " + pattern));
+    consumers.push_back(Consume(name, {"--batch-size", "8", "--indices"}));
+  }
+  std::set<int64_t> seen;
+  std::vector<size_t> counts;
+  for (size_t n = 0; n < 2; ++n) {
+    ASSERT_EQ(consumers[n]->Wait(), 0) << consumers[n]->Stderr();
+    ASSERT_EQ(producers[n]->Wait(), 0) << producers[n]->Stderr();
+    const auto epochs = ParseJsonLines(consumers[n]->Stdout());
+    ASSERT_EQ(epochs.size(), 1u) << consumers[n]->Stdout();
+    const std::vector<int64_t> mine = testing::Indices(epochs[0]);
+    counts.push_back(mine.size());
+    seen.insert(mine.begin(), mine.end());
+    // Six fetches to index the shards at start, then those of the epoch: 52 samples cover at
+    // most 3 shards of 20 and parts of two more (striding over the epoch would fetch all 6).
+    std::string log = testing::ReadFile(tmp_.path() + "/fetched-" + std::to_string(n));
+    const auto fetches = static_cast<size_t>(std::count(log.begin(), log.end(), '\n'));
+    EXPECT_GE(fetches, 6u + 3u) << log;
+    EXPECT_LE(fetches, 6u + 5u) << "node " << n << " fetched shards outside its stretch:\n" << log;
+  }
+  EXPECT_EQ(counts[0], 52u);
+  EXPECT_EQ(counts[1], 52u);
+  EXPECT_EQ(seen.size(), 103u) << "the nodes' union is not the whole dataset";
 }
 
 // Resume on streamed shards: a producer started from a saved position serves the rest of that

@@ -277,6 +277,36 @@ TEST(SamplerTest, BlocksAreReadWholeInAShuffledOrder) {
   EXPECT_FALSE(Sampler::Make(20, o).ok());
 }
 
+// Node shards over streamed shards: the ranks together take every index (the padded tail
+// repeated as DistributedSampler does), each the same count, and each rank touches few blocks:
+// 12 blocks over 3 ranks leave a rank at most 4 whole ones, two cut at its stretch's ends and,
+// for the last rank, the one its padding wraps into: 7, where striding would read all 12.
+TEST(SamplerTest, RanksOverBlocksEachReadAFewBlocksAndTogetherAll) {
+  const std::vector<uint64_t> blocks = {9, 10, 8, 11, 10, 9, 10, 12, 7, 10, 9, 10};  // 115
+  std::vector<size_t> block_of;
+  for (size_t b = 0; b < blocks.size(); ++b) block_of.insert(block_of.end(), blocks[b], b);
+  for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+    std::multiset<int64_t> all;
+    for (int rank = 0; rank < 3; ++rank) {
+      SamplerOptions o;
+      o.seed = 5;
+      o.blocks = blocks;
+      o.rank = rank;
+      o.world_size = 3;
+      ASSERT_OK_AND_ASSIGN(Sampler s, Sampler::Make(115, o));
+      const std::vector<int64_t> mine = s.EpochIndices(epoch);
+      ASSERT_EQ(mine.size(), 39u);  // ceil(115 / 3)
+      std::set<size_t> touched;
+      for (int64_t i : mine) touched.insert(block_of[static_cast<size_t>(i)]);
+      EXPECT_LE(touched.size(), 7u) << "rank " << rank << " epoch " << epoch;
+      all.insert(mine.begin(), mine.end());
+    }
+    std::set<int64_t> distinct(all.begin(), all.end());
+    EXPECT_EQ(distinct.size(), 115u) << "epoch " << epoch;
+    EXPECT_EQ(all.size(), 117u) << "two indices padded, as DistributedSampler pads";
+  }
+}
+
 TEST(SamplerTest, InvalidArgumentsAreRejectedNamingTheValue) {
   struct Case {
     size_t n;

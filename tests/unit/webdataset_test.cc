@@ -99,6 +99,65 @@ TEST(TarIndex, AFileThatIsNotATarIsAnErrorNamingIt) {
   EXPECT_FALSE(IndexTar(tmp.path() + "/missing.tar").ok());
 }
 
+// Compressed shards: a .tar.gz is read whole and inflated (several gzip members, as `cat a.gz
+// b.gz` makes, inflate as one), lists the samples the .tar does with the same bytes, and is read
+// in blocks; one cut short gives the tar's bytes before the cut, so its damage is named; a gzip
+// file named .tar is told to say so.
+TEST(CompressedShards, InflateToTheTarAndListAsItDoes) {
+  testing::TempDir tmp;
+  const std::string src = tmp.path() + "/src";
+  for (int i = 0; i < 6; ++i) {
+    WriteFile(src + "/" + std::to_string(i) + ".jpg", Bytes(5000 + 100 * i, 10 + i));
+    WriteFile(src + "/" + std::to_string(i) + ".cls", std::to_string(i % 3));
+  }
+  const std::string tar = tmp.path() + "/plain/s.tar";
+  fs::create_directories(tmp.path() + "/plain");
+  fs::create_directories(tmp.path() + "/gz");
+  ASSERT_EQ(std::system(("tar -cf " + tar + " -C " + src + " 0.jpg 0.cls 1.jpg 1.cls 2.jpg 2.cls 3.jpg 3.cls "
+                         "4.jpg 4.cls 5.jpg 5.cls").c_str()), 0);
+  const std::string plain = ReadRange(tar, 0, fs::file_size(tar));
+  // Two gzip members: the tar's first 7000 bytes, then the rest.
+  WriteFile(tmp.path() + "/a", plain.substr(0, 7000));
+  WriteFile(tmp.path() + "/b", plain.substr(7000));
+  const std::string gz = tmp.path() + "/gz/s.tar.gz";
+  ASSERT_EQ(std::system(("gzip -c " + tmp.path() + "/a > " + gz + " && gzip -c " + tmp.path() + "/b >> " + gz).c_str()), 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> inflated, FetchShard(gz));
+  EXPECT_EQ(std::string(inflated.begin(), inflated.end()), plain);
+
+  ASSERT_OK_AND_ASSIGN(Dataset from_tar, Dataset::Open(tmp.path() + "/plain"));
+  ASSERT_OK_AND_ASSIGN(Dataset from_gz, Dataset::Open(tmp.path() + "/gz"));
+  ASSERT_EQ(from_gz.size(), 6u);
+  ASSERT_EQ(from_tar.size(), 6u);
+  EXPECT_TRUE(from_tar.stream_blocks().empty());
+  EXPECT_EQ(from_gz.stream_blocks(), std::vector<uint64_t>{6});
+  for (size_t i = 0; i < 6; ++i) {
+    std::vector<uint8_t> a, b;
+    ASSERT_OK(from_tar.Read(from_tar[i], &a));
+    ASSERT_OK(from_gz.Read(from_gz[i], &b));
+    EXPECT_EQ(a, b) << i;
+    EXPECT_EQ(from_tar[i].label, from_gz[i].label) << i;
+  }
+
+  const std::string cut = tmp.path() + "/cut/s.tar.gz";
+  fs::create_directories(tmp.path() + "/cut");
+  fs::copy_file(gz, cut);
+  ASSERT_EQ(::truncate(cut.c_str(), static_cast<off_t>(fs::file_size(gz) / 2)), 0);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> prefix, FetchShard(cut));
+  ASSERT_LT(prefix.size(), plain.size());
+  EXPECT_EQ(std::string(prefix.begin(), prefix.end()), plain.substr(0, prefix.size()));
+  std::vector<std::string> notes;
+  ASSERT_OK_AND_ASSIGN(Dataset from_cut, Dataset::Open(cut, &notes));
+  EXPECT_LT(from_cut.size(), 6u);
+  ASSERT_FALSE(notes.empty());
+  EXPECT_NE(notes[0].find(cut + ": the file"), std::string::npos) << notes[0];
+
+  const std::string misnamed = tmp.path() + "/misnamed.tar";
+  fs::copy_file(gz, misnamed);
+  Result<TarIndex> r = IndexTar(misnamed);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("name it .tar.gz"), std::string::npos) << r.status().message();
+}
+
 TEST(ShardPattern, BracesExpandToPaddedRangesAndLists) {
   ASSERT_OK_AND_ASSIGN(std::vector<std::string> a, ExpandShards("d/train-{000008..000011}.tar"));
   EXPECT_EQ(a, (std::vector<std::string>{"d/train-000008.tar", "d/train-000009.tar", "d/train-000010.tar",
@@ -215,7 +274,8 @@ TEST(ShardCacheTest, HoldsAtMostItsCapacityAndFetchesAhead) {
 }
 
 // A command that talks on stderr but sends no shard is stopped at the stall timeout, with its
-// process group (the sleep under the shell too), and said to have stalled.
+// process group (the sleep under the shell too), and said to have stalled; so is one that
+// trickles its shard a byte at a time, and an HTTP server that does.
 TEST(ShardFetch, ACommandThatSendsNothingIsStoppedAndSaidToHaveStalled) {
   FetchOptions o;
   o.attempts = 1;
@@ -224,8 +284,30 @@ TEST(ShardFetch, ACommandThatSendsNothingIsStoppedAndSaidToHaveStalled) {
   Result<std::vector<uint8_t>> r = FetchShard("pipe:for i in $(seq 40); do echo progress >&2; sleep 0.2; done", o);  // 8 s at most
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("wrote nothing for 1 s after 0 bytes, and was stopped"), std::string::npos)
+  EXPECT_NE(r.status().message().find("wrote only 0 bytes in 1 s (slower than 1024 bytes/s; 0 bytes in all) and was "
+                                      "stopped"),
+            std::string::npos)
       << r.status().message();
+  r = FetchShard("pipe:for i in $(seq 40); do printf x; sleep 0.2; done", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("slower than 1024 bytes/s"), std::string::npos) << r.status().message();
+}
+
+TEST(ShardFetch, AnHttpServerTricklingAShardIsLeft) {
+  testing::TempDir tmp;
+  WriteFile(tmp.path() + "/s.tar", Bytes(300, 9));  // 30 s at the trickle's pace
+  testing::Child server({"/usr/bin/python3", std::string(COLOADER_SOURCE_DIR) + "/tests/integration/shard_server.py",
+                         tmp.path(), "--trickle"});
+  ASSERT_TRUE(server.WaitForStdout("ready", 20000)) << server.Stderr();
+  const std::string port = server.Stdout().substr(6, server.Stdout().find('\n') - 6);
+  FetchOptions o;
+  o.attempts = 1;
+  o.stall_timeout_ms = 1000;
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::vector<uint8_t>> r = FetchShard("http://127.0.0.1:" + port + "/s.tar", o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("slower than 1024 bytes/s for 1 s"), std::string::npos) << r.status().message();
 }
 
 // Readers waiting for a fetch that fails take its failure; the shard is not fetched once per reader.
@@ -261,7 +343,7 @@ TEST(ShardPattern, LocalAndStreamedShardsDoNotMix) {
   WriteFile(tmp.path() + "/a.tar", "");
   Result<Dataset> mixed = Dataset::Open("{" + tmp.path() + "/a.tar,pipe:cat " + tmp.path() + "/a.tar}");
   ASSERT_FALSE(mixed.ok());
-  EXPECT_NE(mixed.status().message().find("mixes local shards with streamed ones"), std::string::npos)
+  EXPECT_NE(mixed.status().message().find("mixes shards read in place (local .tar) with shards read whole"), std::string::npos)
       << mixed.status().message();
 }
 
