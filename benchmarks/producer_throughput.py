@@ -6,7 +6,8 @@ with every core reading files and with only 2 worker threads: cores busy = produ
 time / wall time. With --whole-decode, also the host path with `serve --no-crop-decode` (every
 JPEG decoded whole, as before the crop-region decode). With --shards N, also the same images
 as WebDataset tar shards of N samples (written by `coloader shard`), host path, and on --device
-with --decode auto: shards against loose files, side by side.
+with --decode auto: shards against loose files, side by side (with --stream, also over HTTP,
+through pipe: and gzip-compressed).
 
 From the CPU seconds per image follows how many cores it takes to feed one ResNet-50 training
 job (~4,000 images/s on an H100 in bf16).
@@ -52,7 +53,7 @@ def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", w
     ips = sorted(e["images_per_s"] for e in epochs_out)[len(epochs_out) // 2]
     cpu = ru.ru_utime + ru.ru_stime
     source = "files" if "{" not in data else "http" if data.startswith("http") else "pipe" if data.startswith("pipe:") \
-        else "shards"
+        else "tar.gz" if data.endswith(".gz") else "shards"
     return {"source": source, "path": "device" if device else "host", "decode": decode + ("-whole" if whole else ""),
             "workers": workers, "images": images,
             "images_per_s": round(ips), "producer_cpu_s": round(cpu, 2), "cores_busy": round(cpu / wall, 1),
@@ -73,7 +74,8 @@ def main():
     ap.add_argument("--shards", type=int, default=0, metavar="N",
                     help="also the images as tar shards of N samples (coloader shard), host path and --device auto")
     ap.add_argument("--stream", action="store_true",
-                    help="with --shards: also the shards streamed over HTTP (a local http.server) and through pipe:cat")
+                    help="with --shards: also the shards streamed over HTTP (a local http.server), through pipe:cat "
+                         "and gzip-compressed (.tar.gz, read whole)")
     args = ap.parse_args()
     env = dict(os.environ, COLOADER_RUN_DIR=tempfile.mkdtemp(prefix="coloader-tp-"))
     rows = [run(args.binary, args.data, None, args.workers, args.batch_size, args.epochs, env, "tphost")]
@@ -101,6 +103,11 @@ def main():
             port = server.stdout.readline().split(" port ")[1].split(" ")[0]  # "Serving HTTP on ... port P ..."
             name = os.path.basename(pattern)
             sources += [(f"http://127.0.0.1:{port}/{name}", "tphttp"), ("pipe:cat " + pattern, "tppipe")]
+            gz = tempfile.mkdtemp(prefix="coloader-tp-gz-")
+            for f in os.listdir(out):
+                with open(os.path.join(gz, f + ".gz"), "wb") as dst:
+                    subprocess.run(["gzip", "-c", os.path.join(out, f)], stdout=dst, check=True)
+            sources.append((os.path.join(gz, os.path.basename(pattern) + ".gz"), "tpgz"))
         for device, decode in pairs:
             for data, name in sources:
                 rows.append(run(args.binary, data, device, args.workers, args.batch_size, args.epochs, env, name,
