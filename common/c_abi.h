@@ -23,7 +23,8 @@ extern "C" {
 
 enum coloader_error {
   COLOADER_OK = 0,
-  COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch) */
+  COLOADER_END = 1, /* not an error: end of epoch (next_batch) or of the stream (next_epoch); a producer
+                     * whose consumers all left (coloader_producer_wait, _publish, _close) */
   COLOADER_AGAIN = 2, /* not an error: a call given a wait_ms returned before anything came; call again */
   COLOADER_E_INVALID = -1,
   COLOADER_E_NOT_FOUND = -2,

@@ -53,6 +53,7 @@ inline int CodeFor(StatusCode code) {
     case StatusCode::kGroupBroken: return COLOADER_E_GROUP_BROKEN;
     case StatusCode::kDetached: return COLOADER_E_DETACHED;
     case StatusCode::kAgain: return COLOADER_AGAIN;
+    case StatusCode::kEnded: return COLOADER_END;
     case StatusCode::kInternal: return COLOADER_E_INTERNAL;
   }
   return COLOADER_E_INTERNAL;

@@ -18,6 +18,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kGroupBroken: return "group broken";
     case StatusCode::kDetached: return "detached";
     case StatusCode::kAgain: return "again";
+    case StatusCode::kEnded: return "ended";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

@@ -24,6 +24,7 @@ enum class StatusCode {
   kCancelled,        // stopped on request (a signal)
   kGroupBroken,      // a member of this consumer's group left: the group's run is over
   kAgain,            // not an error: a bounded wait ended before anything came; call again
+  kEnded,            // not an error: the run is over early (a producer whose consumers all left)
   kInternal,
 };
 
@@ -46,6 +47,7 @@ class [[nodiscard]] Status {
   static Status GroupBroken(std::string m) { return {StatusCode::kGroupBroken, std::move(m)}; }
   static Status Detached(std::string m) { return {StatusCode::kDetached, std::move(m)}; }
   static Status Again() { return {StatusCode::kAgain, "nothing yet"}; }
+  static Status Ended(std::string msg) { return {StatusCode::kEnded, std::move(msg)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   // errno-based I/O error: "<what>: <strerror(errno)>".
   static Status FromErrno(const std::string& what, int err);

@@ -3,6 +3,7 @@
 // (common/c_abi_internal.h): nothing unwinds into C or Python.
 #include "producer/c_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -66,6 +67,7 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     if (options->curve_key_file != nullptr) o.curve_key_file = options->curve_key_file;
     if (options->authorized_keys_file != nullptr) o.authorized_keys_file = options->authorized_keys_file;
     o.insecure = options->insecure != 0;
+    o.alone_timeout_ms = options->alone_timeout_ms > 0 ? static_cast<uint32_t>(options->alone_timeout_ms) : 0;
     auto producer = coloader::Producer::Make(o);
     if (!producer.ok()) return Fail(producer.status());
     auto p = std::make_unique<coloader_producer>();
@@ -79,6 +81,15 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
 
 const char* coloader_producer_tcp_endpoint(const coloader_producer* p) {
   return p == nullptr ? "" : p->producer->tcp_endpoint().c_str();
+}
+
+int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms) {
+  constexpr const char* kWhat = "coloader_producer_wait";
+  return Guard(kWhat, [&]() -> int {
+    if (p == nullptr) return NullArgument(kWhat, "producer");
+    coloader::Status st = p->producer->external_source()->WaitForSlot(std::max(0, timeout_ms));
+    return st.ok() ? COLOADER_OK : Fail(st);
+  });
 }
 
 int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count, const int64_t* labels,
@@ -114,6 +125,7 @@ int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
     coloader::Status st = owned->loop.get();
     owned->producer.reset();
     if (st.ok() || st.code() == coloader::StatusCode::kCancelled) return COLOADER_OK;
+    // kEnded: the consumers all left (COLOADER_END, its message says how far the run got).
     return Fail(st);
   });
 }

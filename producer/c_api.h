@@ -40,22 +40,33 @@ typedef struct coloader_producer_options {
   const char* curve_key_file;        /* this producer's key pair (NAME.key) */
   const char* authorized_keys_file;  /* the consumers' public keys it accepts, one per line */
   int32_t insecure;                  /* nonzero: tcp without authentication (trusted networks only) */
+  /* Once the first epoch has started (min_consumers attached), the run ends when no consumer
+   * has been attached this long: publish, wait and close then return COLOADER_END. 0: wait for
+   * consumers forever. */
+  int32_t alone_timeout_ms;
 } coloader_producer_options;
 
 COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* options,
                                              coloader_producer** out);
 /* The tcp:// endpoint it listens on, port resolved ("" without one); valid until close. */
 COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_producer* p);
+/* Waits at most `timeout_ms` until a publish would not block: 0 when it would, COLOADER_AGAIN
+ * when the time passed (call again: a caller that must stay responsive to signals waits in
+ * short steps), COLOADER_END when the run ended because its consumers all left (the message
+ * says how far it got), COLOADER_E_DISCONNECTED when the producer stopped otherwise. */
+COLOADER_C_EXPORT int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms);
 /* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
  * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
- * and no consumer releases one; COLOADER_E_DISCONNECTED if the producer stopped. `indices`
+ * and no consumer releases one; COLOADER_END if its consumers all left (nothing published),
+ * COLOADER_E_DISCONNECTED if the producer stopped otherwise. `indices`
  * may be NULL: the samples' positions in the epoch are used as their indices. */
 COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count,
                                                 const int64_t* labels, const int64_t* indices);
 /* Ends the current epoch: its last published batch is marked last-in-epoch. */
 COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
 /* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
- * as long as any consumer lives), says goodbye to them, and frees the producer. */
+ * as long as any consumer lives, and alone_timeout_ms once none does), says goodbye to them,
+ * and frees the producer. 0, or COLOADER_END when the run ended because its consumers left. */
 COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
 
 COLOADER_C_EXPORT const char* coloader_producer_last_error(void);

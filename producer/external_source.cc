@@ -1,5 +1,7 @@
 #include "producer/external_source.h"
 
+#include <chrono>
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,12 +30,21 @@ bool ExternalSource::finished() const {
   return finished_;
 }
 
-void ExternalSource::Stop() {
+void ExternalSource::Stop(Status why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_) why_ = std::move(why);  // the first reason is the one
     stopped_ = true;
   }
   cv_.notify_all();
+}
+
+Status ExternalSource::WaitForSlot(int timeout_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (finished_) return Status::Invalid("the producer was finished; open a new one");
+  if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return !free_.empty() || stopped_; }))
+    return Status::Again();
+  return stopped_ ? why_ : Status::OK();
 }
 
 std::vector<std::unique_ptr<BatchJob>> ExternalSource::TakeCompleted() {
@@ -70,7 +81,7 @@ Status ExternalSource::Publish(const void* data, uint32_t count, const int64_t* 
     std::unique_lock<std::mutex> lock(mu_);
     if (finished_) return Status::Invalid("the producer was finished; open a new one");
     cv_.wait(lock, [this] { return !free_.empty() || stopped_; });  // back-pressure
-    if (stopped_) return Status::Disconnected("the producer stopped");
+    if (stopped_) return why_;
     slot = free_.front();
     free_.pop_front();
   }

@@ -33,9 +33,13 @@ class ExternalSource {
   std::vector<uint32_t> TakeReturned();                  // slots granted, then given back by Finish
   bool finished() const;                                  // Finish() was called
   int event_fd() const { return events_.fd(); }
-  void Stop();                                            // wakes a Publish blocked on a slot
+  // Wakes a Publish blocked on a slot; it and every later one return `why`.
+  void Stop(Status why = Status::Disconnected("the producer stopped"));
 
   // Caller's thread.
+  // Waits at most `timeout_ms` until Publish would not block: OK, kAgain when the time passed,
+  // the stop's reason when the producer stopped (kEnded: its consumers all left).
+  Status WaitForSlot(int timeout_ms);
   Status Publish(const void* data, uint32_t count, const int64_t* labels, const int64_t* indices);
   Status EndEpoch();
   void Finish();
@@ -53,6 +57,7 @@ class ExternalSource {
   std::vector<std::unique_ptr<BatchJob>> completed_;
   std::vector<uint32_t> returned_;
   bool finished_ = false, stopped_ = false;
+  Status why_;  // why it stopped
   // Caller's thread only.
   std::unique_ptr<BatchJob> held_;
   uint64_t seq_ = 0, epoch_ = 0, position_ = 0;

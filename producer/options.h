@@ -60,6 +60,10 @@ struct ProducerOptions {
   // waited on it, or its kept batches filled the ring and could not be copied away) is
   // detached, with a message saying so. Only while someone else waits; 0: never.
   uint32_t stall_timeout_ms = 60000;
+  // Once the first epoch has started, end the run when no consumer has been attached this
+  // long (Run() returns kEnded, naming how far it got). 0: wait for consumers forever, as
+  // `serve` does (a consumer may come back).
+  uint32_t alone_timeout_ms = 0;
   int progress_interval_ms = 1000;  // 0: no progress lines
 
   // Also serve consumers on other machines at this tcp:// endpoint (host path, batches sent as

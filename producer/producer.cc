@@ -337,7 +337,29 @@ Status Producer::Impl::Loop() {
     CheckLiveness(now);
     DetachStalled(now);
     ReportProgress(now, false);
+    if (Status alone = CheckAlone(now); !alone.ok()) {
+      LogLine("[coloader %s] %s\n", opts.name.c_str(), alone.message().c_str());
+      if (external) external->Stop(alone);  // the caller's next publish hears it
+      Shutdown(ByeReason::kFinished, alone.message());
+      return alone;
+    }
   }
+}
+
+Status Producer::Impl::CheckAlone(uint64_t now) {
+  if (opts.alone_timeout_ms == 0 || !started) return Status::OK();
+  if (ActiveSessions() > 0) {
+    alone_since_ns = 0;
+    return Status::OK();
+  }
+  if (alone_since_ns == 0) alone_since_ns = now;
+  if (now - alone_since_ns < uint64_t{opts.alone_timeout_ms} * 1'000'000) return Status::OK();
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3g s", opts.alone_timeout_ms / 1000.0);
+  return Status::Ended("every consumer left and none came back for " + std::string(seconds) + ": the run ends early, " +
+                       std::to_string(batches_published) + " batch(es) (" + std::to_string(samples_published) +
+                       " samples) published" +
+                       (batches_published ? ", the last in epoch " + std::to_string(published_epoch) : ""));
 }
 
 // Drains the socket: each message is [routing id][payload].

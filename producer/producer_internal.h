@@ -157,6 +157,7 @@ struct Producer::Impl {
   bool progress_tty = false;
   Status fatal;  // set when --on-bad-file fail hits
   uint64_t last_release_ns = 0;  // when a slot last came back (stalls of a full ring are timed by it)
+  uint64_t alone_since_ns = 0;   // since when no consumer has been attached (0: one is)
 
   uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
   uint64_t epoch_samples() const { return external ? opts.epoch_samples : sampler->epoch_size(); }
@@ -179,6 +180,8 @@ struct Producer::Impl {
   // (they are reserved at start without a GPU ring); a clear error when it does not fit.
   Status ReserveHostTensors();
   void Shutdown(ByeReason reason, const std::string& message);
+  // opts.alone_timeout_ms: the run's end once every consumer has been gone that long, else OK.
+  Status CheckAlone(uint64_t now);
 
   // The back-pressure rule: the producer runs at most `window` batches ahead of how far each
   // live consumer has read: the announcements it has taken from its mailbox (batches go to a

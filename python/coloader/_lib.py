@@ -175,6 +175,7 @@ class ProducerOptions(ctypes.Structure):
         ("curve_key_file", ctypes.c_char_p),
         ("authorized_keys_file", ctypes.c_char_p),
         ("insecure", ctypes.c_int32),
+        ("alone_timeout_ms", ctypes.c_int32),
     ]
 
 
@@ -296,6 +297,7 @@ def _declare_producer(lib):
         "coloader_producer_open": (ctypes.c_int, [ctypes.POINTER(ProducerOptions), ctypes.POINTER(ctypes.c_void_p)]),
         "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
                                                      ctypes.c_void_p, ctypes.c_void_p]),
+        "coloader_producer_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
@@ -383,6 +385,20 @@ def check_producer(rc):
     if rc < 0:
         _raise(rc, producer_lib().coloader_producer_last_error())
     return rc
+
+
+def wait_producer(call):
+    """wait() for the producer's library."""
+    while True:
+        rc = call(WAIT_SLICE_MS)
+        if rc != AGAIN:
+            return check_producer(rc)
+
+
+def producer_message():
+    """The producer library's last message (what an END said: how far the run got)."""
+    message = producer_lib().coloader_producer_last_error()
+    return message.decode("utf-8", "replace") if message else ""
 
 
 def dtype_names():

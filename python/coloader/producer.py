@@ -21,6 +21,9 @@ dimensions (a [B, D] batch arrives as [B, 1, 1, D]). The dataset indices that co
 """
 
 import ctypes
+import signal
+import sys
+import threading
 
 from . import _lib
 
@@ -55,6 +58,27 @@ def _split(batch, torch):
                     % type(batch).__name__)
 
 
+class _sigterm_as_exit:
+    """SIGTERM raises SystemExit in the main thread while in effect, where SIGTERM still has its
+    default action (which would end the process without cleaning up); elsewhere it does nothing."""
+
+    def __enter__(self):
+        self._previous = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            self._previous = signal.signal(signal.SIGTERM, self._exit)
+        return self
+
+    @staticmethod
+    def _exit(signum, frame):
+        sys.exit(128 + signum)
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+        return False
+
+
 class Producer:
     """Publishes the batches of `iterable` (e.g. a torch DataLoader) under `name`.
 
@@ -73,13 +97,22 @@ class Producer:
         the network. It needs curve_key (this producer's key pair, from `coloader keygen`) and
         authorized_keys (a file of the consumers' public keys), or insecure=True.
 
-    run(epochs) publishes that many epochs and then waits until the consumers have released
-    every batch; publish() blocks while the ring is full (the slowest consumer sets the pace).
+      alone_timeout: once the first epoch has started (min_consumers attached), the run ends
+        when no consumer has been attached for this many seconds: run() returns "consumers gone"
+        and publish() False. None waits for consumers forever (one may come back). Before the
+        first epoch the producer waits for min_consumers however long it takes.
+
+    run(epochs) publishes that many epochs, waits until the consumers have released every batch
+    and returns "delivered"; or returns "consumers gone" when they all left first (the log line
+    says how far it got). publish() blocks while the ring is full (the slowest consumer sets the
+    pace), in steps short enough for Ctrl-C. In the main thread, run() turns SIGTERM into
+    SystemExit for its duration, so that a stopped producer removes its ring and socket as
+    `coloader serve` does.
     """
 
     def __init__(self, iterable, name, batch_size=None, window=4, min_consumers=1, epoch_samples=None,
                  heartbeat=None, heartbeat_timeout=None, tcp=None, curve_key=None, authorized_keys=None,
-                 insecure=False):
+                 insecure=False, alone_timeout=10.0):
         import torch
 
         self._torch = torch
@@ -95,6 +128,8 @@ class Producer:
         self._curve_key = curve_key
         self._authorized_keys = authorized_keys
         self._insecure = bool(insecure)
+        self._alone_timeout = alone_timeout
+        self.ended = None  # how the run ended: "delivered", "consumers gone" (set by close)
         self._tcp_endpoint = None
         self._ptr = None
         self._shape = None
@@ -138,6 +173,7 @@ class Producer:
         opts.curve_key_file = str(self._curve_key).encode() if self._curve_key else None
         opts.authorized_keys_file = str(self._authorized_keys).encode() if self._authorized_keys else None
         opts.insecure = 1 if self._insecure else 0
+        opts.alone_timeout_ms = max(1, int(self._alone_timeout * 1000)) if self._alone_timeout else 0
         ptr = ctypes.c_void_p()
         _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._ptr = ptr
@@ -152,7 +188,8 @@ class Producer:
         return self._tcp_endpoint
 
     def publish(self, batch):
-        """Publishes one batch (blocks while every slot is in use)."""
+        """Publishes one batch (blocks while every slot is in use). True once published; False
+        when the run has ended because its consumers all left (alone_timeout)."""
         torch = self._torch
         samples, labels = _split(batch, torch)
         if self._ptr is None:
@@ -167,31 +204,41 @@ class Producer:
         labels = torch.as_tensor(labels).detach().to("cpu", torch.int64).contiguous().reshape(-1)
         if labels.numel() != count:
             raise ValueError("%d labels for %d samples" % (labels.numel(), count))
-        _lib.check_producer(_lib.producer_lib().coloader_producer_publish(self._ptr, samples.data_ptr(), count,
-                                                        labels.data_ptr(), None))
+        lib, ptr = _lib.producer_lib(), self._ptr
+        if _lib.wait_producer(lambda ms: lib.coloader_producer_wait(ptr, ms)) == _lib.END:
+            return False
+        rc = _lib.check_producer(lib.coloader_producer_publish(ptr, samples.data_ptr(), count, labels.data_ptr(), None))
+        return rc != _lib.END
 
     def end_epoch(self):
         if self._ptr is not None:
             _lib.check_producer(_lib.producer_lib().coloader_producer_end_epoch(self._ptr))
 
     def run(self, epochs=1):
-        """Publishes `epochs` epochs of the iterable, then close()s."""
-        try:
-            for _ in range(epochs):
-                for batch in self._iterable:
-                    self.publish(batch)
-                self.end_epoch()
-        except BaseException:
-            self.close(timeout=5.0)  # consumers are told; do not wait on them for long
-            raise
-        self.close()
+        """Publishes `epochs` epochs of the iterable, then close()s. Returns how it ended:
+        "delivered" (every batch published and released) or "consumers gone"."""
+        with _sigterm_as_exit():
+            try:
+                for _ in range(epochs):
+                    for batch in self._iterable:
+                        if not self.publish(batch):
+                            return self.close()
+                    self.end_epoch()
+            except BaseException:
+                self.close(timeout=5.0)  # consumers are told; do not wait on them for long
+                raise
+            return self.close()
 
     def close(self, timeout=None):
         """Waits until consumers released every batch (at most `timeout` seconds; None waits
-        while any consumer lives), tells them the producer is done, and frees it."""
+        while any consumer lives, and alone_timeout once none does), tells them the producer is
+        done, and frees it. Returns how the run ended (also in .ended)."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
-            _lib.check_producer(_lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
+            rc = _lib.check_producer(_lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
+            if self.ended is None:
+                self.ended = "consumers gone" if rc == _lib.END else "delivered"
+        return self.ended
 
     def __enter__(self):
         return self

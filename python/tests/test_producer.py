@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from support import BINARY, coloader, needs_build
+from support import BINARY, PYTHON_DIR, coloader, needs_build
 
 pytestmark = needs_build
 
@@ -120,3 +120,71 @@ def test_remote_consumers_over_tcp_with_curve_keys(env, tmp_path):
     keyless = coloader.Producer(loader, name="squares-open", tcp="tcp://127.0.0.1:*")
     with pytest.raises(coloader.InvalidArgument, match="without authentication"):
         keyless.run()
+
+
+def run_in_thread(producer, epochs):
+    """Runs producer.run(epochs) on a thread; returns (thread, what run returned as a list)."""
+    ended = []
+    t = threading.Thread(target=lambda: ended.append(producer.run(epochs)), daemon=True)
+    t.start()
+    return t, ended
+
+
+def test_run_ends_when_its_consumers_are_gone_and_says_so(env):
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=4)
+    producer = coloader.Producer(loader, name="left", alone_timeout=0.5)
+    thread, ended = run_in_thread(producer, epochs=3)
+    with coloader.Loader("left", batch_size=4, wait_for_producer=20) as consumer:
+        batches = iter(consumer)
+        for _ in range(3):
+            next(batches)
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "run() still waits for consumers that left"
+    assert ended == ["consumers gone"]
+    assert not any(f.name.startswith("left") for f in env.iterdir()), "its socket was left behind"
+
+
+def test_run_that_delivers_every_epoch_says_so(env):
+    producer = coloader.Producer(torch.utils.data.DataLoader(Squares(), batch_size=10), name="whole",
+                                 alone_timeout=0.5)
+    thread, ended = run_in_thread(producer, epochs=2)
+    with coloader.Loader("whole", batch_size=7, wait_for_producer=20) as consumer:
+        for _ in range(2):
+            assert sum(len(labels) for _, labels in consumer) == N
+    thread.join(timeout=30)
+    assert ended == ["delivered"]
+
+
+# A producer stopped with SIGTERM (as a job scheduler stops it) while it waits for its first
+# consumer, or with Ctrl-C: it removes its socket and its shared memory, as `serve` does.
+SCRIPT = """
+import sys, torch, coloader
+batches = [(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))] * 10
+print("running", flush=True)
+coloader.Producer(batches, name=sys.argv[1]).run(epochs=1)
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_stopped_producer_cleans_up(env, sig):
+    import os
+    import signal
+    import sys
+    import time
+
+    name = "stopped-" + sig.lower()
+    before = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)))
+    assert proc.stdout.readline() == "running\n"
+    sock = env / (name + ".sock")
+    deadline = time.monotonic() + 20
+    while not sock.exists() and time.monotonic() < deadline:  # the first publish opens it
+        time.sleep(0.02)
+    assert sock.exists(), proc.stderr.read() if proc.poll() is not None else "no socket"
+    mine = {f for f in set(os.listdir("/dev/shm")) - before if name in f}  # its ring and mailboxes
+    assert mine
+    proc.send_signal(getattr(signal, sig))
+    proc.wait(timeout=20)
+    assert not sock.exists()
+    assert not mine & set(os.listdir("/dev/shm"))
