@@ -1,23 +1,33 @@
 #include "producer/external_source.h"
 
-#include <chrono>
-
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 namespace coloader {
 
-Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(SlotTable layout, uint8_t* base) {
-  std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(layout), base));
+Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(std::vector<int64_t> sample_shape, uint64_t epoch_samples) {
+  std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(sample_shape), epoch_samples));
   COLOADER_ASSIGN_OR_RETURN(s->events_, EventFd::Make());
   return Result<std::unique_ptr<ExternalSource>>(std::move(s));
 }
 
+Status ExternalSource::Attach(const SourceRing& ring) {
+  layout_ = ring.table;
+  base_ = ring.base;
+  return Status::OK();
+}
+
+void ExternalSource::MixDataKey(const std::function<void(const std::string&)>& mix) const {
+  for (int64_t d : sample_shape_) mix(std::to_string(d));
+  mix(std::to_string(epoch_samples_));
+}
+
 ExternalSource::~ExternalSource() = default;
 
-void ExternalSource::Grant(uint32_t slot) {
+void ExternalSource::Fill(uint32_t slot, uint8_t*, uint64_t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     free_.push_back(slot);
@@ -25,15 +35,15 @@ void ExternalSource::Grant(uint32_t slot) {
   cv_.notify_all();
 }
 
-bool ExternalSource::finished() const {
+bool ExternalSource::exhausted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return finished_;
 }
 
-void ExternalSource::Stop(Status why) {
+void ExternalSource::Stop(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopped_) why_ = std::move(why);  // the first reason is the one
+    if (!stopped_) why_ = why;  // the first reason is the one
     stopped_ = true;
   }
   cv_.notify_all();

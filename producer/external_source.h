@@ -2,7 +2,7 @@
 // grants free slots, the caller's thread copies a batch into one and hands it back. This is
 // how a Python DataLoader feeds a producer (coloader.Producer, through the C ABI).
 //
-// Threads: Grant/TakeCompleted/TakeReturned run on the session loop; Publish/EndEpoch/Finish
+// Threads: the BatchSource side runs on the session loop; WaitForSlot/Publish/EndEpoch/Finish
 // on the caller's one thread. The last published batch is held back until the next Publish or
 // EndEpoch, so that the epoch's last batch can carry its last-in-epoch flag.
 #pragma once
@@ -10,31 +10,42 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "common/protocol.h"
-#include "common/unique_fd.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "pipeline/pipeline.h"
+#include "producer/batch_source.h"
 
 namespace coloader {
 
-class ExternalSource {
+class ExternalSource : public BatchSource {
  public:
-  // `layout` is the host slot layout; `base` the mapped ring.
-  static Result<std::unique_ptr<ExternalSource>> Make(SlotTable layout, uint8_t* base);
-  ~ExternalSource();
+  // Samples of `sample_shape`; `epoch_samples` per epoch if the caller knows (0: not known).
+  static Result<std::unique_ptr<ExternalSource>> Make(std::vector<int64_t> sample_shape, uint64_t epoch_samples);
+  ~ExternalSource() override;
+  // The ring, once it exists: the caller copies batches into its host slots.
+  Status Attach(const SourceRing& ring) override;
 
-  // Session loop.
-  void Grant(uint32_t slot);                              // a free slot the caller may fill
-  std::vector<std::unique_ptr<BatchJob>> TakeCompleted();
-  std::vector<uint32_t> TakeReturned();                  // slots granted, then given back by Finish
-  bool finished() const;                                  // Finish() was called
-  int event_fd() const { return events_.fd(); }
+  // BatchSource, on the session loop.
+  uint64_t epoch_samples() const override { return epoch_samples_; }
+  uint64_t dataset_size() const override { return epoch_samples_; }
+  void MixDataKey(const std::function<void(const std::string&)>& mix) const override;
+  bool resumable() const override { return false; }
+  void Start(uint64_t, uint64_t) override {}
+  bool exhausted() const override;  // Finish() was called
+  // Grants the caller the slot: it counts as on its way until the caller's batch is published.
+  void Fill(uint32_t slot, uint8_t* base, uint64_t seq) override;
+  std::vector<uint32_t> TakeReturned() override;  // slots granted, then given back by Finish
+  std::vector<std::unique_ptr<BatchJob>> TakeCompleted() override;
+  int event_fd() const override { return events_.fd(); }
   // Wakes a Publish blocked on a slot; it and every later one return `why`.
-  void Stop(Status why = Status::Disconnected("the producer stopped"));
+  void Stop(const Status& why) override;
 
   // Caller's thread.
   // Waits at most `timeout_ms` until Publish would not block: OK, kAgain when the time passed,
@@ -45,11 +56,14 @@ class ExternalSource {
   void Finish();
 
  private:
-  ExternalSource(SlotTable layout, uint8_t* base) : layout_(std::move(layout)), base_(base) {}
+  ExternalSource(std::vector<int64_t> sample_shape, uint64_t epoch_samples)
+      : sample_shape_(std::move(sample_shape)), epoch_samples_(epoch_samples) {}
   void Complete(std::unique_ptr<BatchJob> job);
 
+  const std::vector<int64_t> sample_shape_;
+  const uint64_t epoch_samples_;
   SlotTable layout_;
-  uint8_t* base_;
+  uint8_t* base_ = nullptr;
   EventFd events_;  // signalled when the caller completes a batch or finishes
   mutable std::mutex mu_;
   std::condition_variable cv_;

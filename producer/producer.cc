@@ -14,6 +14,8 @@
 
 #include "common/curve.h"
 #include "common/log_line.h"
+#include "producer/dataset_source.h"
+#include "producer/external_source.h"
 #include "producer/producer_internal.h"
 #include "producer/slot_layout.h"
 
@@ -38,7 +40,7 @@ Producer::Producer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Producer::~Producer() {
   if (!impl_) return;
-  impl_->pipeline.reset();     // join workers before the memory they write goes
+  impl_->source.reset();  // join its workers before the memory they write goes
   // Last to first: the first ring pinned the host memory and unregisters it before it is unmapped.
   while (!impl_->device_rings.empty()) impl_->device_rings.pop_back();
   impl_->router.Close();
@@ -54,7 +56,7 @@ Producer::~Producer() {
 
 const std::string& Producer::endpoint() const { return impl_->paths.endpoint; }
 const std::string& Producer::tcp_endpoint() const { return impl_->tcp_bound; }
-ExternalSource* Producer::external_source() const { return impl_->external.get(); }
+ExternalSource* Producer::external_source() const { return dynamic_cast<ExternalSource*>(impl_->source.get()); }
 
 void Producer::Stop(const char* why) {
   impl_->stop_why.store(why);
@@ -136,14 +138,18 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
 
 Status Producer::Impl::Setup() {
   COLOADER_ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
-  if (!opts.external) COLOADER_RETURN_NOT_OK(OpenDataset());
+  COLOADER_RETURN_NOT_OK(MakeSource());
   data_key = ComputeDataKey();
   COLOADER_RETURN_NOT_OK(CheckStart());
   COLOADER_RETURN_NOT_OK(ClaimName());
   const SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
   COLOADER_RETURN_NOT_OK(CreateRing(layouts));
 
-  TransformOptions to;
+  SourceRing r;
+  r.table = table;
+  r.staging = staging;
+  r.base = shm.data();
+  TransformOptions& to = r.transform;
   to.augment.mode = opts.augment;
   to.augment.size = opts.image_size;
   to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
@@ -151,41 +157,26 @@ Status Producer::Impl::Setup() {
   to.dct_scaling = opts.dct_scaling;
   to.crop_decode = opts.crop_decode;
   COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize));
-  if (opts.external) {
-    COLOADER_ASSIGN_OR_RETURN(external, ExternalSource::Make(table, shm.data()));
-  } else {
-    GpuDecodeRequest request;
-    request.name = opts.name;
-    request.mode = opts.decode;
-    request.devices = opts.devices;
-    request.stage.num_slots = table.num_slots;
-    request.stage.batch_size = table.batch_size;
-    request.stage.augment = to.augment;
-    request.stage.lanes = opts.gpu_lanes;
-    COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> gpu, MakeGpuDecodeStages(request));
-    COLOADER_ASSIGN_OR_RETURN(pipeline, Pipeline::Make(&dataset, to, opts.workers, opts.seed, staging, std::move(gpu)));
-  }
+  r.gpu.name = opts.name;
+  r.gpu.mode = opts.decode;
+  r.gpu.devices = opts.devices;
+  r.gpu.stage.num_slots = table.num_slots;
+  r.gpu.stage.batch_size = table.batch_size;
+  r.gpu.stage.augment = to.augment;
+  r.gpu.stage.lanes = opts.gpu_lanes;
+  COLOADER_RETURN_NOT_OK(source->Attach(r));
   COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
   COLOADER_RETURN_NOT_OK(Bind());
   progress_tty = ::isatty(STDERR_FILENO);
   return Status::OK();
 }
 
-Status Producer::Impl::OpenDataset() {
-  std::vector<std::string> notes;
-  COLOADER_ASSIGN_OR_RETURN(dataset, Dataset::Open(opts.data, &notes, opts.label_field));
-  for (const std::string& note : notes) LogLine("[coloader %s] %s\n", opts.name.c_str(), note.c_str());
-  if (!dataset.shards().empty())
-    LogLine("[coloader %s] %zu samples in %zu WebDataset shard(s)\n", opts.name.c_str(), dataset.size(),
-            dataset.shards().size());
-  SamplerOptions so;
-  so.shuffle = opts.shuffle;
-  so.seed = opts.seed;
-  so.rank = opts.rank;
-  so.world_size = opts.world_size;
-  so.blocks = dataset.stream_blocks();
-  COLOADER_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(dataset.size(), so));
-  sampler.emplace(std::move(s));
+Status Producer::Impl::MakeSource() {
+  if (opts.external) {
+    COLOADER_ASSIGN_OR_RETURN(source, ExternalSource::Make(opts.sample_shape, opts.epoch_samples));
+  } else {
+    COLOADER_ASSIGN_OR_RETURN(source, DatasetSource::Open(opts));
+  }
   return Status::OK();
 }
 
@@ -323,7 +314,7 @@ Status Producer::Impl::Loop() {
 
     std::vector<zmq::pollitem_t> items = {
         {router.handle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, SourceFd(), ZMQ_POLLIN, 0},
+        {nullptr, source->event_fd(), ZMQ_POLLIN, 0},
         {nullptr, stop_fd.fd(), ZMQ_POLLIN, 0},
     };
     for (const auto& [id, s] : sessions)
@@ -339,7 +330,7 @@ Status Producer::Impl::Loop() {
     ReportProgress(now, false);
     if (Status alone = CheckAlone(now); !alone.ok()) {
       LogLine("[coloader %s] %s\n", opts.name.c_str(), alone.message().c_str());
-      if (external) external->Stop(alone);  // the caller's next publish hears it
+      source->Stop(alone);  // a caller's next publish hears it
       Shutdown(ByeReason::kFinished, alone.message());
       return alone;
     }
@@ -386,7 +377,7 @@ Status Producer::Impl::ReadMessages() {
 }
 
 void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
-  if (external) external->Stop();  // a caller blocked in Publish learns that it is over
+  if (source) source->Stop(Status::Disconnected("the producer stopped"));  // a caller blocked in Publish hears it
   for (auto& [identity, s] : sessions) Send(identity, Bye{reason, message});
   // Give the goodbyes a moment to leave: consumers mapped the ring and keep reading what they
   // hold after we unlink it, so only the messages need to get out.

@@ -2,8 +2,8 @@
 // to any number of consumers through a ring of shared-memory slots and one ZeroMQ ROUTER.
 //
 // Threads: the caller's thread runs the session loop (socket, consumer liveness, ring
-// accounting, publishing in order); the pipeline's workers fill slots. Nothing else touches
-// the socket.
+// accounting, publishing in order); a BatchSource fills slots (batch_source.h: the decode
+// pipeline's workers, or the caller's thread). Nothing else touches the socket.
 #pragma once
 
 #include <cstdint>

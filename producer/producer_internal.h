@@ -1,10 +1,10 @@
 // The producer's state, shared by the files that implement it (private to producer/):
 //   producer.cc  options, set-up, the session loop, shutdown
 //   sessions.cc  handshakes, messages, flood control, liveness (pidfd and heartbeat)
-//   publish.cc   back-pressure, submitting work, publishing in order with the device fan-out
+//   publish.cc   back-pressure, handing slots to the source, publishing in order with the device fan-out
 //   report.cc    `coloader status` replies and the progress line
 //   tcp.cc       the tcp:// endpoint: CURVE/ZAP, batches sent as payload
-// Only the session loop's thread touches it (the pipeline's workers see their BatchJobs).
+// Only the session loop's thread touches it (a source's workers see their BatchJobs).
 #pragma once
 
 #include <algorithm>
@@ -25,11 +25,9 @@
 #include "common/shm.h"
 #include "common/socket.h"
 #include "common/unique_fd.h"
-#include "pipeline/dataset.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/sampler.h"
+#include "producer/batch_source.h"
 #include "producer/device_ring.h"
-#include "producer/external_source.h"
 #include "producer/producer.h"
 #include "producer/ring.h"
 #include "producer/slot_layout.h"
@@ -100,8 +98,8 @@ struct Producer::Impl {
   ProducerOptions opts;
   ProducerPaths paths;
   std::optional<NameLock> lock;
-  Dataset dataset;
-  std::optional<Sampler> sampler;
+  // Where the batches come from: the dataset and its decode pipeline, or the caller.
+  std::unique_ptr<BatchSource> source;
   SlotTable table;
   SlotTable staging;
   SharedMemory shm;
@@ -109,8 +107,6 @@ struct Producer::Impl {
   std::vector<std::unique_ptr<DeviceRing>> device_rings;  // one per --device GPU
   MailboxArea mailboxes;
   std::vector<bool> mailbox_used;
-  std::unique_ptr<Pipeline> pipeline;
-  std::unique_ptr<ExternalSource> external;  // instead of the pipeline, with opts.external
   zmq::context_t ctx{1};
   Socket router;  // opened by Bind()
   std::unique_ptr<ZapHandler> zap;  // with a tcp:// endpoint: who may connect
@@ -130,10 +126,7 @@ struct Producer::Impl {
 
   // Where production stands.
   bool started = false;       // min_consumers reached once
-  uint64_t epoch = 0;         // epoch being submitted
-  uint64_t position = 0;      // samples submitted in that epoch
-  std::vector<int64_t> epoch_indices;
-  bool all_submitted = false;
+  bool all_submitted = false;  // the source fills no more slots
   uint64_t next_submit_seq = 0;
   uint64_t next_publish_seq = 0;
   uint64_t published_epoch = 0, published_position = 0;
@@ -159,15 +152,13 @@ struct Producer::Impl {
   uint64_t last_release_ns = 0;  // when a slot last came back (stalls of a full ring are timed by it)
   uint64_t alone_since_ns = 0;   // since when no consumer has been attached (0: one is)
 
-  uint64_t EpochsWanted() const { return opts.forever ? UINT64_MAX : opts.epochs; }
-  uint64_t epoch_samples() const { return external ? opts.epoch_samples : sampler->epoch_size(); }
-  uint64_t dataset_size() const { return external ? opts.epoch_samples : dataset.size(); }
-  size_t InFlight() const { return pipeline ? pipeline->in_flight() : 0; }
-  int SourceFd() const { return external ? external->event_fd() : pipeline->event_fd(); }
+  uint64_t epoch_samples() const { return source->epoch_samples(); }
+  uint64_t dataset_size() const { return source->dataset_size(); }
+  size_t InFlight() const { return source->in_flight(); }
 
   Status Setup();
   // Setup's steps, in order.
-  Status OpenDataset();
+  Status MakeSource();
   Status ClaimName();
   Status CreateRing(const SlotLayouts& layouts);
   Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize);

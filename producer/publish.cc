@@ -15,33 +15,14 @@ void Producer::Impl::SubmitWork() {
     started = true;
     start_ns = rate_mark_ns = MonotonicNs();
     // --resume: the epoch and position a checkpointed group resumes from (CheckStart).
-    epoch = start_epoch;
-    position = start_position;
-    if (!external) epoch_indices = sampler->EpochIndices(epoch);
+    source->Start(start_epoch, start_position);
   }
-  if (external) {
-    // The caller fills the slots: grant it every free one, take back what it returns.
-    for (uint32_t slot : external->TakeReturned()) {
-      ring.Abandon(slot);
-      --next_submit_seq;  // granted, never filled
-    }
-    if (external->finished()) {
-      all_submitted = true;
-      return;
-    }
-    while (WithinWindow()) {
-      std::optional<uint32_t> slot = ring.Acquire();
-      if (!slot) {
-        ReclaimOldest();
-        break;
-      }
-      external->Grant(*slot);
-      ++next_submit_seq;  // counts as on its way until the caller's batch is published
-    }
-    return;
+  for (uint32_t slot : source->TakeReturned()) {  // handed out and never filled
+    ring.Abandon(slot);
+    --next_submit_seq;
   }
-  // Keep the workers fed while there is a free slot; each batch is published in order later.
-  while (!all_submitted && fatal.ok() && WithinWindow()) {
+  // Hand the source a slot while the window allows; each batch is published in order later.
+  while (!source->exhausted() && fatal.ok() && WithinWindow()) {
     std::optional<uint32_t> slot = ring.Acquire();
     if (!slot) {
       ReclaimOldest();
@@ -56,28 +37,9 @@ void Producer::Impl::SubmitWork() {
       ring.Abandon(*slot);
       break;
     }
-    auto job = std::make_unique<BatchJob>();
-    job->seq = next_submit_seq++;
-    job->slot = *slot;
-    job->epoch = epoch;
-    job->first = position;
-    const uint64_t count = std::min<uint64_t>(opts.batch_size, epoch_indices.size() - position);
-    job->indices.assign(epoch_indices.begin() + static_cast<std::ptrdiff_t>(position),
-                        epoch_indices.begin() + static_cast<std::ptrdiff_t>(position + count));
-    job->slot_base = shm.data() + uint64_t{*slot} * table.slot_bytes;
-    position += count;
-    job->last_in_epoch = position == epoch_indices.size();
-    pipeline->Submit(std::move(job));
-    if (position == epoch_indices.size()) {
-      ++epoch;
-      position = 0;
-      if (epoch >= EpochsWanted()) {
-        all_submitted = true;
-      } else {
-        epoch_indices = sampler->EpochIndices(epoch);
-      }
-    }
+    source->Fill(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, next_submit_seq++);
   }
+  all_submitted = source->exhausted();
 }
 
 void Producer::Impl::ReclaimOldest() {
@@ -108,7 +70,7 @@ void Producer::Impl::AnnounceEnd() {
 Status Producer::Impl::CheckStart() {
   const ProducerOptions::ResumePoint& r = opts.resume;
   if (!r.set) return Status::OK();
-  if (external) return Status::Invalid("--resume applies to a producer that reads a dataset, not a caller-fed one");
+  if (!source->resumable()) return Status::Invalid("--resume applies to a producer that reads a dataset, not a caller-fed one");
   if (!r.data_key.empty() && r.data_key != data_key) {
     return Status::Invalid("--resume: the state was saved from data key " + r.data_key + ", but this producer's is " +
                            data_key + " (another dataset, or other --image-size/--augment/--output/--layout/--no-shuffle)");
@@ -148,7 +110,7 @@ Status Producer::Impl::CheckStart() {
 }
 
 void Producer::Impl::PublishReady() {
-  for (auto& job : external ? external->TakeCompleted() : pipeline->TakeCompleted())
+  for (auto& job : source->TakeCompleted())
     done.emplace(job->seq, std::move(job));
   // Publish strictly in sequence order, and only when someone is there to take it: a batch
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
@@ -179,10 +141,10 @@ void Producer::Impl::PublishReady() {
         ring.Abandon(job->slot);
         return;
       }
-      count = pipeline ? pipeline->FillFailed(*job) : count;
+      count = source->FillFailed(*job);
       // Nothing of it decoded: it comes back in its place in the sequence with other files,
       // so that it keeps its size too (a group's ranks stay in step even with batches of 1).
-      if (count == 0 && pipeline && pipeline->Resubmit(job)) return;
+      if (count == 0 && source->Resubmit(job)) return;
     }
     ++next_publish_seq;
 
@@ -199,8 +161,7 @@ void Producer::Impl::PublishReady() {
       Status st;
       for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
         if (in_use[i])
-          st = device_rings[i]->Upload(job->slot, count, pipeline ? pipeline->DeviceStaging(*job) : nullptr,
-                                       pipeline ? pipeline->DecodeDevice(*job) : -1);
+          st = device_rings[i]->Upload(job->slot, count, source->DeviceStaging(*job), source->DecodeDevice(*job));
       if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
       if (!st.ok()) {
         fatal = st;

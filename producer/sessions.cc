@@ -172,23 +172,7 @@ std::string Producer::Impl::ComputeDataKey() const {
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
     h = (h ^ 0xff) * 1099511628211ull;  // a separator, so ("ab","c") differs from ("a","bc")
   };
-  if (external) {
-    for (int64_t d : opts.sample_shape) mix(std::to_string(d));
-    mix(std::to_string(opts.epoch_samples));
-  } else {
-    const std::string& root = dataset.source();
-    for (const Sample& smp : dataset.samples()) {
-      if (smp.in_archive()) {  // the shard's file name and the member: wherever the shards are
-        const size_t slash = smp.path.rfind('/');
-        mix(slash == std::string::npos ? smp.path : smp.path.substr(slash + 1));
-        mix(smp.member);
-      } else {
-        const bool under = smp.path.size() > root.size() && smp.path.compare(0, root.size(), root) == 0;
-        mix(under ? smp.path.substr(root.size()) : smp.path);
-      }
-      mix(std::to_string(smp.label));
-    }
-  }
+  source->MixDataKey(mix);
   mix(std::to_string(opts.image_size));
   mix(std::to_string(static_cast<int>(opts.augment)));
   mix(DTypeName(opts.output));
@@ -489,7 +473,7 @@ void Producer::Impl::DetachStalled(uint64_t now) {
     }
   }
   if (last_release_ns == 0) last_release_ns = now;
-  const bool producing = external ? !external->finished() : !all_submitted;
+  const bool producing = !source->exhausted();
   if (opts.stall_timeout_ms == 0 || !started || !producing) return;
   const uint64_t limit = uint64_t{opts.stall_timeout_ms} * 1000000;
   char seconds_text[32];

@@ -100,10 +100,18 @@ class ExternalSourceTest : public ::testing::Test {
   void SetUp() override {
     layout_ = Layout();
     ring_.assign(layout_.num_slots * layout_.slot_bytes, kUntouched);
-    auto made = ExternalSource::Make(layout_, ring_.data());
+    auto made = ExternalSource::Make({3, 4, 4}, 0);
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     source_ = std::move(*made);
+    SourceRing ring;
+    ring.table = layout_;
+    ring.base = ring_.data();
+    ASSERT_TRUE(source_->Attach(ring).ok());
   }
+
+  // The session loop hands the caller a free slot (BatchSource::Fill).
+  void Grant(uint32_t s) { source_->Fill(s, Slot(s), 0); }
+  void StopSource() { source_->Stop(Status::Disconnected("the producer stopped")); }
 
   uint8_t* Slot(uint32_t s) { return ring_.data() + s * layout_.slot_bytes; }
   const int64_t* Indices(uint32_t s) { return reinterpret_cast<const int64_t*>(Slot(s) + layout_.indices_offset); }
@@ -148,7 +156,7 @@ class ExternalSourceTest : public ::testing::Test {
       returned = true;
     });
     const bool in_time = WaitUntilSet(returned);
-    if (!in_time) source_->Stop();
+    if (!in_time) StopSource();
     caller.join();
     return in_time ? st : Status::Timeout("Publish blocked: no granted slot was left for it");
   }
@@ -159,7 +167,7 @@ class ExternalSourceTest : public ::testing::Test {
 };
 
 TEST_F(ExternalSourceTest, APublishedBatchIsWrittenIntoTheGrantedSlotsLayout) {
-  source_->Grant(2);
+  Grant(2);
   const CallerBatch b(3, 1);  // fewer than batch_size
   ASSERT_OK(Publish(b));
   EXPECT_TRUE(SlotHolds(2, b, b.indices));
@@ -169,7 +177,7 @@ TEST_F(ExternalSourceTest, APublishedBatchIsWrittenIntoTheGrantedSlotsLayout) {
 }
 
 TEST_F(ExternalSourceTest, TheLatestBatchIsHeldBackUntilTheNextPublish) {
-  for (uint32_t s : {3u, 1u, 0u}) source_->Grant(s);
+  for (uint32_t s : {3u, 1u, 0u}) Grant(s);
   const CallerBatch first(4, 1), second(2, 2), third(4, 3);
   ASSERT_OK(Publish(first));
   EXPECT_TRUE(source_->TakeCompleted().empty());  // it may yet be the epoch's last
@@ -197,7 +205,7 @@ TEST_F(ExternalSourceTest, TheLatestBatchIsHeldBackUntilTheNextPublish) {
 }
 
 TEST_F(ExternalSourceTest, EndEpochReleasesTheHeldBatchAsLastInEpochAndStartsTheNext) {
-  for (uint32_t s = 0; s < 3; ++s) source_->Grant(s);
+  for (uint32_t s = 0; s < 3; ++s) Grant(s);
   const CallerBatch a(4, 1), b(3, 2), c(4, 3);
   ASSERT_OK(Publish(a));
   ASSERT_OK(Publish(b));
@@ -227,7 +235,7 @@ TEST_F(ExternalSourceTest, EndEpochWithNothingPublishedCompletesNoBatch) {
 }
 
 TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheEpoch) {
-  for (uint32_t s = 0; s < 3; ++s) source_->Grant(s);
+  for (uint32_t s = 0; s < 3; ++s) Grant(s);
   const CallerBatch a(3, 1), b(2, 2);
   ASSERT_OK(source_->Publish(a.data.data(), a.count(), a.labels.data(), nullptr));
   ASSERT_OK(source_->Publish(b.data.data(), b.count(), b.labels.data(), nullptr));
@@ -246,7 +254,7 @@ TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheE
 }
 
 TEST_F(ExternalSourceTest, BadBatchesAreRefusedWithoutTakingAGrantedSlot) {
-  source_->Grant(1);
+  Grant(1);
   const CallerBatch b(kBatch + 1, 1);
   const Status empty = WithoutBlocking([&] { return source_->Publish(b.data.data(), 0, b.labels.data(), nullptr); });
   EXPECT_EQ(empty.code(), StatusCode::kInvalidArgument);
@@ -266,7 +274,7 @@ TEST_F(ExternalSourceTest, BadBatchesAreRefusedWithoutTakingAGrantedSlot) {
 }
 
 TEST_F(ExternalSourceTest, PublishBlocksWhileNoSlotIsGrantedAndWakesWhenOneIs) {
-  source_->Grant(0);
+  Grant(0);
   const CallerBatch a(2, 1), b(3, 2);
   ASSERT_OK(Publish(a));  // takes the only slot granted
   std::atomic<pid_t> tid{0};
@@ -282,9 +290,9 @@ TEST_F(ExternalSourceTest, PublishBlocksWhileNoSlotIsGrantedAndWakesWhenOneIs) {
   EXPECT_FALSE(returned.load()) << "Publish returned without a slot";
   EXPECT_TRUE(SlotUntouched(2));
   EXPECT_TRUE(source_->TakeCompleted().empty());
-  source_->Grant(2);
+  Grant(2);
   const bool woke = WaitUntilSet(returned);
-  if (!woke) source_->Stop();  // so that the caller can be joined
+  if (!woke) StopSource();  // so that the caller can be joined
   caller.join();
   ASSERT_TRUE(woke) << "Grant did not wake the blocked Publish";
   ASSERT_OK(st);
@@ -306,29 +314,29 @@ TEST_F(ExternalSourceTest, StopWakesABlockedPublishWithAnError) {
   });
   while (tid.load() == 0) std::this_thread::yield();
   const bool blocked = WaitUntilAsleepInFutex(tid.load());
-  source_->Stop();
+  StopSource();
   const bool woke = WaitUntilSet(returned);
-  if (!woke) source_->Grant(0);  // so that the caller can be joined
+  if (!woke) Grant(0);  // so that the caller can be joined
   caller.join();
   ASSERT_TRUE(blocked) << "the caller never blocked";
   ASSERT_TRUE(woke) << "Stop did not wake the blocked Publish";
   EXPECT_EQ(st.code(), StatusCode::kDisconnected) << st.ToString();
   EXPECT_TRUE(SlotUntouched(0));
   // Once stopped, a Publish fails at once, even with a slot granted.
-  source_->Grant(0);
+  Grant(0);
   EXPECT_EQ(Publish(b).code(), StatusCode::kDisconnected);
   EXPECT_TRUE(SlotUntouched(0));
 }
 
 TEST_F(ExternalSourceTest, FinishReleasesTheHeldBatchAndReturnsTheUnfilledSlots) {
-  for (uint32_t s : {2u, 0u, 3u, 1u}) source_->Grant(s);
+  for (uint32_t s : {2u, 0u, 3u, 1u}) Grant(s);
   const CallerBatch a(4, 1), b(1, 2);
   ASSERT_OK(Publish(a));
   ASSERT_OK(Publish(b));
-  EXPECT_FALSE(source_->finished());
+  EXPECT_FALSE(source_->exhausted());
   EXPECT_TRUE(source_->TakeReturned().empty());  // nothing given back before Finish
   source_->Finish();
-  EXPECT_TRUE(source_->finished());
+  EXPECT_TRUE(source_->exhausted());
   auto done = source_->TakeCompleted();
   ASSERT_EQ(done.size(), 2u);
   EXPECT_EQ(done[1]->slot, 0u);
@@ -344,7 +352,7 @@ TEST_F(ExternalSourceTest, FinishReleasesTheHeldBatchAndReturnsTheUnfilledSlots)
 
 TEST_F(ExternalSourceTest, SlotsGrantedAfterFinishAreNotUsed) {
   source_->Finish();
-  source_->Grant(2);
+  Grant(2);
   EXPECT_NE(Publish(CallerBatch(1, 1)).code(), StatusCode::kOk);
   EXPECT_TRUE(SlotUntouched(2));
 }
@@ -353,7 +361,7 @@ TEST_F(ExternalSourceTest, EventFdIsReadableWhileACompletedBatchOrFinishWaits) {
   const int fd = source_->event_fd();
   ASSERT_GE(fd, 0);
   EXPECT_FALSE(Readable(fd));
-  for (uint32_t s = 0; s < 3; ++s) source_->Grant(s);
+  for (uint32_t s = 0; s < 3; ++s) Grant(s);
   ASSERT_OK(Publish(CallerBatch(1, 1)));
   EXPECT_FALSE(Readable(fd));  // held back: nothing for the session loop yet
   ASSERT_OK(Publish(CallerBatch(1, 2)));

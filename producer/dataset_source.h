@@ -1,0 +1,57 @@
+// `serve`'s batches: a dataset (ImageFolder, file list, WebDataset shards), the sampler's
+// order for each epoch, and the decode pipeline's workers filling the slots.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "pipeline/dataset.h"
+#include "pipeline/gpu_decode.h"
+#include "pipeline/sampler.h"
+#include "producer/batch_source.h"
+#include "producer/options.h"
+#include "producer/slot_layout.h"
+
+namespace coloader {
+
+class DatasetSource : public BatchSource {
+ public:
+  // Opens the dataset and makes the sampler (what set-up checks need: sizes, the data key);
+  // what was skipped while listing is logged.
+  static Result<std::unique_ptr<DatasetSource>> Open(const ProducerOptions& opts);
+  // Starts the decode workers: they write the ring's staging slots, decoding on the GPUs it asks for.
+  Status Attach(const SourceRing& ring) override;
+
+  uint64_t epoch_samples() const override { return sampler_->epoch_size(); }
+  uint64_t dataset_size() const override { return dataset_.size(); }
+  void MixDataKey(const std::function<void(const std::string&)>& mix) const override;
+  bool resumable() const override { return true; }
+
+  void Start(uint64_t epoch, uint64_t position) override;
+  bool exhausted() const override { return exhausted_; }
+  void Fill(uint32_t slot, uint8_t* base, uint64_t seq) override;
+  std::vector<std::unique_ptr<BatchJob>> TakeCompleted() override { return pipeline_->TakeCompleted(); }
+  int event_fd() const override { return pipeline_->event_fd(); }
+  size_t in_flight() const override { return pipeline_->in_flight(); }
+  uint32_t FillFailed(BatchJob& job) const override { return pipeline_->FillFailed(job); }
+  bool Resubmit(std::unique_ptr<BatchJob>& job) override { return pipeline_->Resubmit(job); }
+  const uint8_t* DeviceStaging(const BatchJob& job) const override { return pipeline_->DeviceStaging(job); }
+  int DecodeDevice(const BatchJob& job) const override { return pipeline_->DecodeDevice(job); }
+
+ private:
+  explicit DatasetSource(ProducerOptions opts) : opts_(std::move(opts)) {}
+
+  ProducerOptions opts_;
+  Dataset dataset_;
+  std::optional<Sampler> sampler_;
+  std::unique_ptr<Pipeline> pipeline_;
+  // Where submitting stands.
+  uint64_t epoch_ = 0;
+  uint64_t position_ = 0;  // samples handed out in that epoch
+  std::vector<int64_t> epoch_indices_;
+  bool exhausted_ = false;
+};
+
+}  // namespace coloader
