@@ -117,7 +117,8 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOption
   curl.setopt(h, CURLOPT_NOSIGNAL, 1L);  // worker threads: no SIGALRM for DNS timeouts
   curl.setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts.connect_timeout_ms));
   const long stall_s = std::max(1, opts.stall_timeout_ms / 1000);
-  curl.setopt(h, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(std::max<uint64_t>(1, opts.min_bytes_per_s)));  // below this ...
+  curl.setopt(h, CURLOPT_LOW_SPEED_LIMIT,
+              static_cast<long>(std::clamp<uint64_t>(opts.min_bytes_per_s, 1, uint64_t{1} << 32)));  // below this ...
   curl.setopt(h, CURLOPT_LOW_SPEED_TIME, stall_s);  // ... this long
   curl.setopt(h, CURLOPT_WRITEFUNCTION, &WriteToSink);
   curl.setopt(h, CURLOPT_WRITEDATA, &sink);
@@ -129,7 +130,7 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, const FetchOption
   curl.getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl.cleanup(h);
   if (sink.too_large) return Failure{"larger than " + std::to_string(opts.max_bytes) + " bytes", false};
-  if (rc == CURLE_OPERATION_TIMEDOUT && !Cancelled(opts))
+  if (rc == CURLE_OPERATION_TIMEDOUT && code > 0 && !Cancelled(opts))  // connected (a status came): too slow
     return Failure{"slower than " + std::to_string(opts.min_bytes_per_s) + " bytes/s for " + std::to_string(stall_s) +
                        " s after " + std::to_string(out->size()) + " bytes", true};
   if (rc != CURLE_OK) {
@@ -180,7 +181,9 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
   int open_fds = 2;
   // The stall rule in stretches of stall_timeout: each must bring min_bytes_per_s per second.
   const auto window = std::chrono::milliseconds(opts.stall_timeout_ms);
-  const uint64_t window_needs = std::max<uint64_t>(1, opts.min_bytes_per_s * static_cast<uint64_t>(opts.stall_timeout_ms) / 1000);
+  const uint64_t window_needs =
+      std::max<uint64_t>(1, std::min<uint64_t>(opts.min_bytes_per_s, uint64_t{1} << 32) *
+                                static_cast<uint64_t>(std::max(1, opts.stall_timeout_ms)) / 1000);
   auto window_start = std::chrono::steady_clock::now();
   uint64_t window_bytes = 0;
   while (open_fds > 0 && ended == Ended::kByItself) {
@@ -188,7 +191,7 @@ Attempt FetchPipe(const std::string& command, const FetchOptions& opts, std::vec
     if (n < 0 && errno == EINTR) continue;
     // Only the shard's bytes count as progress: a command may keep talking on stderr (a progress
     // meter) over a dead connection.
-    if (std::chrono::steady_clock::now() - window_start > window) {
+    if (fds[0].fd >= 0 && std::chrono::steady_clock::now() - window_start > window) {  // until stdout ends
       if (window_bytes < window_needs) {
         end(Ended::kStalled);
         break;
@@ -277,15 +280,28 @@ Result<std::vector<uint8_t>> FetchRaw(const std::string& where, const FetchOptio
   return Status::IOError("cannot fetch shard " + where + " (" + said + ")");
 }
 
-// A gzip stream inflated whole (members one after another, as `cat a.gz b.gz` makes them). What
-// follows damage or a cut is dropped and logged; the tar index names the shard cut short.
+// A gzip stream inflated whole (members one after another, as `cat a.gz b.gz` makes them).
+// A stream cut short or broken keeps what inflated before the break (the tar index then names
+// the shard cut short); a member that fails its CRC or length check is dropped whole, since its
+// bytes are wrong somewhere; bytes after the last member that are not gzip are ignored. Each is
+// logged. Nothing left at all is an error naming the shard.
 Result<std::vector<uint8_t>> Gunzip(const std::string& where, const std::vector<uint8_t>& in, uint64_t max_bytes) {
-  std::vector<uint8_t> out;
-  z_stream z{};
+  struct Inflater {
+    z_stream z{};
+    bool live = false;
+    ~Inflater() {
+      if (live) inflateEnd(&z);
+    }
+  } inf;
+  z_stream& z = inf.z;
   if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) return Status::Internal("zlib's inflateInit2 failed");
+  inf.live = true;
+  std::vector<uint8_t> out;
+  out.reserve(std::min<uint64_t>(max_bytes, in.size() + in.size() / 8));
   z.next_in = const_cast<Bytef*>(in.data());
   z.avail_in = static_cast<uInt>(std::min<size_t>(in.size(), UINT32_MAX));
   size_t fed = z.avail_in;  // how much of `in` has been handed to zlib
+  size_t verified = 0;      // output of the members that passed their checks
   std::string damage;
   uint8_t buf[1 << 16];
   for (;;) {
@@ -293,33 +309,41 @@ Result<std::vector<uint8_t>> Gunzip(const std::string& where, const std::vector<
     z.avail_out = sizeof buf;
     const int rc = inflate(&z, Z_NO_FLUSH);
     out.insert(out.end(), buf, buf + (sizeof buf - z.avail_out));
-    if (out.size() > max_bytes) {
-      inflateEnd(&z);
+    if (out.size() > max_bytes)
       return Status::Invalid("shard " + where + " inflates to more than " + std::to_string(max_bytes) + " bytes");
-    }
     if (z.avail_in == 0 && fed < in.size()) {  // over 4 GiB of input: hand zlib the next part
       z.next_in = const_cast<Bytef*>(in.data() + fed);
       z.avail_in = static_cast<uInt>(std::min<size_t>(in.size() - fed, UINT32_MAX));
       fed += z.avail_in;
     }
+    if (rc == Z_OK) continue;
     if (rc == Z_STREAM_END) {
+      verified = out.size();
       if (z.avail_in == 0) break;  // the last member
-      inflateReset(&z);            // another member follows
+      if (z.avail_in < 2 || z.next_in[0] != 0x1f || z.next_in[1] != 0x8b) {
+        damage = std::to_string(in.size() - (fed - z.avail_in)) + " bytes after the gzip stream that are not gzip";
+        break;
+      }
+      inflateReset(&z);  // another member follows
       continue;
     }
-    if (rc == Z_OK) continue;
+    if (rc == Z_MEM_ERROR) return Status::IOError("inflating shard " + where + ": out of memory");
+    const std::string msg = z.msg ? z.msg : "error " + std::to_string(rc);
     if (rc == Z_BUF_ERROR && z.avail_in == 0) {
       damage = "its gzip stream is cut short";
+    } else if (msg == "incorrect data check" || msg == "incorrect length check") {
+      out.resize(verified);  // the member's bytes are wrong somewhere: none of them is kept
+      damage = "a gzip member fails its check (zlib: " + msg + ") and is dropped";
     } else {
-      damage = std::string("its gzip stream is damaged (zlib: ") + (z.msg ? z.msg : "error " + std::to_string(rc)) + ")";
+      damage = "its gzip stream is damaged (zlib: " + msg + ")";
     }
     break;
   }
-  const uint64_t consumed = in.size() - z.avail_in;
-  inflateEnd(&z);
-  if (!damage.empty())
+  if (!damage.empty()) {
+    if (out.empty()) return Status::Invalid(where + ": " + damage + ", and nothing inflated before it");
     LogLine("[coloader] shard %s: %s after %llu compressed bytes; the %zu bytes inflated before it are kept\n",
-            where.c_str(), damage.c_str(), static_cast<unsigned long long>(consumed), out.size());
+            where.c_str(), damage.c_str(), static_cast<unsigned long long>(fed - z.avail_in), out.size());
+  }
   return out;
 }
 

@@ -102,14 +102,16 @@ std::string At(uint64_t offset) { return "at byte " + std::to_string(offset); }
 
 Result<TarIndex> Index(const ReadAt& read_at, uint64_t file_size, const std::string& path) {
   TarIndex index;
-  uint8_t h[kBlock];
+  uint8_t h[kBlock] = {};
   uint64_t pos = 0;
   std::string next_name;  // from a GNU long name or a pax header, for the member that follows
   uint64_t next_size = 0;
   bool next_has_size = false;
   auto damaged = [&](const std::string& why) -> Result<TarIndex> {
     if (index.members.empty() && pos == 0) {
-      if (h[0] == 0x1f && h[1] == 0x8b)  // read in place, so not inflated: the name did not say .gz
+      // gzip's magic (h starts zeroed: a short read never matches). Read in place, so not
+      // inflated: the name did not say .gz.
+      if (h[0] == 0x1f && h[1] == 0x8b)
         return Status::Invalid(path + ": a gzip-compressed tar file; name it .tar.gz (or .tgz) to be read as one");
       return Status::Invalid(path + ": not a tar file (" + why + "); a WebDataset shard is a tar archive of "
                              "KEY.jpg, KEY.cls, ... members");

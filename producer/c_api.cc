@@ -118,12 +118,17 @@ int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
   return Guard(kWhat, [&]() -> int {
     // No more batches: the loop ends once consumers have released every published one.
     owned->producer->external_source()->Finish();
+    bool cut = false;
     if (timeout_ms > 0 &&
         owned->loop.wait_for(std::chrono::milliseconds(timeout_ms)) != std::future_status::ready) {
       owned->producer->Stop();  // consumers are told; the loop returns at once
+      cut = true;
     }
     coloader::Status st = owned->loop.get();
     owned->producer.reset();
+    if (cut && st.code() == coloader::StatusCode::kCancelled)
+      return SetError(COLOADER_E_TIMEOUT, std::string(kWhat) + ": the consumers had not released every batch after " +
+                                              std::to_string(timeout_ms) + " ms; they were told the producer stopped");
     if (st.ok() || st.code() == coloader::StatusCode::kCancelled) return COLOADER_OK;
     // kEnded: the consumers all left (COLOADER_END, its message says how far the run got).
     return Fail(st);

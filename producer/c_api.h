@@ -66,7 +66,8 @@ COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void
 COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
 /* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
  * as long as any consumer lives, and alone_timeout_ms once none does), says goodbye to them,
- * and frees the producer. 0, or COLOADER_END when the run ended because its consumers left. */
+ * and frees the producer. 0; COLOADER_END when the run ended because its consumers left;
+ * COLOADER_E_TIMEOUT when timeout_ms passed first and the run was stopped (freed all the same). */
 COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
 
 COLOADER_C_EXPORT const char* coloader_producer_last_error(void);

@@ -49,6 +49,9 @@ void DatasetSource::MixDataKey(const std::function<void(const std::string&)>& mi
     }
     mix(std::to_string(smp.label));
   }
+  // Node shards over shards read whole take contiguous stretches of each epoch (since the
+  // sampler's blocks did): a state saved under the strided order must not resume into this one.
+  if (!dataset_.stream_blocks().empty() && opts_.world_size > 1) mix("node-stretches");
 }
 
 void DatasetSource::Start(uint64_t epoch, uint64_t position) {

@@ -30,6 +30,11 @@ ExternalSource::~ExternalSource() = default;
 void ExternalSource::Fill(uint32_t slot, uint8_t*, uint64_t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) {  // the caller finished after the loop last looked: the slot goes straight back
+      returned_.push_back(slot);
+      events_.Signal();
+      return;
+    }
     free_.push_back(slot);
   }
   cv_.notify_all();

@@ -339,7 +339,7 @@ Status Producer::Impl::Loop() {
 
 Status Producer::Impl::CheckAlone(uint64_t now) {
   if (opts.alone_timeout_ms == 0 || !started) return Status::OK();
-  if (ActiveSessions() > 0) {
+  if (!sessions.empty()) {  // attached, or still shaking hands
     alone_since_ns = 0;
     return Status::OK();
   }
@@ -386,12 +386,17 @@ void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
 }
 
 Status Producer::Run() {
+  Status st;
   try {
-    return impl_->Loop();
+    st = impl_->Loop();
   } catch (const std::exception& e) {  // a resource failure: the caller still destroys (cleans up) us
     impl_->Shutdown(ByeReason::kStopping, std::string("the producer failed: ") + ResourceFailure(e));
-    return Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));
+    st = Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));
   }
+  // However the loop ended (a socket error returns without Shutdown), a caller waiting on the
+  // source hears it; the first reason given stays.
+  if (!st.ok()) impl_->source->Stop(Status::Disconnected("the producer stopped: " + st.message()));
+  return st;
 }
 
 }  // namespace coloader

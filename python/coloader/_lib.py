@@ -395,12 +395,6 @@ def wait_producer(call):
             return check_producer(rc)
 
 
-def producer_message():
-    """The producer library's last message (what an END said: how far the run got)."""
-    message = producer_lib().coloader_producer_last_error()
-    return message.decode("utf-8", "replace") if message else ""
-
-
 def dtype_names():
     """{code: name} of the C ABI's dtypes, read from the library ("uint8", "float32", ...)."""
     return _names(lib().coloader_dtype_name)

@@ -99,8 +99,9 @@ class Producer:
 
       alone_timeout: once the first epoch has started (min_consumers attached), the run ends
         when no consumer has been attached for this many seconds: run() returns "consumers gone"
-        and publish() False. None waits for consumers forever (one may come back). Before the
-        first epoch the producer waits for min_consumers however long it takes.
+        and publish() False. None (or 0) waits for consumers forever (one may come back, e.g. a
+        job restarting from a checkpoint that takes longer). Before the first epoch the
+        producer waits for min_consumers however long it takes.
 
     run(epochs) publishes that many epochs, waits until the consumers have released every batch
     and returns "delivered"; or returns "consumers gone" when they all left first (the log line
@@ -173,7 +174,7 @@ class Producer:
         opts.curve_key_file = str(self._curve_key).encode() if self._curve_key else None
         opts.authorized_keys_file = str(self._authorized_keys).encode() if self._authorized_keys else None
         opts.insecure = 1 if self._insecure else 0
-        opts.alone_timeout_ms = max(1, int(self._alone_timeout * 1000)) if self._alone_timeout else 0
+        opts.alone_timeout_ms = min(2**31 - 1, max(1, int(self._alone_timeout * 1000))) if self._alone_timeout else 0
         ptr = ctypes.c_void_p()
         _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._ptr = ptr
@@ -232,12 +233,15 @@ class Producer:
     def close(self, timeout=None):
         """Waits until consumers released every batch (at most `timeout` seconds; None waits
         while any consumer lives, and alone_timeout once none does), tells them the producer is
-        done, and frees it. Returns how the run ended (also in .ended)."""
+        done, and frees it. Returns how the run ended (also in .ended): "delivered", "consumers
+        gone", or "stopped" when `timeout` passed first."""
         ptr, self._ptr = self._ptr, None
         if ptr is not None:
-            rc = _lib.check_producer(_lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0))
+            rc = _lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0)
+            if rc != _lib.E_TIMEOUT:
+                _lib.check_producer(rc)
             if self.ended is None:
-                self.ended = "consumers gone" if rc == _lib.END else "delivered"
+                self.ended = {_lib.END: "consumers gone", _lib.E_TIMEOUT: "stopped"}.get(rc, "delivered")
         return self.ended
 
     def __enter__(self):

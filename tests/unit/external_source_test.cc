@@ -350,11 +350,31 @@ TEST_F(ExternalSourceTest, FinishReleasesTheHeldBatchAndReturnsTheUnfilledSlots)
   EXPECT_NE(after.message().find("finished"), std::string::npos) << after.ToString();
 }
 
-TEST_F(ExternalSourceTest, SlotsGrantedAfterFinishAreNotUsed) {
+// The caller's bounded wait: kAgain while no slot is free, OK once one is, the stop's reason
+// (the first one given) once the producer stopped.
+TEST_F(ExternalSourceTest, WaitForSlotIsBoundedAndHearsWhyTheProducerStopped) {
+  EXPECT_EQ(source_->WaitForSlot(10).code(), StatusCode::kAgain);
+  Grant(1);
+  EXPECT_TRUE(source_->WaitForSlot(10).ok());
+  ASSERT_OK(Publish(CallerBatch(1, 1)));
+  EXPECT_EQ(source_->WaitForSlot(10).code(), StatusCode::kAgain);
+  source_->Stop(Status::Ended("every consumer left"));
+  source_->Stop(Status::Disconnected("the producer stopped"));
+  const Status st = source_->WaitForSlot(10);
+  EXPECT_EQ(st.code(), StatusCode::kEnded);
+  EXPECT_EQ(st.message(), "every consumer left");
+  EXPECT_EQ(Publish(CallerBatch(1, 2)).code(), StatusCode::kEnded);
+}
+
+// The session loop may hand out a slot just after the caller finished: it is not used, and it
+// comes back (else the ring would never empty and the run never end).
+TEST_F(ExternalSourceTest, SlotsGrantedAfterFinishAreNotUsedAndComeBack) {
   source_->Finish();
+  (void)source_->TakeReturned();
   Grant(2);
   EXPECT_NE(Publish(CallerBatch(1, 1)).code(), StatusCode::kOk);
   EXPECT_TRUE(SlotUntouched(2));
+  EXPECT_EQ(source_->TakeReturned(), std::vector<uint32_t>{2});
 }
 
 TEST_F(ExternalSourceTest, EventFdIsReadableWhileACompletedBatchOrFinishWaits) {

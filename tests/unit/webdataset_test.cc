@@ -123,6 +123,27 @@ TEST(CompressedShards, InflateToTheTarAndListAsItDoes) {
   ASSERT_EQ(std::system(("gzip -c " + tmp.path() + "/a > " + gz + " && gzip -c " + tmp.path() + "/b >> " + gz).c_str()), 0);
   ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> inflated, FetchShard(gz));
   EXPECT_EQ(std::string(inflated.begin(), inflated.end()), plain);
+  const std::string gz_bytes = ReadRange(gz, 0, fs::file_size(gz));
+  // Zeros after the stream (as some writers pad) are ignored.
+  WriteFile(tmp.path() + "/padded.tar.gz", gz_bytes + std::string(100, '\0'));
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> padded, FetchShard(tmp.path() + "/padded.tar.gz"));
+  EXPECT_EQ(std::string(padded.begin(), padded.end()), plain);
+  // The second member's CRC (the trailer's first 4 bytes) wrong: that member is dropped whole,
+  // the first kept; with the first member's wrong, nothing is left, which is an error.
+  std::string bad_crc = gz_bytes;
+  bad_crc[bad_crc.size() - 8] ^= 0x5a;
+  WriteFile(tmp.path() + "/bad_crc.tar.gz", bad_crc);
+  ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> first, FetchShard(tmp.path() + "/bad_crc.tar.gz"));
+  EXPECT_EQ(std::string(first.begin(), first.end()), plain.substr(0, 7000));
+  const std::string one_member = tmp.path() + "/one.tar.gz";
+  ASSERT_EQ(std::system(("gzip -c " + tar + " > " + one_member).c_str()), 0);
+  std::string one = ReadRange(one_member, 0, fs::file_size(one_member));
+  one[one.size() - 8] ^= 0x5a;
+  WriteFile(one_member, one);
+  Result<std::vector<uint8_t>> none = FetchShard(one_member);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find(one_member + ": a gzip member fails its check"), std::string::npos)
+      << none.status().message();
 
   ASSERT_OK_AND_ASSIGN(Dataset from_tar, Dataset::Open(tmp.path() + "/plain"));
   ASSERT_OK_AND_ASSIGN(Dataset from_gz, Dataset::Open(tmp.path() + "/gz"));
