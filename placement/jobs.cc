@@ -175,6 +175,10 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
     Gpu g;
     COLOADER_ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
     g.index = static_cast<int>(index);
+    for (size_t k = 0; k < gpus.size(); ++k)
+      if (gpus[k].index == g.index)
+        return f.Error("index", "is " + std::to_string(g.index) + ", as " + where + "[" + std::to_string(k) +
+                                    "]'s is: each GPU is listed once (an index is the GPU's CUDA/NVML ordinal)");
     COLOADER_ASSIGN_OR_RETURN(g.name, f.String("name", "gpu" + std::to_string(g.index)));
     COLOADER_ASSIGN_OR_RETURN(g.memory_mib, f.Number("memory_mib"));
     if (!(g.memory_mib > 0)) return f.Error("memory_mib", "must be > 0");

@@ -275,6 +275,32 @@ int Planner::MpsThreadPercentage(const Placement& p) const {
   return std::clamp(static_cast<int>(std::ceil(share * 100.0)), 10, 100);
 }
 
+namespace {
+
+// A job no empty GPU takes: beside its producer's ring (when that is what tips it), or too large.
+std::string WhyItCannotRun(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, int j) {
+  const Job& job = set.jobs[j];
+  if (opts.sharing) {
+    PlannerOptions alone = opts;
+    alone.sharing = false;
+    if (Planner(alone, gpus, &set).FitsEmpty(j)) {
+      char why[320];
+      std::snprintf(why, sizeof why,
+                    "fits a GPU with its own loader, but not beside its producer's ring (%.0f MiB on the GPU): give "
+                    "its pipeline a smaller window or batch size, or plan without sharing (--no-sharing)",
+                    set.pipelines[job.pipeline].DeviceMiB());
+      return why;
+    }
+  }
+  double largest = 0;
+  for (const Gpu& g : gpus) largest = std::max(largest, g.memory_mib);
+  char why[200];
+  std::snprintf(why, sizeof why, "needs more than any GPU has (the largest: %.0f MiB)", largest);
+  return why;
+}
+
+}  // namespace
+
 Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, Planner* planner_out) {
   Planner local(opts, gpus, &set);
   Planner& planner = planner_out ? *planner_out : local;
@@ -285,6 +311,7 @@ Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOpti
   for (int j : planner.QueueOrder(all)) {
     if (!planner.FitsEmpty(j)) {
       plan.impossible.push_back(j);
+      plan.impossible_why.push_back(WhyItCannotRun(set, gpus, opts, j));
       continue;
     }
     std::optional<Placement> p;
@@ -395,7 +422,10 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
   for (int j : plan.queued) w.Value(set.jobs[j].name);
   w.EndArray().BeginArray("impossible");
   for (int j : plan.impossible) w.Value(set.jobs[j].name);
+  w.EndArray().BeginArray("impossible_why");
+  for (const std::string& why : plan.impossible_why) w.Value(why);
   w.EndArray();
+  w.Field("cpu_cores", planner.options().cpu_cores).Field("cpu_cores_from", planner.options().cpu_cores_from);
   w.Field("cpu_cores_used", plan.cpu_cores_used).Field("cpu_cores_without_sharing", plan.cpu_cores_without_sharing);
   w.EndObject();
   return w.str();
@@ -427,11 +457,13 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
                   gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.producer_mib, load.sm, load.jobs.size());
     out += line;
   }
-  std::snprintf(line, sizeof(line), "CPU cores for loading: %.1f (per-job loaders would need %.1f)\n",
-                plan.cpu_cores_used, plan.cpu_cores_without_sharing);
+  std::snprintf(line, sizeof(line), "CPU cores for loading: %.1f of %.0f (%s; per-job loaders would need %.1f)\n",
+                plan.cpu_cores_used, planner.options().cpu_cores, planner.options().cpu_cores_from.c_str(),
+                plan.cpu_cores_without_sharing);
   out += line;
   for (int j : plan.queued) out += "queued (waits for room): " + set.jobs[j].name + "\n";
-  for (int j : plan.impossible) out += "cannot run on these GPUs (too large): " + set.jobs[j].name + "\n";
+  for (size_t k = 0; k < plan.impossible.size(); ++k)
+    out += "cannot run on these GPUs: " + set.jobs[plan.impossible[k]].name + ": " + plan.impossible_why[k] + "\n";
   return out;
 }
 

@@ -39,6 +39,7 @@ struct PlannerOptions {
   double default_sm = 0.5;      // SM activity assumed for a job that does not state it
   double memory_margin = 0.0;   // fraction added to every estimate
   double cpu_cores = 64;        // cores for loading on this machine
+  std::string cpu_cores_from = "the default";  // where that figure came from, for the plan's report
   bool host_path = false;       // producers keep rings in host memory (no GPU cost): no CUDA here
 };
 
@@ -126,6 +127,7 @@ struct Plan {
   std::vector<Placement> placements;
   std::vector<int> queued;      // fit an empty machine, but not next to the others
   std::vector<int> impossible;  // larger than any GPU (or MIG profile, with isolation)
+  std::vector<std::string> impossible_why;  // for each of `impossible`: why, and what to do
   double cpu_cores_used = 0;
   double cpu_cores_without_sharing = 0;
 };

@@ -61,8 +61,14 @@ struct PlanFlags {
   void ToOptions(const Command& cmd, const JobSet& set, PlannerOptions* o) const {
     o->policy = *ParsePolicy(policy);  // checked by --policy's IsMember
     o->sharing = !no_sharing;
-    if (!cmd.Given("--cpu-cores")) {
-      o->cpu_cores = set.cpu_cores > 0 ? set.cpu_cores : std::max(1u, std::thread::hardware_concurrency());
+    if (cmd.Given("--cpu-cores")) {
+      o->cpu_cores_from = "--cpu-cores";
+    } else if (set.cpu_cores > 0) {
+      o->cpu_cores = set.cpu_cores;
+      o->cpu_cores_from = "the jobs file's cpu_cores";
+    } else {
+      o->cpu_cores = std::max(1u, std::thread::hardware_concurrency());
+      o->cpu_cores_from = "this machine's core count: set cpu_cores in the jobs file to plan for another";
     }
   }
 };
@@ -227,7 +233,15 @@ int SimulateCommand(const std::vector<std::string>& args) {
     gpus.clear();
     for (int g = 0; g < gpus_n; ++g) gpus.push_back(Gpu{g, "sim-gpu", mem_mib, sms, false, {}});
   }
-  if (!cmd.Given("--cpu-cores")) so.planner.cpu_cores = trace->cpu_cores > 0 ? trace->cpu_cores : 64;
+  if (cmd.Given("--cpu-cores")) {
+    so.planner.cpu_cores_from = "--cpu-cores";
+  } else if (trace->cpu_cores > 0) {
+    so.planner.cpu_cores = trace->cpu_cores;
+    so.planner.cpu_cores_from = "the trace's cpu_cores";
+  } else {
+    so.planner.cpu_cores = 64;
+    so.planner.cpu_cores_from = "the default, 64: set cpu_cores in the trace";
+  }
   std::vector<Policy> policies;
   if (policy == "all") {
     policies = AllPolicies();
@@ -256,7 +270,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
     std::printf("%s", SimSummaryCsv(runs).c_str());
     return 0;
   }
-  std::printf("%zu jobs on %zu GPUs, %.0f CPU cores\n", trace->jobs.size(), gpus.size(), so.planner.cpu_cores);
+  std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s)\n", trace->jobs.size(), gpus.size(), so.planner.cpu_cores,
+              so.planner.cpu_cores_from.c_str());
   std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %10s\n", "policy", "sharing", "makespan h", "mean JCT h", "OOMs",
               "mem %", "SM %", "cores", "peak cores");
   for (const SimResult& r : runs) {

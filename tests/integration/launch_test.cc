@@ -236,6 +236,21 @@ TEST_F(LaunchTest, BadInputIsAClearError) {
     EXPECT_FALSE(std::filesystem::exists(tmp_.path() + "/run-bad")) << "nothing may start";
   }
 
+  // The plan says which core count it planned with and where that came from.
+  Child planned(Coloader({"plan", jobs}));
+  EXPECT_EQ(planned.Wait(), 0) << planned.Stderr();
+  EXPECT_NE(planned.Stdout().find("of 8 (the jobs file's cpu_cores;"), std::string::npos) << planned.Stdout();
+  Child flagged(Coloader({"plan", jobs, "--cpu-cores", "5"}));
+  EXPECT_EQ(flagged.Wait(), 0) << flagged.Stderr();
+  EXPECT_NE(flagged.Stdout().find("of 5 (--cpu-cores;"), std::string::npos) << flagged.Stdout();
+  std::string text = testing::ReadFile(jobs);
+  text.replace(text.find("\"cpu_cores\": 8, "), 16, "");
+  testing::WriteFile(jobs, text);
+  Child here(Coloader({"plan", jobs}));
+  EXPECT_EQ(here.Wait(), 0) << here.Stderr();
+  EXPECT_NE(here.Stdout().find("(this machine's core count: set cpu_cores in the jobs file"), std::string::npos)
+      << here.Stdout();
+
   testing::WriteFile(tmp_.path() + "/broken.json", "{\"jobs\": [\n  {\"name\": \"x\",}\n]}");
   Child broken(Coloader({"plan", tmp_.path() + "/broken.json"}));
   EXPECT_EQ(broken.Wait(), 2);

@@ -87,6 +87,8 @@ TEST(JobsFile, ErrorsNameTheJobAndTheField) {
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}, {"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}]})", "two jobs are named \"a\""},
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}], "gpus": [{"sms": 4}]})", "gpus[0]: field \"memory_mib\" is missing"},
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}], "gpus": [{"memory_mib": 4, "mig": true}]})", "must list the profiles"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}], "gpus": [{"memory_mib": 4}, {"index": 0, "memory_mib": 4}]})",
+       "gpus[1]: field \"index\" is 0, as gpus[0]'s is: each GPU is listed once"},
   };
   for (const auto& [text, want] : cases) {
     Result<JobSet> r = Parse(text);
@@ -187,6 +189,23 @@ TEST(Planner, MemoryMustFitWithTheRing) {
   // Without sharing there is no ring on the GPU, and both fit exactly.
   Plan no_ring = MakePlan(set, Gpus(1, 80000), Opts(Policy::kMostMemory, false));
   EXPECT_EQ(no_ring.placements.size(), 2u);
+}
+
+// A job that no GPU takes is told why: too large for any GPU, or too large only beside its
+// producer's ring (it would fit with a loader of its own).
+TEST(Planner, AJobThatCannotRunIsToldWhy) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{79990, 0.1}, {90000, 0.1}}, 2)));
+  Plan plan = MakePlan(set, Gpus(1, 80000), Opts(Policy::kSharingAware));
+  ASSERT_EQ(plan.impossible, (std::vector<int>{0, 1}));
+  ASSERT_EQ(plan.impossible_why.size(), 2u);
+  EXPECT_NE(plan.impossible_why[0].find("fits a GPU with its own loader, but not beside its producer's ring"),
+            std::string::npos) << plan.impossible_why[0];
+  EXPECT_NE(plan.impossible_why[1].find("needs more than any GPU has (the largest: 80000 MiB)"), std::string::npos)
+      << plan.impossible_why[1];
+  Planner planner(Opts(Policy::kSharingAware), Gpus(1, 80000), &set);
+  const std::string table = PlanTable(set, planner, MakePlan(set, Gpus(1, 80000), Opts(Policy::kSharingAware), &planner));
+  EXPECT_NE(table.find("cannot run on these GPUs: j0: fits a GPU with its own loader"), std::string::npos) << table;
+  EXPECT_NE(table.find("of 64 (the default;"), std::string::npos) << table;
 }
 
 TEST(Planner, PoliciesChooseDifferentGpus) {
