@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <thread>
 
 #include "common/process.h"
@@ -416,19 +417,24 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
   return result;
 }
 
-std::vector<std::string> EstimatorCommand(const Job& job, const std::string& python) {
+std::vector<std::string> EstimatorCommand(const Job& job, const JobPipeline& pipeline, const std::string& python) {
   std::vector<std::string> cmd = {python, "-m", "coloader.estimate", "--model", job.model, "--batch-size",
                                   std::to_string(job.batch_size), "--optimizer", job.optimizer, "--precision",
-                                  job.precision};
+                                  job.precision, "--image-size", std::to_string(pipeline.image_size)};
   if (job.channels_last) cmd.push_back("--channels-last");
   cmd.push_back("--json");
   return cmd;
 }
 
 Status EstimateAutoJobs(JobSet* set, const std::string& python) {
+  std::map<std::vector<std::string>, double> estimated;  // by command: identical jobs run it once
   for (Job& job : set->jobs) {
     if (!job.memory_auto) continue;
-    const std::vector<std::string> cmd = EstimatorCommand(job, python);
+    const std::vector<std::string> cmd = EstimatorCommand(job, set->pipelines[job.pipeline], python);
+    if (auto it = estimated.find(cmd); it != estimated.end()) {
+      job.memory_mib = it->second;
+      continue;
+    }
     std::string line;
     for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
     const std::string what = "job \"" + job.name + "\": memory_mib is \"auto\" but the estimator (" + line + ")";
@@ -445,6 +451,7 @@ Status EstimateAutoJobs(JobSet* set, const std::string& python) {
     if (!total || !total->is_number() || !(total->number() > 0))
       return Status::Invalid(what + " printed no positive \"total_mib\"");
     job.memory_mib = total->number();
+    estimated[cmd] = job.memory_mib;
   }
   return Status::OK();
 }

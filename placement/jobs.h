@@ -106,7 +106,7 @@ Result<std::vector<Gpu>> GpusFromNvml();
 Status EstimateAutoJobs(JobSet* set, const std::string& python);
 
 // The estimator's command line for one job (exposed for tests and messages).
-std::vector<std::string> EstimatorCommand(const Job& job, const std::string& python);
+std::vector<std::string> EstimatorCommand(const Job& job, const JobPipeline& pipeline, const std::string& python);
 
 // argv and envp for posix_spawn: this process's environment with `env` added or replaced.
 // The arrays point into this object, which must outlive the spawn call.

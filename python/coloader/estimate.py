@@ -247,7 +247,7 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
         calibration=cal["source"], torch=torch.__version__)
 
 
-def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_last=False, image_size=224,
+def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_last=False, image_size=None,
              seq_len=512, calibration=None):
     """Estimate for a model name of coloader.zoo (torchvision:<name>, timm:<name>, lm:<config>)."""
     from . import zoo
@@ -257,8 +257,12 @@ def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_la
         module, spec = zoo.build(model, device="meta", image_size=image_size, seq_len=seq_len)
     except zoo.UnknownModel as e:
         raise EstimateError(str(e)) from None
-    return estimate_module(module, spec, batch_size, optimizer, precision, channels_last, name=model,
-                           calibration=calibration)
+    try:
+        return estimate_module(module, spec, batch_size, optimizer, precision, channels_last, name=model,
+                               calibration=calibration)
+    except RuntimeError as e:  # the model itself refuses the input (a shape it cannot take)
+        raise EstimateError(f"{model} cannot run a training step on {spec.image_size} px images "
+                            f"(--image-size): {str(e).splitlines()[0]}") from None
 
 
 def main(argv=None):
@@ -269,7 +273,9 @@ def main(argv=None):
     ap.add_argument("--optimizer", default="adamw", help="sgd, adam or adamw (default adamw)")
     ap.add_argument("--precision", default="fp32", help="fp32, bf16-amp or fp16-amp (default fp32)")
     ap.add_argument("--channels-last", action="store_true")
-    ap.add_argument("--image-size", type=int, default=224, help="image models: side in pixels (default 224)")
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="image models: side in pixels (default: the model's training size, 224 for most, 299 "
+                         "for inception_v3)")
     ap.add_argument("--seq-len", type=int, default=512, help="language models: tokens per sample (default 512)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)

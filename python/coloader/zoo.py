@@ -43,6 +43,11 @@ class InputSpec:
 
     def loss(self, outputs, targets):
         if self.kind == "image":
+            if isinstance(outputs, tuple):
+                # GoogLeNet and Inception v3 train with auxiliary classifiers: (logits, aux...),
+                # the aux losses weighted in as torchvision's reference recipe does.
+                aux = [o for o in outputs[1:] if o is not None]
+                return F.cross_entropy(outputs[0], targets) + sum(0.3 * F.cross_entropy(a, targets) for a in aux)
             return F.cross_entropy(outputs, targets)
         return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
 
@@ -73,14 +78,22 @@ def _skip_init():
             setattr(init, n, f)
 
 
-def build(name, device="cpu", image_size=224, seq_len=512):
+# Image models whose torchvision recipe trains at another size than 224 (Inception v3's
+# auxiliary classifier needs 299 px or so: at 224 its 5x5 convolution has nothing to cover).
+_IMAGE_SIZES = {"inception_v3": 299}
+
+
+def build(name, device="cpu", image_size=None, seq_len=512):
     """(model on `device`, InputSpec) for a model name; UnknownModel names what is known. For
-    the meta device the model is built on the CPU without its random initialisation."""
+    the meta device the model is built on the CPU without its random initialisation.
+    image_size None: the model's own training size (224 for most)."""
     if str(device) == "meta":
         with _skip_init():
             model, spec = build(name, "cpu", image_size, seq_len)
         return model.to("meta"), spec
     source, _, arch = name.partition(":")
+    if image_size is None:
+        image_size = _IMAGE_SIZES.get(arch, 224)
     if source == "lm":
         from . import lm
 

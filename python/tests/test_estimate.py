@@ -141,6 +141,21 @@ def test_cli_unknown_precision_is_a_clear_error():
     assert r.returncode == 2 and "unknown precision 'fp4'" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_models_with_auxiliary_classifiers_are_estimated():
+    # GoogLeNet and Inception v3 return (logits, aux...) in training; the aux heads count.
+    g = small("torchvision:googlenet", image_size=96)
+    assert g.total_mib > g.parts["cuda_context"] and g.parts["activations"] > 0
+    i = est.estimate("torchvision:inception_v3", 2)  # its own training size, 299 px
+    assert i.parts["activations"] > 0
+
+
+def test_a_model_that_cannot_take_the_image_size_says_so():
+    r = run_cli("--model", "torchvision:inception_v3", "--batch-size", "2", "--image-size", "224")
+    assert r.returncode == 2, r.stderr
+    assert "cannot run a training step on 224 px images (--image-size)" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_self_attention_is_traced_as_fused_attention():
     # nn.MultiheadAttention in training, as torchvision's ViT calls it: on the GPU torch 2.x
     # runs fused attention, which keeps no L x L score matrix (here 8 heads x 512 x 512 x 4

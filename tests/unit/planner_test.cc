@@ -67,9 +67,10 @@ TEST(JobsFile, SamePipelineKeySharesWhateverTheSpelling) {
   EXPECT_NE(set.jobs[0].pipeline, set.jobs[3].pipeline);
   EXPECT_EQ(set.pipelines.size(), 3u);
   EXPECT_TRUE(set.jobs[3].memory_auto);
-  EXPECT_EQ(EstimatorCommand(set.jobs[3], "py"),
+  EXPECT_EQ(EstimatorCommand(set.jobs[3], set.pipelines[set.jobs[3].pipeline], "py"),
             (std::vector<std::string>{"py", "-m", "coloader.estimate", "--model", "torchvision:resnet18", "--batch-size",
-                                      "64", "--optimizer", "sgd", "--precision", "fp32", "--json"}));
+                                      "64", "--optimizer", "sgd", "--precision", "fp32", "--image-size", "224",
+                                      "--json"}));
   // 6 slots (window 4 + 2 spare) of 256 x 3 x 224 x 224 float32.
   EXPECT_NEAR(set.pipelines[0].RingMiB(), 6 * 256 * 3 * 224 * 224 * 4 / 1048576.0, 1e-6);
 }
@@ -388,8 +389,13 @@ TEST(Planner, ALockedProducerKeepsItsLaterJobsOnItsGpu) {
 }
 
 TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
+  // Two identical jobs (the estimator runs once for both) and one at 448 px (its own run).
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [{"name": "r50", "pipeline": {"data": "/d"},
-      "memory_mib": "auto", "model": "torchvision:resnet50", "batch_size": 128, "precision": "bf16-amp"}]})"));
+      "memory_mib": "auto", "model": "torchvision:resnet50", "batch_size": 128, "precision": "bf16-amp"},
+      {"name": "r50b", "pipeline": {"data": "/d"}, "memory_mib": "auto", "model": "torchvision:resnet50",
+       "batch_size": 128, "precision": "bf16-amp"},
+      {"name": "big", "pipeline": {"data": "/d", "image_size": 448}, "memory_mib": "auto",
+       "model": "torchvision:resnet50", "batch_size": 128, "precision": "bf16-amp"}]})"));
   Status missing = EstimateAutoJobs(&set, "/nonexistent/python3");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.message().find("job \"r50\""), std::string::npos) << missing.message();
@@ -402,7 +408,8 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
                      "a = sys.argv[1:]\n"
                      "assert a[a.index('--precision') + 1] == 'bf16-amp' and '--json' in a\n"
                      "if a[a.index('--batch-size') + 1] != '128': sys.exit('bad batch')\n"
-                     "print(json.dumps({'total_mib': 9876.5, 'parts': {}}))\n");
+                     "open('" + dir.path() + "/runs', 'a').write('run\\n')\n"
+                     "print(json.dumps({'total_mib': 9876.5 * int(a[a.index('--image-size') + 1]) / 224, 'parts': {}}))\n");
   const char* old = std::getenv("PYTHONPATH");
   const std::string saved = old ? old : "";
   ::setenv("PYTHONPATH", dir.path().c_str(), 1);
@@ -410,6 +417,9 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
   ASSERT_OK(ok);
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
+  EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 9876.5);
+  EXPECT_DOUBLE_EQ(set.jobs[2].memory_mib, 2 * 9876.5);  // its image size reached the estimator
+  EXPECT_EQ(testing::ReadFile(dir.path() + "/runs"), "run\nrun\n");  // not once per job
 }
 
 // When poll itself fails (here: EINVAL, because RLIMIT_NOFILE drops below the two fds it
