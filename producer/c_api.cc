@@ -111,6 +111,16 @@ int coloader_producer_end_epoch(coloader_producer* p) {
   });
 }
 
+int coloader_producer_finish(coloader_producer* p, int32_t timeout_ms) {
+  constexpr const char* kWhat = "coloader_producer_finish";
+  return Guard(kWhat, [&]() -> int {
+    if (p == nullptr) return NullArgument(kWhat, "producer");
+    p->producer->external_source()->Finish();
+    const auto ready = p->loop.wait_for(std::chrono::milliseconds(std::max(0, timeout_ms)));
+    return ready == std::future_status::ready ? COLOADER_OK : COLOADER_AGAIN;
+  });
+}
+
 int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
   constexpr const char* kWhat = "coloader_producer_close";
   if (p == nullptr) return COLOADER_OK;

@@ -64,6 +64,11 @@ COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void
                                                 const int64_t* labels, const int64_t* indices);
 /* Ends the current epoch: its last published batch is marked last-in-epoch. */
 COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
+/* No more batches: waits at most timeout_ms (0: not at all) for the run to end (the consumers
+ * released every batch, or all left): 0 when it has, COLOADER_AGAIN when not yet (call again,
+ * or close). A caller that must stay responsive to signals waits here in short steps before
+ * close. */
+COLOADER_C_EXPORT int coloader_producer_finish(coloader_producer* p, int32_t timeout_ms);
 /* Waits until consumers have released every published batch (or timeout_ms passes; 0 waits
  * as long as any consumer lives, and alone_timeout_ms once none does), says goodbye to them,
  * and frees the producer. 0; COLOADER_END when the run ended because its consumers left;

@@ -136,8 +136,9 @@ void ExternalSource::Finish() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;  // again (a caller finishing in steps): nothing more to give back
     finished_ = true;
-    returned_.assign(free_.begin(), free_.end());
+    returned_.insert(returned_.end(), free_.begin(), free_.end());
     free_.clear();
   }
   events_.Signal();

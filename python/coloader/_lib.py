@@ -300,6 +300,7 @@ def _declare_producer(lib):
         "coloader_producer_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
+        "coloader_producer_finish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
     }
     _set_prototypes(lib, protos)

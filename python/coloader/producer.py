@@ -24,6 +24,7 @@ import ctypes
 import signal
 import sys
 import threading
+import time
 
 from . import _lib
 
@@ -225,23 +226,34 @@ class Producer:
                         if not self.publish(batch):
                             return self.close()
                     self.end_epoch()
+                return self.close()
             except BaseException:
                 self.close(timeout=5.0)  # consumers are told; do not wait on them for long
                 raise
-            return self.close()
 
     def close(self, timeout=None):
         """Waits until consumers released every batch (at most `timeout` seconds; None waits
         while any consumer lives, and alone_timeout once none does), tells them the producer is
         done, and frees it. Returns how the run ended (also in .ended): "delivered", "consumers
         gone", or "stopped" when `timeout` passed first."""
-        ptr, self._ptr = self._ptr, None
-        if ptr is not None:
-            rc = _lib.producer_lib().coloader_producer_close(ptr, int(timeout * 1000) if timeout else 0)
-            if rc != _lib.E_TIMEOUT:
-                _lib.check_producer(rc)
-            if self.ended is None:
-                self.ended = {_lib.END: "consumers gone", _lib.E_TIMEOUT: "stopped"}.get(rc, "delivered")
+        if self._ptr is None:
+            return self.ended
+        lib, ptr = _lib.producer_lib(), self._ptr
+        # Wait in short steps, so that Ctrl-C and SIGTERM are heard while consumers read on (an
+        # interrupted close leaves the producer open: the caller's handler closes it again).
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = _lib.WAIT_SLICE_MS if deadline is None else \
+                max(0, min(_lib.WAIT_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
+            ended = _lib.check_producer(lib.coloader_producer_finish(ptr, step)) == 0
+            if ended or (deadline is not None and time.monotonic() >= deadline):
+                break
+        self._ptr = None
+        rc = lib.coloader_producer_close(ptr, 0 if ended else 1)  # 1 ms: stops a run still going
+        if rc != _lib.E_TIMEOUT:
+            _lib.check_producer(rc)
+        if self.ended is None:
+            self.ended = {_lib.END: "consumers gone", _lib.E_TIMEOUT: "stopped"}.get(rc, "delivered")
         return self.ended
 
     def __enter__(self):

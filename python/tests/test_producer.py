@@ -188,3 +188,39 @@ def test_a_stopped_producer_cleans_up(env, sig):
     proc.wait(timeout=20)
     assert not sock.exists()
     assert not mine & set(os.listdir("/dev/shm"))
+
+
+# Ctrl-C while run() waits at its end for a consumer that still reads (a slow training step):
+# heard within a wait step, and the producer is stopped and cleaned up.
+SLOW_END = """
+import sys, torch, coloader
+batches = [(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))] * 2
+print("running", flush=True)
+print(coloader.Producer(batches, name=sys.argv[1], alone_timeout=None).run(epochs=1), flush=True)
+"""
+
+
+def test_ctrl_c_is_heard_while_run_waits_for_a_slow_consumer(env):
+    import os
+    import signal
+    import sys
+    import time
+
+    name = "slow-end"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_END, name], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)))
+    assert proc.stdout.readline() == "running\n"
+    consumer = consume(name, "--step-ms", "60000")  # takes its first batch, then sleeps a minute
+    try:
+        deadline = time.monotonic() + 20
+        while "consumer 1 attached" not in proc.stderr.readline():  # the producer logs it
+            assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.5)  # both batches out: run() is in its final wait (nothing to wait *for* here)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+        assert time.monotonic() - started < 10, "Ctrl-C waited for the consumer's step"
+        assert not (env / (name + ".sock")).exists(), proc.stderr.read()
+    finally:
+        consumer.kill()
+        consumer.wait()
