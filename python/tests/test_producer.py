@@ -158,7 +158,8 @@ def test_run_that_delivers_every_epoch_says_so(env):
 # A producer stopped with SIGTERM (as a job scheduler stops it) while it waits for its first
 # consumer, or with Ctrl-C: it removes its socket and its shared memory, as `serve` does.
 SCRIPT = """
-import sys, torch, coloader
+import signal, sys, torch, coloader
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal (CI may start us with it ignored)
 batches = [(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))] * 10
 print("running", flush=True)
 coloader.Producer(batches, name=sys.argv[1]).run(epochs=1)
@@ -193,7 +194,8 @@ def test_a_stopped_producer_cleans_up(env, sig):
 # Ctrl-C while run() waits at its end for a consumer that still reads (a slow training step):
 # heard within a wait step, and the producer is stopped and cleaned up.
 SLOW_END = """
-import sys, torch, coloader
+import signal, sys, torch, coloader
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal (CI may start us with it ignored)
 batches = [(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))] * 2
 print("running", flush=True)
 print(coloader.Producer(batches, name=sys.argv[1], alone_timeout=None).run(epochs=1), flush=True)
