@@ -345,9 +345,8 @@ Status Producer::Impl::CheckAlone(uint64_t now) {
   }
   if (alone_since_ns == 0) alone_since_ns = now;
   if (now - alone_since_ns < uint64_t{opts.alone_timeout_ms} * 1'000'000) return Status::OK();
-  char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.3g s", opts.alone_timeout_ms / 1000.0);
-  return Status::Ended("every consumer left and none came back for " + std::string(seconds) + ": the run ends early, " +
+  return Status::Ended("every consumer left and none came back for " + SecondsText(opts.alone_timeout_ms) +
+                       ": the run ends early, " +
                        std::to_string(batches_published) + " batch(es) (" + std::to_string(samples_published) +
                        " samples) published" +
                        (batches_published ? ", the last in epoch " + std::to_string(published_epoch) : ""));

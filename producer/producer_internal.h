@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cstdint>
 #include <map>
@@ -36,6 +37,13 @@
 namespace coloader {
 
 constexpr uint64_t kStrangerMessagesPerSecond = 1000;
+
+// A duration set in milliseconds, as the producer's messages say it ("60 s", "0.5 s").
+inline std::string SecondsText(uint32_t ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3g s", ms / 1000.0);
+  return text;
+}
 
 // Messages counted over one-second windows: how a flood is told from a busy consumer.
 struct RateWindow {
@@ -126,7 +134,10 @@ struct Producer::Impl {
 
   // Where production stands.
   bool started = false;       // min_consumers reached once
-  bool all_submitted = false;  // the source fills no more slots
+  // The source fills no more slots, as SubmitWork last saw it: a snapshot taken after the slots
+  // a finished caller gave back were abandoned, not source->exhausted() read live (a caller
+  // finishing between two passes must not end the run before its slots are back).
+  bool all_submitted = false;
   uint64_t next_submit_seq = 0;
   uint64_t next_publish_seq = 0;
   uint64_t published_epoch = 0, published_position = 0;

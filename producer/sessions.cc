@@ -476,9 +476,7 @@ void Producer::Impl::DetachStalled(uint64_t now) {
   const bool producing = !source->exhausted();
   if (opts.stall_timeout_ms == 0 || !started || !producing) return;
   const uint64_t limit = uint64_t{opts.stall_timeout_ms} * 1000000;
-  char seconds_text[32];
-  std::snprintf(seconds_text, sizeof(seconds_text), "%.3g s", opts.stall_timeout_ms / 1000.0);
-  const std::string seconds = seconds_text;
+  const std::string seconds = SecondsText(opts.stall_timeout_ms);
   auto who = [](const Session& s) {
     return "consumer " + std::to_string(s.id) + " (pid " + std::to_string(s.pid) +
            (s.name.empty() ? std::string() : ", '" + s.name + "'") + ")";
