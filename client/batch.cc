@@ -29,8 +29,15 @@ void Batch::Release() {
   count_ = 0;
 }
 
+const void* Batch::field(size_t i) const {
+  const std::vector<FieldSpec>& fields = state_->welcome.slots.fields;
+  if (!fields_ || !data_ || i >= fields.size()) return nullptr;
+  return static_cast<const uint8_t*>(data_) + FieldOffsets(fields, capacity_)[i] + uint64_t{first_} * fields[i].sample_bytes();
+}
+
 Status Batch::CopyTo(void* host_dst) const {
   if (!data_) return Status::Invalid("the batch was released");
+  if (fields_) return Status::Invalid("a batch with a schema is read field by field (Batch::field)");
   if (device_ >= 0) return state_->mapper->CopyToHost(host_dst, data_, bytes(), stream_);
   std::memcpy(host_dst, data_, bytes());
   return Status::OK();

@@ -46,11 +46,13 @@ size_t coloader_struct_size(const char* name) {
   if (name == nullptr) return 0;
   if (std::strcmp(name, "consumer_options") == 0) return sizeof(coloader_consumer_options);
   if (std::strcmp(name, "batch_info") == 0) return sizeof(coloader_batch_info);
+  if (std::strcmp(name, "field") == 0) return sizeof(coloader_field);
   return 0;
 }
 
 const char* coloader_dtype_name(uint32_t code) {
-  return code <= COLOADER_FLOAT16 ? coloader::DTypeName(static_cast<coloader::DType>(code)) : nullptr;
+  return code <= static_cast<uint32_t>(coloader::kLastDType) ? coloader::DTypeName(static_cast<coloader::DType>(code))
+                                                             : nullptr;
 }
 
 const char* coloader_layout_name(uint32_t code) {
@@ -272,6 +274,33 @@ const char* coloader_consumer_resume_note(const coloader_consumer* c) {
   return c != nullptr && c->impl ? c->impl->resume_note().c_str() : "";
 }
 
+uint32_t coloader_consumer_num_fields(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? static_cast<uint32_t>(c->impl->slots().fields.size()) : 0;
+}
+
+int coloader_consumer_field(const coloader_consumer* c, uint32_t i, coloader_field* out) {
+  constexpr const char* kWhat = "coloader_consumer_field";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
+    const std::vector<coloader::FieldSpec>& fields = c->impl->slots().fields;
+    if (i >= fields.size())
+      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": field " + std::to_string(i) + " of " +
+                                              std::to_string(fields.size()));
+    std::memset(out, 0, sizeof(*out));
+    const coloader::FieldSpec& f = fields[i];
+    out->path = f.path.c_str();
+    out->dtype = static_cast<uint32_t>(f.dtype);
+    out->ndim = static_cast<uint32_t>(f.shape.size());  // at most kMaxFieldDims: the decoder checked
+    for (size_t d = 0; d < f.shape.size(); ++d) out->shape[d] = f.shape[d];
+    return COLOADER_OK;
+  });
+}
+
+const char* coloader_consumer_structure(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->slots().structure.c_str() : "";
+}
+
 void coloader_consumer_close(coloader_consumer* c) {
   if (c == nullptr) return;
   (void)Guard("coloader_consumer_close", [&]() -> int {
@@ -304,6 +333,10 @@ int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out) {
     out->device_labels = batch.device_labels();  // nullptr on the host path
     return COLOADER_OK;
   });
+}
+
+const void* coloader_batch_field(const coloader_batch* b, uint32_t i) {
+  return b == nullptr ? nullptr : b->batch.field(i);
 }
 
 void coloader_batch_release(coloader_batch* b) {

@@ -184,7 +184,19 @@ COLOADER_C_EXPORT int coloader_consumer_resume(coloader_consumer* c, uint64_t ep
 COLOADER_C_EXPORT const char* coloader_consumer_resume_note(const coloader_consumer* c);
 COLOADER_C_EXPORT void coloader_consumer_close(coloader_consumer* c);               /* NULL is fine */
 
+/* A caller-fed producer's schema (coloader.Producer): its batches are a structure of fields
+ * rather than one tensor and labels. num_fields is 0 for a producer of images (`serve`);
+ * field i describes the i-th (its path is owned by the consumer, valid until close);
+ * structure is how they nest, as the producer's binding wrote it ("" without a schema). */
+COLOADER_C_EXPORT uint32_t coloader_consumer_num_fields(const coloader_consumer* c);
+COLOADER_C_EXPORT int coloader_consumer_field(const coloader_consumer* c, uint32_t i, coloader_field* out);
+COLOADER_C_EXPORT const char* coloader_consumer_structure(const coloader_consumer* c);
+
 COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out);
+/* Field i of a batch with a schema: its `size` samples, contiguous, in the memory the info's
+ * `device` says (host, or device memory on the device path); NULL without a schema, past the
+ * last field, or for NULL. The info's data is NULL for such a batch. */
+COLOADER_C_EXPORT const void* coloader_batch_field(const coloader_batch* b, uint32_t i);
 COLOADER_C_EXPORT void coloader_batch_release(coloader_batch* b);                   /* NULL is fine */
 
 #ifdef __cplusplus

@@ -320,9 +320,10 @@ class Handshake {
     if (want <= t.batch_size || sample == 0 || ::sysinfo(&si) != 0) return Status::OK();
     const uint64_t ram = uint64_t{si.totalram} * si.mem_unit;
     if (ram == 0 || want <= ram / sample) return Status::OK();
-    return Status::Invalid("a batch of " + std::to_string(want) + " samples of " + std::to_string(t.channels) + "x" +
-                           std::to_string(t.height) + "x" + std::to_string(t.width) + " " + DTypeName(t.dtype) +
-                           " takes more than this machine's " + HumanBytes(ram) + " of memory (" +
+    const std::string what = !t.fields.empty() ? std::to_string(t.fields.size()) + " fields"
+                                               : std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" +
+                                                     std::to_string(t.width) + " " + DTypeName(t.dtype);
+    return Status::Invalid("a batch of " + std::to_string(want) + " samples of " + what + " takes more than this machine's " + HumanBytes(ram) + " of memory (" +
                            HumanBytes(sample) + " a sample): use a smaller batch size");
   }
 

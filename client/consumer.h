@@ -146,8 +146,12 @@ class Batch {
   ~Batch() = default;
 
   uint32_t size() const { return count_; }  // samples
-  // The tensor: host memory, or device memory of device() when device() >= 0.
-  const void* data() const { return data_; }
+  // The tensor: host memory, or device memory of device() when device() >= 0. For a
+  // caller-fed producer with a schema (slots().fields), use field() instead.
+  const void* data() const { return fields_ ? nullptr : data_; }
+  // Field `i` of the schema (slots().fields[i]): its size() samples, contiguous, in the same
+  // memory as data() would be; nullptr without a schema or past its last field.
+  const void* field(size_t i) const;
   int device() const { return device_; }
   // Labels in device memory (device path only; nullptr on the host path).
   const int64_t* device_labels() const { return device_labels_; }
@@ -182,7 +186,9 @@ class Batch {
   void* stream_ = nullptr;
   int device_ = -1;
   const int64_t* device_labels_ = nullptr;
-  const void* data_ = nullptr;
+  const void* data_ = nullptr;  // with a schema: where the batch's field regions begin
+  bool fields_ = false;
+  uint32_t capacity_ = 0, first_ = 0;  // with a schema: the regions hold capacity_ samples from first_
   const int64_t* indices_ = nullptr;
   const int64_t* labels_ = nullptr;
   uint32_t count_ = 0;

@@ -158,7 +158,8 @@ struct ConsumerState {
   bool Receive(const zmq::message_t& msg, bool* said_bye);
   bool ProducerAlive(uint64_t now, uint64_t& last_heard, uint64_t& exit_seen_ns);
 
-  // The frame after a remote Batch: [int64 indices][int64 labels][tensor] of its samples.
+  // The frame after a remote Batch: [int64 indices][int64 labels][data] of its samples, the
+  // data as SlotTable::LeadingRanges packs it.
   Status TakePayload(const zmq::message_t& head, const BatchAnnouncement& a) {
     zmq::message_t payload;
     // A message's frames arrive together: a payload that is not there now never comes.
@@ -176,7 +177,11 @@ struct ConsumerState {
     const auto* in = payload.data<uint8_t>();
     std::memcpy(slot + t.indices_offset, in, 8 * n);
     std::memcpy(slot + t.labels_offset, in + 8 * n, 8 * n);
-    std::memcpy(slot + t.data_offset, in + 16 * n, tensor);
+    in += 16 * n;
+    for (const auto& [offset, bytes] : t.LeadingRanges(n)) {
+      std::memcpy(slot + t.data_offset + offset, in, bytes);
+      in += bytes;
+    }
     return Status::OK();
   }
 };
@@ -224,6 +229,14 @@ struct SlotLease {
   bool waited = false;
   std::atomic<bool> acked{false};
 };
+
+// Where sample `i` of a data area laid out for `capacity` samples lies: one range of the image
+// tensor, or one per field of a schema (FieldOffsets). A sample copied apart (a group's
+// padding) keeps these ranges one after another.
+struct ByteRange {
+  uint64_t offset = 0, bytes = 0;
+};
+std::vector<ByteRange> SampleRanges(const SlotTable& t, uint64_t capacity, uint64_t i);
 
 }  // namespace internal
 }  // namespace coloader

@@ -127,14 +127,19 @@ Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
       }
       const DeviceTable& d = state_->welcome.device;
       COLOADER_RETURN_NOT_OK(m->CopyAsync(stash_device_ + 8 * slot, current_->device_base + d.labels_offset + 8ull * i, 8, stream));
-      COLOADER_RETURN_NOT_OK(m->CopyAsync(stash_device_ + labels_bytes + slot * sample_bytes,
-                                 current_->device_base + d.data_offset + i * sample_bytes, sample_bytes, stream));
+      uint64_t at = labels_bytes + slot * sample_bytes;
+      for (const internal::ByteRange& r : internal::SampleRanges(t, t.batch_size, i)) {
+        COLOADER_RETURN_NOT_OK(m->CopyAsync(stash_device_ + at, current_->device_base + d.data_offset + r.offset, r.bytes, stream));
+        at += r.bytes;
+      }
       current_->stream = stream;
       current_->on_stream = true;
       p.device_slot = static_cast<uint32_t>(slot);
     } else {
-      const uint8_t* px = current_->base + t.data_offset + i * sample_bytes;
-      p.pixels.assign(px, px + sample_bytes);
+      for (const internal::ByteRange& r : internal::SampleRanges(t, t.batch_size, i)) {
+        const uint8_t* px = current_->base + t.data_offset + r.offset;
+        p.pixels.insert(p.pixels.end(), px, px + r.bytes);
+      }
     }
     stash_.emplace(pos, std::move(p));
   }
@@ -206,12 +211,19 @@ Status Consumer::AppendPadding(Batch& b, void* stream) {
       if (it == stash_.end()) continue;  // a bad file the producer skipped: one sample fewer
       const internal::PadSample& p = it->second;
       const uint64_t at = b.count_;
+      uint64_t from = 0;  // within the stashed sample: its ranges one after another
       if (m) {
         COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * at, stash_device_ + 8ull * p.device_slot, 8, stream));
-        COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + at * sample_bytes,
-                                   stash_device_ + stash_labels + p.device_slot * sample_bytes, sample_bytes, stream));
+        for (const internal::ByteRange& r : internal::SampleRanges(t, want, at)) {
+          COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + r.offset,
+                                     stash_device_ + stash_labels + p.device_slot * sample_bytes + from, r.bytes, stream));
+          from += r.bytes;
+        }
       } else {
-        std::memcpy(b.owned_.get() + at * sample_bytes, p.pixels.data(), sample_bytes);
+        for (const internal::ByteRange& r : internal::SampleRanges(t, want, at)) {
+          std::memcpy(b.owned_.get() + r.offset, p.pixels.data() + from, r.bytes);
+          from += r.bytes;
+        }
       }
       b.owned_indices_.push_back(p.index);
       b.owned_labels_.push_back(p.label);

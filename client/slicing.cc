@@ -7,27 +7,44 @@ namespace coloader {
 using internal::ConsumerState;
 using internal::SlotLease;
 
+std::vector<internal::ByteRange> internal::SampleRanges(const SlotTable& t, uint64_t capacity, uint64_t i) {
+  if (t.fields.empty()) return {{i * t.sample_bytes(), t.sample_bytes()}};
+  std::vector<ByteRange> out;
+  const std::vector<uint64_t> offsets = FieldOffsets(t.fields, capacity);
+  for (size_t f = 0; f < t.fields.size(); ++f) {
+    const uint64_t n = t.fields[f].sample_bytes();
+    out.push_back({offsets[f] + i * n, n});
+  }
+  return out;
+}
+
 Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
   const SlotTable& t = state_->welcome.slots;
   const uint64_t sample_bytes = t.sample_bytes();
   const uint32_t want = state_->opts.batch_size;
+  const uint64_t data_bytes = t.data_bytes(want);
   DeviceMapper* m = state_->mapper.get();
-  // Device layout of a gathered batch: labels (room for `want`, 256-aligned), then the tensor.
+  // Device layout of a gathered batch: labels (room for `want`, 256-aligned), then the tensor
+  // (or the schema's fields, laid out for `want` samples).
   const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
+  // Where each field's samples go in the gathered batch and come from in a slot.
+  const std::vector<uint64_t> to = FieldOffsets(t.fields, want), from = FieldOffsets(t.fields, t.batch_size);
   if (!gathered) {
     Batch g;
     g.state_ = state_;
     g.stream_ = stream;
     g.epoch_ = epoch_;
     g.ready_ns_ = pieces.empty() ? 0 : pieces.front().lease->a.ready_ns;  // empty: padding only
+    g.fields_ = !t.fields.empty();
+    g.capacity_ = want;
     if (m) {
-      COLOADER_ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + uint64_t{want} * sample_bytes, stream));
+      COLOADER_ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + data_bytes, stream));
       g.owned_device_ = internal::DeviceBuffer(device, internal::FreeOnStream{state_, stream});
       g.device_ = m->device();
     } else {
-      auto [buffer, capacity] = state_->TakeBuffer(uint64_t{want} * sample_bytes);
+      auto [buffer, capacity] = state_->TakeBuffer(data_bytes);
       if (!buffer)
-        return Status::IOError("cannot allocate " + HumanBytes(uint64_t{want} * sample_bytes) + " for a batch of " +
+        return Status::IOError("cannot allocate " + HumanBytes(data_bytes) + " for a batch of " +
                                std::to_string(want) + " samples: out of memory; use a smaller batch size");
       g.owned_ = internal::HostBuffer(buffer.release(), internal::ReturnToPool{state_, capacity});
     }
@@ -39,17 +56,26 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
   while (!pieces.empty()) {
     const internal::Piece& p = pieces.front();
     const uint64_t done = b.count_;
+    // (dst, src, bytes) for each copy of this piece: the tensor's, or one per field.
+    uint8_t* dst_data = m ? b.owned_device_.get() + labels_bytes : b.owned_.get();
+    const uint8_t* src_data = m ? p.lease->device_base + state_->welcome.device.data_offset : p.lease->base + t.data_offset;
+    auto copy = [&](uint8_t* dst, const uint8_t* src, uint64_t n) -> Status {
+      if (m) return m->CopyAsync(dst, src, n, stream);
+      std::memcpy(dst, src, n);
+      return Status::OK();
+    };
     if (m) {
       // Stream-ordered: the source slot's ack waits for these copies (its lease is on `stream`).
       const DeviceTable& d = state_->welcome.device;
       COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + 8 * done, p.lease->device_base + d.labels_offset + 8ull * p.offset,
                                  8ull * p.count, stream));
-      COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + done * sample_bytes,
-                                 p.lease->device_base + d.data_offset + p.offset * sample_bytes, p.count * sample_bytes,
-                                 stream));
-    } else {
-      std::memcpy(b.owned_.get() + done * sample_bytes, p.lease->base + t.data_offset + p.offset * sample_bytes,
-                  p.count * sample_bytes);
+    }
+    if (t.fields.empty()) {
+      COLOADER_RETURN_NOT_OK(copy(dst_data + done * sample_bytes, src_data + p.offset * sample_bytes, p.count * sample_bytes));
+    }
+    for (size_t f = 0; f < t.fields.size(); ++f) {
+      const uint64_t n = t.fields[f].sample_bytes();
+      COLOADER_RETURN_NOT_OK(copy(dst_data + to[f] + done * n, src_data + from[f] + p.offset * n, p.count * n));
     }
     const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
     const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
@@ -105,15 +131,20 @@ Result<std::optional<Batch>> Consumer::Deliver(std::vector<internal::Piece>& pie
   b.stream_ = stream;
   b.indices_ = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
   b.labels_ = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
+  // With a schema, data_ is where the slot's field regions begin and first_ the first sample.
+  b.fields_ = !t.fields.empty();
+  b.capacity_ = t.batch_size;
+  b.first_ = p.offset;
+  const uint64_t skip = b.fields_ ? 0 : p.offset * sample_bytes;
   if (state_->mapper) {
     // Device path (zero_copy): the tensor and labels are device pointers; indices and labels
     // are also readable on the host from the host slot.
     const DeviceTable& d = state_->welcome.device;
     b.device_ = state_->mapper->device();
-    b.data_ = p.lease->device_base + d.data_offset + p.offset * sample_bytes;
+    b.data_ = p.lease->device_base + d.data_offset + skip;
     b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
   } else {
-    b.data_ = p.lease->base + t.data_offset + p.offset * sample_bytes;
+    b.data_ = p.lease->base + t.data_offset + skip;
   }
   b.leases_.push_back(p.lease);
   return std::optional<Batch>(std::move(b));

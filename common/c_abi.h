@@ -47,7 +47,25 @@ enum coloader_dtype {
   COLOADER_FLOAT32 = 1,
   COLOADER_BFLOAT16 = 2,
   COLOADER_FLOAT16 = 3,
+  /* The image pipeline produces the four above; a caller-fed producer's fields any of these. */
+  COLOADER_BOOL = 4,
+  COLOADER_INT8 = 5,
+  COLOADER_INT16 = 6,
+  COLOADER_INT32 = 7,
+  COLOADER_INT64 = 8,
+  COLOADER_FLOAT64 = 9,
+  COLOADER_COMPLEX64 = 10,
 };
+
+/* One tensor of a caller-fed producer's batches (its schema): where it sits in the batch's
+ * structure, its dtype, and one sample's shape (ndim 0: a scalar per sample). */
+#define COLOADER_MAX_FIELD_DIMS 8
+typedef struct coloader_field {
+  const char* path;  /* as the user writes it: ["input_ids"], [1]["mask"]; "" for a lone tensor */
+  uint32_t dtype;    /* enum coloader_dtype */
+  uint32_t ndim;
+  int64_t shape[COLOADER_MAX_FIELD_DIMS];
+} coloader_field;
 
 enum coloader_layout {
   COLOADER_NHWC = 0,

@@ -19,7 +19,14 @@ namespace coloader::c_abi {
 static_assert(static_cast<int>(DType::kUInt8) == COLOADER_UINT8 &&
                   static_cast<int>(DType::kFloat32) == COLOADER_FLOAT32 &&
                   static_cast<int>(DType::kBFloat16) == COLOADER_BFLOAT16 &&
-                  static_cast<int>(DType::kFloat16) == COLOADER_FLOAT16,
+                  static_cast<int>(DType::kFloat16) == COLOADER_FLOAT16 &&
+                  static_cast<int>(DType::kBool) == COLOADER_BOOL && static_cast<int>(DType::kInt8) == COLOADER_INT8 &&
+                  static_cast<int>(DType::kInt16) == COLOADER_INT16 &&
+                  static_cast<int>(DType::kInt32) == COLOADER_INT32 &&
+                  static_cast<int>(DType::kInt64) == COLOADER_INT64 &&
+                  static_cast<int>(DType::kFloat64) == COLOADER_FLOAT64 &&
+                  static_cast<int>(DType::kComplex64) == COLOADER_COMPLEX64 &&
+                  kMaxFieldDims == COLOADER_MAX_FIELD_DIMS,
               "the C ABI's dtype codes are the wire protocol's");
 static_assert(static_cast<int>(TensorLayout::kNHWC) == COLOADER_NHWC &&
                   static_cast<int>(TensorLayout::kNCHW) == COLOADER_NCHW,

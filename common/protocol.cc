@@ -11,18 +11,74 @@ const char* DTypeName(DType t) {
     case DType::kFloat32: return "float32";
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat16: return "float16";
+    case DType::kBool: return "bool";
+    case DType::kInt8: return "int8";
+    case DType::kInt16: return "int16";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kFloat64: return "float64";
+    case DType::kComplex64: return "complex64";
   }
   return "?";
 }
 const char* TensorLayoutName(TensorLayout l) { return l == TensorLayout::kNHWC ? "nhwc" : "nchw"; }
 size_t DTypeSize(DType t) {
   switch (t) {
-    case DType::kUInt8: return 1;
-    case DType::kFloat32: return 4;
+    case DType::kUInt8:
+    case DType::kBool:
+    case DType::kInt8: return 1;
     case DType::kBFloat16:
-    case DType::kFloat16: return 2;
+    case DType::kFloat16:
+    case DType::kInt16: return 2;
+    case DType::kFloat32:
+    case DType::kInt32: return 4;
+    case DType::kInt64:
+    case DType::kFloat64:
+    case DType::kComplex64: return 8;
   }
   return 1;
+}
+
+uint64_t FieldSpec::sample_bytes() const {
+  uint64_t n = DTypeSize(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);  // bounded where they are made or decoded
+  return n;
+}
+
+std::vector<uint64_t> FieldOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+  std::vector<uint64_t> offsets;
+  offsets.reserve(fields.size());
+  uint64_t at = 0;
+  for (const FieldSpec& f : fields) {
+    offsets.push_back(at);
+    at += (capacity * f.sample_bytes() + 255) / 256 * 256;
+  }
+  return offsets;
+}
+
+uint64_t FieldsBytes(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+  uint64_t at = 0;
+  for (const FieldSpec& f : fields) at += (capacity * f.sample_bytes() + 255) / 256 * 256;
+  return at;
+}
+
+uint64_t SlotTable::sample_bytes() const {
+  if (fields.empty()) return uint64_t{height} * width * channels * DTypeSize(dtype);
+  uint64_t n = 0;
+  for (const FieldSpec& f : fields) n += f.sample_bytes();
+  return n;
+}
+
+uint64_t SlotTable::data_bytes(uint64_t capacity) const {
+  return fields.empty() ? capacity * sample_bytes() : FieldsBytes(fields, capacity);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> SlotTable::LeadingRanges(uint64_t n) const {
+  if (fields.empty()) return {{0, n * sample_bytes()}};
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  const std::vector<uint64_t> offsets = FieldOffsets(fields, batch_size);
+  for (size_t f = 0; f < fields.size(); ++f) out.emplace_back(offsets[f], n * fields[f].sample_bytes());
+  return out;
 }
 
 const char* ByeReasonName(ByeReason r) {
@@ -73,6 +129,10 @@ class Writer {
     Put<uint16_t>(static_cast<uint16_t>(n));
     out_.insert(out_.end(), s.begin(), s.begin() + static_cast<std::ptrdiff_t>(n));
   }
+  void PutLongString(const std::string& s) {  // one the reader needs whole (a structure)
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.insert(out_.end(), s.begin(), s.end());
+  }
   // One field of a message's field list (Fields below).
   template <typename T>
   bool Field(const T& v) {
@@ -99,18 +159,8 @@ class Reader {
     pos_ += sizeof(T);
     return true;
   }
-  bool GetString(std::string* s) {
-    uint16_t len = 0;
-    if (!Get(&len)) return false;
-    if (len > kMaxStringBytes) {
-      error_ = "string length " + std::to_string(len) + " exceeds " + std::to_string(kMaxStringBytes);
-      return false;
-    }
-    if (n_ - pos_ < len) return Fail(len);
-    s->assign(reinterpret_cast<const char*>(d_ + pos_), len);
-    pos_ += len;
-    return true;
-  }
+  bool GetString(std::string* s) { return GetCounted<uint16_t>(s, kMaxStringBytes); }
+  bool GetLongString(std::string* s, size_t max) { return GetCounted<uint32_t>(s, max); }
   // One field of a message's field list (Fields below).
   template <typename T>
   bool Field(T& v) {
@@ -127,6 +177,20 @@ class Reader {
     error_ = "truncated: needed " + std::to_string(want) + " more bytes at offset " +
              std::to_string(pos_) + " of " + std::to_string(n_);
     return false;
+  }
+  // A string of a Length-typed byte count, at most `max` bytes.
+  template <typename Length>
+  bool GetCounted(std::string* s, size_t max) {
+    Length len = 0;
+    if (!Get(&len)) return false;
+    if (len > max) {
+      error_ = "string length " + std::to_string(len) + " exceeds " + std::to_string(max);
+      return false;
+    }
+    if (n_ - pos_ < len) return Fail(len);
+    s->assign(reinterpret_cast<const char*>(d_ + pos_), len);
+    pos_ += len;
+    return true;
   }
   const uint8_t* d_;
   size_t n_;
@@ -232,8 +296,27 @@ bool Invalid(Reader& r, std::string why) {
   return false;
 }
 
+// Every field's dtype known and its regions for `p` samples within `room` bytes: checked by
+// division, so that nothing below wraps (each dimension is bounded first).
+bool ValidFields(Reader& r, const std::vector<FieldSpec>& fields, uint64_t p, uint64_t room) {
+  uint64_t used = 0;
+  for (const FieldSpec& f : fields) {
+    if (f.dtype > kLastDType)
+      return Invalid(r, "field " + f.path + ": unknown dtype " + std::to_string(static_cast<int>(f.dtype)));
+    uint64_t bytes = DTypeSize(f.dtype);
+    for (int64_t d : f.shape) {
+      if (d < 1 || static_cast<uint64_t>(d) > kMaxRingBytes / bytes) return Invalid(r, "field " + f.path + ": bad shape");
+      bytes *= static_cast<uint64_t>(d);
+    }
+    const uint64_t region = (p * bytes + 255) / 256 * 256;  // p <= 2^20, bytes <= 2^44: no wrap
+    if (bytes > kMaxRingBytes / p || region > room - used) return Invalid(r, "field " + f.path + " does not fit its slot");
+    used += region;
+  }
+  return true;
+}
+
 bool Valid(Reader& r, const SlotTable& t) {
-  if (t.dtype > DType::kFloat16) return Invalid(r, "unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
+  if (t.dtype > kLastImageDType) return Invalid(r, "unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
   if (t.layout > TensorLayout::kNCHW)
     return Invalid(r, "unknown layout " + std::to_string(static_cast<int>(t.layout)));
   // The table describes memory the consumer will map and index: it must be self-consistent,
@@ -243,9 +326,38 @@ bool Valid(Reader& r, const SlotTable& t) {
       t.channels > kMaxSide || t.height == 0 || t.height > kMaxSide || t.width == 0 || t.width > kMaxSide ||
       t.slot_bytes > kMaxRingBytes / t.num_slots || t.indices_offset > t.slot_bytes ||
       t.labels_offset > t.slot_bytes || t.data_offset > t.slot_bytes || 8 * p > t.slot_bytes - t.indices_offset ||
-      8 * p > t.slot_bytes - t.labels_offset || t.sample_bytes() > (t.slot_bytes - t.data_offset) / p)
+      8 * p > t.slot_bytes - t.labels_offset)
     return Invalid(r, "inconsistent slot table");
+  if (!t.fields.empty()) return ValidFields(r, t.fields, p, t.slot_bytes - t.data_offset);
+  if (t.sample_bytes() > (t.slot_bytes - t.data_offset) / p) return Invalid(r, "inconsistent slot table");
   return true;
+}
+
+// The schema follows the slot table's fixed fields: a count, each field, the structure.
+void PutSchema(Writer& w, const SlotTable& t) {
+  w.Put(static_cast<uint16_t>(t.fields.size()));
+  for (const FieldSpec& f : t.fields) {
+    w.PutString(f.path);
+    w.Put(f.dtype);
+    w.Put(static_cast<uint8_t>(f.shape.size()));
+    for (int64_t d : f.shape) w.Put(d);
+  }
+  w.PutLongString(t.structure);
+}
+bool GetSchema(Reader& r, SlotTable* t) {
+  uint16_t n = 0;
+  if (!r.Get(&n)) return false;
+  if (n > kMaxFields) return Invalid(r, std::to_string(n) + " fields (at most " + std::to_string(kMaxFields) + ")");
+  t->fields.resize(n);
+  for (FieldSpec& f : t->fields) {
+    uint8_t ndim = 0;
+    if (!(r.GetString(&f.path) && r.Get(&f.dtype) && r.Get(&ndim))) return false;
+    if (ndim > kMaxFieldDims) return Invalid(r, "field of " + std::to_string(ndim) + " dimensions");
+    f.shape.resize(ndim);
+    for (int64_t& d : f.shape)
+      if (!r.Get(&d)) return false;
+  }
+  return r.GetLongString(&t->structure, kMaxStructureBytes);
 }
 
 bool Valid(Reader& r, const Hello& m) {
@@ -259,13 +371,15 @@ bool Valid(Reader& r, const Hello& m) {
 }
 
 bool Valid(Reader& r, const SlotTable& host, const DeviceTable& d) {
-  if (d.dtype > DType::kFloat16 || d.layout > TensorLayout::kNCHW) return Invalid(r, "unknown device dtype or layout");
+  if (d.dtype > kLastImageDType || d.layout > TensorLayout::kNCHW) return Invalid(r, "unknown device dtype or layout");
   const uint64_t p = host.batch_size;
   const uint64_t sample = uint64_t{host.height} * host.width * host.channels * DTypeSize(d.dtype);
   if (d.mem_handle.size() != kCudaIpcHandleBytes || d.device < 0 || d.slot_bytes > kMaxRingBytes ||
       d.labels_offset > d.slot_bytes || d.data_offset > d.slot_bytes || 8 * p > d.slot_bytes - d.labels_offset ||
-      sample > (d.slot_bytes - d.data_offset) / p)
+      (host.fields.empty() && sample > (d.slot_bytes - d.data_offset) / p))
     return Invalid(r, "inconsistent device table");
+  // The fields lie in a device slot as in a host one (FieldOffsets for the producer's batch size).
+  if (!host.fields.empty() && !ValidFields(r, host.fields, p, d.slot_bytes - d.data_offset)) return false;
   for (const std::string& e : d.event_handles)
     if (e.size() != kCudaIpcHandleBytes) return Invalid(r, "event handle of " + std::to_string(e.size()) + " bytes");
   return true;
@@ -334,13 +448,14 @@ bool GetDeviceTable(Reader& r, const SlotTable& host, DeviceTable* d) {
 
 void Encode(Writer& w, const Welcome& m) {
   Fields(w, m);
+  PutSchema(w, m.slots);
   w.Put(static_cast<uint8_t>(m.has_device ? 1 : 0));
   if (m.has_device) PutDeviceTable(w, m.device);
   WelcomeTail(w, m);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
-  if (!(Fields(r, *m) && Valid(r, m->slots) && r.Get(&has_device))) return false;
+  if (!(Fields(r, *m) && GetSchema(r, &m->slots) && Valid(r, m->slots) && r.Get(&has_device))) return false;
   if (has_device > 1) return Invalid(r, "bad device flag");
   m->has_device = has_device == 1;
   if (m->has_device && !GetDeviceTable(r, m->slots, &m->device)) return false;

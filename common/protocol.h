@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -38,8 +39,9 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // naming the versions rather than "truncated" or "trailing bytes". 2: StatusReply gained
 // dropped_clients. 3: consumer groups and topology (Hello, Welcome, ConsumerStatus, Bye's
 // kGroupBroken). 4: every consumer attaches (Attach), End, Reclaim, ConsumerStatus's unread
-// and idle_ms, the PID namespace and start time of each side (Hello, Welcome).
-inline constexpr uint16_t kProtocolVersion = 4;
+// and idle_ms, the PID namespace and start time of each side (Hello, Welcome). 5: a caller-fed
+// producer's schema (Welcome's fields and structure), the dtypes beyond the image pipeline's.
+inline constexpr uint16_t kProtocolVersion = 5;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -69,12 +71,39 @@ enum class MessageType : uint16_t {
   kReclaim = 12,
 };
 
-// Element type and layout of the batch tensor as it lies in a slot.
-enum class DType : uint8_t { kUInt8 = 0, kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3 };
+// Element type and layout of a tensor as it lies in a slot. The image pipeline produces the
+// first four; a caller-fed producer's fields (FieldSpec) may have any of them.
+enum class DType : uint8_t {
+  kUInt8 = 0, kFloat32 = 1, kBFloat16 = 2, kFloat16 = 3,
+  kBool = 4, kInt8 = 5, kInt16 = 6, kInt32 = 7, kInt64 = 8, kFloat64 = 9, kComplex64 = 10,
+};
+inline constexpr DType kLastImageDType = DType::kFloat16;
+inline constexpr DType kLastDType = DType::kComplex64;
 enum class TensorLayout : uint8_t { kNHWC = 0, kNCHW = 1 };
 const char* DTypeName(DType t);
 const char* TensorLayoutName(TensorLayout l);
 size_t DTypeSize(DType t);
+
+// One tensor of a caller-fed producer's batches (coloader.Producer): the batch is a structure
+// (a tensor, or nested tuples, lists and dicts of them) whose leaves are these fields, every
+// one with the batch's samples along its first dimension. The structure itself travels as
+// text (SlotTable::structure) that only the bindings read; the producer checks each batch
+// against the fields before it is published.
+inline constexpr size_t kMaxFields = 256;
+inline constexpr size_t kMaxFieldDims = 8;
+inline constexpr size_t kMaxStructureBytes = 1 << 20;
+struct FieldSpec {
+  std::string path;            // where it sits, as its user writes it: ["input_ids"], [1]["mask"]
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;  // one sample's (empty: one scalar per sample)
+  uint64_t sample_bytes() const;
+};
+// A batch of `capacity` samples holds its fields one after another (field-major), each in a
+// region of capacity x sample bytes rounded up to 256: where each region begins, from the
+// start of the batch's data, and how many bytes they take together. A slot is laid out so
+// for the producer's batch size; a consumer's gathered batch so for its own.
+std::vector<uint64_t> FieldOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity);
+uint64_t FieldsBytes(const std::vector<FieldSpec>& fields, uint64_t capacity);
 
 enum HelloFlags : uint8_t {
   kHelloWaitForEpoch = 1 << 0,  // start at the next epoch boundary, not mid-epoch
@@ -116,7 +145,16 @@ struct SlotTable {
   uint32_t height = 0, width = 0, channels = 0;
   DType dtype = DType::kUInt8;
   TensorLayout layout = TensorLayout::kNHWC;
-  uint64_t sample_bytes() const { return uint64_t{height} * width * channels * DTypeSize(dtype); }
+  // A caller-fed producer's schema: when `fields` is not empty, the data area holds them
+  // (FieldOffsets) instead of one height x width x channels tensor, and labels are -1.
+  std::vector<FieldSpec> fields;
+  std::string structure;  // how the fields nest, for the bindings (coloader/_structure.py)
+  uint64_t sample_bytes() const;
+  // The data of a batch of `capacity` samples: the tensor, or every field's region.
+  uint64_t data_bytes(uint64_t capacity) const;
+  // Where the first `n` samples of a slot lie in its data area, as (offset, bytes): one range
+  // of the tensor, or one per field. A remote batch's payload packs them one after another.
+  std::vector<std::pair<uint64_t, uint64_t>> LeadingRanges(uint64_t n) const;
 };
 
 // The ring's GPU side, sent to consumers that asked for device delivery. One allocation

@@ -30,7 +30,9 @@ extern "C" {
 const char* coloader_producer_last_error(void) { return coloader::c_abi::LastError().c_str(); }
 
 size_t coloader_producer_struct_size(const char* name) {
-  if (name != nullptr && std::strcmp(name, "producer_options") == 0) return sizeof(coloader_producer_options);
+  if (name == nullptr) return 0;
+  if (std::strcmp(name, "producer_options") == 0) return sizeof(coloader_producer_options);
+  if (std::strcmp(name, "field") == 0) return sizeof(coloader_field);
   return 0;
 }
 
@@ -41,20 +43,30 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     *out = nullptr;
     if (options == nullptr) return NullArgument(kWhat, "options");
     if (options->name == nullptr) return NullArgument(kWhat, "options->name");
-    if (options->ndim < 1 || options->ndim > 3) {
-      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": a sample has 1 to 3 dimensions, got " +
-                                              std::to_string(options->ndim));
-    }
-    if (options->dtype > COLOADER_FLOAT16) {
-      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": unknown dtype code " + std::to_string(options->dtype));
-    }
+    if (options->fields == nullptr && options->num_fields > 0) return NullArgument(kWhat, "options->fields");
     coloader::ProducerOptions o;
     o.name = options->name;
     o.external = true;
     o.batch_size = options->batch_size;
-    o.sample_shape.assign(options->sample_shape, options->sample_shape + options->ndim);
-    o.output = static_cast<coloader::DType>(options->dtype);
-    o.layout = coloader::TensorLayout::kNCHW;  // samples go in as given: C,H,W order
+    if (options->num_fields > coloader::kMaxFields) {
+      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": a batch of " + std::to_string(options->num_fields) +
+                                              " tensors (at most " + std::to_string(coloader::kMaxFields) + ")");
+    }
+    for (uint32_t i = 0; i < options->num_fields; ++i) {
+      const coloader_field& f = options->fields[i];
+      if (f.ndim > COLOADER_MAX_FIELD_DIMS || f.dtype > static_cast<uint32_t>(coloader::kLastDType)) {
+        return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": field " + std::to_string(i) + " has " +
+                                                std::to_string(f.ndim) + " dimensions per sample (at most 8) and dtype code " +
+                                                std::to_string(f.dtype));
+      }
+      coloader::FieldSpec spec;
+      spec.path = f.path != nullptr ? f.path : "";
+      spec.dtype = static_cast<coloader::DType>(f.dtype);
+      spec.shape.assign(f.shape, f.shape + f.ndim);
+      o.fields.push_back(std::move(spec));
+    }
+    if (options->structure != nullptr) o.structure = options->structure;
+    if (options->device >= 0) o.devices = {options->device};
     o.window = options->window ? options->window : 4;
     o.min_consumers = options->min_consumers ? options->min_consumers : 1;
     o.epoch_samples = options->epoch_samples;
@@ -92,12 +104,11 @@ int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms) {
   });
 }
 
-int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count, const int64_t* labels,
-                              const int64_t* indices) {
+int coloader_producer_publish(coloader_producer* p, const void* const* fields, uint32_t count, const int64_t* indices) {
   constexpr const char* kWhat = "coloader_producer_publish";
   return Guard(kWhat, [&]() -> int {
     if (p == nullptr) return NullArgument(kWhat, "producer");
-    coloader::Status st = p->producer->external_source()->Publish(data, count, labels, indices);
+    coloader::Status st = p->producer->external_source()->Publish(fields, count, indices);
     return st.ok() ? COLOADER_OK : Fail(st);
   });
 }

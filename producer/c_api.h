@@ -15,8 +15,9 @@
 extern "C" {
 #endif
 
-/* The caller publishes batches it made itself (e.g. from a torch DataLoader): each sample is a
- * tensor of one fixed shape and dtype plus an int64 label. The producer serves them through
+/* The caller publishes batches it made itself (e.g. from a torch DataLoader): each batch is
+ * the fields of one schema, stated at open (each field a tensor of a fixed dtype and per-sample
+ * shape, the batch's samples along its first dimension). The producer serves them through
  * the same ring, protocol and semantics as `coloader serve`: consumers of any batch size see
  * exact epochs. The session loop runs on a thread of its own; publish blocks while the ring is
  * full (back-pressure) and is for one thread. */
@@ -25,9 +26,14 @@ typedef struct coloader_producer coloader_producer;
 typedef struct coloader_producer_options {
   const char* name;          /* consumers connect by it */
   uint32_t batch_size;       /* the most samples one publish carries */
-  uint32_t ndim;             /* of one sample, 1 to 3 */
-  int64_t sample_shape[3];   /* e.g. {3, 224, 224} */
-  uint32_t dtype;            /* enum coloader_dtype */
+  /* The schema: num_fields fields (1 to 256), and how they nest as the binding writes it
+   * (carried to the consumers' bindings as it is; may be NULL). */
+  const coloader_field* fields;
+  uint32_t num_fields;
+  const char* structure;
+  /* A CUDA device ordinal: the ring also lives in that GPU's memory and consumers on it get
+   * device tensors (CUDA IPC); -1: host memory only. */
+  int32_t device;
   uint32_t window;           /* batches the producer may run ahead of the slowest reader; 0: 4 */
   uint32_t min_consumers;    /* 0: 1 */
   uint64_t epoch_samples;    /* samples per epoch if known (for len() on the consumers), else 0 */
@@ -55,13 +61,14 @@ COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_prod
  * short steps), COLOADER_END when the run ended because its consumers all left (the message
  * says how far it got), COLOADER_E_DISCONNECTED when the producer stopped otherwise. */
 COLOADER_C_EXPORT int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms);
-/* Copies `count` samples (count * sample bytes from `data`, `count` labels) into a free slot
- * and publishes them as the next batch of the current epoch. Blocks while every slot is in use
- * and no consumer releases one; COLOADER_END if its consumers all left (nothing published),
- * COLOADER_E_DISCONNECTED if the producer stopped otherwise. `indices`
- * may be NULL: the samples' positions in the epoch are used as their indices. */
-COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* data, uint32_t count,
-                                                const int64_t* labels, const int64_t* indices);
+/* Copies `count` samples of every field (fields[i]: count x field i's sample bytes, contiguous
+ * host memory) into a free slot and publishes them as the next batch of the current epoch.
+ * Blocks while every slot is in use and no consumer releases one; COLOADER_END if its
+ * consumers all left (nothing published), COLOADER_E_DISCONNECTED if the producer stopped
+ * otherwise. `indices` may be NULL: the samples' positions in the epoch are used as their
+ * indices. */
+COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void* const* fields, uint32_t count,
+                                                const int64_t* indices);
 /* Ends the current epoch: its last published batch is marked last-in-epoch. */
 COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
 /* No more batches: waits at most timeout_ms (0: not at all) for the run to end (the consumers

@@ -29,6 +29,9 @@ struct DeviceRing::Impl {
     if (stream) cudaStreamSynchronize(stream.get());
   }
   uint64_t sample_bytes() const { return uint64_t{opts.height} * opts.width * 3 * DTypeSize(opts.dtype); }
+  uint64_t data_bytes() const {
+    return opts.fields.empty() ? uint64_t{opts.batch_size} * sample_bytes() : FieldsBytes(opts.fields, opts.batch_size);
+  }
   uint64_t staged_sample_bytes() const { return uint64_t{opts.height} * opts.width * 3; }
   uint8_t* host_slot(uint32_t s) const { return opts.host_base + s * opts.host_slot_bytes; }
   uint8_t* device_slot(uint32_t s) const { return device_base.get() + s * slot_bytes; }
@@ -56,10 +59,10 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   Impl& r = *impl;
   r.labels_offset = 0;
   r.data_offset = RoundUp(8ull * o.batch_size, kAlign);
-  r.slot_bytes = RoundUp(r.data_offset + uint64_t{o.batch_size} * r.sample_bytes(), 2 << 20);
+  r.slot_bytes = RoundUp(r.data_offset + r.data_bytes(), 2 << 20);
   r.alloc_bytes = r.slot_bytes * o.num_slots;
   CUDA_RETURN_NOT_OK(CudaMalloc(&r.device_base, r.alloc_bytes));
-  CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
+  if (o.fields.empty()) CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
   CUDA_RETURN_NOT_OK(CudaStreamCreate(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
   if (o.register_host) {
@@ -110,7 +113,15 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.labels_offset, host + r.opts.host_labels_offset, 8ull * count,
                                        cudaMemcpyHostToDevice, r.stream.get()));
     const uint64_t staged = uint64_t{count} * r.staged_sample_bytes();
-    if (device_staged != nullptr) {
+    if (!r.opts.fields.empty()) {
+      // A caller's fields: each region's first `count` samples, as they are.
+      const std::vector<uint64_t> offsets = FieldOffsets(r.opts.fields, r.opts.batch_size);
+      for (size_t f = 0; f < offsets.size(); ++f) {
+        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.data_offset + offsets[f], host + r.opts.host_output_offset + offsets[f],
+                                           uint64_t{count} * r.opts.fields[f].sample_bytes(), cudaMemcpyHostToDevice,
+                                           r.stream.get()));
+      }
+    } else if (device_staged != nullptr) {
       // Decoded and augmented on a GPU: convert from there, no host copy in between.
       const uint8_t* src = device_staged;
       if (staged_device != r.opts.device) {
@@ -136,6 +147,7 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
 
 Status DeviceRing::DownloadToHost(uint32_t slot, uint32_t count) {
   Impl& r = *impl_;
+  if (!r.opts.fields.empty()) return Status::OK();  // the host slot holds what was uploaded
   CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
   if (count > 0) {
     CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.host_slot(slot) + r.opts.host_output_offset, r.device_slot(slot) + r.data_offset,

@@ -28,6 +28,9 @@ struct DeviceRingOptions {
   DType dtype = DType::kFloat32;
   TensorLayout layout = TensorLayout::kNCHW;
   NormalizeParams normalize;
+  // A caller-fed producer's fields: each slot's are copied from the host slot's data area as
+  // they are (no staging, no conversion), laid out alike (FieldOffsets).
+  std::vector<FieldSpec> fields;
   // The host ring (shared memory) and where each slot keeps its parts.
   uint8_t* host_base = nullptr;
   uint64_t host_bytes = 0;
@@ -62,7 +65,8 @@ class DeviceRing {
   // there (copied over first when that is another GPU) instead of from the host staging.
   Status Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged = nullptr, int staged_device = -1);
   // Copies the slot's finished tensor back to the host slot's output area and waits: the
-  // path for consumers that cannot map device memory.
+  // path for consumers that cannot map device memory. Nothing to do for fields: the host slot
+  // holds what was uploaded.
   Status DownloadToHost(uint32_t slot, uint32_t count);
   // Waits until the slot's last upload no longer reads its host staging (before refilling it).
   Status WaitIdle(uint32_t slot);

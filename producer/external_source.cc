@@ -2,14 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
 namespace coloader {
 
-Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(std::vector<int64_t> sample_shape, uint64_t epoch_samples) {
-  std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(sample_shape), epoch_samples));
+Result<std::unique_ptr<ExternalSource>> ExternalSource::Make(std::vector<FieldSpec> fields, uint64_t epoch_samples) {
+  std::unique_ptr<ExternalSource> s(new ExternalSource(std::move(fields), epoch_samples));
   COLOADER_ASSIGN_OR_RETURN(s->events_, EventFd::Make());
   return Result<std::unique_ptr<ExternalSource>>(std::move(s));
 }
@@ -21,7 +22,11 @@ Status ExternalSource::Attach(const SourceRing& ring) {
 }
 
 void ExternalSource::MixDataKey(const std::function<void(const std::string&)>& mix) const {
-  for (int64_t d : sample_shape_) mix(std::to_string(d));
+  for (const FieldSpec& f : fields_) {
+    mix(f.path);
+    mix(DTypeName(f.dtype));
+    for (int64_t d : f.shape) mix(std::to_string(d));
+  }
   mix(std::to_string(epoch_samples_));
 }
 
@@ -85,12 +90,14 @@ void ExternalSource::Complete(std::unique_ptr<BatchJob> job) {
   events_.Signal();
 }
 
-Status ExternalSource::Publish(const void* data, uint32_t count, const int64_t* labels, const int64_t* indices) {
+Status ExternalSource::Publish(const void* const* fields, uint32_t count, const int64_t* indices) {
   if (count == 0 || count > layout_.batch_size) {
     return Status::Invalid("a batch of " + std::to_string(count) + " samples; this producer takes 1 to " +
                            std::to_string(layout_.batch_size) + " per batch (its batch_size)");
   }
-  if (!data || !labels) return Status::Invalid("publish needs the samples and their labels");
+  if (!fields) return Status::Invalid("publish needs the batch's fields");
+  for (size_t f = 0; f < fields_.size(); ++f)
+    if (!fields[f]) return Status::Invalid("publish: no data for field " + std::to_string(f) + " (" + fields_[f].path + ")");
   uint32_t slot = 0;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -110,8 +117,10 @@ Status ExternalSource::Publish(const void* data, uint32_t count, const int64_t* 
   job->indices.resize(count);
   for (uint32_t i = 0; i < count; ++i) job->indices[i] = indices ? indices[i] : static_cast<int64_t>(position_ + i);
   std::memcpy(base + layout_.indices_offset, job->indices.data(), 8ull * count);
-  std::memcpy(base + layout_.labels_offset, labels, 8ull * count);
-  std::memcpy(base + layout_.data_offset, data, uint64_t{count} * layout_.sample_bytes());
+  std::fill_n(reinterpret_cast<int64_t*>(base + layout_.labels_offset), count, int64_t{-1});  // labels are fields now
+  const std::vector<uint64_t> offsets = FieldOffsets(fields_, layout_.batch_size);
+  for (size_t f = 0; f < fields_.size(); ++f)
+    std::memcpy(base + layout_.data_offset + offsets[f], fields[f], uint64_t{count} * fields_[f].sample_bytes());
   position_ += count;
   if (held_) Complete(std::move(held_));
   held_ = std::move(job);

@@ -1,6 +1,7 @@
 // Batches made by the caller instead of the decode pipeline: the producer's session loop
 // grants free slots, the caller's thread copies a batch into one and hands it back. This is
-// how a Python DataLoader feeds a producer (coloader.Producer, through the C ABI).
+// how a Python DataLoader feeds a producer (coloader.Producer, through the C ABI): a batch is
+// the fields of a schema (FieldSpec), each written to its region of the slot.
 //
 // Threads: the BatchSource side runs on the session loop; WaitForSlot/Publish/EndEpoch/Finish
 // on the caller's one thread. The last published batch is held back until the next Publish or
@@ -26,8 +27,9 @@ namespace coloader {
 
 class ExternalSource : public BatchSource {
  public:
-  // Samples of `sample_shape`; `epoch_samples` per epoch if the caller knows (0: not known).
-  static Result<std::unique_ptr<ExternalSource>> Make(std::vector<int64_t> sample_shape, uint64_t epoch_samples);
+  // Batches of these fields (the producer checked them); `epoch_samples` per epoch if the
+  // caller knows (0: not known).
+  static Result<std::unique_ptr<ExternalSource>> Make(std::vector<FieldSpec> fields, uint64_t epoch_samples);
   ~ExternalSource() override;
   // The ring, once it exists: the caller copies batches into its host slots.
   Status Attach(const SourceRing& ring) override;
@@ -51,16 +53,18 @@ class ExternalSource : public BatchSource {
   // Waits at most `timeout_ms` until Publish would not block: OK, kAgain when the time passed,
   // the stop's reason when the producer stopped (kEnded: its consumers all left).
   Status WaitForSlot(int timeout_ms);
-  Status Publish(const void* data, uint32_t count, const int64_t* labels, const int64_t* indices);
+  // Copies `count` samples of every field (fields[i]: count x its sample bytes, contiguous)
+  // into a granted slot; `indices` may be null (the samples' positions in the epoch).
+  Status Publish(const void* const* fields, uint32_t count, const int64_t* indices);
   Status EndEpoch();
   void Finish();
 
  private:
-  ExternalSource(std::vector<int64_t> sample_shape, uint64_t epoch_samples)
-      : sample_shape_(std::move(sample_shape)), epoch_samples_(epoch_samples) {}
+  ExternalSource(std::vector<FieldSpec> fields, uint64_t epoch_samples)
+      : fields_(std::move(fields)), epoch_samples_(epoch_samples) {}
   void Complete(std::unique_ptr<BatchJob> job);
 
-  const std::vector<int64_t> sample_shape_;
+  const std::vector<FieldSpec> fields_;
   const uint64_t epoch_samples_;
   SlotTable layout_;
   uint8_t* base_ = nullptr;

@@ -74,11 +74,13 @@ struct ProducerOptions {
   std::string authorized_keys_file;
   bool insecure = false;
 
-  // Fed by the caller (ExternalSource) instead of `data`: samples of this shape (1 to 3
-  // dimensions, laid out as C,H,W with leading 1s) and `output` dtype; batch_size is the most
-  // one batch carries. epoch_samples, if known, lets consumers compute len().
+  // Fed by the caller (ExternalSource) instead of `data`: batches of these fields (the schema:
+  // each field's dtype and per-sample shape, `structure` how they nest, for the bindings);
+  // batch_size is the most one batch carries. epoch_samples, if known, lets consumers compute
+  // len(). With `devices`, every field is copied to the GPU ring as it is.
   bool external = false;
-  std::vector<int64_t> sample_shape;
+  std::vector<FieldSpec> fields;
+  std::string structure;
   uint64_t epoch_samples = 0;
 };
 

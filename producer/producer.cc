@@ -64,6 +64,40 @@ void Producer::Stop(const char* why) {
   impl_->stop_fd.Signal();  // async-signal-safe
 }
 
+namespace {
+// A caller's schema, checked once where it is stated (each batch is then held to it): within
+// what the wire protocol carries, and a slot of batch_size samples within what a ring may take.
+Status CheckSchema(const ProducerOptions& o) {
+  if (o.fields.empty() || o.fields.size() > kMaxFields)
+    return Status::Invalid("a batch has 1 to " + std::to_string(kMaxFields) + " tensors, got " + std::to_string(o.fields.size()));
+  if (o.structure.size() > kMaxStructureBytes)
+    return Status::Invalid("the batch's structure takes " + std::to_string(o.structure.size()) + " bytes (at most " +
+                           std::to_string(kMaxStructureBytes) + "): fewer or shorter keys");
+  constexpr uint64_t kMaxSlotData = uint64_t{1} << 40;
+  uint64_t sample = 0;
+  for (const FieldSpec& f : o.fields) {
+    const std::string name = f.path.empty() ? "the batch" : "field " + f.path;
+    if (f.path.size() > kMaxStringBytes) return Status::Invalid(name.substr(0, 80) + "...: a path of at most 4096 bytes");
+    if (f.dtype > kLastDType) return Status::Invalid(name + ": unknown dtype code " + std::to_string(static_cast<int>(f.dtype)));
+    if (f.shape.size() > kMaxFieldDims)
+      return Status::Invalid(name + " has " + std::to_string(f.shape.size()) + " dimensions per sample (at most " +
+                             std::to_string(kMaxFieldDims) + "): reshape it in collate_fn");
+    uint64_t bytes = DTypeSize(f.dtype);
+    for (int64_t d : f.shape) {
+      if (d < 1 || static_cast<uint64_t>(d) > kMaxSlotData / bytes)
+        return Status::Invalid(name + ": a sample dimension of " + std::to_string(d) + " (each must be at least 1, "
+                               "and a sample at most 1 TiB)");
+      bytes *= static_cast<uint64_t>(d);
+    }
+    sample += bytes;
+    if (sample > kMaxSlotData / o.batch_size)
+      return Status::Invalid("a batch of " + std::to_string(o.batch_size) + " samples of " + HumanBytes(sample) +
+                             " or more exceeds 1 TiB: a smaller batch_size");
+  }
+  return Status::OK();
+}
+}  // namespace
+
 Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   if (opts.batch_size < 1 || opts.batch_size > 65536)
     return Status::Invalid("--batch-size must be between 1 and 65536, got " + std::to_string(opts.batch_size));
@@ -90,12 +124,7 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
   if (half && opts.devices.empty() && !opts.external)
     return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
-  if (opts.external) {
-    if (opts.sample_shape.empty() || opts.sample_shape.size() > 3)
-      return Status::Invalid("a sample shape needs 1 to 3 dimensions, got " + std::to_string(opts.sample_shape.size()));
-    for (int64_t d : opts.sample_shape)
-      if (d < 1 || d > 65536) return Status::Invalid("sample dimension " + std::to_string(d) + " is out of range (1 to 65536)");
-  }
+  if (opts.external) COLOADER_RETURN_NOT_OK(CheckSchema(opts));
   if (!opts.tcp_endpoint.empty()) {
     if (opts.tcp_endpoint.rfind("tcp://", 0) != 0)
       return Status::Invalid("--tcp must be a tcp:// endpoint (e.g. tcp://0.0.0.0:5555), got '" + opts.tcp_endpoint + "'");
@@ -173,7 +202,7 @@ Status Producer::Impl::Setup() {
 
 Status Producer::Impl::MakeSource() {
   if (opts.external) {
-    COLOADER_ASSIGN_OR_RETURN(source, ExternalSource::Make(opts.sample_shape, opts.epoch_samples));
+    COLOADER_ASSIGN_OR_RETURN(source, ExternalSource::Make(opts.fields, opts.epoch_samples));
   } else {
     COLOADER_ASSIGN_OR_RETURN(source, DatasetSource::Open(opts));
   }
@@ -239,6 +268,7 @@ Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const Normali
     d.dtype = table.dtype;
     d.layout = table.layout;
     d.normalize = normalize;
+    d.fields = table.fields;
     d.host_base = shm.data();
     d.host_bytes = shm.size();
     d.host_pinned = StartReservation(layouts, true);  // pinning faults pages in: only reserved ones

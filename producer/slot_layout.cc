@@ -43,23 +43,21 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   t.height = static_cast<uint32_t>(o.image_size);
   t.width = static_cast<uint32_t>(o.image_size);
   t.channels = 3;
-  if (o.external) {
-    // C,H,W from the sample shape, leading dimensions filled with 1.
-    int64_t chw[3] = {1, 1, 1};
-    const size_t n = o.sample_shape.size();
-    for (size_t i = 0; i < n; ++i) chw[3 - n + i] = o.sample_shape[i];
-    t.channels = static_cast<uint32_t>(chw[0]);
-    t.height = static_cast<uint32_t>(chw[1]);
-    t.width = static_cast<uint32_t>(chw[2]);
-  }
   t.dtype = o.output;
   t.layout = o.layout;
+  if (o.external) {
+    // The caller's fields, as they are: the GPU ring takes a copy of them, no staging.
+    t.height = t.width = t.channels = 1;
+    t.dtype = DType::kUInt8;
+    t.fields = o.fields;
+    t.structure = o.structure;
+  }
   t.indices_offset = 0;
   t.labels_offset = 8ull * o.batch_size;
   t.data_offset = RoundUp(16ull * o.batch_size, kPageBytes);
-  uint64_t end = t.data_offset + uint64_t{o.batch_size} * t.sample_bytes();
+  uint64_t end = t.data_offset + t.data_bytes(o.batch_size);
   SlotTable staging = t;
-  if (!o.devices.empty()) {
+  if (!o.devices.empty() && !o.external) {
     staging.dtype = DType::kUInt8;
     staging.layout = TensorLayout::kNHWC;
     staging.data_offset = RoundUp(end, kPageBytes);
@@ -89,7 +87,7 @@ SharedMemory::Ranges StartReservation(const SlotLayouts& l, bool device) {
 
 SharedMemory::Ranges HostTensorReservation(const SlotLayouts& l, bool device) {
   const SlotTable& t = l.table;
-  if (!device) return {};
+  if (!device || l.staging.data_offset == t.data_offset) return {};  // a caller's fields: read where they are
   SharedMemory::Ranges r;
   for (uint64_t s = 0; s < t.num_slots; ++s)
     r.emplace_back(s * t.slot_bytes + t.data_offset, l.staging.data_offset - t.data_offset);
@@ -123,14 +121,17 @@ std::string ShmTooSmallMessage(const ProducerOptions& o, const ShmSpace& space) 
   const uint64_t slot_reserved = TotalBytes(StartReservation(l, device)) / t.num_slots;
   const uint64_t mailboxes = need - slot_reserved * t.num_slots;
   const Words w = WordsFor(o);
-  const std::string shape = std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" + std::to_string(t.width);
+  const std::string shape = o.external ? Plural(t.fields.size(), "field") + " of " + HumanBytes(t.sample_bytes()) + " a sample"
+                                       : std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" +
+                                             std::to_string(t.width) + " " + DTypeName(t.dtype);
 
   std::string m = std::string(kShmDir) + " has " + HumanBytes(space.free_bytes) + " free (of " +
                   HumanBytes(space.total_bytes) + "), and this producer needs " + HumanBytes(need) + ": " +
                   Plural(t.num_slots, "slot") + " (" + w.window + std::to_string(o.window) + " + " +
                   std::to_string(o.spare_slots) + " spare) x " + HumanBytes(slot_reserved) + " per slot (" +
-                  std::to_string(t.batch_size) + " samples of " + shape + " ";
-  m += device ? "uint8 staging for the GPU" : DTypeName(t.dtype);
+                  std::to_string(t.batch_size) + " samples of ";
+  if (device && !o.external) m += "uint8 staging for the GPU";
+  else m += shape;
   m += ", with their indices and labels) + " + HumanBytes(mailboxes) + " of consumer mailboxes. Ways out:\n";
   // What is used already plus the ring, and a quarter more: other programs use /dev/shm too
   // (NCCL, PyTorch's DataLoader workers).
@@ -182,7 +183,7 @@ std::string ShmTooSmallMessage(const ProducerOptions& o, const ShmSpace& space) 
     m += "  - or --device cuda:N: the ring lives in GPU memory and " + std::string(kShmDir) +
          " holds only the uint8 staging, " + HumanBytes(ShmBytesAtStart(x)) + " (" + Plural(t.num_slots, "slot") +
          " x " + HumanBytes(TotalBytes(StartReservation(MakeSlotLayouts(x, ""), true)) / t.num_slots) + ").";
-  } else if (device) {
+  } else if (device && !o.external) {
     m += "  - host-path consumers of this GPU ring will need " + HumanBytes(TotalBytes(HostTensorReservation(l, true))) +
          " more, reserved when the first attaches.";
   }

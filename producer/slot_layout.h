@@ -1,6 +1,8 @@
 // The layout of one ring slot in host shared memory: dataset indices, labels, then the tensor
 // on its own page; with a device ring, the workers' uint8 NHWC staging area follows (uploaded
-// from there), and the tensor area is filled only for consumers on the host path.
+// from there), and the tensor area is filled only for consumers on the host path. A caller-fed
+// producer's slot holds its fields instead of the tensor (FieldOffsets), which a device ring
+// copies as they are: no staging, and host-path consumers read them where the caller wrote them.
 //
 // What /dev/shm must hold is decided here too. Without a device ring every byte of the ring is
 // reserved at start. With one, only what the producer itself writes is: each slot's indices,

@@ -35,15 +35,19 @@ Status Producer::Impl::BindTcp() {
 }
 
 void Producer::Impl::SendWithPayload(Session& s, const BatchAnnouncement& a) {
-  // A remote consumer cannot map the ring: the slot's indices, labels and tensor go along,
-  // packed as [int64 indices][int64 labels][tensor] for the batch's samples.
+  // A remote consumer cannot map the ring: the slot's indices, labels and tensor (or fields)
+  // go along, packed as [int64 indices][int64 labels][data] for the batch's samples.
   const uint8_t* slot = shm.data() + uint64_t{a.slot} * table.slot_bytes;
-  const uint64_t n = a.count, tensor = n * table.sample_bytes();
-  zmq::message_t payload(16 * n + tensor);
+  const uint64_t n = a.count, data = n * table.sample_bytes();
+  zmq::message_t payload(16 * n + data);
   auto* out = payload.data<uint8_t>();
   std::memcpy(out, slot + table.indices_offset, 8 * n);
   std::memcpy(out + 8 * n, slot + table.labels_offset, 8 * n);
-  std::memcpy(out + 16 * n, slot + table.data_offset, tensor);
+  out += 16 * n;
+  for (const auto& [offset, bytes] : table.LeadingRanges(n)) {
+    std::memcpy(out, slot + table.data_offset + offset, bytes);
+    out += bytes;
+  }
   std::vector<uint8_t> head = Encode(a);
   // A failed send: the connection is gone or its queue is full; the heartbeat timeout drops it.
   if (router.Send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&

@@ -96,6 +96,9 @@ Status ReadEpoch(Consumer& c, const ConsumeFlags& f, uint64_t epoch_asked_ns, Ep
       t.queued_next_us.push_back(static_cast<double>(got_ns - asked_ns) * 1e-3);
     }
     const uint8_t* pixels = static_cast<const uint8_t*>(b.data());
+    if (f.checksum && !c.slots().fields.empty())
+      return Status::Invalid("--checksum hashes an image producer's tensors; this producer's batches are the fields "
+                             "of a coloader.Producer: leave --checksum out");
     if (f.checksum && b.device() >= 0) {  // hash what the GPU holds, byte for byte
       host_copy.resize(b.bytes());
       COLOADER_RETURN_NOT_OK(b.CopyTo(host_copy.data()));

@@ -159,13 +159,27 @@ class BatchInfo(ctypes.Structure):
     ]
 
 
+MAX_FIELD_DIMS = 8
+
+
+class Field(ctypes.Structure):
+    """coloader_field: one tensor of a caller-fed producer's schema."""
+    _fields_ = [
+        ("path", ctypes.c_char_p),
+        ("dtype", ctypes.c_uint32),
+        ("ndim", ctypes.c_uint32),
+        ("shape", ctypes.c_int64 * MAX_FIELD_DIMS),
+    ]
+
+
 class ProducerOptions(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p),
         ("batch_size", ctypes.c_uint32),
-        ("ndim", ctypes.c_uint32),
-        ("sample_shape", ctypes.c_int64 * 3),
-        ("dtype", ctypes.c_uint32),
+        ("fields", ctypes.POINTER(Field)),
+        ("num_fields", ctypes.c_uint32),
+        ("structure", ctypes.c_char_p),
+        ("device", ctypes.c_int32),
         ("window", ctypes.c_uint32),
         ("min_consumers", ctypes.c_uint32),
         ("epoch_samples", ctypes.c_uint64),
@@ -278,14 +292,19 @@ def _declare(lib):
                                                     ctypes.c_uint64]),
         "coloader_consumer_resume_note": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_close": (None, [c_consumer_p]),
+        "coloader_consumer_num_fields": (ctypes.c_uint32, [c_consumer_p]),
+        "coloader_consumer_field": (ctypes.c_int, [c_consumer_p, ctypes.c_uint32, ctypes.POINTER(Field)]),
+        "coloader_consumer_structure": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
+        "coloader_batch_field": (ctypes.c_void_p, [c_batch_p, ctypes.c_uint32]),
         "coloader_batch_release": (None, [c_batch_p]),
         "coloader_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
         "coloader_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),
         "coloader_layout_name": (ctypes.c_char_p, [ctypes.c_uint32]),
     }
     _set_prototypes(lib, protos)
-    _check_sizes(lib.coloader_struct_size, {"consumer_options": ConsumerOptions, "batch_info": BatchInfo})
+    _check_sizes(lib.coloader_struct_size, {"consumer_options": ConsumerOptions, "batch_info": BatchInfo,
+                                            "field": Field})
     lib.coloader_set_log_handler(_log_callback, None)
     atexit.register(_stop_logging_to_python, lib)
 
@@ -295,8 +314,8 @@ def _declare_producer(lib):
         "coloader_producer_last_error": (ctypes.c_char_p, []),
         "coloader_producer_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
         "coloader_producer_open": (ctypes.c_int, [ctypes.POINTER(ProducerOptions), ctypes.POINTER(ctypes.c_void_p)]),
-        "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32,
-                                                     ctypes.c_void_p, ctypes.c_void_p]),
+        "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                                                     ctypes.c_uint32, ctypes.c_void_p]),
         "coloader_producer_wait": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
@@ -304,7 +323,7 @@ def _declare_producer(lib):
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
     }
     _set_prototypes(lib, protos)
-    _check_sizes(lib.coloader_producer_struct_size, {"producer_options": ProducerOptions})
+    _check_sizes(lib.coloader_producer_struct_size, {"producer_options": ProducerOptions, "field": Field})
 
 
 def _set_prototypes(lib, protos):

@@ -108,12 +108,13 @@ Threads
 """
 
 import ctypes
+import json
 import os
 import warnings
 
 import numpy as np
 
-from . import _batches, _lib
+from . import _batches, _lib, _structure
 from ._dataloader import IgnoredArgumentWarning, _Dataset, _note_dataloader_arguments, _Sampler
 from .distributed import ResumeWarning, _Stateful, _topology
 
@@ -151,7 +152,7 @@ class _EpochIterator:
         if batch is None:
             self._done = True
             raise StopIteration
-        loader._seen += int(batch[1].shape[0])
+        loader._seen += len(loader._indices)
         return batch
 
 
@@ -210,6 +211,8 @@ class Loader(_Stateful):
         _note_dataloader_arguments(dataloader_args)
         self._torch = torch
         self._session = None
+        self._fields = None  # a caller-fed producer's schema: [(path, torch dtype, shape, bytes)]
+        self._structure = None
         self._generation = 0
         self._indices = None
         self._seen = 0  # samples yielded in the current epoch (state_dict)
@@ -327,12 +330,51 @@ class Loader(_Stateful):
             if cuda is not None:
                 cuda.set_device(previous)
         self._session = session
+        self._read_schema(ptr.value)
         if self._want_cuda:
             if lib.coloader_consumer_on_device(ptr.value):
                 self._cuda = self._torch.cuda
             else:
                 reason = lib.coloader_consumer_fallback_reason(ptr.value)
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
+
+    def _read_schema(self, ptr):
+        """A caller-fed producer's schema (coloader.Producer), checked at connect: every dtype one
+        this torch has, and a structure over exactly its fields."""
+        lib, torch = _lib.lib(), self._torch
+        n = lib.coloader_consumer_num_fields(ptr)
+        if n == 0:
+            self._fields = self._structure = None
+            return
+        names = _lib.dtype_names()
+        fields = []
+        for i in range(n):
+            f = _lib.Field()
+            _lib.check(lib.coloader_consumer_field(ptr, i, ctypes.byref(f)))
+            path = f.path.decode("utf-8", "replace")
+            dtype = getattr(torch, names.get(f.dtype, "?"), None)
+            if not isinstance(dtype, torch.dtype):
+                raise _lib.ProtocolError("the producer's batch%s has dtype code %d, which this torch %s does not "
+                                         "have" % (path, f.dtype, torch.__version__), _lib.E_PROTOCOL)
+            shape = tuple(f.shape[d] for d in range(f.ndim))
+            nbytes = torch.empty((), dtype=dtype).element_size()
+            for d in shape:
+                nbytes *= d
+            fields.append((path, dtype, shape, nbytes))
+        try:
+            structure = json.loads(lib.coloader_consumer_structure(ptr).decode("utf-8"))
+            _structure.check_structure(structure, n)
+        except ValueError as e:
+            raise _lib.ProtocolError("the producer's batch structure is not one this package reads (%s): install "
+                                     "the same coloader on both sides" % e, _lib.E_PROTOCOL) from None
+        self._fields, self._structure = fields, structure
+
+    @property
+    def schema(self):
+        """A caller-fed producer's batches (coloader.Producer): [(path, dtype, per-sample shape)];
+        None for a producer of images (`coloader serve`), whose batches are (images, labels)."""
+        self._require_open()
+        return None if self._fields is None else [(p, d, s) for p, d, s, _ in self._fields]
 
     # -- iteration -----------------------------------------------------------------------
 
@@ -407,6 +449,8 @@ class Loader(_Stateful):
         # On an error below, the lease is released when the last view made so far goes.
         info = _lib.BatchInfo()
         _lib.check(_lib.lib().coloader_batch_info_get(lease._ptr, ctypes.byref(info)))
+        if self._fields is not None:
+            return self._wrap_fields(lease, info, stream)
         numpy_dtypes, typestrs, bfloat16_code = _batches.dtype_tables()
         dtype = numpy_dtypes.get(info.dtype)
         if dtype is None:
@@ -419,17 +463,9 @@ class Loader(_Stateful):
         self._indices = torch.from_numpy(np.ctypeslib.as_array(
             (ctypes.c_int64 * n).from_address(info.indices)).copy())
         if info.device >= 0:
-            if stream is None or not info.device_labels:
-                raise _lib.ColoaderError("the batch is on CUDA device %d, but this Loader did not ask "
-                                         "for the device path" % info.device)
-            if stream.device.index != info.device:
-                # The producer's GPU is not the one this Loader computes on: the batch was
-                # ordered on a stream of the latter. Order the batch's device's current stream
-                # after it, and (at release) that stream's work before the release.
-                cuda = self._cuda
-                cuda.current_stream(info.device).wait_stream(stream)
-                lease._wait = (stream, info.device)
-                self._cuda_device = info.device  # later batches: that device's current stream
+            # The producer's GPU may not be the one this Loader computes on: the batch was
+            # ordered on a stream of the latter (_order_on orders the batch's device after it).
+            self._order_on(lease, info.device, stream)
             handle = stream.cuda_stream
             images = _batches.cuda_tensor(torch, lease, info.data, typestrs[info.dtype], shape, info.device,
                                           handle, bfloat16=(info.dtype == bfloat16_code))
@@ -447,6 +483,47 @@ class Loader(_Stateful):
             images = images.to(self._device)
             labels = labels.to(self._device)
         return images, labels
+
+    def _wrap_fields(self, lease, info, stream):
+        """The batch of a caller-fed producer: its structure, each field a tensor over the batch's
+        memory (the same ownership as images: every tensor holds the lease)."""
+        torch, lib = self._torch, _lib.lib()
+        n = info.size
+        self._indices = torch.from_numpy(np.ctypeslib.as_array(
+            (ctypes.c_int64 * n).from_address(info.indices)).copy())
+        on_device = info.device >= 0
+        if on_device:
+            self._order_on(lease, info.device, stream)
+        writable = not self._zero_copy or bool(info.gathered)
+        leaves = []
+        for i, (path, dtype, shape, nbytes) in enumerate(self._fields):
+            address = lib.coloader_batch_field(lease._ptr, i)
+            if not address:
+                raise _lib.ProtocolError("batch%s: the library gave no memory for field %d" % (path, i),
+                                         _lib.E_PROTOCOL)
+            if on_device:
+                raw = _batches.cuda_tensor(torch, lease, address, "|u1", (n * nbytes,), info.device,
+                                           stream.cuda_stream)
+            else:
+                raw = _batches.from_numpy(torch, _batches.host_view(lease, address, n * nbytes, np.uint8,
+                                                                    (n * nbytes,), writable))
+            t = raw.view(dtype).reshape((n,) + shape)
+            if not on_device and self._device is not None:
+                t = t.to(self._device)  # synchronous from pageable memory: the view goes right after
+            leaves.append(t)
+        del lease
+        return _structure.rebuild(self._structure, leaves)
+
+    def _order_on(self, lease, device, stream):
+        """A device batch read on `stream`: when that stream is another device's, order the
+        batch's device's current stream after it, and the release after that stream's work."""
+        if stream is None:
+            raise _lib.ColoaderError("the batch is on CUDA device %d, but this Loader did not ask for the "
+                                     "device path" % device)
+        if stream.device.index != device:
+            self._cuda.current_stream(device).wait_stream(stream)
+            lease._wait = (stream, device)
+            self._cuda_device = device  # later batches: that device's current stream
 
     def _laid_out(self, images, layout_code):
         """`images` in the shape this Loader gives (a strided view, never a copy)."""

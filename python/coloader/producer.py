@@ -12,12 +12,21 @@ publishes each batch once, through the same ring and protocol as `coloader serve
 consumer sees exact epochs with its own batch size, may join late, and may die without
 stalling the others.
 
-What a batch may be: a tensor of samples, or a (samples, labels) tuple or list, or a dict with
-one samples tensor and an optional "label"/"labels"/"target"/"targets" entry. Samples are one
-tensor [B, ...] of up to 3 dimensions per sample (uint8, float32, bfloat16 or float16); labels
-an integer tensor [B]. Consumers receive samples as [B, C, H, W] with leading 1s for fewer
-dimensions (a [B, D] batch arrives as [B, 1, 1, D]). The dataset indices that consumers see
-(loader.indices) are the samples' positions in the epoch.
+What a batch may be: whatever the DataLoader yields, as long as its leaves are tensors: a
+tensor, or tuples, lists and dicts (str keys) of them nested to any depth, e.g.
+{"input_ids": int64 [B, 128], "attention_mask": bool [B, 128], "labels": int64 [B, 128]}.
+Every tensor has the batch's B samples along its first dimension; dtypes are any of bool,
+uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 and complex64, and each
+tensor's per-sample shape is kept exactly. The first batch states the schema (each tensor's
+path, dtype and per-sample shape); every later batch must match it, or publish() raises
+ValueError naming the tensor and the fix (shapes padded to each batch's longest are refused:
+pad to one fixed length). Consumers get the same structure at their own batch size
+(coloader.Loader yields it; tuples stay tuples, dicts keep their order). The dataset indices
+consumers see (loader.indices) are the samples' positions in the epoch.
+
+With device="cuda:N" the ring also lives in GPU N's memory: consumers there that ask for the
+device path (coloader.Loader(..., device="cuda")) get every tensor on the GPU, each batch their
+own copy; others read host memory.
 """
 
 import ctypes
@@ -26,37 +35,23 @@ import sys
 import threading
 import time
 
-from . import _lib
-
-_LABEL_KEYS = ("label", "labels", "target", "targets")
+from . import _lib, _structure
 
 
 def _dtype_codes(torch):
     """{torch dtype: the C ABI's code}, the codes read from the library (coloader_dtype_name)."""
-    by_name = {name: code for code, name in _lib.dtype_names().items()}
-    return {getattr(torch, name): code for name, code in by_name.items()}
+    return {getattr(torch, name): code for code, name in _lib.dtype_names().items() if hasattr(torch, name)}
 
 
-def _split(batch, torch):
-    """(samples, labels or None) from what a DataLoader yields."""
-    if isinstance(batch, torch.Tensor):
-        return batch, None
-    if isinstance(batch, (tuple, list)):
-        if len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch):
-            return batch[0], batch[1]
-        if len(batch) == 1 and isinstance(batch[0], torch.Tensor):
-            return batch[0], None
-        raise TypeError("coloader.Producer publishes (samples, labels) batches; got a %s of %d items (%s)"
-                        % (type(batch).__name__, len(batch), ", ".join(type(t).__name__ for t in batch)))
-    if isinstance(batch, dict):
-        labels = [k for k in batch if k in _LABEL_KEYS]
-        samples = [k for k in batch if k not in _LABEL_KEYS]
-        if len(samples) == 1 and len(labels) <= 1 and isinstance(batch[samples[0]], torch.Tensor):
-            return batch[samples[0]], batch[labels[0]] if labels else None
-        raise TypeError("coloader.Producer publishes one samples tensor and optional labels per batch; "
-                        "got a dict with keys %s" % sorted(batch))
-    raise TypeError("coloader.Producer publishes tensors or (samples, labels) batches; got %s"
-                    % type(batch).__name__)
+def _device_index(device, torch):
+    """The CUDA ordinal of `device` ("cuda:1", torch.device, an int), -1 for None."""
+    if device is None:
+        return -1
+    d = torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type != "cuda":
+        raise ValueError("device=%r: coloader.Producer places batches on a CUDA device (\"cuda:N\") or, "
+                         "with None, in host memory only" % (device,))
+    return d.index if d.index is not None else torch.cuda.current_device()
 
 
 class _sigterm_as_exit:
@@ -97,6 +92,8 @@ class Producer:
         port * picks a free one, see tcp_endpoint). They read the host path, batches sent over
         the network. It needs curve_key (this producer's key pair, from `coloader keygen`) and
         authorized_keys (a file of the consumers' public keys), or insecure=True.
+      device: "cuda:N" also places every batch in GPU N's memory, for consumers that read the
+        device path; None (the default) serves host memory only.
 
       alone_timeout: once the first epoch has started (min_consumers attached), the run ends
         when no consumer has been attached for this many seconds: run() returns "consumers gone"
@@ -114,7 +111,7 @@ class Producer:
 
     def __init__(self, iterable, name, batch_size=None, window=4, min_consumers=1, epoch_samples=None,
                  heartbeat=None, heartbeat_timeout=None, tcp=None, curve_key=None, authorized_keys=None,
-                 insecure=False, alone_timeout=10.0):
+                 insecure=False, alone_timeout=10.0, device=None):
         import torch
 
         self._torch = torch
@@ -131,11 +128,11 @@ class Producer:
         self._authorized_keys = authorized_keys
         self._insecure = bool(insecure)
         self._alone_timeout = alone_timeout
+        self._device = _device_index(device, torch)
         self.ended = None  # how the run ended: "delivered", "consumers gone" (set by close)
         self._tcp_endpoint = None
         self._ptr = None
-        self._shape = None
-        self._dtype = None
+        self._schema = None  # stated by the first batch (_structure.Schema)
 
     @staticmethod
     def _guess_epoch_samples(iterable):
@@ -151,21 +148,33 @@ class Producer:
                 return n
         return 0
 
-    def _open(self, samples):
+    def _open(self, leaves, structure, paths):
+        """Opens the producer with the schema of the first batch."""
         torch = self._torch
+        schema = _structure.Schema(leaves, structure, paths)
+        if not leaves:
+            raise TypeError("the first batch holds no tensor (%s): coloader.Producer publishes tensors" % structure)
         codes = _dtype_codes(torch)
-        if samples.dtype not in codes:
-            raise TypeError("samples of dtype %s: coloader carries uint8, float32, bfloat16 and float16" % samples.dtype)
-        shape = tuple(samples.shape[1:])
-        if not 1 <= len(shape) <= 3:
-            raise ValueError("each sample must have 1 to 3 dimensions, got shape %s" % (shape,))
+        fields = (_lib.Field * len(leaves))()
+        for f, t, path in zip(fields, leaves, paths):
+            if t.dtype not in codes:
+                raise TypeError("batch%s is %s: coloader carries %s" % (path, t.dtype, ", ".join(
+                    str(d).replace("torch.", "") for d in codes)))
+            if t.dim() - 1 > _lib.MAX_FIELD_DIMS:
+                raise ValueError("batch%s has %d dimensions per sample (at most %d): reshape it in collate_fn"
+                                 % (path, t.dim() - 1, _lib.MAX_FIELD_DIMS))
+            f.path = path.encode()
+            f.dtype = codes[t.dtype]
+            f.ndim = t.dim() - 1
+            for i, d in enumerate(t.shape[1:]):
+                f.shape[i] = int(d)
         opts = _lib.ProducerOptions()
         opts.name = self._name.encode()
-        opts.batch_size = int(self._batch_size or samples.shape[0])
-        opts.ndim = len(shape)
-        for i, d in enumerate(shape):
-            opts.sample_shape[i] = int(d)
-        opts.dtype = codes[samples.dtype]
+        opts.batch_size = int(self._batch_size or schema.count)
+        opts.fields = fields
+        opts.num_fields = len(leaves)
+        opts.structure = structure.encode()
+        opts.device = self._device
         opts.window = self._window
         opts.min_consumers = self._min_consumers
         opts.epoch_samples = int(self._epoch_samples or 0)
@@ -180,8 +189,14 @@ class Producer:
         _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         self._ptr = ptr
         self._tcp_endpoint = _lib.producer_lib().coloader_producer_tcp_endpoint(ptr).decode() or None
-        self._shape = shape
-        self._dtype = samples.dtype
+        self._schema = schema
+
+    @property
+    def schema(self):
+        """[(path, dtype, per-sample shape)] of the batches, as the first batch stated them (None
+        before it)."""
+        s = self._schema
+        return None if s is None else list(zip(s.paths, s.dtypes, s.shapes))
 
     @property
     def tcp_endpoint(self):
@@ -191,25 +206,20 @@ class Producer:
 
     def publish(self, batch):
         """Publishes one batch (blocks while every slot is in use). True once published; False
-        when the run has ended because its consumers all left (alone_timeout)."""
-        torch = self._torch
-        samples, labels = _split(batch, torch)
+        when the run has ended because its consumers all left (alone_timeout). The first batch
+        states the schema; a later one that breaks it raises ValueError naming the tensor."""
+        leaves, structure, paths = _structure.flatten(batch, self._torch)
         if self._ptr is None:
-            self._open(samples)
-        if tuple(samples.shape[1:]) != self._shape or samples.dtype != self._dtype:
-            raise ValueError("every batch must hold samples of shape %s and dtype %s; got %s and %s"
-                             % (self._shape, self._dtype, tuple(samples.shape[1:]), samples.dtype))
-        count = int(samples.shape[0])
-        samples = samples.detach().to("cpu").contiguous()
-        if labels is None:
-            labels = torch.full((count,), -1, dtype=torch.int64)
-        labels = torch.as_tensor(labels).detach().to("cpu", torch.int64).contiguous().reshape(-1)
-        if labels.numel() != count:
-            raise ValueError("%d labels for %d samples" % (labels.numel(), count))
+            self._open(leaves, structure, paths)
+        count = self._schema.check(leaves, structure, paths)
+        # Host memory, contiguous: what the library copies into the slot (a no-op for the
+        # usual CPU batch).
+        leaves = [t.detach().to("cpu").contiguous() for t in leaves]
+        pointers = (ctypes.c_void_p * len(leaves))(*[t.data_ptr() for t in leaves])
         lib, ptr = _lib.producer_lib(), self._ptr
         if _lib.wait_producer(lambda ms: lib.coloader_producer_wait(ptr, ms)) == _lib.END:
             return False
-        rc = _lib.check_producer(lib.coloader_producer_publish(ptr, samples.data_ptr(), count, labels.data_ptr(), None))
+        rc = _lib.check_producer(lib.coloader_producer_publish(ptr, pointers, count, None))
         return rc != _lib.END
 
     def end_epoch(self):

@@ -75,17 +75,31 @@ def test_loader_gets_the_datasets_own_samples(env):
     assert not thread.is_alive()
 
 
-def test_batches_it_cannot_carry_are_refused_clearly(env):
-    bad = [(torch.zeros(4, 3), torch.zeros(4), torch.zeros(4))]  # three tensors: which is which?
-    with pytest.raises(TypeError, match="samples, labels"):
-        coloader.Producer(bad, name="bad").run()
-    mixed = [torch.zeros(4, 3), torch.zeros(4, 5)]  # the sample shape changes mid-epoch
-    p = coloader.Producer(mixed, name="mixed")
+def test_a_batch_that_breaks_the_first_ones_schema_is_refused_naming_the_tensor(env):
+    # The first batch states the schema; one that pads to its own longest sequence is refused
+    # with the tensor's path and the fix, not reinterpreted.
+    batches = [{"input_ids": torch.zeros(4, 3, dtype=torch.int64)}, {"input_ids": torch.zeros(4, 5, dtype=torch.int64)}]
+    p = coloader.Producer(batches, name="mixed")
     t = threading.Thread(target=lambda: coloader.Loader("mixed", wait_for_producer=20).__iter__().__next__())
     t.start()
-    with pytest.raises(ValueError, match="every batch must hold samples of shape"):
+    with pytest.raises(ValueError, match=r'batch\["input_ids"\] has per-sample shape \(5,\) in this batch, '
+                                         r'\(3,\) in the first.*max_length'):
         p.run()
     t.join(timeout=30)
+    assert p.schema == [('["input_ids"]', torch.int64, (3,))]
+
+
+def test_what_cannot_travel_is_named(env):
+    with pytest.raises(TypeError, match=r'batch\["text"\]\[0\] is a str: coloader carries tensors'):
+        coloader.Producer([{"text": ["a", "b"], "ids": torch.zeros(2, 3)}], name="text").run()
+    with pytest.raises(TypeError, match=r"batch\[1\] is torch.uint16|batch\[1\] is a int"):
+        unsigned = getattr(torch, "uint16", None)
+        bad = torch.zeros(2, dtype=unsigned) if unsigned is not None else 7
+        coloader.Producer([(torch.zeros(2, 3), bad)], name="unsigned").run()
+    with pytest.raises(ValueError, match=r"batch\[1\] has 3 samples, batch\[0\] 2"):
+        coloader.Producer([(torch.zeros(2, 3), torch.zeros(3))], name="counts").run()
+    with pytest.raises(ValueError, match=r"batch\[0\] is a scalar tensor"):
+        coloader.Producer([(torch.tensor(1.0), torch.zeros(3))], name="scalar").run()
 
 
 def test_remote_consumers_over_tcp_with_curve_keys(env, tmp_path):

@@ -82,6 +82,15 @@ std::vector<std::pair<std::string, Message>> Samples() {
   device.device.data_offset = 256;
   device.device.slot_bytes = 256 + device.slots.batch_size * device.slots.sample_bytes();
   s.push_back({"welcome-device", device});
+  Welcome schema = mailbox;  // a caller-fed producer's: three fields and their structure
+  schema.slots.height = schema.slots.width = schema.slots.channels = 1;
+  schema.slots.dtype = DType::kUInt8;
+  schema.slots.fields = {FieldSpec{"[\"input_ids\"]", DType::kInt64, {16}},
+                         FieldSpec{"[\"attention_mask\"]", DType::kBool, {16}},
+                         FieldSpec{"[\"labels\"]", DType::kInt64, {}}};
+  schema.slots.structure = R"({"dict": [["input_ids", 0], ["attention_mask", 1], ["labels", 2]]})";
+  schema.slots.slot_bytes = schema.slots.data_offset + FieldsBytes(schema.slots.fields, schema.slots.batch_size);
+  s.push_back({"welcome-schema", schema});
 
   s.push_back({"reject-version", Reject{RejectCode::kVersion, "version 3 is not supported"}});
   s.push_back({"reject-full", Reject{RejectCode::kFull, "8 consumers already"}});

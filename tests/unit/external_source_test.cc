@@ -28,22 +28,24 @@ namespace {
 constexpr uint32_t kSlots = 4, kBatch = 4;
 constexpr uint8_t kUntouched = 0xEE;
 
-// Slots of 4 samples of 2x2x3 uint8, with a gap between the sections (where nothing may
-// be written) and a slot stride larger than the slot's content.
+// A batch of two fields: 2x2x3 uint8 samples and an int64 label each.
+std::vector<FieldSpec> Fields() {
+  return {FieldSpec{"[0]", DType::kUInt8, {2, 2, 3}}, FieldSpec{"[1]", DType::kInt64, {}}};
+}
+
+// Slots of 4 samples, with a gap between the sections (where nothing may be written) and a
+// slot stride larger than the slot's content.
 SlotTable Layout() {
   SlotTable t;
   t.shm_name = "unused";
   t.num_slots = kSlots;
   t.batch_size = kBatch;
-  t.height = 2;
-  t.width = 2;
-  t.channels = 3;
-  t.dtype = DType::kUInt8;
-  t.layout = TensorLayout::kNHWC;
+  t.height = t.width = t.channels = 1;
+  t.fields = Fields();
   t.indices_offset = 8;
   t.labels_offset = t.indices_offset + 8 * kBatch + 8;
   t.data_offset = t.labels_offset + 8 * kBatch + 8;
-  t.slot_bytes = t.data_offset + kBatch * t.sample_bytes() + 24;
+  t.slot_bytes = t.data_offset + t.data_bytes(kBatch) + 24;
   return t;
 }
 
@@ -100,7 +102,7 @@ class ExternalSourceTest : public ::testing::Test {
   void SetUp() override {
     layout_ = Layout();
     ring_.assign(layout_.num_slots * layout_.slot_bytes, kUntouched);
-    auto made = ExternalSource::Make({3, 4, 4}, 0);
+    auto made = ExternalSource::Make(Fields(), 0);
     ASSERT_TRUE(made.ok()) << made.status().ToString();
     source_ = std::move(*made);
     SourceRing ring;
@@ -117,17 +119,24 @@ class ExternalSourceTest : public ::testing::Test {
   const int64_t* Indices(uint32_t s) { return reinterpret_cast<const int64_t*>(Slot(s) + layout_.indices_offset); }
   const int64_t* Labels(uint32_t s) { return reinterpret_cast<const int64_t*>(Slot(s) + layout_.labels_offset); }
 
-  // The slot holds `b` where the layout puts it, and nothing else of it was written.
+  // The slot holds `b` where the layout puts it (each field at its region, the slot's own
+  // labels -1), and nothing else of it was written.
   ::testing::AssertionResult SlotHolds(uint32_t s, const CallerBatch& b, const std::vector<int64_t>& indices) {
     const uint32_t n = b.count();
+    const std::vector<uint64_t> at = FieldOffsets(layout_.fields, kBatch);
     if (std::memcmp(Indices(s), indices.data(), 8 * n) != 0) return ::testing::AssertionFailure() << "indices differ";
-    if (std::memcmp(Labels(s), b.labels.data(), 8 * n) != 0) return ::testing::AssertionFailure() << "labels differ";
-    if (std::memcmp(Slot(s) + layout_.data_offset, b.data.data(), b.data.size()) != 0) {
-      return ::testing::AssertionFailure() << "data differ";
+    for (uint32_t i = 0; i < n; ++i)
+      if (Labels(s)[i] != -1) return ::testing::AssertionFailure() << "slot label " << i << " is " << Labels(s)[i];
+    if (std::memcmp(Slot(s) + layout_.data_offset + at[0], b.data.data(), b.data.size()) != 0) {
+      return ::testing::AssertionFailure() << "field 0 differs";
+    }
+    if (std::memcmp(Slot(s) + layout_.data_offset + at[1], b.labels.data(), 8 * n) != 0) {
+      return ::testing::AssertionFailure() << "field 1 differs";
     }
     std::vector<bool> written(layout_.slot_bytes, false);
     for (uint64_t i = 0; i < 8 * n; ++i) written[layout_.indices_offset + i] = written[layout_.labels_offset + i] = true;
-    for (uint64_t i = 0; i < b.data.size(); ++i) written[layout_.data_offset + i] = true;
+    for (uint64_t i = 0; i < b.data.size(); ++i) written[layout_.data_offset + at[0] + i] = true;
+    for (uint64_t i = 0; i < 8 * n; ++i) written[layout_.data_offset + at[1] + i] = true;
     for (uint64_t i = 0; i < layout_.slot_bytes; ++i) {
       if (!written[i] && Slot(s)[i] != kUntouched) {
         return ::testing::AssertionFailure() << "byte " << i << " of slot " << s << " was written outside the batch";
@@ -142,9 +151,11 @@ class ExternalSourceTest : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
-  Status Publish(const CallerBatch& b) {
-    return source_->Publish(b.data.data(), b.count(), b.labels.data(), b.indices.data());
+  Status Publish(const CallerBatch& b, const int64_t* indices) {
+    const void* fields[] = {b.data.data(), b.labels.data()};
+    return source_->Publish(fields, b.count(), indices);
   }
+  Status Publish(const CallerBatch& b) { return Publish(b, b.indices.data()); }
   // A Publish that must not block: if it has not returned within 20 s, the source is
   // stopped (which ends it) and the result is a timeout.
   template <typename F>
@@ -237,8 +248,8 @@ TEST_F(ExternalSourceTest, EndEpochWithNothingPublishedCompletesNoBatch) {
 TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheEpoch) {
   for (uint32_t s = 0; s < 3; ++s) Grant(s);
   const CallerBatch a(3, 1), b(2, 2);
-  ASSERT_OK(source_->Publish(a.data.data(), a.count(), a.labels.data(), nullptr));
-  ASSERT_OK(source_->Publish(b.data.data(), b.count(), b.labels.data(), nullptr));
+  ASSERT_OK(Publish(a, nullptr));
+  ASSERT_OK(Publish(b, nullptr));
   ASSERT_OK(source_->EndEpoch());
   auto done = source_->TakeCompleted();
   ASSERT_EQ(done.size(), 2u);
@@ -246,7 +257,8 @@ TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheE
   EXPECT_EQ(done[1]->indices, (std::vector<int64_t>{3, 4}));
   EXPECT_TRUE(SlotHolds(0, a, {0, 1, 2}));
   EXPECT_TRUE(SlotHolds(1, b, {3, 4}));
-  ASSERT_OK(source_->Publish(a.data.data(), 1, a.labels.data(), nullptr));
+  const void* first[] = {a.data.data(), a.labels.data()};
+  ASSERT_OK(source_->Publish(first, 1, nullptr));
   ASSERT_OK(source_->EndEpoch());
   done = source_->TakeCompleted();
   ASSERT_EQ(done.size(), 1u);
@@ -256,16 +268,19 @@ TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheE
 TEST_F(ExternalSourceTest, BadBatchesAreRefusedWithoutTakingAGrantedSlot) {
   Grant(1);
   const CallerBatch b(kBatch + 1, 1);
-  const Status empty = WithoutBlocking([&] { return source_->Publish(b.data.data(), 0, b.labels.data(), nullptr); });
+  const void* fields[] = {b.data.data(), b.labels.data()};
+  const Status empty = WithoutBlocking([&] { return source_->Publish(fields, 0, nullptr); });
   EXPECT_EQ(empty.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(empty.message().find("1 to 4"), std::string::npos) << empty.ToString();
   const Status too_many = WithoutBlocking([&] { return Publish(b); });
   EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(too_many.message().find("5"), std::string::npos) << too_many.ToString();
-  const Status no_data = WithoutBlocking([&] { return source_->Publish(nullptr, 1, b.labels.data(), nullptr); });
-  EXPECT_EQ(no_data.code(), StatusCode::kInvalidArgument) << no_data.ToString();
-  const Status no_labels = WithoutBlocking([&] { return source_->Publish(b.data.data(), 1, nullptr, nullptr); });
-  EXPECT_EQ(no_labels.code(), StatusCode::kInvalidArgument) << no_labels.ToString();
+  const Status no_fields = WithoutBlocking([&] { return source_->Publish(nullptr, 1, nullptr); });
+  EXPECT_EQ(no_fields.code(), StatusCode::kInvalidArgument) << no_fields.ToString();
+  const void* no_labels[] = {b.data.data(), nullptr};
+  const Status missing = WithoutBlocking([&] { return source_->Publish(no_labels, 1, nullptr); });
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << missing.ToString();
+  EXPECT_NE(missing.message().find("[1]"), std::string::npos) << missing.ToString();  // names the field
   EXPECT_TRUE(SlotUntouched(1));
   // The slot is still granted: a good batch goes into it without another Grant.
   const CallerBatch good(kBatch, 2);

@@ -22,6 +22,18 @@ Welcome WelcomeWithDevice(Welcome w) {
   return w;
 }
 
+// A caller-fed producer's Welcome: a language-model batch of three fields.
+Welcome SchemaWelcome(Welcome w) {
+  w.slots.height = w.slots.width = w.slots.channels = 1;
+  w.slots.dtype = DType::kUInt8;
+  w.slots.fields = {FieldSpec{"[\"input_ids\"]", DType::kInt64, {128}},
+                    FieldSpec{"[\"attention_mask\"]", DType::kBool, {128}},
+                    FieldSpec{"[\"pixel\"]", DType::kComplex64, {1, 1, 1, 1, 2, 3, 4, 5}}};
+  w.slots.structure = R"({"dict": [["input_ids", 0], ["attention_mask", 1], ["pixel", 2]]})";
+  w.slots.slot_bytes = w.slots.data_offset + FieldsBytes(w.slots.fields, w.slots.batch_size);
+  return w;
+}
+
 Hello Member(uint32_t rank, uint32_t world_size, int32_t node_rank = 0, int32_t num_nodes = 0) {
   Hello h;
   h.group = "g";
@@ -95,7 +107,44 @@ std::vector<Message> Samples() {
           Attach{1},
           WelcomeWithDevice(w),
           End{90},
-          Reclaim{41}};
+          Reclaim{41},
+          SchemaWelcome(w),
+          WelcomeWithDevice(SchemaWelcome(w))};
+}
+
+TEST(ProtocolTest, ASchemaTravelsWholeAndOneThatDoesNotFitItsSlotIsRejected) {
+  const Welcome w = std::get<Welcome>(Samples()[15]);
+  auto bytes = Encode(w);
+  auto back = Decode(bytes.data(), bytes.size());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const SlotTable& t = std::get<Welcome>(*back).slots;
+  ASSERT_EQ(t.fields.size(), 3u);
+  EXPECT_EQ(t.fields[1].path, "[\"attention_mask\"]");
+  EXPECT_EQ(t.fields[1].dtype, DType::kBool);
+  EXPECT_EQ(t.fields[2].shape, (std::vector<int64_t>{1, 1, 1, 1, 2, 3, 4, 5}));  // kMaxFieldDims
+  EXPECT_EQ(t.structure, w.slots.structure);
+  EXPECT_EQ(t.sample_bytes(), 128u * 8 + 128 + 8u * 120);
+
+  auto rejected = [](Welcome bad) {
+    auto b = Encode(bad);
+    auto r = Decode(b.data(), b.size());
+    return r.ok() ? std::string() : r.status().message();
+  };
+  Welcome small = w;
+  small.slots.slot_bytes -= 1;  // one byte short of the last field's region
+  EXPECT_NE(rejected(small).find("does not fit"), std::string::npos);
+  Welcome unknown = w;
+  unknown.slots.fields[0].dtype = static_cast<DType>(11);
+  EXPECT_NE(rejected(unknown).find("unknown dtype"), std::string::npos);
+  Welcome empty_dim = w;
+  empty_dim.slots.fields[0].shape = {0};
+  EXPECT_NE(rejected(empty_dim).find("bad shape"), std::string::npos);
+  Welcome huge = w;  // dimensions whose product wraps 64 bits
+  huge.slots.fields[0].shape = {int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_NE(rejected(huge).find("bad shape"), std::string::npos);
+  Welcome device_small = std::get<Welcome>(Samples()[16]);
+  device_small.device.slot_bytes = device_small.device.data_offset + 100;
+  EXPECT_NE(rejected(device_small).find("does not fit"), std::string::npos);
 }
 
 TEST(ProtocolTest, EveryMessageRoundTrips) {
@@ -228,8 +277,8 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 4) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 5463610381199686267ull) << "the wire format changed without a new kProtocolVersion (it is "
+  EXPECT_EQ(kProtocolVersion, 5) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 4894286047131341901ull) << "the wire format changed without a new kProtocolVersion (it is "
                             << kProtocolVersion << ")";
 }
 

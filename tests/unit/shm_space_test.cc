@@ -112,7 +112,7 @@ TEST(SlotReservationTest, TheMessageGivesTheFormulaItsFiguresAndEveryWayOut) {
   EXPECT_GT(ShmBytesAtStart(b), space.free_bytes);
   // The Python-fed producer's message speaks its arguments, not serve's flags.
   o.external = true;
-  o.sample_shape = {3, 224, 224};
+  o.fields = {FieldSpec{"[0]", DType::kFloat32, {3, 224, 224}}, FieldSpec{"[1]", DType::kInt64, {}}};
   const std::string py = ShmTooSmallMessage(o, space);
   EXPECT_NE(py.find("window=4"), std::string::npos) << py;
   EXPECT_EQ(py.find("--batch-size"), std::string::npos) << py;
