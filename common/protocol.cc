@@ -308,8 +308,9 @@ bool ValidFields(Reader& r, const std::vector<FieldSpec>& fields, uint64_t p, ui
       if (d < 1 || static_cast<uint64_t>(d) > kMaxRingBytes / bytes) return Invalid(r, "field " + f.path + ": bad shape");
       bytes *= static_cast<uint64_t>(d);
     }
-    const uint64_t region = (p * bytes + 255) / 256 * 256;  // p <= 2^20, bytes <= 2^44: no wrap
-    if (bytes > kMaxRingBytes / p || region > room - used) return Invalid(r, "field " + f.path + " does not fit its slot");
+    if (bytes > kMaxRingBytes / p) return Invalid(r, "field " + f.path + " does not fit its slot");
+    const uint64_t region = (p * bytes + 255) / 256 * 256;  // at most 2^44 + 255
+    if (region > room - used) return Invalid(r, "field " + f.path + " does not fit its slot");
     used += region;
   }
   return true;

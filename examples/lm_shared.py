@@ -78,7 +78,7 @@ class TinyLM(nn.Module):
         layer = nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True)
         self.blocks = nn.TransformerEncoder(layer, layers)
         self.head = nn.Linear(width, VOCAB)
-        self.register_buffer("causal", torch.triu(torch.full((SEQ, SEQ), float("-inf")), diagonal=1))
+        self.register_buffer("causal", torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1))
 
     def forward(self, ids, mask):
         x = self.embed(ids) + self.position

@@ -54,11 +54,11 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     }
     for (uint32_t i = 0; i < options->num_fields; ++i) {
       const coloader_field& f = options->fields[i];
-      if (f.ndim > COLOADER_MAX_FIELD_DIMS || f.dtype > static_cast<uint32_t>(coloader::kLastDType)) {
-        return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": field " + std::to_string(i) + " has " +
-                                                std::to_string(f.ndim) + " dimensions per sample (at most 8) and dtype code " +
-                                                std::to_string(f.dtype));
-      }
+      const std::string field = std::string(kWhat) + ": field " + std::to_string(i) + " (" + (f.path ? f.path : "") + ")";
+      if (f.ndim > COLOADER_MAX_FIELD_DIMS)
+        return SetError(COLOADER_E_INVALID, field + " has " + std::to_string(f.ndim) + " dimensions per sample (at most 8)");
+      if (f.dtype > static_cast<uint32_t>(coloader::kLastDType))
+        return SetError(COLOADER_E_INVALID, field + " has an unknown dtype code " + std::to_string(f.dtype));
       coloader::FieldSpec spec;
       spec.path = f.path != nullptr ? f.path : "";
       spec.dtype = static_cast<coloader::DType>(f.dtype);
@@ -66,7 +66,11 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
       o.fields.push_back(std::move(spec));
     }
     if (options->structure != nullptr) o.structure = options->structure;
-    if (options->device >= 0) o.devices = {options->device};
+    if (options->on_device != 0) {
+      if (options->device < 0)
+        return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": CUDA device " + std::to_string(options->device));
+      o.devices = {options->device};
+    }
     o.window = options->window ? options->window : 4;
     o.min_consumers = options->min_consumers ? options->min_consumers : 1;
     o.epoch_samples = options->epoch_samples;

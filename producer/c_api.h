@@ -31,8 +31,9 @@ typedef struct coloader_producer_options {
   const coloader_field* fields;
   uint32_t num_fields;
   const char* structure;
-  /* A CUDA device ordinal: the ring also lives in that GPU's memory and consumers on it get
-   * device tensors (CUDA IPC); -1: host memory only. */
+  /* Nonzero: the ring also lives in the memory of CUDA device `device`, and consumers on it
+   * get device tensors (CUDA IPC); 0 (a zeroed struct): host memory only. */
+  int32_t on_device;
   int32_t device;
   uint32_t window;           /* batches the producer may run ahead of the slowest reader; 0: 4 */
   uint32_t min_consumers;    /* 0: 1 */

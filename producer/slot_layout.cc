@@ -121,16 +121,16 @@ std::string ShmTooSmallMessage(const ProducerOptions& o, const ShmSpace& space) 
   const uint64_t slot_reserved = TotalBytes(StartReservation(l, device)) / t.num_slots;
   const uint64_t mailboxes = need - slot_reserved * t.num_slots;
   const Words w = WordsFor(o);
+  const std::string sides = std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" + std::to_string(t.width);
   const std::string shape = o.external ? Plural(t.fields.size(), "field") + " of " + HumanBytes(t.sample_bytes()) + " a sample"
-                                       : std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" +
-                                             std::to_string(t.width) + " " + DTypeName(t.dtype);
+                                       : sides + " " + DTypeName(t.dtype);
 
   std::string m = std::string(kShmDir) + " has " + HumanBytes(space.free_bytes) + " free (of " +
                   HumanBytes(space.total_bytes) + "), and this producer needs " + HumanBytes(need) + ": " +
                   Plural(t.num_slots, "slot") + " (" + w.window + std::to_string(o.window) + " + " +
                   std::to_string(o.spare_slots) + " spare) x " + HumanBytes(slot_reserved) + " per slot (" +
                   std::to_string(t.batch_size) + " samples of ";
-  if (device && !o.external) m += "uint8 staging for the GPU";
+  if (device && !o.external) m += sides + " uint8 staging for the GPU";
   else m += shape;
   m += ", with their indices and labels) + " + HumanBytes(mailboxes) + " of consumer mailboxes. Ways out:\n";
   // What is used already plus the ring, and a quarter more: other programs use /dev/shm too

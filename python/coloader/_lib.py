@@ -179,6 +179,7 @@ class ProducerOptions(ctypes.Structure):
         ("fields", ctypes.POINTER(Field)),
         ("num_fields", ctypes.c_uint32),
         ("structure", ctypes.c_char_p),
+        ("on_device", ctypes.c_int32),
         ("device", ctypes.c_int32),
         ("window", ctypes.c_uint32),
         ("min_consumers", ctypes.c_uint32),

@@ -10,11 +10,13 @@ batches from (rebuild()):
     3                                   the field of index 3
     {"tuple": [ITEM, ...]}              a tuple (a namedtuple travels as a plain tuple)
     {"list": [ITEM, ...]}               a list
-    {"dict": [[KEY, ITEM], ...]}        a dict with str keys, in its order
+    {"dict": [[KEY, ITEM], ...]}        a dict with str keys, in its order (any Mapping, such
+                                        as transformers' BatchEncoding, travels as a dict)
 
 Schema checks the batches after the first against it, naming the field and the fix.
 """
 
+import collections.abc
 import json
 
 
@@ -31,7 +33,7 @@ def flatten(batch, torch):
             leaves.append(x)
             paths.append(path)
             return len(leaves) - 1
-        if isinstance(x, dict):
+        if isinstance(x, collections.abc.Mapping):  # a dict, or e.g. transformers' BatchEncoding
             items = []
             for key, value in x.items():
                 if not isinstance(key, str):

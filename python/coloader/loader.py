@@ -329,8 +329,8 @@ class Loader(_Stateful):
         finally:
             if cuda is not None:
                 cuda.set_device(previous)
+        self._read_schema(ptr.value)  # refused: `session` goes with this frame and closes
         self._session = session
-        self._read_schema(ptr.value)
         if self._want_cuda:
             if lib.coloader_consumer_on_device(ptr.value):
                 self._cuda = self._torch.cuda

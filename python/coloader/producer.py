@@ -174,7 +174,8 @@ class Producer:
         opts.fields = fields
         opts.num_fields = len(leaves)
         opts.structure = structure.encode()
-        opts.device = self._device
+        opts.on_device = 1 if self._device >= 0 else 0
+        opts.device = max(0, self._device)
         opts.window = self._window
         opts.min_consumers = self._min_consumers
         opts.epoch_samples = int(self._epoch_samples or 0)
@@ -214,7 +215,9 @@ class Producer:
         count = self._schema.check(leaves, structure, paths)
         # Host memory, contiguous: what the library copies into the slot (a no-op for the
         # usual CPU batch).
-        leaves = [t.detach().to("cpu").contiguous() for t in leaves]
+        # resolve_conj/resolve_neg: a lazily conjugated or negated view's memory holds the
+        # values before the flag, which the library would copy as they are.
+        leaves = [t.detach().to("cpu").resolve_conj().resolve_neg().contiguous() for t in leaves]
         pointers = (ctypes.c_void_p * len(leaves))(*[t.data_ptr() for t in leaves])
         lib, ptr = _lib.producer_lib(), self._ptr
         if _lib.wait_producer(lambda ms: lib.coloader_producer_wait(ptr, ms)) == _lib.END:

@@ -2,6 +2,7 @@
 nested tuples, lists and dicts of every dtype, reach consumers of other batch sizes exactly
 (values, dtypes, per-sample shapes checked sample by sample against the dataset), on the host
 path here and on the device path in test_structures_gpu.py."""
+import collections
 import json
 import os
 import subprocess
@@ -201,4 +202,18 @@ def test_a_group_pads_its_last_round_with_every_field(env):
     assert wrong0 == wrong1 == 0
     assert len(seen0) == len(seen1) == (N + 1) // 2
     assert sorted(set(seen0) | set(seen1)) == list(range(N))
+    thread.join(timeout=30)
+
+
+def test_a_conjugated_view_and_a_mapping_travel_as_their_values(env):
+    # x.conj() is a view whose memory holds x (a flag says "conjugate"): consumers get the
+    # conjugated values. A Mapping that is not a dict (transformers' BatchEncoding is a
+    # UserDict) travels as a dict.
+    x = torch.complex(torch.arange(12.0).reshape(4, 3), torch.ones(4, 3))
+    producer = coloader.Producer([collections.UserDict({"z": x.conj()})], name="conj")
+    thread = threading.Thread(target=producer.run, args=(1,), daemon=True)
+    thread.start()
+    with coloader.Loader("conj", wait_for_producer=20, timeout=20) as consumer:
+        (batch,) = list(consumer)
+    assert type(batch) is dict and torch.equal(batch["z"], x.conj().resolve_conj())
     thread.join(timeout=30)
