@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Hand-off cost of language-model batches, coloader against TensorSocket, side by side in one run.
+
+Each setup is one producer process fed by the same iterable of token batches, (input_ids int64
+[B, L], attention_mask bool [B, L], labels int64 [B, L]), and one consumer process at the same
+batch size that takes batches with a short pause per step (so that the producer is always
+ahead and what is timed is the hand-off, not the making), and times:
+
+  next      next() alone, per batch (µs)
+  ready     next() until the batch is usable by GPU work: a host batch copied to the GPU, a
+            device batch's stream synchronised (µs)
+
+Setups: coloader-host (coloader.Producer, host ring; the job copies to the GPU), coloader-device
+(Producer(device="cuda:0"); the job gets CUDA tensors, its own copy), tensorsocket (TensorSocket
+0.0.5's TensorProducer and TensorConsumer: CUDA tensors through CUDA IPC). Without a GPU only
+coloader-host runs.
+
+    python benchmarks/token_handoff.py --out OUT      # every setup this machine can run; prints the table
+    (token_handoff.py feed|job SETUP ... are the two processes it starts)
+Needs coloader importable, and for tensorsocket the wheels of benchmarks/fetch_wheels.sh.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SETUPS = ["coloader-host", "coloader-device", "tensorsocket"]
+
+
+def batches(n, batch, seq, seed=0):
+    """`n` distinct token batches, as a tuple (the one structure TensorSocket carries)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, 50257, (batch, seq), generator=g)
+        mask = torch.rand(batch, seq, generator=g) < 0.9
+        out.append((ids, mask, torch.where(mask, ids, torch.full_like(ids, -100))))
+    return out
+
+
+def feed(a):
+    data = batches(a.distinct, a.batch_size, a.seq)
+    if a.setup == "tensorsocket":
+        from tensorsocket import TensorProducer
+
+        p = a.port
+        producer = TensorProducer(data, port=p, ack_port=p + 1, heart_ports=(p + 2, p + 3))
+        deadline = time.monotonic() + 120
+        while len(producer.hb.consumers) < 1:
+            if time.monotonic() > deadline:
+                sys.exit("token_handoff: no TensorSocket consumer came within 120 s")
+            time.sleep(0.05)
+        for _ in range(a.epochs):
+            for _ in producer:
+                pass
+        producer.join()
+    else:
+        import coloader
+
+        device = "cuda:0" if a.setup == "coloader-device" else None
+        coloader.Producer(data, name=a.name, batch_size=a.batch_size, device=device).run(epochs=a.epochs)
+
+
+def job(a):
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if a.setup == "tensorsocket":
+        from tensorsocket import TensorConsumer
+
+        p = a.port
+        loader = TensorConsumer(port=p, ack_port=p + 1, heart_ports=(p + 2, p + 3), batch_size=a.batch_size)
+    else:
+        import coloader
+
+        loader = coloader.Loader(a.name, batch_size=a.batch_size, wait_for_producer=120, timeout=60,
+                                 device="cuda" if a.setup == "coloader-device" else None)
+    next_us, ready_us, nbytes, taken = [], [], 0, 0
+    while taken < a.warmup + a.batches:
+        it = iter(loader)
+        while taken < a.warmup + a.batches:
+            t0 = time.perf_counter()
+            try:
+                b = next(it)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            tensors = list(b)[:3]
+            if cuda:
+                tensors = [t.to("cuda", non_blocking=False) for t in tensors]
+                torch.cuda.current_stream().synchronize()
+            t2 = time.perf_counter()
+            if taken >= a.warmup:
+                next_us.append((t1 - t0) * 1e6)
+                ready_us.append((t2 - t0) * 1e6)
+                nbytes = sum(t.numel() * t.element_size() for t in tensors)
+                on = str(tensors[0].device)
+            taken += 1
+            del b, tensors
+            time.sleep(a.step_ms / 1000)
+    q = lambda xs, f: statistics.quantiles(xs, n=10)[f] if len(xs) > 10 else max(xs)  # noqa: E731
+    print(json.dumps({"setup": a.setup, "batches": len(next_us), "bytes": nbytes, "device": on,
+                      "next_p50_us": statistics.median(next_us), "next_p90_us": q(next_us, 8),
+                      "ready_p50_us": statistics.median(ready_us), "ready_p90_us": q(ready_us, 8)}), flush=True)
+
+
+def run(a):
+    import torch
+
+    setups = SETUPS if torch.cuda.is_available() else ["coloader-host"]
+    os.makedirs(a.out, exist_ok=True)
+    me = [sys.executable, os.path.abspath(__file__), "--batch-size", str(a.batch_size), "--seq", str(a.seq),
+          "--distinct", str(a.distinct), "--batches", str(a.batches), "--warmup", str(a.warmup),
+          "--step-ms", str(a.step_ms), "--epochs", "100000"]
+    rows = []
+    for setup in setups:
+        name, log = "handoff-%d-%s" % (os.getpid(), setup), open(os.path.join(a.out, setup + ".log"), "w")
+        args = me + ["--name", name, "--port", str(a.port), "--setup", setup]
+        producer = subprocess.Popen(args + ["feed"], stdout=log, stderr=log)
+        try:
+            out = subprocess.run(args + ["job"], capture_output=True, text=True, timeout=300)
+        finally:
+            producer.terminate()
+            producer.wait(30)
+        log.write(out.stderr)
+        if out.returncode != 0:
+            print("token_handoff: %s failed (%s): %s" % (setup, out.returncode, out.stderr[-800:]), flush=True)
+            continue
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print("token_handoff: %s" % json.dumps(rows[-1]), flush=True)
+        a.port += 10  # TensorSocket's ports linger a moment after its process ends
+    with open(os.path.join(a.out, "token_handoff.json"), "w") as f:
+        json.dump({"batch_size": a.batch_size, "seq": a.seq, "step_ms": a.step_ms, "rows": rows}, f, indent=1)
+    print("\n| setup | bytes per batch | batches on | next() p50 / p90 µs | ready on the GPU p50 / p90 µs |")
+    print("| --- | ---: | --- | ---: | ---: |")
+    for r in rows:
+        print("| %s | %s | %s | %.0f / %.0f | %.0f / %.0f |" % (r["setup"], format(r["bytes"], ","), r["device"],
+              r["next_p50_us"], r["next_p90_us"], r["ready_p50_us"], r["ready_p90_us"]))
+    return 0 if len(rows) == len(setups) else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("role", nargs="?", choices=["feed", "job"], help="without it: run every setup")
+    ap.add_argument("--setup", choices=SETUPS)
+    ap.add_argument("--out", default="token_handoff")
+    ap.add_argument("--name", default="handoff")
+    ap.add_argument("--port", type=int, default=5710, help="tensorsocket: its four ports start here")
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--distinct", type=int, default=32, help="distinct batches per epoch")
+    ap.add_argument("--epochs", type=int, default=100000)
+    ap.add_argument("--batches", type=int, default=300, help="batches timed")
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--step-ms", type=float, default=2.0, help="the job's pause per batch")
+    a = ap.parse_args()
+    if a.role == "feed":
+        feed(a)
+    elif a.role == "job":
+        job(a)
+    else:
+        sys.exit(run(a))
+
+
+if __name__ == "__main__":
+    main()
