@@ -494,24 +494,26 @@ class Loader(_Stateful):
         on_device = info.device >= 0
         if on_device:
             self._order_on(lease, info.device, stream)
-        writable = not self._zero_copy or bool(info.gathered)
-        leaves = []
-        for i, (path, dtype, shape, nbytes) in enumerate(self._fields):
-            address = lib.coloader_batch_field(lease._ptr, i)
-            if not address:
-                raise _lib.ProtocolError("batch%s: the library gave no memory for field %d" % (path, i),
-                                         _lib.E_PROTOCOL)
-            if on_device:
-                raw = _batches.cuda_tensor(torch, lease, address, "|u1", (n * nbytes,), info.device,
-                                           stream.cuda_stream)
-            else:
-                raw = _batches.from_numpy(torch, _batches.host_view(lease, address, n * nbytes, np.uint8,
-                                                                    (n * nbytes,), writable))
-            t = raw.view(dtype).reshape((n,) + shape)
-            if not on_device and self._device is not None:
-                t = t.to(self._device)  # synchronous from pageable memory: the view goes right after
-            leaves.append(t)
+        addresses = [lib.coloader_batch_field(lease._ptr, i) for i in range(len(self._fields))]
+        if not all(addresses):
+            raise _lib.ProtocolError("the library gave no memory for a field of the batch", _lib.E_PROTOCOL)
+        # The fields lie in one batch's memory, in order: one uint8 tensor over the span from
+        # the first to the end of the last (one interface crossing, not one per field), and
+        # each field a view of its part, reinterpreted as its dtype.
+        first = addresses[0]
+        span = addresses[-1] + n * self._fields[-1][3] - first
+        if on_device:
+            raw = _batches.cuda_tensor(torch, lease, first, "|u1", (span,), info.device, stream.cuda_stream)
+        else:
+            writable = not self._zero_copy or bool(info.gathered)
+            raw = _batches.from_numpy(torch, _batches.host_view(lease, first, span, np.uint8, (span,), writable))
         del lease
+        leaves = []
+        for address, (_, dtype, shape, nbytes) in zip(addresses, self._fields):
+            t = raw[address - first:address - first + n * nbytes].view(dtype).reshape((n,) + shape)
+            if not on_device and self._device is not None:
+                t = t.to(self._device)  # synchronous from pageable memory
+            leaves.append(t)
         return _structure.rebuild(self._structure, leaves)
 
     def _order_on(self, lease, device, stream):
