@@ -46,7 +46,7 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     if (options->fields == nullptr && options->num_fields > 0) return NullArgument(kWhat, "options->fields");
     coloader::ProducerOptions o;
     o.name = options->name;
-    o.external = true;
+    coloader::ExternalOptions& e = o.external.emplace();
     o.batch_size = options->batch_size;
     if (options->num_fields > coloader::kMaxFields) {
       return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": a batch of " + std::to_string(options->num_fields) +
@@ -63,9 +63,9 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
       spec.path = f.path != nullptr ? f.path : "";
       spec.dtype = static_cast<coloader::DType>(f.dtype);
       spec.shape.assign(f.shape, f.shape + f.ndim);
-      o.fields.push_back(std::move(spec));
+      e.fields.push_back(std::move(spec));
     }
-    if (options->structure != nullptr) o.structure = options->structure;
+    if (options->structure != nullptr) e.structure = options->structure;
     if (options->on_device != 0) {
       if (options->device < 0)
         return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": CUDA device " + std::to_string(options->device));
@@ -73,9 +73,8 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
     }
     o.window = options->window ? options->window : 4;
     o.min_consumers = options->min_consumers ? options->min_consumers : 1;
-    o.epoch_samples = options->epoch_samples;
+    e.epoch_samples = options->epoch_samples;
     o.forever = true;  // the caller decides when it is over (coloader_producer_close)
-    o.workers = 1;
     if (options->heartbeat_ms > 0) o.heartbeat_ms = static_cast<uint32_t>(options->heartbeat_ms);
     if (options->heartbeat_timeout_ms > 0) o.heartbeat_timeout_ms = static_cast<uint32_t>(options->heartbeat_timeout_ms);
     o.progress_interval_ms = 0;

@@ -11,16 +11,16 @@ namespace coloader {
 Result<std::unique_ptr<DatasetSource>> DatasetSource::Open(const ProducerOptions& opts) {
   std::unique_ptr<DatasetSource> s(new DatasetSource(opts));
   std::vector<std::string> notes;
-  COLOADER_ASSIGN_OR_RETURN(s->dataset_, Dataset::Open(opts.data, &notes, opts.label_field));
+  COLOADER_ASSIGN_OR_RETURN(s->dataset_, Dataset::Open(opts.dataset.data, &notes, opts.dataset.label_field));
   for (const std::string& note : notes) LogLine("[coloader %s] %s\n", opts.name.c_str(), note.c_str());
   if (!s->dataset_.shards().empty())
     LogLine("[coloader %s] %zu samples in %zu WebDataset shard(s)\n", opts.name.c_str(), s->dataset_.size(),
             s->dataset_.shards().size());
   SamplerOptions so;
-  so.shuffle = opts.shuffle;
-  so.seed = opts.seed;
-  so.rank = opts.rank;
-  so.world_size = opts.world_size;
+  so.shuffle = opts.dataset.shuffle;
+  so.seed = opts.dataset.seed;
+  so.rank = opts.dataset.rank;
+  so.world_size = opts.dataset.world_size;
   so.blocks = s->dataset_.stream_blocks();
   COLOADER_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Make(s->dataset_.size(), so));
   s->sampler_.emplace(std::move(sampler));
@@ -29,7 +29,7 @@ Result<std::unique_ptr<DatasetSource>> DatasetSource::Open(const ProducerOptions
 
 Status DatasetSource::Attach(const SourceRing& ring) {
   COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> stages, MakeGpuDecodeStages(ring.gpu));
-  COLOADER_ASSIGN_OR_RETURN(pipeline_, Pipeline::Make(&dataset_, ring.transform, opts_.workers, opts_.seed, ring.staging,
+  COLOADER_ASSIGN_OR_RETURN(pipeline_, Pipeline::Make(&dataset_, ring.transform, opts_.dataset.workers, opts_.dataset.seed, ring.staging,
                                                       std::move(stages)));
   return Status::OK();
 }
@@ -51,7 +51,7 @@ void DatasetSource::MixDataKey(const std::function<void(const std::string&)>& mi
   }
   // Node shards over shards read whole take contiguous stretches of each epoch (since the
   // sampler's blocks did): a state saved under the strided order must not resume into this one.
-  if (!dataset_.stream_blocks().empty() && opts_.world_size > 1) mix("node-stretches");
+  if (!dataset_.stream_blocks().empty() && opts_.dataset.world_size > 1) mix("node-stretches");
 }
 
 void DatasetSource::Start(uint64_t epoch, uint64_t position) {

@@ -1,9 +1,11 @@
 // What a producer is asked to do: the options `serve` spells as flags and coloader.Producer as
-// arguments (tools/cli_serve.cc, producer/c_api.cc). Apart from producer.h so that the ring's
+// arguments (tools/cli_serve.cc, producer/c_api.cc), in three parts: what every producer
+// needs, what one reading a dataset needs, what one fed by its caller needs. Apart from producer.h so that the ring's
 // layout (slot_layout.h) reads them without depending on the producer itself.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,32 +18,24 @@ namespace coloader {
 
 enum class OnBadFile { kSkip, kFail };
 
-struct ProducerOptions {
-  std::string name;
+// What a producer that reads a dataset needs (`coloader serve`, DatasetSource): where the data
+// is, how it is decoded and augmented, and which share of it this producer serves.
+struct DatasetOptions {
   std::string data;         // ImageFolder directory, file list or WebDataset shards
   std::string label_field;  // shards: the label from this integer field of KEY.json ("": KEY.cls)
-  uint32_t batch_size = 256;
   int image_size = 224;
   int workers = 0;          // 0: one per online CPU
-  uint32_t window = 4;      // K: how many batches the producer may run ahead of how far the
-                            // slowest consumer has read (WithinWindow); the ring has K + spare slots
-  int spare_slots = -1;     // ring slots beyond K, for batches a consumer keeps while it reads
-                            // on (a held tensor): -1 means K / 2, at least 1
-  uint64_t epochs = 1;      // 0 with forever
-  bool forever = false;
   uint64_t seed = 0;
   bool shuffle = true;
   AugmentMode augment = AugmentMode::kTrain;
   DType output = DType::kFloat32;  // bfloat16 and float16 need a device
   TensorLayout layout = TensorLayout::kNCHW;
-  std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
   bool dct_scaling = true;
   bool crop_decode = true;  // JPEG: decode only the crop's region (TransformOptions::crop_decode)
   DecodeMode decode = DecodeMode::kCpu;  // gpu: nvJPEG + GPU augmentation, each device its share
   int gpu_lanes = 1;  // batches each decoding GPU works on at once (GpuDecodeOptions::lanes)
   OnBadFile on_bad_file = OnBadFile::kSkip;
-  uint32_t min_consumers = 1;
-  int rank = 0;
+  int rank = 0;       // the node shard: --rank of --world-size
   int world_size = 1;
   // `serve --resume STATE`: start where a checkpointed consumer (group) resumes, rather than
   // at epoch 0: the round of its split holding its next batch (common/split.h).
@@ -54,6 +48,31 @@ struct ProducerOptions {
     bool drop_last = false;
     std::string data_key;  // the producer's data key when the state was saved ("": unchecked)
   } resume;
+};
+
+// What a producer fed by its caller needs (ExternalSource, coloader.Producer): the schema of its
+// batches (each field's dtype and per-sample shape; `structure`, how they nest, for the
+// bindings) and, if the caller knows it, the samples of an epoch (for len() on consumers).
+// With `devices`, every field is copied to the GPU ring as it is.
+struct ExternalOptions {
+  std::vector<FieldSpec> fields;
+  std::string structure;
+  uint64_t epoch_samples = 0;
+};
+
+// What every producer needs: its name, batch size and ring, its run, its consumers' liveness,
+// where it serves; then what its source needs, a dataset's or the caller's.
+struct ProducerOptions {
+  std::string name;
+  uint32_t batch_size = 256;  // a caller-fed producer: the most one batch carries
+  uint32_t window = 4;      // K: how many batches the producer may run ahead of how far the
+                            // slowest consumer has read (WithinWindow); the ring has K + spare slots
+  int spare_slots = -1;     // ring slots beyond K, for batches a consumer keeps while it reads
+                            // on (a held tensor): -1 means K / 2, at least 1
+  uint64_t epochs = 1;      // 0 with forever
+  bool forever = false;
+  std::vector<int> devices;        // CUDA devices with a ring (--device cuda:N[,cuda:M...]); empty: host only
+  uint32_t min_consumers = 1;
   uint32_t heartbeat_ms = 500;
   uint32_t heartbeat_timeout_ms = 5000;
   // A consumer that holds the others back this long (it took no batch while the producer
@@ -74,14 +93,8 @@ struct ProducerOptions {
   std::string authorized_keys_file;
   bool insecure = false;
 
-  // Fed by the caller (ExternalSource) instead of `data`: batches of these fields (the schema:
-  // each field's dtype and per-sample shape, `structure` how they nest, for the bindings);
-  // batch_size is the most one batch carries. epoch_samples, if known, lets consumers compute
-  // len(). With `devices`, every field is copied to the GPU ring as it is.
-  bool external = false;
-  std::vector<FieldSpec> fields;
-  std::string structure;
-  uint64_t epoch_samples = 0;
+  DatasetOptions dataset;                   // what `serve` reads (unused when `external` is set)
+  std::optional<ExternalOptions> external;  // set: the caller feeds the batches, no dataset
 };
 
 }  // namespace coloader

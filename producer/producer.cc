@@ -67,7 +67,7 @@ void Producer::Stop(const char* why) {
 namespace {
 // A caller's schema, checked once where it is stated (each batch is then held to it): within
 // what the wire protocol carries, and a slot of batch_size samples within what a ring may take.
-Status CheckSchema(const ProducerOptions& o) {
+Status CheckSchema(const ExternalOptions& o, uint32_t batch_size) {
   if (o.fields.empty() || o.fields.size() > kMaxFields)
     return Status::Invalid("a batch has 1 to " + std::to_string(kMaxFields) + " tensors, got " + std::to_string(o.fields.size()));
   if (o.structure.size() > kMaxStructureBytes)
@@ -90,8 +90,8 @@ Status CheckSchema(const ProducerOptions& o) {
       bytes *= static_cast<uint64_t>(d);
     }
     sample += bytes;
-    if (sample > kMaxSlotData / o.batch_size)
-      return Status::Invalid("a batch of " + std::to_string(o.batch_size) + " samples of " + HumanBytes(sample) +
+    if (sample > kMaxSlotData / batch_size)
+      return Status::Invalid("a batch of " + std::to_string(batch_size) + " samples of " + HumanBytes(sample) +
                              " or more exceeds 1 TiB: a smaller batch_size");
   }
   return Status::OK();
@@ -101,13 +101,6 @@ Status CheckSchema(const ProducerOptions& o) {
 Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   if (opts.batch_size < 1 || opts.batch_size > 65536)
     return Status::Invalid("--batch-size must be between 1 and 65536, got " + std::to_string(opts.batch_size));
-  if (opts.decode == DecodeMode::kGpu && opts.batch_size > kMaxGpuDecodeBatch)
-    return Status::Invalid("--decode gpu takes --batch-size up to " + std::to_string(kMaxGpuDecodeBatch) +
-                           ", got " + std::to_string(opts.batch_size) + ": use a smaller batch or --decode cpu");
-  if (opts.gpu_lanes < 1 || opts.gpu_lanes > 16)
-    return Status::Invalid("--gpu-lanes must be between 1 and 16, got " + std::to_string(opts.gpu_lanes));
-  if (opts.image_size < 8 || opts.image_size > 4096)
-    return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(opts.image_size));
   if (opts.window < 2 || opts.window > 1024)
     return Status::Invalid("--window must be between 2 and 1024 slots, got " + std::to_string(opts.window));
   if (opts.spare_slots < 0) opts.spare_slots = static_cast<int>(std::max(1u, opts.window / 2));
@@ -121,10 +114,21 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     return Status::Invalid("--heartbeat-timeout-ms must be at least twice --heartbeat-ms (got " +
                            std::to_string(opts.heartbeat_timeout_ms) + " and " +
                            std::to_string(opts.heartbeat_ms) + ")");
-  const bool half = opts.output == DType::kBFloat16 || opts.output == DType::kFloat16;
-  if (half && opts.devices.empty() && !opts.external)
-    return Status::Invalid(std::string("--output ") + DTypeName(opts.output) + " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
-  if (opts.external) COLOADER_RETURN_NOT_OK(CheckSchema(opts));
+  if (opts.external) {
+    COLOADER_RETURN_NOT_OK(CheckSchema(*opts.external, opts.batch_size));
+  } else {
+    const DatasetOptions& d = opts.dataset;
+    if (d.decode == DecodeMode::kGpu && opts.batch_size > kMaxGpuDecodeBatch)
+      return Status::Invalid("--decode gpu takes --batch-size up to " + std::to_string(kMaxGpuDecodeBatch) +
+                             ", got " + std::to_string(opts.batch_size) + ": use a smaller batch or --decode cpu");
+    if (d.gpu_lanes < 1 || d.gpu_lanes > 16)
+      return Status::Invalid("--gpu-lanes must be between 1 and 16, got " + std::to_string(d.gpu_lanes));
+    if (d.image_size < 8 || d.image_size > 4096)
+      return Status::Invalid("--image-size must be between 8 and 4096, got " + std::to_string(d.image_size));
+    if ((d.output == DType::kBFloat16 || d.output == DType::kFloat16) && opts.devices.empty())
+      return Status::Invalid(std::string("--output ") + DTypeName(d.output) +
+                             " is produced on the GPU: add --device cuda:N, or use uint8 or float32");
+  }
   if (!opts.tcp_endpoint.empty()) {
     if (opts.tcp_endpoint.rfind("tcp://", 0) != 0)
       return Status::Invalid("--tcp must be a tcp:// endpoint (e.g. tcp://0.0.0.0:5555), got '" + opts.tcp_endpoint + "'");
@@ -140,7 +144,7 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
   } else if (!opts.curve_key_file.empty() || !opts.authorized_keys_file.empty() || opts.insecure) {
     return Status::Invalid("--curve-key, --authorized-keys and --insecure apply to a --tcp endpoint; give one");
   }
-  if (opts.workers <= 0) opts.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (opts.dataset.workers <= 0) opts.dataset.workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   auto impl = std::make_unique<Impl>();
   impl->opts = std::move(opts);
   Status st;
@@ -179,20 +183,20 @@ Status Producer::Impl::Setup() {
   r.staging = staging;
   r.base = shm.data();
   TransformOptions& to = r.transform;
-  to.augment.mode = opts.augment;
-  to.augment.size = opts.image_size;
+  to.augment.mode = opts.dataset.augment;
+  to.augment.size = opts.dataset.image_size;
   to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
   to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
-  to.dct_scaling = opts.dct_scaling;
-  to.crop_decode = opts.crop_decode;
+  to.dct_scaling = opts.dataset.dct_scaling;
+  to.crop_decode = opts.dataset.crop_decode;
   COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize));
   r.gpu.name = opts.name;
-  r.gpu.mode = opts.decode;
+  r.gpu.mode = opts.dataset.decode;
   r.gpu.devices = opts.devices;
   r.gpu.stage.num_slots = table.num_slots;
   r.gpu.stage.batch_size = table.batch_size;
   r.gpu.stage.augment = to.augment;
-  r.gpu.stage.lanes = opts.gpu_lanes;
+  r.gpu.stage.lanes = opts.dataset.gpu_lanes;
   COLOADER_RETURN_NOT_OK(source->Attach(r));
   COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
   COLOADER_RETURN_NOT_OK(Bind());
@@ -202,7 +206,7 @@ Status Producer::Impl::Setup() {
 
 Status Producer::Impl::MakeSource() {
   if (opts.external) {
-    COLOADER_ASSIGN_OR_RETURN(source, ExternalSource::Make(opts.fields, opts.epoch_samples));
+    COLOADER_ASSIGN_OR_RETURN(source, ExternalSource::Make(opts.external->fields, opts.external->epoch_samples));
   } else {
     COLOADER_ASSIGN_OR_RETURN(source, DatasetSource::Open(opts));
   }

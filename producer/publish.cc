@@ -68,7 +68,7 @@ void Producer::Impl::AnnounceEnd() {
 }
 
 Status Producer::Impl::CheckStart() {
-  const ProducerOptions::ResumePoint& r = opts.resume;
+  const DatasetOptions::ResumePoint& r = opts.dataset.resume;
   if (!r.set) return Status::OK();
   if (!source->resumable()) return Status::Invalid("--resume applies to a producer that reads a dataset, not a caller-fed one");
   if (!r.data_key.empty() && r.data_key != data_key) {
@@ -131,7 +131,7 @@ void Producer::Impl::PublishReady() {
         ++bad_events;
         const int64_t index = job->indices[pos];
         const bool first_time = bad_indices.insert(index).second;
-        if (opts.on_bad_file == OnBadFile::kFail) {
+        if (opts.dataset.on_bad_file == OnBadFile::kFail) {
           if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
         } else if (first_time) {
           LogLine("[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());

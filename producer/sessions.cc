@@ -110,15 +110,15 @@ void Producer::Impl::MaybeStartGroup(const std::string& name) {
 
 std::optional<std::string> Producer::Impl::Refusal(const Hello& hello) const {
   const std::string who = "producer '" + opts.name + "'";
-  if (hello.num_nodes > 0 && (hello.num_nodes != opts.world_size || hello.node_rank != opts.rank)) {
+  if (hello.num_nodes > 0 && (hello.num_nodes != opts.dataset.world_size || hello.node_rank != opts.dataset.rank)) {
     return "this consumer is node " + std::to_string(hello.node_rank) + " of " + std::to_string(hello.num_nodes) +
-           ", but " + who + " serves shard " + std::to_string(opts.rank) + " of " + std::to_string(opts.world_size) +
-           " (--rank " + std::to_string(opts.rank) + " --world-size " + std::to_string(opts.world_size) +
+           ", but " + who + " serves shard " + std::to_string(opts.dataset.rank) + " of " + std::to_string(opts.dataset.world_size) +
+           " (--rank " + std::to_string(opts.dataset.rank) + " --world-size " + std::to_string(opts.dataset.world_size) +
            "): start one producer per node with --rank NODE --world-size NODES, and give each node's ranks its name";
   }
-  if ((hello.flags & kHelloExpectSeed) && hello.expect_seed != opts.seed) {
+  if ((hello.flags & kHelloExpectSeed) && hello.expect_seed != opts.dataset.seed) {
     return "this consumer's state was saved from a producer with --seed " + std::to_string(hello.expect_seed) +
-           ", but " + who + " uses --seed " + std::to_string(opts.seed) + ": its epochs hold other samples";
+           ", but " + who + " uses --seed " + std::to_string(opts.dataset.seed) + ": its epochs hold other samples";
   }
   if (!hello.expect_data_key.empty() && hello.expect_data_key != data_key) {
     return "this consumer's state was saved from data key " + hello.expect_data_key + ", but " + who +
@@ -173,11 +173,11 @@ std::string Producer::Impl::ComputeDataKey() const {
     h = (h ^ 0xff) * 1099511628211ull;  // a separator, so ("ab","c") differs from ("a","bc")
   };
   source->MixDataKey(mix);
-  mix(std::to_string(opts.image_size));
-  mix(std::to_string(static_cast<int>(opts.augment)));
-  mix(DTypeName(opts.output));
-  mix(TensorLayoutName(opts.layout));
-  mix(opts.shuffle ? "shuffle" : "sequential");
+  mix(std::to_string(opts.dataset.image_size));
+  mix(std::to_string(static_cast<int>(opts.dataset.augment)));
+  mix(DTypeName(opts.dataset.output));
+  mix(TensorLayoutName(opts.dataset.layout));
+  mix(opts.dataset.shuffle ? "shuffle" : "sequential");
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return hex;
@@ -243,10 +243,10 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   w.dataset_size = dataset_size();
   w.epoch_samples = epoch_samples();
   w.slots = table;
-  w.seed = opts.seed;
+  w.seed = opts.dataset.seed;
   w.data_key = data_key;
-  w.node_rank = opts.rank;
-  w.num_nodes = opts.world_size;
+  w.node_rank = opts.dataset.rank;
+  w.num_nodes = opts.dataset.world_size;
   if (s.remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
   if (s.device) {
     w.has_device = true;

@@ -40,17 +40,17 @@ SlotLayouts MakeSlotLayouts(const ProducerOptions& o, const std::string& shm_nam
   // holds on to) while it goes on reading, without stalling the others.
   t.num_slots = o.window + static_cast<uint32_t>(o.spare_slots);
   t.batch_size = o.batch_size;
-  t.height = static_cast<uint32_t>(o.image_size);
-  t.width = static_cast<uint32_t>(o.image_size);
+  t.height = static_cast<uint32_t>(o.dataset.image_size);
+  t.width = static_cast<uint32_t>(o.dataset.image_size);
   t.channels = 3;
-  t.dtype = o.output;
-  t.layout = o.layout;
+  t.dtype = o.dataset.output;
+  t.layout = o.dataset.layout;
   if (o.external) {
     // The caller's fields, as they are: the GPU ring takes a copy of them, no staging.
     t.height = t.width = t.channels = 1;
     t.dtype = DType::kUInt8;
-    t.fields = o.fields;
-    t.structure = o.structure;
+    t.fields = o.external->fields;
+    t.structure = o.external->structure;
   }
   t.indices_offset = 0;
   t.labels_offset = 8ull * o.batch_size;
@@ -162,16 +162,16 @@ std::string ShmTooSmallMessage(const ProducerOptions& o, const ShmSpace& space) 
     add(std::string(w.batch) + std::to_string(b) + " or less");
   }
   if (!o.external) {
-    if (uint64_t s = LargestFitting(8, static_cast<uint64_t>(o.image_size), [&](uint64_t s) {
+    if (uint64_t s = LargestFitting(8, static_cast<uint64_t>(o.dataset.image_size), [&](uint64_t s) {
           ProducerOptions x = o;
-          x.image_size = static_cast<int>(s);
+          x.dataset.image_size = static_cast<int>(s);
           return fits(x);
         }); s > 0) {
       add("--image-size " + std::to_string(s) + " or less");
     }
     ProducerOptions x = o;
-    x.output = DType::kUInt8;
-    if (!device && o.output != DType::kUInt8 && fits(x)) add("--output uint8 (normalise on the GPU)");
+    x.dataset.output = DType::kUInt8;
+    if (!device && o.dataset.output != DType::kUInt8 && fits(x)) add("--output uint8 (normalise on the GPU)");
   }
   m += std::string("  - or a smaller ring: lower ") +
        (o.external ? "window= or batch_size=" : "--window (the lag window), --batch-size or --image-size") + (smaller.empty() ? " (no one of them alone fits: combine them)"

@@ -53,7 +53,7 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
     *out = static_cast<uint64_t>(f->number());
     return Status::OK();
   };
-  ProducerOptions::ResumePoint& r = o->resume;
+  DatasetOptions::ResumePoint& r = o->dataset.resume;
   uint64_t world = 1, rank = 0, batch = 0, seed = 0;
   COLOADER_RETURN_NOT_OK(number("epoch", true, &r.epoch));
   COLOADER_RETURN_NOT_OK(number("samples_seen_in_epoch", true, &r.samples));
@@ -78,11 +78,11 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
   r.data_key = k->string();
   if (const JsonValue* sd = v.Find("seed"); sd != nullptr && sd->is_number()) {
     COLOADER_RETURN_NOT_OK(number("seed", false, &seed));
-    if (seed_given && seed != o->seed) {
+    if (seed_given && seed != o->dataset.seed) {
       return Status::Invalid("--resume " + path + ": the state was saved with --seed " + std::to_string(seed) +
-                             ", but --seed " + std::to_string(o->seed) + " was given: its epochs hold other samples");
+                             ", but --seed " + std::to_string(o->dataset.seed) + " was given: its epochs hold other samples");
     }
-    o->seed = seed;  // the state's, when none is given
+    o->dataset.seed = seed;  // the state's, when none is given
   }
   r.set = true;
   return Status::OK();
@@ -102,22 +102,22 @@ struct ServeFlags {
 };
 
 void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
-  cmd.Add("--data", &o.data, "an ImageFolder tree (DIR/<class>/<image>), a file list (path,label per line), or "
+  cmd.Add("--data", &o.dataset.data, "an ImageFolder tree (DIR/<class>/<image>), a file list (path,label per line), or "
                              "WebDataset shards: 'train-{000000..000146}.tar', http(s):// URLs or pipe:COMMAND")
       ->type_name("PATH");
-  cmd.Add("--label-field", &o.label_field, "with WebDataset shards: the label from this integer field of KEY.json "
+  cmd.Add("--label-field", &o.dataset.label_field, "with WebDataset shards: the label from this integer field of KEY.json "
                                            "instead of KEY.cls")
       ->type_name("NAME");
   cmd.Add("--name", &o.name, "what consumers connect to ([A-Za-z0-9._-], up to 64)")->type_name("NAME");
   cmd.Add("--batch-size", &o.batch_size, "producer batch (samples per ring slot)");
-  cmd.Add("--image-size", &o.image_size, "output is S x S");
-  cmd.Add("--workers", &o.workers, "decode threads (0: one per core)")->check(AtLeast(0));
+  cmd.Add("--image-size", &o.dataset.image_size, "output is S x S");
+  cmd.Add("--workers", &o.dataset.workers, "decode threads (0: one per core)")->check(AtLeast(0));
   cmd.Add("--window", &o.window, "how many batches the producer may run ahead of the slowest consumer");
   cmd.Add("--spare-slots", &o.spare_slots, "extra ring slots for batches consumers keep (-1: window/2, at least 1)")
       ->check(AtLeast(-1));
   CLI::Option* epochs = cmd.Add("--epochs", &o.epochs, "how many epochs to serve");
   cmd.Add("--forever", &o.forever, "serve epochs until stopped")->excludes(epochs);
-  cmd.Add("--seed", &o.seed, "the permutation and augmentation are functions of (seed, epoch, index)");
+  cmd.Add("--seed", &o.dataset.seed, "the permutation and augmentation are functions of (seed, epoch, index)");
   cmd.Add("--no-shuffle", &f.no_shuffle, "serve every epoch in dataset order");
   cmd.Add("--augment", &f.augment, "RandomResizedCrop + flip; Resize + CenterCrop; plain resize")
       ->check(CLI::IsMember({"train", "eval", "none"}));
@@ -130,12 +130,12 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
       ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
   cmd.Add("--gpu-wait", &f.gpu_wait, "how threads wait for the GPU: block spares the CPU, spin is CUDA's default")
       ->check(CLI::IsMember({"block", "spin"}));
-  cmd.Add("--gpu-lanes", &o.gpu_lanes, "batches each decoding GPU works on at once");
+  cmd.Add("--gpu-lanes", &o.dataset.gpu_lanes, "batches each decoding GPU works on at once");
   cmd.Add("--on-bad-file", &f.on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
       ->check(CLI::IsMember({"skip", "fail"}));
   cmd.Add("--min-consumers", &o.min_consumers, "start the first epoch when this many consumers are attached");
-  cmd.Add("--rank", &o.rank, "this producer's shard of the dataset, as torch's DistributedSampler");
-  cmd.Add("--world-size", &o.world_size, "the number of shards (one producer per node)");
+  cmd.Add("--rank", &o.dataset.rank, "this producer's shard of the dataset, as torch's DistributedSampler");
+  cmd.Add("--world-size", &o.dataset.world_size, "the number of shards (one producer per node)");
   cmd.Add("--heartbeat-ms", &o.heartbeat_ms, "liveness pings to consumers that are not local processes");
   cmd.Add("--heartbeat-timeout-ms", &o.heartbeat_timeout_ms, "a consumer silent this long is dropped");
   cmd.Add("--stall-timeout-ms", &o.stall_timeout_ms,
@@ -182,29 +182,29 @@ Result<std::vector<int>> ParseDevices(const std::string& device) {
 
 // The flags into `o`; a usage error says what is wrong.
 Status ApplyServeFlags(const ServeFlags& f, bool seed_given, ProducerOptions& o) {
-  if (o.data.empty()) return Status::Invalid("--data is required (an ImageFolder directory or a file list)");
+  if (o.dataset.data.empty()) return Status::Invalid("--data is required (an ImageFolder directory or a file list)");
   if (o.name.empty()) return Status::Invalid("--name is required (consumers connect by it)");
-  COLOADER_ASSIGN_OR_RETURN(o.augment, ParseAugmentMode(f.augment));
-  COLOADER_ASSIGN_OR_RETURN(o.decode, ParseDecodeMode(f.decode));
+  COLOADER_ASSIGN_OR_RETURN(o.dataset.augment, ParseAugmentMode(f.augment));
+  COLOADER_ASSIGN_OR_RETURN(o.dataset.decode, ParseDecodeMode(f.decode));
   if (!f.resume_key.empty()) {
     return Status::Invalid("--resume-key " + f.resume_key + ": a torch checkpoint is read by the coloader command the "
                            "Python package installs (python -m coloader serve ...), which hands this binary the "
                            "state it holds");
   }
   if (!f.resume.empty()) COLOADER_RETURN_NOT_OK(ReadResume(f.resume, seed_given, &o));
-  if (f.output == "uint8") o.output = DType::kUInt8;
-  else if (f.output == "bfloat16") o.output = DType::kBFloat16;
-  else if (f.output == "float16") o.output = DType::kFloat16;
-  else o.output = DType::kFloat32;
+  if (f.output == "uint8") o.dataset.output = DType::kUInt8;
+  else if (f.output == "bfloat16") o.dataset.output = DType::kBFloat16;
+  else if (f.output == "float16") o.dataset.output = DType::kFloat16;
+  else o.dataset.output = DType::kFloat32;
   // uint8 is what a GPU-side normalisation wants (NHWC, as decoded); float32 is what a
   // model wants (NCHW, normalised). Either can be overridden.
-  const std::string layout = f.layout.empty() ? (o.output == DType::kUInt8 ? "nhwc" : "nchw") : f.layout;
-  o.layout = layout == "nhwc" ? TensorLayout::kNHWC : TensorLayout::kNCHW;
+  const std::string layout = f.layout.empty() ? (o.dataset.output == DType::kUInt8 ? "nhwc" : "nchw") : f.layout;
+  o.dataset.layout = layout == "nhwc" ? TensorLayout::kNHWC : TensorLayout::kNCHW;
   COLOADER_ASSIGN_OR_RETURN(o.devices, ParseDevices(f.device));
-  o.shuffle = !f.no_shuffle;
-  o.dct_scaling = !f.no_dct;
-  o.crop_decode = !f.no_crop_decode;
-  o.on_bad_file = f.on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
+  o.dataset.shuffle = !f.no_shuffle;
+  o.dataset.dct_scaling = !f.no_dct;
+  o.dataset.crop_decode = !f.no_crop_decode;
+  o.dataset.on_bad_file = f.on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
   if (f.quiet) o.progress_interval_ms = 0;
   return Status::OK();
 }
@@ -231,7 +231,7 @@ int RunProducer(const ProducerOptions& o, const std::string& gpu_wait) {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  LogLine("[coloader %s] serving %s on %s\n", o.name.c_str(), o.data.c_str(), (*producer)->endpoint().c_str());
+  LogLine("[coloader %s] serving %s on %s\n", o.name.c_str(), o.dataset.data.c_str(), (*producer)->endpoint().c_str());
   if (!(*producer)->tcp_endpoint().empty()) {
     LogLine("[coloader %s] also serving on %s (%s)\n", o.name.c_str(), (*producer)->tcp_endpoint().c_str(),
             o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");

@@ -111,8 +111,7 @@ TEST(SlotReservationTest, TheMessageGivesTheFormulaItsFiguresAndEveryWayOut) {
   b.batch_size = 19;
   EXPECT_GT(ShmBytesAtStart(b), space.free_bytes);
   // The Python-fed producer's message speaks its arguments, not serve's flags.
-  o.external = true;
-  o.fields = {FieldSpec{"[0]", DType::kFloat32, {3, 224, 224}}, FieldSpec{"[1]", DType::kInt64, {}}};
+  o.external.emplace().fields = {FieldSpec{"[0]", DType::kFloat32, {3, 224, 224}}, FieldSpec{"[1]", DType::kInt64, {}}};
   const std::string py = ShmTooSmallMessage(o, space);
   EXPECT_NE(py.find("window=4"), std::string::npos) << py;
   EXPECT_EQ(py.find("--batch-size"), std::string::npos) << py;
