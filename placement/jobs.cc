@@ -172,7 +172,7 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
     const JsonValue& v = array.items()[i];
     if (!v.is_object()) return v.ErrorAt(w + " must be an object");
     JsonFields f(v, w);
-    COLOADER_RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles"}));
+    COLOADER_RETURN_NOT_OK(f.OnlyKnown({"index", "name", "memory_mib", "sms", "mig", "mig_profiles", "compute_slices"}));
     Gpu g;
     COLOADER_ASSIGN_OR_RETURN(double index, IntegerIn(f, "index", static_cast<double>(i), 0, 1023));
     g.index = static_cast<int>(index);
@@ -192,19 +192,30 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
         const std::string pw = w + ".mig_profiles[" + std::to_string(k) + "]";
         if (!profiles->items()[k].is_object()) return profiles->items()[k].ErrorAt(pw + " must be an object");
         JsonFields pf(profiles->items()[k], pw);
-        COLOADER_RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count"}));
+        COLOADER_RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count", "compute_slices"}));
         MigProfile m;
         COLOADER_ASSIGN_OR_RETURN(m.name, pf.String("name"));
         COLOADER_ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
         if (!(m.memory_mib > 0)) return pf.Error("memory_mib", "must be > 0");
         COLOADER_ASSIGN_OR_RETURN(double psms, IntegerIn(pf, "sms", 0, 0, 1e6));
         COLOADER_ASSIGN_OR_RETURN(double count, IntegerIn(pf, "count", 1, 1, 1024));
+        COLOADER_ASSIGN_OR_RETURN(double slices, IntegerIn(pf, "compute_slices", 0, 0, 64));
         m.sms = static_cast<int>(psms);
         m.count = static_cast<int>(count);
+        m.compute_slices = static_cast<int>(slices);
+        if (ComputeSlicesOf(m) == 0)
+          return pf.Error("compute_slices", "must be given: the name \"" + m.name +
+                                                "\" does not say them (NVIDIA's names do: 2g.10gb takes 2 of 7)");
         g.mig_profiles.push_back(m);
       }
     }
     if (g.mig && g.mig_profiles.empty()) return f.Error("mig_profiles", "must list the profiles when mig is true");
+    COLOADER_ASSIGN_OR_RETURN(double gpu_slices, IntegerIn(f, "compute_slices", 0, 0, 64));
+    g.compute_slices = static_cast<int>(gpu_slices);
+    for (const MigProfile& m : g.mig_profiles)
+      if (ComputeSlicesOf(m) > ComputeSlicesOf(g))
+        return f.Error("compute_slices", "is " + std::to_string(ComputeSlicesOf(g)) + ", fewer than profile " + m.name +
+                                             " takes (" + std::to_string(ComputeSlicesOf(m)) + ")");
     gpus.push_back(std::move(g));
   }
   return gpus;
@@ -244,6 +255,21 @@ Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
     COLOADER_ASSIGN_OR_RETURN(set.gpus, ParseGpus(*gpus, "gpus"));
   }
   return set;
+}
+
+int ComputeSlicesOf(const MigProfile& m) {
+  if (m.compute_slices > 0) return m.compute_slices;
+  int n = 0;
+  size_t k = 0;
+  while (k < m.name.size() && k < 3 && m.name[k] >= '0' && m.name[k] <= '9') n = n * 10 + (m.name[k++] - '0');
+  return k > 0 && k < m.name.size() && m.name[k] == 'g' ? n : 0;
+}
+
+int ComputeSlicesOf(const Gpu& g) {
+  if (g.compute_slices > 0) return g.compute_slices;
+  int most = 0;
+  for (const MigProfile& m : g.mig_profiles) most = std::max(most, ComputeSlicesOf(m));
+  return most;
 }
 
 Result<JobSet> LoadJobSet(const std::string& path) {
@@ -332,6 +358,7 @@ Result<std::vector<Gpu>> GpusFromNvml() {
           mp.memory_mib = static_cast<double>(info.memorySizeMB);
           mp.sms = static_cast<int>(info.multiprocessorCount);
           mp.count = static_cast<int>(info.instanceCount);
+          mp.compute_slices = static_cast<int>(info.sliceCount);
           g.mig_profiles.push_back(mp);
         }
       }

@@ -71,6 +71,7 @@ struct MigProfile {
   double memory_mib = 0;
   int sms = 0;
   int count = 0;  // how many instances of it the GPU can hold
+  int compute_slices = 0;  // of the GPU's (ComputeSlicesOf); 0: the N of its "Ng.<memory>" name
 };
 
 struct Gpu {
@@ -80,7 +81,15 @@ struct Gpu {
   int sms = 0;
   bool mig = false;
   std::vector<MigProfile> mig_profiles;
+  int compute_slices = 0;  // MIG: its compute slices; 0: those of its largest profile
 };
+
+// A MIG profile's compute slices: stated, or the N of NVIDIA's "Ng.<memory>" name (1g.5gb: 1);
+// 0 when neither says. A GPU's: stated, or its largest profile's (every MIG GPU offers one
+// instance of the whole GPU: 7g on an A100 or H100, 4g on an A30). The instances on a GPU
+// never hold more compute slices than it has, whatever their memory (A100: 7 slices, 8 of memory).
+int ComputeSlicesOf(const MigProfile& m);
+int ComputeSlicesOf(const Gpu& g);
 
 struct JobSet {
   std::vector<JobPipeline> pipelines;

@@ -49,6 +49,12 @@ double Planner::SmOf(int j) const {
 
 double Planner::ReservationOf(int j) const { return set_->jobs[j].memory_mib * (1.0 + opts_.memory_margin); }
 
+int Planner::MigSlicesOf(int gpu, const std::string& profile) const {
+  for (const MigProfile& m : gpus_[gpu].mig_profiles)
+    if (m.name == profile) return ComputeSlicesOf(m);
+  return 0;
+}
+
 double Planner::ClientMiBOf(int j, bool host_path) const {
   const Job& job = set_->jobs[j];
   if (!opts_.sharing || host_path) return 0;
@@ -117,13 +123,15 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   const double need = ReservationOf(j) + p.client_mib;
   if (load.exclusive) return std::nullopt;
   if (gpu.mig) {
-    // The smallest free profile that holds the estimate. (Slice placement rules inside the
-    // GPU are left to the driver; the count and the GPU's memory bound what we hand out.)
+    // The smallest free profile that holds the estimate, within the profile's count, the GPU's
+    // memory and its compute slices. (Where on the GPU each slice goes is left to the driver.)
     const MigProfile* best = nullptr;
     for (const MigProfile& m : gpu.mig_profiles) {
       auto used = load.mig_used.find(m.name);
       const int in_use = used == load.mig_used.end() ? 0 : used->second;
-      if (m.memory_mib < need || in_use >= m.count || load.used_mib + m.memory_mib > gpu.memory_mib) continue;
+      if (m.memory_mib < need || in_use >= m.count || load.used_mib + m.memory_mib > gpu.memory_mib ||
+          load.mig_slices + ComputeSlicesOf(m) > ComputeSlicesOf(gpu))
+        continue;
       if (!best || m.memory_mib < best->memory_mib) best = &m;
     }
     if (!best) return std::nullopt;
@@ -189,7 +197,10 @@ std::optional<Placement> Planner::TryPlace(int j) {
   load.producer_mib += ring;
   load.sm += SmOf(j);
   load.jobs.push_back(j);
-  if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
+  if (best->mode == Mode::kMig) {
+    load.mig_used[best->mig_profile]++;
+    load.mig_slices += MigSlicesOf(best->gpu, best->mig_profile);
+  }
   if (best->mode == Mode::kExclusive && job.isolation) load.exclusive = true;
   cores_used_ += cores;
   if (opts_.sharing) {
@@ -210,7 +221,10 @@ void Planner::Release(int j) {
   load.used_mib -= p.reserved_mib;
   load.sm -= SmOf(j);
   load.jobs.erase(std::remove(load.jobs.begin(), load.jobs.end(), j), load.jobs.end());
-  if (p.mode == Mode::kMig) load.mig_used[p.mig_profile]--;
+  if (p.mode == Mode::kMig) {
+    load.mig_used[p.mig_profile]--;
+    load.mig_slices -= MigSlicesOf(p.gpu, p.mig_profile);
+  }
   if (load.jobs.empty()) {
     load.exclusive = false;
     load.sm = 0;  // no drift from repeated float adds

@@ -297,6 +297,48 @@ TEST(Planner, IsolationGetsAMigInstanceOnTheHostPathOrAGpuOfItsOwn) {
   EXPECT_FALSE(plain.TryPlace(1));
 }
 
+TEST(Planner, MigInstancesNeverTakeMoreComputeSlicesThanTheGpuHas) {
+  // An A100 40GB: 7 compute slices, 8 of memory. Three 2g.10gb and two 1g.5gb instances fit
+  // its memory (39,296 of 40,960 MiB) but would take 8 compute slices: the fifth job waits.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [
+      {"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 8000, "isolation": true},
+      {"name": "b", "pipeline": {"data": "/d"}, "memory_mib": 8000, "isolation": true},
+      {"name": "c", "pipeline": {"data": "/d"}, "memory_mib": 8000, "isolation": true},
+      {"name": "d", "pipeline": {"data": "/d"}, "memory_mib": 4000, "isolation": true},
+      {"name": "e", "pipeline": {"data": "/d"}, "memory_mib": 4000, "isolation": true}],
+      "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [
+        {"name": "1g.5gb", "memory_mib": 4864, "count": 7}, {"name": "2g.10gb", "memory_mib": 9856, "count": 3},
+        {"name": "3g.20gb", "memory_mib": 19968, "count": 2}, {"name": "7g.40gb", "memory_mib": 40192, "count": 1}]}]})"));
+  ASSERT_EQ(ComputeSlicesOf(set.gpus[0]), 7);  // the largest profile's
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.memory_margin = 0;
+  Planner planner(o, set.gpus, &set);
+  for (int j = 0; j < 4; ++j) ASSERT_TRUE(planner.TryPlace(j)) << j;
+  EXPECT_EQ(planner.loads()[0].mig_slices, 7);
+  EXPECT_FALSE(planner.TryPlace(4)) << "an eighth compute slice was handed out";
+  planner.Release(3);  // a 1g instance goes: its slice is free again
+  EXPECT_EQ(planner.loads()[0].mig_slices, 6);
+  std::optional<Placement> e = planner.TryPlace(4);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->mig_profile, "1g.5gb");
+}
+
+TEST(JobsFile, AMigProfileWhoseNameDoesNotSayItsSlicesMustStateThem) {
+  const std::string gpu = R"(, "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [)";
+  const std::string job = R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}])";
+  auto bad = Parse(job + gpu + R"({"name": "small", "memory_mib": 4864}]}]})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("compute_slices\" must be given"), std::string::npos) << bad.status().message();
+  ASSERT_OK_AND_ASSIGN(JobSet ok, Parse(job + gpu + R"({"name": "small", "memory_mib": 4864, "compute_slices": 1}],
+      "compute_slices": 4}]})"));
+  EXPECT_EQ(ComputeSlicesOf(ok.gpus[0].mig_profiles[0]), 1);
+  EXPECT_EQ(ComputeSlicesOf(ok.gpus[0]), 4);
+  auto fewer = Parse(job + gpu + R"({"name": "3g.20gb", "memory_mib": 19968}], "compute_slices": 2}]})");
+  ASSERT_FALSE(fewer.ok());
+  EXPECT_NE(fewer.status().message().find("fewer than profile 3g.20gb takes (3)"), std::string::npos)
+      << fewer.status().message();
+}
+
 // The launch check's group (examples/jobs_gpu.json): ResNet-18 jobs of batch 128, 64 and 96
 // reading one producer of 128 x 224^2 x 3 float32 samples on the device path.
 constexpr const char* kGatherJobs = R"({
