@@ -16,7 +16,7 @@ double CollocationSlowdown(int n, double sm, const SimOptions& o) {
 
 namespace {
 
-enum class State { kPending, kQueued, kRunning, kDone, kImpossible };
+enum class State { kPending, kQueued, kRunning, kDone, kImpossible, kFailed };
 
 struct SimJob {
   State state = State::kPending;
@@ -24,6 +24,7 @@ struct SimJob {
   double started_at = 0;
   double finished_at = 0;
   bool will_oom = false;
+  int ooms = 0;
 };
 
 double ActualMemory(const Job& j) { return j.actual_memory_mib > 0 ? j.actual_memory_mib : j.memory_mib; }
@@ -159,10 +160,18 @@ class Simulation {
       SimJob& sj = jobs_[j];
       if (sj.will_oom) {
         ++r_.ooms;
-        set_.jobs[j].memory_mib *= opts_.oom_growth;
-        sj.state = State::kQueued;
         sj.will_oom = false;
-        queue_.push_back(j);
+        set_.jobs[j].memory_mib *= opts_.oom_growth;
+        // As launch does: at most max_ooms restarts; and one whose grown estimate no GPU
+        // holds would wait for ever.
+        if (++sj.ooms > opts_.max_ooms || !planner_.FitsEmpty(j)) {
+          sj.state = State::kFailed;
+          ++finished_;
+          ++r_.failed;
+        } else {
+          sj.state = State::kQueued;
+          queue_.push_back(j);
+        }
       } else {
         sj.state = State::kDone;
         sj.finished_at = t_;
@@ -215,12 +224,13 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
 
 std::string SimSummaryCsv(const std::vector<SimResult>& runs) {
   std::string out =
-      "policy,sharing,makespan_s,mean_jct_s,jobs_done,ooms,impossible,mean_memory_util,mean_sm_util,peak_cores,mean_cores\n";
+      "policy,sharing,makespan_s,mean_jct_s,jobs_done,ooms,impossible,mean_memory_util,mean_sm_util,peak_cores,mean_cores,"
+      "failed\n";
   char line[256];
   for (const SimResult& r : runs) {
-    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f\n", r.policy.c_str(), r.sharing ? 1 : 0,
+    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f,%d\n", r.policy.c_str(), r.sharing ? 1 : 0,
                   r.makespan_s, r.mean_jct_s, r.jobs_done, r.ooms, r.impossible, r.mean_memory_util, r.mean_sm_util,
-                  r.peak_cores, r.mean_cores);
+                  r.peak_cores, r.mean_cores, r.failed);
     out += line;
   }
   return out;

@@ -16,6 +16,7 @@ struct SimOptions {
   double dt_s = 5;            // time step
   double sample_s = 60;       // utilisation sampling period
   double oom_growth = 1.5;    // a job that ran out of memory is requeued with its estimate times this
+  int max_ooms = 3;           // ... this many times, as `launch --max-ooms`; then it counts as failed
   double oom_after_s = 60;    // an OOM strikes at the first steps' peak: this long after start
   // Calibrated (benchmarks/calibrate_collocation.py) on ResNet-18/50 copies under MPS on an
   // H200, with a job's SM activity = its share of the GPU's throughput alone; docs/PLACEMENT.md.
@@ -39,6 +40,7 @@ struct SimResult {
   double mean_jct_s = 0;
   int jobs_done = 0;
   int ooms = 0;
+  int failed = 0;      // ran out of memory more than max_ooms times, or its grown estimate fits no GPU
   int impossible = 0;
   double mean_memory_util = 0;  // over GPUs and time until the makespan
   double mean_sm_util = 0;

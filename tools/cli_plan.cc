@@ -217,6 +217,10 @@ int SimulateCommand(const std::vector<std::string>& args) {
       ->check(NumberIn(0.0, 1.0));
   cmd.Add("--sm-saturation", &so.sm_saturation, "slowdown model: combined SM activity beyond which jobs share SMs")
       ->check(NumberIn(0.05, 4.0));
+  cmd.Add("--max-ooms", &so.max_ooms, "out-of-memory restarts per job before it counts as failed (as launch)")
+      ->check(CLI::Range(0, 100));
+  cmd.Add("--oom-growth", &so.oom_growth, "after an OOM, the job's memory estimate times this (as launch)")
+      ->check(NumberIn(1.01, 100.0));
   cmd.Add("--out", &out_dir, "also write summary.csv and timeseries.csv here")->type_name("DIR");
   cmd.Add("--csv", &csv, "the summary as CSV on stdout");
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
@@ -272,11 +276,11 @@ int SimulateCommand(const std::vector<std::string>& args) {
   }
   std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s)\n", trace->jobs.size(), gpus.size(), so.planner.cpu_cores,
               so.planner.cpu_cores_from.c_str());
-  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %10s\n", "policy", "sharing", "makespan h", "mean JCT h", "OOMs",
-              "mem %", "SM %", "cores", "peak cores");
+  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %10s\n", "policy", "sharing", "makespan h", "mean JCT h", "OOMs",
+              "failed", "mem %", "SM %", "cores", "peak cores");
   for (const SimResult& r : runs) {
-    std::printf("%-15s %-7s %10.2f %10.2f %5d %6.1f %6.1f %6.1f %10.1f\n", r.policy.c_str(), r.sharing ? "on" : "off",
-                r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, 100 * r.mean_memory_util, 100 * r.mean_sm_util,
+    std::printf("%-15s %-7s %10.2f %10.2f %5d %6d %6.1f %6.1f %6.1f %10.1f\n", r.policy.c_str(), r.sharing ? "on" : "off",
+                r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, r.failed, 100 * r.mean_memory_util, 100 * r.mean_sm_util,
                 r.mean_cores, r.peak_cores);
   }
   return 0;

@@ -86,6 +86,34 @@ TEST(Simulator, AnUnderestimateIsAnOomThenARequeue) {
   EXPECT_GT(r.makespan_s, 1000);
 }
 
+TEST(Simulator, AJobThatKeepsRunningOutOfMemoryFailsAfterMaxOomsAsLaunchSays) {
+  // Beside a job holding 890,000 of a 1,000,000 MiB GPU, one estimated at 1,000 MiB really
+  // needs 200,000: it runs out of memory each time it is placed there (its estimate grows
+  // 1.5x, still small enough to be placed beside the other), and after max_ooms = 2 restarts
+  // it counts as failed, before the big one finishes; that one is done.
+  JobSet set = Trace({{890000, 890000, 0.2, 100, 0}, {1000, 200000, 0.2, 100, 0}});
+  std::vector<Gpu> gpus = {Gpu{0, "sim", 1000000, 100, false, {}}};
+  SimOptions o = Opts(Policy::kMostMemory, false);
+  o.max_ooms = 2;
+  o.oom_after_s = 10;
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, gpus, o));
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_EQ(r.ooms, 3);  // the first run and two restarts
+  EXPECT_EQ(r.jobs_done, 1);
+}
+
+TEST(Simulator, AJobWhoseGrownEstimateFitsNoGpuFailsInsteadOfWaitingForever) {
+  // Estimated at 10,000 MiB, really 50,000 on a 40,000 MiB GPU: 15,000, 22,500, 33,750, then
+  // 50,625 fits no GPU. Before, it waited in the queue until "not finished after 60 days".
+  JobSet set = Trace({{10000, 50000, 0.2, 100, 0}});
+  SimOptions o = Opts(Policy::kMostMemory, false);
+  o.max_ooms = 100;
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), o));
+  EXPECT_EQ(r.ooms, 4);
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_EQ(r.jobs_done, 0);
+}
+
 TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
   // Four jobs of one pipeline whose own loaders would want 32 cores each on a 64-core machine.
   JobSet set = Trace({{1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0},
