@@ -268,7 +268,9 @@ def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_la
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m coloader.estimate",
                                  description="Peak GPU memory (MiB, as nvidia-smi shows it) of one training job.")
-    ap.add_argument("--model", required=True, help="torchvision:<name>, timm:<name> or lm:gpt2-small|gpt2-medium")
+    ap.add_argument("--model", required=True,
+                    help="torchvision:<name>, timm:<name>, lm:gpt2-small|gpt2-medium, or FILE.py:CLASS (your own "
+                         "nn.Module, made with no arguments)")
     ap.add_argument("--batch-size", type=int, required=True)
     ap.add_argument("--optimizer", default="adamw", help="sgd, adam or adamw (default adamw)")
     ap.add_argument("--precision", default="fp32", help="fp32, bf16-amp or fp16-amp (default fp32)")

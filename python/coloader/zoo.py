@@ -130,7 +130,44 @@ def build(name, device="cpu", image_size=None, seq_len=512):
         return model.to(device), InputSpec("image", image_size=image_size,
                                            num_classes=getattr(model, "num_classes", 1000),
                                            channels=cfg.get("input_size", (3,))[0])
-    raise UnknownModel(f"unknown model {name!r}: write torchvision:<name>, timm:<name> or lm:<config>")
+    if source.endswith(".py"):
+        return _user_model(source, arch, device, image_size)
+    raise UnknownModel(f"unknown model {name!r}: write torchvision:<name>, timm:<name>, lm:<config> or "
+                       f"FILE.py:CLASS")
+
+
+def _user_model(path, cls_name, device, image_size):
+    """A user's own nn.Module, FILE.py:CLASS, made with no arguments. Its input is an image of
+    `image_size` px with its class `channels` (default 3) and `num_classes` (default 1000), or
+    token ids when it sets `input_kind = "tokens"` (with `seq_len` and `vocab`)."""
+    import importlib.util
+    import os
+
+    if not os.path.isfile(path):
+        raise UnknownModel(f"model file {path!r} does not exist (write FILE.py:CLASS, the file's path relative "
+                           f"to where the command runs)")
+    spec = importlib.util.spec_from_file_location("coloader_user_model", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's file: whatever it raises, say where
+        raise UnknownModel(f"importing {path} failed: {type(e).__name__}: {e}") from None
+    cls = getattr(module, cls_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+        found = sorted(n for n, v in vars(module).items()
+                       if isinstance(v, type) and issubclass(v, torch.nn.Module) and v.__module__ == module.__name__)
+        raise UnknownModel(f"{path} has no nn.Module class {cls_name!r}; it defines: {', '.join(found) or 'none'}")
+    try:
+        with _device_context(device):
+            model = cls()
+    except TypeError as e:
+        raise UnknownModel(f"{path}:{cls_name} must be constructible without arguments for the estimator "
+                           f"({e}); give its arguments defaults, or wrap it in a class that does") from None
+    if getattr(cls, "input_kind", "image") == "tokens":
+        return model.to(device), InputSpec("tokens", seq_len=getattr(cls, "seq_len", 512),
+                                           vocab=getattr(cls, "vocab", 50257))
+    return model.to(device), InputSpec("image", image_size=image_size, channels=getattr(cls, "channels", 3),
+                                       num_classes=getattr(cls, "num_classes", 1000))
 
 
 def _torchvision_names(torchvision):

@@ -141,6 +141,44 @@ def test_cli_unknown_precision_is_a_clear_error():
     assert r.returncode == 2 and "unknown precision 'fp4'" in r.stderr and "Traceback" not in r.stderr
 
 
+USER_MODEL = '''
+import torch
+from torch import nn
+
+
+class Small(nn.Module):
+    num_classes = 10
+
+    def __init__(self, width=256):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(width, self.num_classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+class NeedsArguments(nn.Module):
+    def __init__(self, depth):
+        super().__init__()
+'''
+
+
+def test_a_users_own_module_is_estimated_from_its_file(tmp_path):
+    (tmp_path / "mymodel.py").write_text(USER_MODEL)
+    path = str(tmp_path / "mymodel.py")
+    r = run_cli("--model", path + ":Small", "--batch-size", "8", "--image-size", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["raw"]["params_m"] == round((3 * 9 * 256 + 256 + 256 * 10 + 10) / 1e6, 3)  # its own module's
+    assert obj["total_mib"] > obj["parts"]["cuda_context"]
+    for model, says in ((path + ":Nope", "no nn.Module class 'Nope'; it defines: NeedsArguments, Small"),
+                        (path + ":NeedsArguments", "constructible without arguments"),
+                        (str(tmp_path / "missing.py") + ":Small", "does not exist")):
+        r = run_cli("--model", model, "--batch-size", "8")
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_models_with_auxiliary_classifiers_are_estimated():
     # GoogLeNet and Inception v3 return (logits, aux...) in training; the aux heads count.
     g = small("torchvision:googlenet", image_size=96)
