@@ -94,12 +94,18 @@ def produce(a):
     print("producer: %s" % producer.run(epochs=a.epochs), flush=True)
 
 
-def train(a):
+def join(a, make_model):
+    """A job's side, as both examples set it up: (device, its Loader, its model there): on the
+    producer's GPU (device path) when it has one, else on the CPU."""
     device = torch.device("cuda" if a.device else "cpu")
     loader = coloader.Loader(a.name, batch_size=a.batch_size, device="cuda" if a.device else None,
                              wait_for_producer=60)
     torch.manual_seed(a.job)
-    model = TinyLM().to(device)
+    return device, loader, make_model().to(device)
+
+
+def train(a):
+    device, loader, model = join(a, TinyLM)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for epoch in range(a.epochs):
         started, steps, total = time.monotonic(), 0, 0.0

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 import coloader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lm_shared import arguments, launch  # noqa: E402
+from lm_shared import arguments, join, launch  # noqa: E402
 
 CLASSES = 3
 
@@ -68,11 +68,7 @@ def produce(a):
 
 
 def train(a):
-    device = torch.device("cuda" if a.device else "cpu")
-    loader = coloader.Loader(a.name, batch_size=a.batch_size, device="cuda" if a.device else None,
-                             wait_for_producer=60)
-    torch.manual_seed(a.job)
-    model = network().to(device)
+    device, loader, model = join(a, network)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     for epoch in range(a.epochs):
         started, steps, right, pixels = time.monotonic(), 0, 0, 0

@@ -49,10 +49,13 @@ double Planner::SmOf(int j) const {
 
 double Planner::ReservationOf(int j) const { return set_->jobs[j].memory_mib * (1.0 + opts_.memory_margin); }
 
-int Planner::MigSlicesOf(int gpu, const std::string& profile) const {
-  for (const MigProfile& m : gpus_[gpu].mig_profiles)
-    if (m.name == profile) return ComputeSlicesOf(m);
-  return 0;
+int Planner::MigSlicesUsed(int gpu) const {
+  int used = 0;
+  for (const MigProfile& m : gpus_[gpu].mig_profiles) {
+    auto it = loads_[gpu].mig_used.find(m.name);
+    if (it != loads_[gpu].mig_used.end()) used += it->second * ComputeSlicesOf(m);
+  }
+  return used;
 }
 
 double Planner::ClientMiBOf(int j, bool host_path) const {
@@ -130,7 +133,7 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
       auto used = load.mig_used.find(m.name);
       const int in_use = used == load.mig_used.end() ? 0 : used->second;
       if (m.memory_mib < need || in_use >= m.count || load.used_mib + m.memory_mib > gpu.memory_mib ||
-          load.mig_slices + ComputeSlicesOf(m) > ComputeSlicesOf(gpu))
+          MigSlicesUsed(g) + ComputeSlicesOf(m) > ComputeSlicesOf(gpu))
         continue;
       if (!best || m.memory_mib < best->memory_mib) best = &m;
     }
@@ -197,10 +200,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   load.producer_mib += ring;
   load.sm += SmOf(j);
   load.jobs.push_back(j);
-  if (best->mode == Mode::kMig) {
-    load.mig_used[best->mig_profile]++;
-    load.mig_slices += MigSlicesOf(best->gpu, best->mig_profile);
-  }
+  if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
   if (best->mode == Mode::kExclusive && job.isolation) load.exclusive = true;
   cores_used_ += cores;
   if (opts_.sharing) {
@@ -221,10 +221,7 @@ void Planner::Release(int j) {
   load.used_mib -= p.reserved_mib;
   load.sm -= SmOf(j);
   load.jobs.erase(std::remove(load.jobs.begin(), load.jobs.end(), j), load.jobs.end());
-  if (p.mode == Mode::kMig) {
-    load.mig_used[p.mig_profile]--;
-    load.mig_slices -= MigSlicesOf(p.gpu, p.mig_profile);
-  }
+  if (p.mode == Mode::kMig) load.mig_used[p.mig_profile]--;
   if (load.jobs.empty()) {
     load.exclusive = false;
     load.sm = 0;  // no drift from repeated float adds

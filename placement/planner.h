@@ -64,7 +64,6 @@ struct GpuLoad {
   double sm = 0;            // combined expected SM activity
   std::vector<int> jobs;
   std::map<std::string, int> mig_used;  // profile -> instances in use
-  int mig_slices = 0;                   // compute slices those instances take
   bool exclusive = false;   // holds a job that may not share it
 };
 
@@ -88,7 +87,7 @@ class Planner {
 
   double SmOf(int j) const;
   double ReservationOf(int j) const;
-  int MigSlicesOf(int gpu, const std::string& profile) const;  // the compute slices of one instance
+  int MigSlicesUsed(int gpu) const;  // the compute slices of the MIG instances handed out on it
   // What job j's coloader consumer allocates on the GPU beyond its estimate: its gather buffers
   // when it reads a shared producer's device ring (not on the host path, MIG, or its own loader).
   double ClientMiBOf(int j, bool host_path) const;

@@ -10,11 +10,12 @@ Loader is closed and no tensor of it is left.
 """
 
 import ctypes
+import json
 import warnings
 
 import numpy as np
 
-from . import _lib, _reaper
+from . import _lib, _reaper, _structure
 
 # dtype names (the codes come from the library: _lib.dtype_names) -> numpy dtypes of the host
 # views. numpy has no bfloat16: its bytes are viewed as int16 and the tensor is reinterpreted
@@ -184,3 +185,55 @@ def from_numpy(torch, arr):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(arr)
+
+
+def read_schema(torch, ptr):
+    """A caller-fed producer's schema (coloader.Producer), checked at connect: ([(path, torch
+    dtype, per-sample shape, sample bytes)], the parsed structure), or (None, None) for a
+    producer of images. Every dtype must be one this torch has, and the structure must name each
+    field once; otherwise ProtocolError."""
+    lib = _lib.lib()
+    n = lib.coloader_consumer_num_fields(ptr)
+    if n == 0:
+        return None, None
+    names = _lib.dtype_names()
+    fields = []
+    for i in range(n):
+        f = _lib.Field()
+        _lib.check(lib.coloader_consumer_field(ptr, i, ctypes.byref(f)))
+        path = f.path.decode("utf-8", "replace")
+        dtype = getattr(torch, names.get(f.dtype, "?"), None)
+        if not isinstance(dtype, torch.dtype):
+            raise _lib.ProtocolError("the producer's batch%s has dtype code %d, which this torch %s does not "
+                                     "have" % (path, f.dtype, torch.__version__), _lib.E_PROTOCOL)
+        shape = tuple(f.shape[d] for d in range(f.ndim))
+        nbytes = torch.empty((), dtype=dtype).element_size()
+        for d in shape:
+            nbytes *= d
+        fields.append((path, dtype, shape, nbytes))
+    try:
+        structure = json.loads(lib.coloader_consumer_structure(ptr).decode("utf-8"))
+        _structure.check_structure(structure, n)
+    except ValueError as e:
+        raise _lib.ProtocolError("the producer's batch structure is not one this package reads (%s): install "
+                                 "the same coloader on both sides" % e, _lib.E_PROTOCOL) from None
+    return fields, structure
+
+
+def field_tensors(torch, lease, info, fields, stream, writable):
+    """The batch's fields as tensors, each holding `lease`. The fields lie in one batch's memory,
+    in order: one uint8 tensor over the span from the first to the end of the last (one
+    interface crossing, not one per field), and each field a view of its part, reinterpreted as
+    its dtype. Host views are read-only unless `writable`; device ones are ordered on `stream`."""
+    n = info.size
+    addresses = [_lib.lib().coloader_batch_field(lease._ptr, i) for i in range(len(fields))]
+    if not all(addresses):
+        raise _lib.ProtocolError("the library gave no memory for a field of the batch", _lib.E_PROTOCOL)
+    first = addresses[0]
+    span = addresses[-1] + n * fields[-1][3] - first
+    if info.device >= 0:
+        raw = cuda_tensor(torch, lease, first, "|u1", (span,), info.device, stream.cuda_stream)
+    else:
+        raw = from_numpy(torch, host_view(lease, first, span, np.uint8, (span,), writable))
+    return [raw[a - first:a - first + n * nbytes].view(dtype).reshape((n,) + shape)
+            for a, (_, dtype, shape, nbytes) in zip(addresses, fields)]

@@ -108,7 +108,6 @@ Threads
 """
 
 import ctypes
-import json
 import os
 import warnings
 
@@ -339,35 +338,8 @@ class Loader(_Stateful):
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
 
     def _read_schema(self, ptr):
-        """A caller-fed producer's schema (coloader.Producer), checked at connect: every dtype one
-        this torch has, and a structure over exactly its fields."""
-        lib, torch = _lib.lib(), self._torch
-        n = lib.coloader_consumer_num_fields(ptr)
-        if n == 0:
-            self._fields = self._structure = None
-            return
-        names = _lib.dtype_names()
-        fields = []
-        for i in range(n):
-            f = _lib.Field()
-            _lib.check(lib.coloader_consumer_field(ptr, i, ctypes.byref(f)))
-            path = f.path.decode("utf-8", "replace")
-            dtype = getattr(torch, names.get(f.dtype, "?"), None)
-            if not isinstance(dtype, torch.dtype):
-                raise _lib.ProtocolError("the producer's batch%s has dtype code %d, which this torch %s does not "
-                                         "have" % (path, f.dtype, torch.__version__), _lib.E_PROTOCOL)
-            shape = tuple(f.shape[d] for d in range(f.ndim))
-            nbytes = torch.empty((), dtype=dtype).element_size()
-            for d in shape:
-                nbytes *= d
-            fields.append((path, dtype, shape, nbytes))
-        try:
-            structure = json.loads(lib.coloader_consumer_structure(ptr).decode("utf-8"))
-            _structure.check_structure(structure, n)
-        except ValueError as e:
-            raise _lib.ProtocolError("the producer's batch structure is not one this package reads (%s): install "
-                                     "the same coloader on both sides" % e, _lib.E_PROTOCOL) from None
-        self._fields, self._structure = fields, structure
+        """A caller-fed producer's schema, checked at connect (_batches.read_schema)."""
+        self._fields, self._structure = _batches.read_schema(self._torch, ptr)
 
     @property
     def schema(self):
@@ -487,33 +459,16 @@ class Loader(_Stateful):
     def _wrap_fields(self, lease, info, stream):
         """The batch of a caller-fed producer: its structure, each field a tensor over the batch's
         memory (the same ownership as images: every tensor holds the lease)."""
-        torch, lib = self._torch, _lib.lib()
+        torch = self._torch
         n = info.size
         self._indices = torch.from_numpy(np.ctypeslib.as_array(
             (ctypes.c_int64 * n).from_address(info.indices)).copy())
-        on_device = info.device >= 0
-        if on_device:
+        if info.device >= 0:
             self._order_on(lease, info.device, stream)
-        addresses = [lib.coloader_batch_field(lease._ptr, i) for i in range(len(self._fields))]
-        if not all(addresses):
-            raise _lib.ProtocolError("the library gave no memory for a field of the batch", _lib.E_PROTOCOL)
-        # The fields lie in one batch's memory, in order: one uint8 tensor over the span from
-        # the first to the end of the last (one interface crossing, not one per field), and
-        # each field a view of its part, reinterpreted as its dtype.
-        first = addresses[0]
-        span = addresses[-1] + n * self._fields[-1][3] - first
-        if on_device:
-            raw = _batches.cuda_tensor(torch, lease, first, "|u1", (span,), info.device, stream.cuda_stream)
-        else:
-            writable = not self._zero_copy or bool(info.gathered)
-            raw = _batches.from_numpy(torch, _batches.host_view(lease, first, span, np.uint8, (span,), writable))
-        del lease
-        leaves = []
-        for address, (_, dtype, shape, nbytes) in zip(addresses, self._fields):
-            t = raw[address - first:address - first + n * nbytes].view(dtype).reshape((n,) + shape)
-            if not on_device and self._device is not None:
-                t = t.to(self._device)  # synchronous from pageable memory
-            leaves.append(t)
+        leaves = _batches.field_tensors(torch, lease, info, self._fields, stream,
+                                        writable=not self._zero_copy or bool(info.gathered))
+        if info.device < 0 and self._device is not None:
+            leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
         return _structure.rebuild(self._structure, leaves)
 
     def _order_on(self, lease, device, stream):

@@ -217,3 +217,25 @@ def test_a_conjugated_view_and_a_mapping_travel_as_their_values(env):
         (batch,) = list(consumer)
     assert type(batch) is dict and torch.equal(batch["z"], x.conj().resolve_conj())
     thread.join(timeout=30)
+
+
+def test_a_job_that_keeps_every_batch_and_loops_once_too_often_sees_the_dataset_and_a_clear_end(env):
+    # A ring of 2 + 1 slots and a job that keeps all 13 of its batches: the producer has the
+    # kept ones copied away (Reclaim) field by field, and every kept tensor still holds its
+    # samples after the epoch. The next epoch of a producer that served its one is empty at
+    # once, with a FinishedWarning, not a hang.
+    producer = coloader.Producer(torch.utils.data.DataLoader(Tokens(), batch_size=16), name="keeper", window=2)
+    thread = threading.Thread(target=producer.run, args=(1,), daemon=True)
+    thread.start()
+    with coloader.Loader("keeper", batch_size=8, wait_for_producer=20, timeout=20) as consumer:
+        kept = [(b, consumer.indices.clone()) for b in consumer]
+        with pytest.warns(coloader.FinishedWarning):
+            assert list(consumer) == []
+    assert len(kept) == -(-N // 8)
+    for b, indices in kept:
+        for j, i in enumerate(indices.tolist()):
+            want = lm_sample(i)
+            assert all(torch.equal(b[k][j], want[k]) for k in want), i
+    del kept, b  # the consumer leaves once its last tensor goes: then run() returns
+    thread.join(timeout=30)
+    assert not thread.is_alive()

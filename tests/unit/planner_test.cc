@@ -314,10 +314,10 @@ TEST(Planner, MigInstancesNeverTakeMoreComputeSlicesThanTheGpuHas) {
   o.memory_margin = 0;
   Planner planner(o, set.gpus, &set);
   for (int j = 0; j < 4; ++j) ASSERT_TRUE(planner.TryPlace(j)) << j;
-  EXPECT_EQ(planner.loads()[0].mig_slices, 7);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 7);
   EXPECT_FALSE(planner.TryPlace(4)) << "an eighth compute slice was handed out";
   planner.Release(3);  // a 1g instance goes: its slice is free again
-  EXPECT_EQ(planner.loads()[0].mig_slices, 6);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 6);
   std::optional<Placement> e = planner.TryPlace(4);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->mig_profile, "1g.5gb");
