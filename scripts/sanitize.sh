@@ -22,7 +22,7 @@ esac
 # test's "exit code" assertion, and a core dump of an ASan process is gigabytes.
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:exitcode=66:abort_on_error=0:strict_string_checks=1:check_initialization_order=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=66"
-export LSAN_OPTIONS="exitcode=66"
+export LSAN_OPTIONS="exitcode=66:suppressions=$PWD/tests/lsan.supp"
 export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan.supp"
 
 jobs=$(nproc)
