@@ -221,3 +221,23 @@ def test_self_attention_is_traced_as_fused_attention():
     scores_mib = 4 * 8 * 512 * 512 * 4 / MiB
     assert e.raw["saved_activations_mib"] < scores_mib / 4, e.raw
     assert e.raw["uses_cublas"] and not e.raw["uses_cudnn"]
+
+
+def test_accuracy_script_bin_accuracy_and_targets():
+    # benchmarks/estimator_accuracy.py's figures on four made-up (measured, estimate) pairs in
+    # MiB: bins are floor(MiB / (size x 1024)), so 1020 -> 1030 crosses the 1 GiB edge but stays
+    # in its 2 GiB bin, and 9000 -> 8100 leaves its 1, 2 and 8 GiB bins.
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import estimator_accuracy as ea
+
+    a = ea.accuracy([(1000, 1010), (1020, 1030), (3000, 2800), (9000, 8100)])
+    assert a["configurations"] == 4
+    assert a["1 GiB bin accuracy"] == 0.5
+    assert a["2 GiB bin accuracy"] == 0.75 and a["8 GiB bin accuracy"] == 0.75
+    assert a["under by >5%"] == 0.5
+    assert abs(a["worst underestimate"] - 0.1) < 1e-9 and abs(a["worst overestimate"] - 0.01) < 1e-9
+    assert abs(a["median |error|"] - (0.01 + 200 / 3000) / 2) < 1e-9
+    marks = ea.target_marks(a)
+    assert marks == {"median |error|": "missed", "1 GiB bin accuracy": "missed", "under by >5%": "missed"}
+    assert ea.target_marks(dict(a, **{"median |error|": 0.03, "1 GiB bin accuracy": 0.95, "under by >5%": 0.02})) \
+        == {"median |error|": "met", "1 GiB bin accuracy": "met", "under by >5%": "met"}
