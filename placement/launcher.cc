@@ -146,6 +146,15 @@ class Launcher {
   std::vector<LaunchJobReport> reports_;
   std::vector<int> ended_;            // 1 when a job is done, failed or impossible
   LaunchSummary summary_;
+  uint64_t t0_ns_ = 0;
+  // Per GPU index: jobs running, since when it is busy, seconds busy, and the time alone of
+  // the jobs done there (-1 once one of them does not state it).
+  struct GpuClock {
+    int running = 0;
+    double busy_since = 0, busy_s = 0, alone_s = 0;
+  };
+  std::map<int, GpuClock> clocks_;
+  double Now() const { return static_cast<double>(MonotonicNs() - t0_ns_) * 1e-9; }
 };
 
 void Launcher::Log(const char* fmt, ...) {
@@ -247,10 +256,6 @@ Status Launcher::StartJob(const Placement& pl) {
     if (!mps_running_ && k.rfind("CUDA_MPS_", 0) == 0) continue;
     env[k] = v;
   }
-  if (mps_running_ && !env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") && planner_.ModeOf(pl) != Mode::kMig) {
-    // Alone on its GPU for now; others may join it later, so it gets its limit from the start.
-    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(static_cast<long long>(std::ceil(pl.reserved_mib))) + "M";
-  }
   std::vector<std::string> argv = job.command;
   const std::string producer = pl.producer >= 0 ? ProducerName(set_, pl.producer) : "";
   for (auto& a : argv) {
@@ -260,9 +265,18 @@ Status Launcher::StartJob(const Placement& pl) {
   rep.gpu = planner_.gpus()[pl.gpu].index;
   rep.mode = ModeName(planner_.ModeOf(pl));
   rep.memory_mib = pl.reserved_mib;
+  Attempt run;
+  run.gpu = rep.gpu;
+  run.mode = pl.mode;
+  run.mig_profile = pl.mig_profile;
+  run.limit_mib = planner_.MemoryLimitMiB(pl);
+  run.start_s = Now();
   Result<std::unique_ptr<Proc>> p = Spawn(argv, env, run_dir_ + "/job-" + job.name + "." + std::to_string(rep.attempts));
   if (!p.ok()) return Status::Invalid("job \"" + job.name + "\": " + p.status().message());
   (*p)->job = j;
+  rep.runs.push_back(run);
+  GpuClock& clock = clocks_[run.gpu];
+  if (clock.running++ == 0) clock.busy_since = run.start_s;
   Log("job %s started (pid %d) on GPU %d, %s, %.0f MiB%s%s", job.name.c_str(), (*p)->pid, rep.gpu, rep.mode.c_str(),
       pl.reserved_mib, producer.empty() ? "" : ", reads ", producer.c_str());
   procs_.push_back(std::move(*p));
@@ -274,7 +288,7 @@ Status Launcher::PlaceRound() {
   for (int j : planner_.QueueOrder(queue_)) {
     std::optional<Placement> p = planner_.TryPlace(j);
     if (!p) {
-      if (opts_.planner.policy == Policy::kFifoExclusive) break;
+      if (planner_.HoldsTheQueue(j)) break;
       continue;
     }
     queue_.erase(std::find(queue_.begin(), queue_.end(), j));
@@ -367,7 +381,12 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
   summary_.per_job_loader_cpu_s += job.loader_cores * runtime_s;
   planner_.Release(j);
   const std::string tail = FileTail(run_dir_ + "/job-" + job.name + "." + std::to_string(rep.attempts) + ".err", 8192);
+  Attempt& run = rep.runs.back();
+  run.end_s = Now();
+  GpuClock& clock = clocks_[run.gpu];
+  if (--clock.running == 0) clock.busy_s += run.end_s - clock.busy_since;
   if (exit_code == 0) {
+    if (clock.alone_s >= 0) clock.alone_s = job.duration_s > 0 ? clock.alone_s + job.duration_s : -1;
     rep.outcome = "done";
     ended_[j] = 1;
     ++summary_.done;
@@ -375,17 +394,22 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
   } else if (g_stop_signal || by_us) {
     rep.outcome = "stopped";
     ended_[j] = 1;
-  } else if (LooksLikeOomImpl(exit_code, by_us, tail) && rep.ooms < opts_.max_ooms) {
+  } else if (LooksLikeOomImpl(exit_code, by_us, tail)) {
+    run.oom = true;
     ++rep.ooms;
     ++summary_.ooms;
-    set_.jobs[j].memory_mib *= opts_.oom_growth;
-    Log("job %s ran out of GPU memory (exit %d); requeued with %.0f MiB", job.name.c_str(), exit_code,
-        set_.jobs[j].memory_mib);
-    if (!planner_.FitsEmpty(j)) {
-      MarkFailed(j, exit_code);
-      Log("job %s: %.0f MiB fits no GPU here; not retried", job.name.c_str(), set_.jobs[j].memory_mib);
-    } else {
+    if (planner_.Recover(j, rep.ooms, &set_.jobs[j].memory_mib)) {
+      if (planner_.RunsAlone(j)) {
+        Log("job %s ran out of GPU memory (exit %d); requeued to run alone", job.name.c_str(), exit_code);
+      } else {
+        Log("job %s ran out of GPU memory (exit %d); requeued with %.0f MiB", job.name.c_str(), exit_code,
+            set_.jobs[j].memory_mib);
+      }
       queue_.push_back(j);
+    } else {
+      MarkFailed(j, exit_code);
+      Log("job %s ran out of GPU memory (exit %d) %s; not retried", job.name.c_str(), exit_code,
+          rep.ooms > opts_.planner.recovery.max_ooms ? "more than --max-ooms times" : "and no GPU here can hold it");
     }
   } else {
     MarkFailed(j, exit_code);
@@ -441,7 +465,7 @@ void Launcher::StopAll() {
 }
 
 Result<LaunchSummary> Launcher::Run() {
-  const uint64_t t0 = MonotonicNs();
+  t0_ns_ = MonotonicNs();
   run_dir_ = opts_.run_dir;
   if (run_dir_.empty()) {
     char tmpl[] = "/tmp/coloader-launch-XXXXXX";
@@ -523,7 +547,10 @@ Result<LaunchSummary> Launcher::Run() {
   sigaction(SIGTERM, &old_term, nullptr);
   if (!st.ok()) return st;
   summary_.jobs = reports_;
-  summary_.wall_s = static_cast<double>(MonotonicNs() - t0) * 1e-9;
+  summary_.wall_s = Now();
+  for (const auto& [gpu, clock] : clocks_) {
+    if (clock.alone_s > 0) summary_.speedup[gpu] = CollocationSpeedup(clock.alone_s, clock.busy_s);
+  }
   return summary_;
 }
 
@@ -556,6 +583,14 @@ std::string LaunchSummaryText(const LaunchSummary& s) {
                 s.done, s.failed, s.ooms, s.stopped ? ", stopped by a signal" : "", s.producers_started, s.wall_s,
                 s.producer_cpu_s, s.per_job_loader_cpu_s, s.run_dir.c_str());
   out += line;
+  if (!s.speedup.empty()) {
+    out += "co-location speedup (delta: the jobs' time alone, duration_s, over the GPU's busy time):";
+    for (const auto& [gpu, d] : s.speedup) {
+      std::snprintf(line, sizeof(line), " GPU %d %.2f", gpu, d);
+      out += line;
+    }
+    out += "\n";
+  }
   return out;
 }
 
@@ -582,10 +617,20 @@ std::string LaunchSummaryJson(const LaunchSummary& s) {
         .Field("runtime_s", j.runtime_s)
         .Field("gpu", j.gpu)
         .Field("mode", j.mode)
-        .Field("memory_mib", j.memory_mib)
-        .EndObject();
+        .Field("memory_mib", j.memory_mib);
+    w.BeginArray("runs");
+    for (const Attempt& a : j.runs) {
+      w.BeginObject().Field("gpu", a.gpu).Field("mode", ModeName(a.mode));
+      if (!a.mig_profile.empty()) w.Field("mig_profile", a.mig_profile);
+      w.Field("limit_mib", a.limit_mib).Field("start_s", a.start_s).Field("end_s", a.end_s).Field("oom", a.oom);
+      w.EndObject();
+    }
+    w.EndArray().EndObject();
   }
-  w.EndArray().EndObject();
+  w.EndArray();
+  w.Key("speedup").BeginObject();
+  for (const auto& [gpu, d] : s.speedup) w.Field(std::to_string(gpu).c_str(), d);
+  w.EndObject().EndObject();
   return w.str();
 }
 

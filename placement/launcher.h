@@ -1,10 +1,11 @@
 // `coloader launch`: carries a plan out on this machine. Starts the MPS control daemon (with
 // its own pipe and log directories), one producer per shared pipeline, and the jobs with their
 // environment; watches every process through a pidfd; requeues a job that ran out of GPU
-// memory with a larger estimate; stops everything cleanly on SIGINT/SIGTERM; and reports what
-// sharing the loaders saved in CPU time.
+// memory by the planner's recovery rule (alone, or with a larger estimate); stops everything
+// cleanly on SIGINT/SIGTERM; and reports what sharing the loaders saved in CPU time.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,6 @@ struct LaunchOptions {
   bool mps = true;             // run an MPS control daemon (off without a GPU, or by --no-mps)
   std::string run_dir;         // logs and MPS directories; empty: a new directory under /tmp
   std::string coloader_binary; // for the producers; empty: this process's own binary
-  int max_ooms = 3;            // per job; after that it is reported as failed
-  double oom_growth = 1.5;     // the estimate after an OOM: times this
   int stop_timeout_ms = 10000; // SIGTERM, then SIGKILL after this
   bool quiet = false;
 };
@@ -33,6 +32,7 @@ struct LaunchJobReport {
   double memory_mib = 0;     // the final estimate
   int gpu = -1;
   std::string mode;
+  std::vector<Attempt> runs;  // each attempt: where, under which limit, when, and whether it ran out of memory
 };
 
 struct LaunchSummary {
@@ -44,6 +44,9 @@ struct LaunchSummary {
   int producers_started = 0;
   double wall_s = 0;
   std::string run_dir;
+  // Per GPU index: seed 003's co-location speedup (CollocationSpeedup) of the jobs done there,
+  // from their duration_s (time alone); absent for a GPU where a job done states none.
+  std::map<int, double> speedup;
 };
 
 // Launches `set` on `gpus`. Returns when every job has ended or a stop was requested (then

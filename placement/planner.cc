@@ -30,6 +30,15 @@ Result<Policy> ParsePolicy(const std::string& name) {
   return Status::Invalid("unknown policy '" + name + "' (fifo-exclusive, most-memory, least-utilised, sharing-aware)");
 }
 
+const char* RecoveryName(Recovery r) { return r == Recovery::kAlone ? "alone" : "grow"; }
+
+Result<Recovery> ParseRecovery(const std::string& name) {
+  for (Recovery r : {Recovery::kAlone, Recovery::kGrow}) {
+    if (name == RecoveryName(r)) return r;
+  }
+  return Status::Invalid("unknown recovery rule '" + name + "' (alone, grow)");
+}
+
 const char* ModeName(Mode m) {
   switch (m) {
     case Mode::kExclusive: return "exclusive";
@@ -125,6 +134,7 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   p.client_mib = gpu.mig ? 0 : ClientMiBOf(j, p.host_path);
   const double need = ReservationOf(j) + p.client_mib;
   if (load.exclusive) return std::nullopt;
+  if (gpu.mig && RunsAlone(j)) return std::nullopt;  // alone means a whole GPU, not an instance
   if (gpu.mig) {
     // The smallest free profile that holds the estimate, within the profile's count, the GPU's
     // memory and its compute slices. (Where on the GPU each slice goes is left to the driver.)
@@ -145,12 +155,12 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
     return p;
   }
   const bool empty = load.jobs.empty();
-  if (job.isolation || opts_.policy == Policy::kFifoExclusive) {
+  if (job.isolation || RunsAlone(j) || opts_.policy == Policy::kFifoExclusive) {
     if (!empty) return std::nullopt;
     p.mode = Mode::kExclusive;
   }
   if (load.used_mib + need + RingCostOn(j, g) > gpu.memory_mib) return std::nullopt;
-  if (opts_.policy == Policy::kSharingAware && !empty && load.sm + SmOf(j) > opts_.sm_limit + 1e-9) return std::nullopt;
+  if (opts_.policy == Policy::kSharingAware && !empty && !SmAdmits(j, g)) return std::nullopt;
   p.reserved_mib = need;
   return p;
 }
@@ -201,7 +211,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   load.sm += SmOf(j);
   load.jobs.push_back(j);
   if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
-  if (best->mode == Mode::kExclusive && job.isolation) load.exclusive = true;
+  if (best->mode == Mode::kExclusive && (job.isolation || RunsAlone(j))) load.exclusive = true;
   cores_used_ += cores;
   if (opts_.sharing) {
     producer_members_[job.pipeline][best->gpu]++;
@@ -257,6 +267,7 @@ void Planner::Release(int j) {
 bool Planner::FitsEmpty(int j) const {
   PlannerOptions o = opts_;
   Planner empty(o, gpus_, set_);
+  empty.alone_ = alone_;
   if (o.policy == Policy::kSharingAware && empty.CoresToAdd(j) > o.cpu_cores) {
     // One loader larger than the machine still runs (alone, slower): do not refuse it forever.
     empty.opts_.cpu_cores = empty.CoresToAdd(j);
@@ -267,11 +278,45 @@ bool Planner::FitsEmpty(int j) const {
 std::vector<int> Planner::QueueOrder(std::vector<int> jobs) const {
   std::stable_sort(jobs.begin(), jobs.end(), [&](int a, int b) {
     const Job &x = set_->jobs[a], &y = set_->jobs[b];
+    if (RunsAlone(a) != RunsAlone(b)) return RunsAlone(a);
     if (x.priority != y.priority) return x.priority > y.priority;
     if (x.arrival_s != y.arrival_s) return x.arrival_s < y.arrival_s;
     return a < b;
   });
   return jobs;
+}
+
+double CollocationSpeedup(double alone_s, double busy_s) { return busy_s > 0 ? alone_s / busy_s : 0; }
+
+double CollocationModel::Slowdown(int n, double sm) const {
+  if (n <= 1) return 1.0;
+  return (1.0 + interference * (n - 1)) * std::max(1.0, sm / sm_saturation);
+}
+
+bool Planner::SmAdmits(int j, int g) const {
+  const GpuLoad& load = loads_[g];
+  if (opts_.sm_limit > 0) return load.sm + SmOf(j) <= opts_.sm_limit + 1e-9;
+  return opts_.model.Admits(load.sm, SmOf(j));
+}
+
+bool Planner::HoldsTheQueue(int j) const { return opts_.policy == Policy::kFifoExclusive || RunsAlone(j); }
+
+bool Planner::Recover(int j, int ooms, double* estimate_mib) {
+  if (ooms > opts_.recovery.max_ooms) return false;
+  if (opts_.recovery.rule == Recovery::kAlone) {
+    if (RunsAlone(j)) return false;  // out of memory with a whole GPU: no restart can help
+    alone_.insert(j);
+    if (FitsEmpty(j)) return true;
+    alone_.erase(j);  // no whole GPU here (MIG only, or too small): grow instead
+  }
+  *estimate_mib *= opts_.recovery.growth;
+  return FitsEmpty(j);
+}
+
+double Planner::MemoryLimitMiB(const Placement& p) const {
+  if (p.mode == Mode::kMig) return p.reserved_mib;
+  if (p.mode == Mode::kExclusive) return gpus_[p.gpu].memory_mib - loads_[p.gpu].producer_mib;
+  return p.reserved_mib;
 }
 
 Mode Planner::ModeOf(const Placement& p) const {
@@ -282,7 +327,7 @@ Mode Planner::ModeOf(const Placement& p) const {
 
 int Planner::MpsThreadPercentage(const Placement& p) const {
   if (ModeOf(p) != Mode::kMps) return 100;
-  const double share = SmOf(p.job) / opts_.sm_limit;
+  const double share = SmOf(p.job) / (opts_.sm_limit > 0 ? opts_.sm_limit : opts_.model.sm_saturation);
   return std::clamp(static_cast<int>(std::ceil(share * 100.0)), 10, 100);
 }
 
@@ -361,13 +406,17 @@ std::map<std::string, std::string> JobEnvironment(const JobSet& set, const Plann
   env["CUDA_VISIBLE_DEVICES"] = std::to_string(gpu.index);
   if (p.producer >= 0) env["COLOADER_NAME"] = ProducerName(set, p.producer);
   const Mode mode = planner.ModeOf(p);
-  if (mode == Mode::kMps) {
-    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(planner.MpsThreadPercentage(p));
-    // The job sees one device, ordinal 0. The limit is the estimate: past it the job gets an
-    // out-of-memory error (and is requeued with a larger estimate) instead of starving others.
-    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] =
-        "0=" + std::to_string(static_cast<long long>(std::ceil(p.reserved_mib))) + "M";
+  if (mode == Mode::kMps) env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(planner.MpsThreadPercentage(p));
+  const long long limit = static_cast<long long>(std::ceil(planner.MemoryLimitMiB(p)));
+  if (p.mode == Mode::kMps) {
+    // Shared, or alone for now with room for others: the job sees one device, ordinal 0, and
+    // its estimate as its limit, so that past it the job itself gets an out-of-memory error
+    // (and recovers, Planner::Recover) while its neighbours run on.
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(limit) + "M";
   }
+  // The same figure for the job itself, with or without MPS (e.g. for
+  // torch.cuda.set_per_process_memory_fraction).
+  env["COLOADER_MEMORY_LIMIT_MIB"] = std::to_string(limit);
   if (mode == Mode::kMig) env["COLOADER_MIG_PROFILE"] = p.mig_profile;
   return env;
 }

@@ -32,15 +32,51 @@ const char* PolicyName(Policy p);
 Result<Policy> ParsePolicy(const std::string& name);
 std::vector<Policy> AllPolicies();
 
+// What happens to a job that ran out of GPU memory (the launcher and the simulator both apply it
+// through Planner::Recover). kGrow requeues the job in its place with its estimate times
+// `growth`, collocated as before. kAlone is CARMA's rule: a recovery queue served before every
+// other job, whose jobs each run on a GPU of their own, with no memory limit but the GPU's.
+enum class Recovery { kAlone, kGrow };
+const char* RecoveryName(Recovery r);
+Result<Recovery> ParseRecovery(const std::string& name);
+
+struct OomRecovery {
+  Recovery rule = Recovery::kGrow;  // measured better than kAlone on every trace (docs/PLACEMENT.md)
+  int max_ooms = 3;      // restarts per job; one more OOM and it has failed
+  double growth = 1.5;   // kGrow: the estimate after an OOM, times this
+};
+
+// How collocated jobs slow each other down, which the sharing-aware policy's "auto" SM limit
+// and the simulator share. Calibrated (benchmarks/calibrate_collocation.py) on ResNet-18/50
+// copies under MPS on an H200, a job's SM activity being its share of the GPU's throughput
+// alone; docs/PLACEMENT.md.
+struct CollocationModel {
+  double interference = 0.003;  // per extra job on a GPU, fractional slowdown (caches, memory bandwidth)
+  double sm_saturation = 1.0;   // combined SM activity beyond which collocated jobs share SMs in proportion
+
+  // The slowdown factor (>= 1) of each of `n` jobs on a GPU with combined SM activity `sm`.
+  double Slowdown(int n, double sm) const;
+  // Whether a job of activity `job_sm` may join a GPU at `sm` without the model slowing anyone
+  // beyond interference: the GPU stays within its saturation point.
+  bool Admits(double sm, double job_sm) const { return sm + job_sm <= sm_saturation + 1e-9; }
+};
+
 struct PlannerOptions {
   Policy policy = Policy::kSharingAware;
   bool sharing = true;          // jobs of one pipeline share a producer
-  double sm_limit = 0.8;        // combined SM activity allowed on one GPU (sharing-aware policy)
+  // Combined SM activity allowed on one GPU (sharing-aware policy). 0, "auto": the model's
+  // saturation point (CollocationModel::Admits), measured better than a fixed 0.8 on every
+  // trace of docs/PLACEMENT.md's policy comparison.
+  double sm_limit = 0;
+  CollocationModel model;
   double default_sm = 0.5;      // SM activity assumed for a job that does not state it
-  double memory_margin = 0.0;   // fraction added to every estimate
+  // Fraction added to every estimate: the estimator's worst underestimate on its 154 measured
+  // configurations is 5% (docs/ESTIMATOR.md), and a job's estimate is its MPS memory limit.
+  double memory_margin = 0.05;
   double cpu_cores = 64;        // cores for loading on this machine
   std::string cpu_cores_from = "the default";  // where that figure came from, for the plan's report
   bool host_path = false;       // producers keep rings in host memory (no GPU cost): no CUDA here
+  OomRecovery recovery;
 };
 
 enum class Mode { kExclusive, kMps, kMig };
@@ -56,6 +92,21 @@ struct Placement {
   int producer = -1;        // the pipeline whose shared producer it reads; -1: its own loader
   bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
 };
+
+// One run of a job where the planner put it, as the launcher and the simulator report it.
+struct Attempt {
+  int gpu = -1;             // the GPU's index
+  Mode mode = Mode::kMps;   // as placed: kMps for a GPU it may share (alone or not)
+  std::string mig_profile;
+  double limit_mib = 0;     // Planner::MemoryLimitMiB
+  double start_s = 0, end_s = 0;
+  bool oom = false;
+};
+
+// Seed 003's co-location speedup, per GPU: the seconds its finished jobs would have taken
+// alone, over the seconds it was busy (sum t_j / max t'_j for jobs started together). 1 for
+// jobs run one after another; above 1 where collocation pays.
+double CollocationSpeedup(double alone_s, double busy_s);
 
 // Per-GPU state, exposed for reports and the simulator.
 struct GpuLoad {
@@ -82,8 +133,24 @@ class Planner {
   void UnlockProducer(int pipeline);
   // True if the job could be placed on an empty machine (otherwise it never can).
   bool FitsEmpty(int j) const;
-  // Jobs' order of consideration: priority (higher first), then arrival, then file order.
+  // Jobs' order of consideration: the recovery queue (jobs that run alone after an OOM), then
+  // priority (higher first), then arrival, then file order.
   std::vector<int> QueueOrder(std::vector<int> jobs) const;
+  // True when nothing behind job j in QueueOrder may be placed while j waits: FIFO's rule for
+  // every job, the recovery queue's for a job that runs alone (else it could wait for ever for
+  // an empty GPU).
+  bool HoldsTheQueue(int j) const;
+
+  // Job j (released) ran out of memory, its `ooms`-th time: applies the recovery rule and says
+  // whether it is to be queued again; false when it has failed (more than max_ooms, or no GPU
+  // here can hold it any more). kGrow raises `*estimate_mib`, the job's estimate in the JobSet
+  // this planner reads.
+  bool Recover(int j, int ooms, double* estimate_mib);
+  bool RunsAlone(int j) const { return alone_.count(j) > 0; }
+  // The device memory job j may use where it is placed; past it, it gets an out-of-memory error
+  // while its neighbours run on: a shared (or shareable) GPU's MPS pinned-memory limit, its
+  // reservation; a MIG instance's memory; on a GPU of its own, the GPU less its producer's ring.
+  double MemoryLimitMiB(const Placement& p) const;
 
   double SmOf(int j) const;
   double ReservationOf(int j) const;
@@ -106,6 +173,8 @@ class Planner {
   Mode ModeOf(const Placement& p) const;
   // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a job under MPS: its share of the SM budget.
   int MpsThreadPercentage(const Placement& p) const;
+  // Whether the sharing-aware policy lets job j join GPU g's jobs.
+  bool SmAdmits(int j, int g) const;
 
  private:
   bool PipelineOnHostPath(int pipeline) const;
@@ -121,6 +190,7 @@ class Planner {
   std::map<int, std::map<int, int>> producer_members_;  // pipeline -> gpu -> running members
   std::map<int, double> producer_cores_;                  // pipeline -> cores charged for its producer
   std::map<int, std::set<int>> locked_;                   // pipeline -> GPUs of its running process
+  std::set<int> alone_;                                   // jobs in the recovery queue: run alone
 };
 
 // A whole-file plan: place every job in queue order; what does not fit now is listed as queued.

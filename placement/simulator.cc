@@ -9,11 +9,6 @@
 
 namespace coloader {
 
-double CollocationSlowdown(int n, double sm, const SimOptions& o) {
-  if (n <= 1) return 1.0;
-  return (1.0 + o.interference * (n - 1)) * std::max(1.0, sm / o.sm_saturation);
-}
-
 namespace {
 
 enum class State { kPending, kQueued, kRunning, kDone, kImpossible, kFailed };
@@ -40,9 +35,17 @@ double RealMemoryOn(const Planner& planner, const JobSet& set, int g) {
 class Simulation {
  public:
   Simulation(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts)
-      : gpus_(gpus), opts_(opts), set_(trace), planner_(opts.planner, gpus, &set_), jobs_(set_.jobs.size()) {
+      : gpus_(gpus),
+        opts_(opts),
+        set_(trace),
+        planner_(opts.planner, gpus, &set_),
+        jobs_(set_.jobs.size()),
+        alone_s_(gpus.size(), 0.0),
+        busy_s_(gpus.size(), 0.0) {
     r_.policy = PolicyName(opts.planner.policy);
     r_.sharing = opts.planner.sharing;
+    r_.jobs.resize(set_.jobs.size());
+    for (size_t j = 0; j < set_.jobs.size(); ++j) r_.jobs[j].name = set_.jobs[j].name;
   }
   Simulation(const Simulation&) = delete;  // the planner holds a pointer to set_
   Simulation& operator=(const Simulation&) = delete;
@@ -68,6 +71,7 @@ class Simulation {
     for (size_t j = 0; j < jobs_.size(); ++j) {
       if (jobs_[j].state != State::kPending || set_.jobs[j].arrival_s > t_) continue;
       if (!planner_.FitsEmpty(static_cast<int>(j))) {
+        r_.jobs[j].outcome = "impossible";
         jobs_[j].state = State::kImpossible;
         ++r_.impossible;
         ++finished_;
@@ -78,12 +82,12 @@ class Simulation {
     }
   }
 
-  // Placement, in queue order; FIFO lets nothing overtake a waiting job.
+  // Placement, in queue order; FIFO, and the recovery queue, let nothing overtake a waiting job.
   void Place() {
     for (int j : planner_.QueueOrder(queue_)) {
       std::optional<Placement> p = planner_.TryPlace(j);
       if (!p) {
-        if (opts_.planner.policy == Policy::kFifoExclusive) break;
+        if (planner_.HoldsTheQueue(j)) break;
         continue;
       }
       queue_.erase(std::find(queue_.begin(), queue_.end(), j));
@@ -91,10 +95,16 @@ class Simulation {
       sj.state = State::kRunning;
       sj.started_at = t_;
       sj.progress_s = 0;
-      // Out of memory when what really runs on the GPU exceeds it, or a MIG instance's size.
-      const double real = RealMemoryOn(planner_, set_, p->gpu);
-      const double cap = p->mode == Mode::kMig ? p->reserved_mib : gpus_[p->gpu].memory_mib;
-      sj.will_oom = p->mode == Mode::kMig ? ActualMemory(set_.jobs[j]) > cap : real > cap;
+      // The job's limit where it is placed, as launch sets it: past it, this job fails.
+      const double limit = planner_.MemoryLimitMiB(*p);
+      sj.will_oom = ActualMemory(set_.jobs[j]) + p->client_mib > limit;
+      Attempt a;
+      a.gpu = gpus_[p->gpu].index;
+      a.mode = p->mode;
+      a.mig_profile = p->mig_profile;
+      a.limit_mib = limit;
+      a.start_s = t_;
+      r_.jobs[j].runs.push_back(a);
     }
   }
 
@@ -105,7 +115,7 @@ class Simulation {
     for (const auto& [j, p] : planner_.placed()) {
       const GpuLoad& load = planner_.loads()[p.gpu];
       const double slow =
-          p.mode == Mode::kMig ? 1.0 : CollocationSlowdown(static_cast<int>(load.jobs.size()), load.sm, opts_);
+          p.mode == Mode::kMig ? 1.0 : opts_.planner.model.Slowdown(static_cast<int>(load.jobs.size()), load.sm);
       speed[j] = cpu_factor / slow;
     }
     if (opts_.planner.sharing) {  // a producer moves at the pace of its slowest reader
@@ -141,9 +151,12 @@ class Simulation {
     next_sample_ += opts_.sample_s;
   }
 
-  // Progress, completions and OOMs at the end of the step; an OOM'd job is queued again with
-  // a larger estimate.
+  // Progress, completions and OOMs at the end of the step; an OOM'd job recovers by the
+  // planner's rule (Planner::Recover), as in launch.
   void Advance(const std::map<int, double>& speed) {
+    for (size_t g = 0; g < gpus_.size(); ++g) {
+      if (!planner_.loads()[g].jobs.empty()) busy_s_[g] += opts_.dt_s;
+    }
     t_ += opts_.dt_s;
     std::vector<int> ended;
     for (const auto& [j, s] : speed) {
@@ -156,25 +169,29 @@ class Simulation {
       }
     }
     for (int j : ended) {
+      const int g = planner_.placed().at(j).gpu;
       planner_.Release(j);
       SimJob& sj = jobs_[j];
+      Attempt& run = r_.jobs[j].runs.back();
+      run.end_s = t_;
+      run.oom = sj.will_oom;
       if (sj.will_oom) {
         ++r_.ooms;
         sj.will_oom = false;
-        set_.jobs[j].memory_mib *= opts_.oom_growth;
-        // As launch does: at most max_ooms restarts; and one whose grown estimate no GPU
-        // holds would wait for ever.
-        if (++sj.ooms > opts_.max_ooms || !planner_.FitsEmpty(j)) {
-          sj.state = State::kFailed;
-          ++finished_;
-          ++r_.failed;
-        } else {
+        if (planner_.Recover(j, ++sj.ooms, &set_.jobs[j].memory_mib)) {
           sj.state = State::kQueued;
           queue_.push_back(j);
+        } else {
+          sj.state = State::kFailed;
+          r_.jobs[j].outcome = "failed";
+          ++finished_;
+          ++r_.failed;
         }
       } else {
         sj.state = State::kDone;
         sj.finished_at = t_;
+        r_.jobs[j].outcome = "done";
+        alone_s_[g] += set_.jobs[j].duration_s;
         ++finished_;
         ++r_.jobs_done;
       }
@@ -189,6 +206,15 @@ class Simulation {
       jct += jobs_[j].finished_at - set_.jobs[j].arrival_s;
     }
     r_.mean_jct_s = r_.jobs_done ? jct / r_.jobs_done : 0;
+    int busy_gpus = 0;
+    for (size_t g = 0; g < gpus_.size(); ++g) {
+      r_.speedup.push_back(CollocationSpeedup(alone_s_[g], busy_s_[g]));
+      if (busy_s_[g] > 0) {
+        r_.mean_speedup += r_.speedup.back();
+        ++busy_gpus;
+      }
+    }
+    if (busy_gpus) r_.mean_speedup /= busy_gpus;
     if (samples_taken_) {
       r_.mean_memory_util = mem_util_sum_ / samples_taken_;
       r_.mean_sm_util = sm_util_sum_ / samples_taken_;
@@ -208,6 +234,7 @@ class Simulation {
   int finished_ = 0;
   double mem_util_sum_ = 0, sm_util_sum_ = 0, cores_sum_ = 0;
   long samples_taken_ = 0;
+  std::vector<double> alone_s_, busy_s_;  // per GPU: finished jobs' seconds alone; seconds busy
 };
 
 }  // namespace
@@ -225,12 +252,12 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
 std::string SimSummaryCsv(const std::vector<SimResult>& runs) {
   std::string out =
       "policy,sharing,makespan_s,mean_jct_s,jobs_done,ooms,impossible,mean_memory_util,mean_sm_util,peak_cores,mean_cores,"
-      "failed\n";
+      "failed,mean_speedup\n";
   char line[256];
   for (const SimResult& r : runs) {
-    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f,%d\n", r.policy.c_str(), r.sharing ? 1 : 0,
+    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f,%d,%.3f\n", r.policy.c_str(), r.sharing ? 1 : 0,
                   r.makespan_s, r.mean_jct_s, r.jobs_done, r.ooms, r.impossible, r.mean_memory_util, r.mean_sm_util,
-                  r.peak_cores, r.mean_cores, r.failed);
+                  r.peak_cores, r.mean_cores, r.failed, r.mean_speedup);
     out += line;
   }
   return out;

@@ -15,13 +15,10 @@ struct SimOptions {
   PlannerOptions planner;
   double dt_s = 5;            // time step
   double sample_s = 60;       // utilisation sampling period
-  double oom_growth = 1.5;    // a job that ran out of memory is requeued with its estimate times this
-  int max_ooms = 3;           // ... this many times, as `launch --max-ooms`; then it counts as failed
+  // A job runs out of memory when what it really uses passes its limit where it is placed
+  // (Planner::MemoryLimitMiB, the MPS limit launch gives it); planner.recovery says what then.
   double oom_after_s = 60;    // an OOM strikes at the first steps' peak: this long after start
-  // Calibrated (benchmarks/calibrate_collocation.py) on ResNet-18/50 copies under MPS on an
-  // H200, with a job's SM activity = its share of the GPU's throughput alone; docs/PLACEMENT.md.
-  double interference = 0.003;  // per extra job on a GPU, fractional slowdown (caches, memory bandwidth)
-  double sm_saturation = 1.0;   // combined SM activity beyond which collocated jobs share SMs in proportion
+  // Collocated jobs slow each other down as planner.model says.
 };
 
 struct SimSample {
@@ -33,6 +30,12 @@ struct SimSample {
   int running = 0;
 };
 
+struct SimJobReport {
+  std::string name;
+  std::string outcome;  // done, failed, impossible (as launch reports them)
+  std::vector<Attempt> runs;
+};
+
 struct SimResult {
   std::string policy;
   bool sharing = false;
@@ -40,17 +43,17 @@ struct SimResult {
   double mean_jct_s = 0;
   int jobs_done = 0;
   int ooms = 0;
-  int failed = 0;      // ran out of memory more than max_ooms times, or its grown estimate fits no GPU
+  int failed = 0;      // ran out of memory more than max_ooms times, or no GPU can hold it any more
   int impossible = 0;
   double mean_memory_util = 0;  // over GPUs and time until the makespan
   double mean_sm_util = 0;
   double peak_cores = 0;
   double mean_cores = 0;
+  std::vector<double> speedup;  // per GPU: CollocationSpeedup of the jobs finished on it
+  double mean_speedup = 0;      // over the GPUs that ran anything
+  std::vector<SimJobReport> jobs;
   std::vector<SimSample> samples;
 };
-
-// The slowdown factor (>= 1) of each job on a GPU running `n` jobs with combined SM activity `sm`.
-double CollocationSlowdown(int n, double sm, const SimOptions& o);
 
 Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts);
 

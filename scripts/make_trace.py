@@ -3,12 +3,14 @@
 actual_memory_mib per job). Seeded: the same seed gives the same trace.
 
     python3 scripts/make_trace.py --seed 6 --jobs 90 > examples/trace90.json
+    python3 scripts/make_trace.py --seed 11 --jobs 60 --mix 0.65,0.27,0.08 --estimate-error 0.75,1.2
 
 Job classes (shares, and the ranges each field is drawn from uniformly) are set below and
 described in docs/PLACEMENT.md. Light jobs (small CNNs) train fast, so their per-job loaders
 need many CPU cores; heavy jobs (large models) fill the GPU and read slowly. The estimate is
-the real peak times U(0.97, 1.20): an estimator biased to overestimate that still misses by up
-to 3% now and then, as a measured one does.
+the real peak times U(0.97, 1.20) (--estimate-error): an estimator biased to overestimate that
+still misses by up to 3% now and then, as a measured one does. --mix sets the light/medium/heavy
+shares (CARMA's traces: 0.65,0.27,0.08 and 0.83,0.17,0).
 """
 import argparse
 import json
@@ -44,11 +46,24 @@ def main():
     ap.add_argument("--jobs", type=int, default=90)
     ap.add_argument("--mean-gap-s", type=float, default=90.0, help="mean of the exponential arrival gaps")
     ap.add_argument("--cpu-cores", type=int, default=64)
+    ap.add_argument("--mix", default=",".join(str(c[1]) for c in CLASSES),
+                    help="shares of light,medium,heavy jobs (summing to 1)")
+    ap.add_argument("--estimate-error", default="0.97,1.20", help="the estimate is the real peak times U(LO, HI)")
     args = ap.parse_args()
+    try:
+        shares = [float(x) for x in args.mix.split(",")]
+        err_lo, err_hi = (float(x) for x in args.estimate_error.split(","))
+    except ValueError:
+        ap.error(f"--mix expects three numbers and --estimate-error two, got {args.mix!r} and {args.estimate_error!r}")
+    if len(shares) != len(CLASSES) or abs(sum(shares) - 1) > 1e-6 or min(shares) < 0:
+        ap.error(f"--mix expects {len(CLASSES)} shares >= 0 summing to 1, got {args.mix!r}")
+    if not 0 < err_lo <= err_hi:
+        ap.error(f"--estimate-error expects 0 < LO <= HI, got {args.estimate_error!r}")
+    classes = [(c[0], share) + c[2:] for c, share in zip(CLASSES, shares)]
     rng = random.Random(args.seed)
     t, jobs = 0.0, []
     for i in range(args.jobs):
-        cls, _, mem, sm, minutes, cores, models = pick(rng, CLASSES)
+        cls, _, mem, sm, minutes, cores, models = pick(rng, classes)
         pipeline = pick(rng, PIPELINES)[0]
         actual = round(rng.uniform(*mem))
         jobs.append({
@@ -56,7 +71,7 @@ def main():
             "command": ["python3", "examples/train.py", "--loader", "coloader", "--name", "{producer}",
                         "--model", rng.choice(models)],
             "pipeline": pipeline,
-            "memory_mib": round(actual * rng.uniform(0.97, 1.20)),
+            "memory_mib": round(actual * rng.uniform(err_lo, err_hi)),
             "actual_memory_mib": actual,
             "sm_activity": round(rng.uniform(*sm), 3),
             "loader_cores": rng.randint(*cores),
@@ -65,7 +80,8 @@ def main():
         })
         t += rng.expovariate(1.0 / args.mean_gap_s)
     trace = {
-        "comment": f"make_trace.py --seed {args.seed} --jobs {args.jobs} --mean-gap-s {args.mean_gap_s}",
+        "comment": f"make_trace.py --seed {args.seed} --jobs {args.jobs} --mean-gap-s {args.mean_gap_s} "
+                   f"--mix {args.mix} --estimate-error {args.estimate_error}",
         "cpu_cores": args.cpu_cores,
         "pipelines": {name: d for name, _, d in PIPELINES},
         "jobs": jobs,

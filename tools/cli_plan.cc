@@ -27,12 +27,31 @@ std::vector<std::string> PolicyNames() {
   return names;
 }
 
+// --sm-limit: "auto" (PlannerOptions::sm_limit 0: fill a GPU until it is busy) or a number.
+struct SmLimitFlag {
+  std::string text = "auto";
+  void Add(Command* cmd) {
+    cmd->Add("--sm-limit", &text,
+             "combined SM activity allowed on one GPU (sharing-aware): auto (the collocation model's saturation "
+             "point, docs/PLACEMENT.md) or a number")
+        ->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+              std::string number = text;
+              if (text == "auto" || NumberIn(0.05, 4.0)(number).empty()) return {};
+              return "expects auto or a number in [0.05, 4], got " + text;
+            },
+            "auto or in [0.05, 4]"));
+  }
+  double Value() const { return text == "auto" ? 0.0 : std::strtod(text.c_str(), nullptr); }
+};
+
 // The planner's flags, shared by plan and launch; bound to the planner's own options, whose
 // defaults are the flags' defaults. CPU cores default to the jobs file's, then this machine's.
 struct PlanFlags {
   std::string policy = "sharing-aware", gpus_from, jobs_path;
   std::string python = std::getenv("COLOADER_PYTHON") ? std::getenv("COLOADER_PYTHON") : "python3";
   bool no_sharing = false, json = false;
+  SmLimitFlag sm_limit;
 
   void Add(Command* cmd, PlannerOptions* o) {
     cmd->Positional("jobs", &jobs_path, "the jobs file (JSON or YAML; docs/PLACEMENT.md)")->type_name("JOBS");
@@ -44,7 +63,7 @@ struct PlanFlags {
     cmd->Add("--cpu-cores", &o->cpu_cores, "cores for loading (default: the file's cpu_cores, else this machine's)")
         ->check(NumberIn(1.0, 1e6))
         ->default_str("");  // not the planner's placeholder: the default depends on the file
-    cmd->Add("--sm-limit", &o->sm_limit, "combined SM activity allowed on one GPU")->check(NumberIn(0.05, 4.0));
+    sm_limit.Add(cmd);
     cmd->Add("--default-sm", &o->default_sm, "SM activity of a job that does not state it")
         ->check(NumberIn(0.0, 1.0));
     cmd->Add("--memory-margin", &o->memory_margin, "fraction added to every memory estimate")
@@ -61,6 +80,7 @@ struct PlanFlags {
   void ToOptions(const Command& cmd, const JobSet& set, PlannerOptions* o) const {
     o->policy = *ParsePolicy(policy);  // checked by --policy's IsMember
     o->sharing = !no_sharing;
+    o->sm_limit = sm_limit.Value();
     if (cmd.Given("--cpu-cores")) {
       o->cpu_cores_from = "--cpu-cores";
     } else if (set.cpu_cores > 0) {
@@ -71,6 +91,27 @@ struct PlanFlags {
       o->cpu_cores_from = "this machine's core count: set cpu_cores in the jobs file to plan for another";
     }
   }
+};
+
+// What launch and simulate do with a job that runs out of memory (Planner::Recover).
+struct RecoveryFlags {
+  std::string rule = RecoveryName(OomRecovery{}.rule);
+  void Add(Command* cmd, OomRecovery* r) {
+    cmd->Add("--recovery", &rule,
+             "after an OOM: alone (a recovery queue first, each job on a GPU of its own) or grow (requeued with "
+             "--oom-growth times its estimate)")
+        ->check(CLI::IsMember({RecoveryName(Recovery::kAlone), RecoveryName(Recovery::kGrow)}));
+    cmd->Add("--max-ooms", &r->max_ooms, "out-of-memory restarts per job before it counts as failed");
+    cmd->Add("--oom-growth", &r->growth, "with --recovery grow, the estimate after an OOM times this")
+        ->check(NumberIn(1.01, 100.0));
+  }
+  Status Check(const Command& cmd, const OomRecovery& r) const {
+    if (r.max_ooms < 0 || r.max_ooms > 100) {
+      return cmd.Error("--max-ooms expects an integer in [0, 100], got " + std::to_string(r.max_ooms));
+    }
+    return Status::OK();
+  }
+  void ToOptions(OomRecovery* r) const { r->rule = *ParseRecovery(rule); }  // checked by IsMember
 };
 
 // GPUs: the file's when it names them (planning for elsewhere), else NVML's; `--gpus` picks.
@@ -150,15 +191,13 @@ int LaunchCommand(const std::vector<std::string>& args) {
   cmd.Add("--no-mps", &no_mps, "no MPS daemon")->excludes(with_mps);
   cmd.Add("--host-path", &host_path, "producers keep their rings in host memory (default without a GPU)");
   cmd.Add("--run-dir", &lo.run_dir, "where the producers' and jobs' logs go")->type_name("DIR");
-  cmd.Add("--max-ooms", &lo.max_ooms, "out-of-memory restarts per job before it counts as failed");
-  cmd.Add("--oom-growth", &lo.oom_growth, "after an OOM, the job's memory estimate times this")
-      ->check(NumberIn(1.01, 100.0));
+  RecoveryFlags rf;
+  rf.Add(&cmd, &lo.planner.recovery);
   cmd.Add("--stop-timeout-ms", &lo.stop_timeout_ms, "on a stop, SIGTERM, then SIGKILL after this long");
   cmd.Add("--quiet", &quiet, "no progress lines");
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
   if (Status e = pf.Check(cmd); !e.ok()) return Fail("launch", e);
-  if (lo.max_ooms < 0 || lo.max_ooms > 100)
-    return Fail("launch", cmd.Error("--max-ooms expects an integer in [0, 100], got " + std::to_string(lo.max_ooms)));
+  if (Status e = rf.Check(cmd, lo.planner.recovery); !e.ok()) return Fail("launch", e);
   if (lo.stop_timeout_ms < 0) {
     return Fail("launch",
                 cmd.Error("--stop-timeout-ms expects milliseconds >= 0, got " + std::to_string(lo.stop_timeout_ms)));
@@ -171,6 +210,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
   }
   if (Status e = EstimateAutoJobs(&*set, pf.python); !e.ok()) return Fail("launch", e);
   pf.ToOptions(cmd, *set, &lo.planner);
+  rf.ToOptions(&lo.planner.recovery);
   bool nvml = false;
   Result<std::vector<Gpu>> gpus = ResolveGpus(*set, pf.gpus_from, true, &nvml);
   if (!gpus.ok()) return Fail("launch", gpus.status());
@@ -211,25 +251,29 @@ int SimulateCommand(const std::vector<std::string>& args) {
   cmd.Add("--cpu-cores", &so.planner.cpu_cores, "cores for loading (default: the trace's cpu_cores, else 64)")
       ->check(NumberIn(1.0, 1e6))
       ->default_str("");
-  cmd.Add("--sm-limit", &so.planner.sm_limit, "combined SM activity allowed on one GPU")->check(NumberIn(0.05, 4.0));
+  SmLimitFlag sm_limit;
+  sm_limit.Add(&cmd);
+  cmd.Add("--memory-margin", &so.planner.memory_margin, "fraction added to every memory estimate (as plan)")
+      ->check(NumberIn(0.0, 10.0));
   cmd.Add("--sample-s", &so.sample_s, "utilisation sampling period, seconds")->check(NumberIn(1.0, 86400.0));
-  cmd.Add("--interference", &so.interference, "slowdown model: fractional slowdown per extra job on a GPU")
+  cmd.Add("--interference", &so.planner.model.interference, "slowdown model: fractional slowdown per extra job on a GPU")
       ->check(NumberIn(0.0, 1.0));
-  cmd.Add("--sm-saturation", &so.sm_saturation, "slowdown model: combined SM activity beyond which jobs share SMs")
+  cmd.Add("--sm-saturation", &so.planner.model.sm_saturation, "slowdown model: combined SM activity beyond which jobs share SMs")
       ->check(NumberIn(0.05, 4.0));
-  cmd.Add("--max-ooms", &so.max_ooms, "out-of-memory restarts per job before it counts as failed (as launch)")
-      ->check(CLI::Range(0, 100));
-  cmd.Add("--oom-growth", &so.oom_growth, "after an OOM, the job's memory estimate times this (as launch)")
-      ->check(NumberIn(1.01, 100.0));
+  RecoveryFlags rf;
+  rf.Add(&cmd, &so.planner.recovery);
   cmd.Add("--out", &out_dir, "also write summary.csv and timeseries.csv here")->type_name("DIR");
   cmd.Add("--csv", &csv, "the summary as CSV on stdout");
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
   if (trace_path.empty()) return cmd.UsageError("--trace is required (make one with scripts/make_trace.py)");
+  if (Status e = rf.Check(cmd, so.planner.recovery); !e.ok()) return Fail("simulate", e);
   if (gpus_n < 0) {
     return cmd.UsageError("--gpus expects a number of GPUs >= 1 (or leave it out for the trace's), got " +
                           std::to_string(gpus_n));
   }
   if (sms < 1) return cmd.UsageError("--gpu-sms expects SMs per GPU >= 1, got " + std::to_string(sms));
+  rf.ToOptions(&so.planner.recovery);
+  so.planner.sm_limit = sm_limit.Value();
   Result<JobSet> trace = LoadJobSet(trace_path);
   if (!trace.ok()) return Fail("simulate", trace.status());
   std::vector<Gpu> gpus = trace->gpus;
@@ -276,13 +320,15 @@ int SimulateCommand(const std::vector<std::string>& args) {
   }
   std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s)\n", trace->jobs.size(), gpus.size(), so.planner.cpu_cores,
               so.planner.cpu_cores_from.c_str());
-  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %10s\n", "policy", "sharing", "makespan h", "mean JCT h", "OOMs",
-              "failed", "mem %", "SM %", "cores", "peak cores");
+  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %10s %6s\n", "policy", "sharing", "makespan h", "mean JCT h",
+              "OOMs", "failed", "mem %", "SM %", "cores", "peak cores", "delta");
   for (const SimResult& r : runs) {
-    std::printf("%-15s %-7s %10.2f %10.2f %5d %6d %6.1f %6.1f %6.1f %10.1f\n", r.policy.c_str(), r.sharing ? "on" : "off",
-                r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, r.failed, 100 * r.mean_memory_util, 100 * r.mean_sm_util,
-                r.mean_cores, r.peak_cores);
+    std::printf("%-15s %-7s %10.2f %10.2f %5d %6d %6.1f %6.1f %6.1f %10.1f %6.2f\n", r.policy.c_str(),
+                r.sharing ? "on" : "off", r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, r.failed,
+                100 * r.mean_memory_util, 100 * r.mean_sm_util, r.mean_cores, r.peak_cores, r.mean_speedup);
   }
+  std::printf("recovery after an OOM: %s; delta: seed 003's co-location speedup, the mean over GPUs\n",
+              RecoveryName(so.planner.recovery.rule));
   return 0;
 }
 

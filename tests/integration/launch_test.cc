@@ -12,6 +12,7 @@
 
 #include "common/json_reader.h"
 #include "common/process.h"
+#include "placement/simulator.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -207,6 +208,89 @@ TEST_F(LaunchTest, SimulateChecksBothOutputsAndItsGpus) {
     EXPECT_EQ(bad.Wait(60000), 2) << want;
     EXPECT_NE(bad.Stderr().find(want), std::string::npos) << bad.Stderr();
     EXPECT_EQ(bad.Stdout().find("nan"), std::string::npos) << bad.Stdout();
+  }
+}
+
+// One small trace through `simulate` and through `launch`, whose jobs are stand-ins that do
+// what the MPS server does at a job's pinned-memory limit: a job whose real peak passes the
+// limit it was started with (COLOADER_MEMORY_LIMIT_MIB) fails with CUDA's out-of-memory
+// message, at once; one within it runs for its duration_s. Both must take the same decisions:
+// where each attempt ran, in which mode, under which limit, which attempts ran out of memory,
+// and roughly when each started. b is the job over its limit (beside c, placed after it, which
+// runs on); d waits for room under the SM limit. With --recovery grow b comes back at 1.5x its
+// estimate beside a; with alone it waits for a's GPU to empty and holds d back until then.
+TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
+  struct StandIn {
+    const char* name;
+    double estimate, actual, sm, duration_s;
+  };
+  const StandIn jobs[] = {{"a", 6000, 5000, 0.5, 2}, {"b", 6000, 7000, 0.3, 2}, {"c", 8000, 8000, 0.4, 3},
+                          {"d", 4000, 4000, 0.6, 1}};
+  std::string text = R"({"cpu_cores": 64, "gpus": [{"memory_mib": 16000, "sms": 132}, {"memory_mib": 16000, "sms": 132}],
+    "jobs": [)";
+  for (const StandIn& j : jobs) {
+    char job[1024];
+    std::snprintf(job, sizeof job,
+                  R"(%s{"name": "%s", "pipeline": {"data": "%s"}, "memory_mib": %.0f, "actual_memory_mib": %.0f,
+      "sm_activity": %.2f, "duration_s": %.0f, "loader_cores": 2, "command": ["/bin/sh", "-c",
+      "if [ \"$COLOADER_MEMORY_LIMIT_MIB\" -lt %.0f ]; then echo 'CUDA out of memory (stand-in)' >&2; exit 1; fi; sleep %.0f"]})",
+                  &j == jobs ? "" : ",", j.name, data_.c_str(), j.estimate, j.actual, j.sm, j.duration_s, j.actual,
+                  j.duration_s);
+    text += job;
+  }
+  text += "]}";
+  const std::string path = tmp_.path() + "/trace.json";
+  testing::WriteFile(path, text);
+  ASSERT_OK_AND_ASSIGN(JobSet set, LoadJobSet(path));
+
+  for (Recovery rule : {Recovery::kGrow, Recovery::kAlone}) {
+    SCOPED_TRACE(RecoveryName(rule));
+    SimOptions so;
+    so.planner.sharing = false;
+    so.planner.host_path = true;  // as launch without a GPU
+    so.planner.cpu_cores = set.cpu_cores;
+    so.planner.recovery.rule = rule;
+    so.dt_s = 0.02;
+    so.oom_after_s = 0;  // the stand-ins fail at once
+    ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(set, set.gpus, so));
+
+    const std::string run = tmp_.path() + "/run-" + RecoveryName(rule);
+    Child launch(Coloader({"launch", path, "--json", "--no-sharing", "--recovery", RecoveryName(rule), "--run-dir", run}));
+    ASSERT_EQ(launch.Wait(60000), 0) << launch.Stderr();
+    ASSERT_OK_AND_ASSIGN(JsonValue summary, ParseJson(launch.Stdout(), "launch summary"));
+    const std::vector<JsonValue>& reports = summary.Find("jobs")->items();
+    ASSERT_EQ(reports.size(), sim.jobs.size());
+    int ooms = 0;
+    for (size_t k = 0; k < reports.size(); ++k) {
+      const std::string name = reports[k].Find("name")->string();
+      SCOPED_TRACE(name);
+      EXPECT_EQ(reports[k].Find("outcome")->string(), sim.jobs[k].outcome);
+      const std::vector<JsonValue>& runs = reports[k].Find("runs")->items();
+      ASSERT_EQ(runs.size(), sim.jobs[k].runs.size());
+      for (size_t a = 0; a < runs.size(); ++a) {
+        const Attempt& want = sim.jobs[k].runs[a];
+        EXPECT_EQ(runs[a].Find("gpu")->number(), want.gpu) << "attempt " << a;
+        EXPECT_EQ(runs[a].Find("mode")->string(), ModeName(want.mode)) << "attempt " << a;
+        EXPECT_NEAR(runs[a].Find("limit_mib")->number(), want.limit_mib, 1) << "attempt " << a;
+        EXPECT_EQ(runs[a].Find("oom")->bool_value(), want.oom) << "attempt " << a;
+        EXPECT_NEAR(runs[a].Find("start_s")->number(), want.start_s, 0.75) << "attempt " << a;
+        ooms += want.oom;
+      }
+    }
+    // What the scenario is there to show, so that a change to it cannot make the test vacuous.
+    EXPECT_EQ(ooms, 1);
+    ASSERT_EQ(sim.jobs[1].runs.size(), 2u);
+    EXPECT_TRUE(sim.jobs[1].runs[0].oom);
+    EXPECT_EQ(sim.jobs[2].runs.size(), 1u);  // c, beside b, is not blamed
+    EXPECT_GT(sim.jobs[3].runs[0].start_s, 0);  // d waited for room
+    if (rule == Recovery::kGrow) {
+      EXPECT_DOUBLE_EQ(sim.jobs[1].runs[1].limit_mib, 6000 * 1.5 * 1.05);  // grown, with the default margin
+      EXPECT_EQ(sim.jobs[1].runs[1].mode, Mode::kMps);
+    } else {
+      EXPECT_EQ(sim.jobs[1].runs[1].mode, Mode::kExclusive);
+      EXPECT_DOUBLE_EQ(sim.jobs[1].runs[1].limit_mib, 16000);
+      EXPECT_GE(sim.jobs[3].runs[0].start_s, sim.jobs[1].runs[1].start_s);  // behind the recovery queue
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <thread>
@@ -49,6 +50,7 @@ PlannerOptions Opts(Policy p, bool sharing = true, double cores = 64) {
   o.policy = p;
   o.sharing = sharing;
   o.cpu_cores = cores;
+  o.memory_margin = 0;  // the figures below are the reservations themselves
   return o;
 }
 
@@ -159,25 +161,87 @@ TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
   std::map<std::string, std::string> env = JobEnvironment(set, planner, plan.placements[0]);
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], std::to_string(plan.placements[0].gpu));
   EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
-  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "32");  // 0.25 of the 0.8 budget
+  EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");  // 0.25 of the budget, 1.0 by default
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], "6000");
   EXPECT_EQ(env["COLOADER_NAME"], ProducerName(set, 0));
 }
 
 TEST(Planner, SharingAwareRespectsTheSmLimitTheOthersDoNot) {
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.5}, {10000, 0.5}})));
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.6}, {10000, 0.6}})));
   Plan aware = MakePlan(set, Gpus(1), Opts(Policy::kSharingAware));
-  EXPECT_EQ(aware.placements.size(), 1u);
+  EXPECT_EQ(aware.placements.size(), 1u);  // 1.2 is past the saturation point, 1.0
   EXPECT_EQ(aware.queued, std::vector<int>{1});
   for (Policy p : {Policy::kMostMemory, Policy::kLeastUtilised}) {
     Plan plan = MakePlan(set, Gpus(1), Opts(p));
     EXPECT_EQ(plan.placements.size(), 2u) << PolicyName(p);
   }
-  // Two GPUs: the sharing-aware policy spreads them rather than exceed 80% on one.
+  // Two GPUs: the sharing-aware policy spreads them rather than exceed the limit on one.
   Planner planner(Opts(Policy::kSharingAware), Gpus(2), &set);
   Plan two = MakePlan(set, planner.gpus(), planner.options(), &planner);
   ASSERT_EQ(two.placements.size(), 2u);
   EXPECT_NE(two.placements[0].gpu, two.placements[1].gpu);
   EXPECT_EQ(planner.ProducerGpus(0).size(), 2u);  // one ring on each GPU
+  // A stated limit replaces the model's: 1.2 takes both; 0.5 + 0.5 fit "auto" but not 0.8.
+  PlannerOptions loose = Opts(Policy::kSharingAware);
+  loose.sm_limit = 1.2;
+  EXPECT_EQ(MakePlan(set, Gpus(1), loose).placements.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(JobSet halves, Parse(JobsJson({{10000, 0.5}, {10000, 0.5}})));
+  EXPECT_EQ(MakePlan(halves, Gpus(1), Opts(Policy::kSharingAware)).placements.size(), 2u);
+  PlannerOptions tight = Opts(Policy::kSharingAware);
+  tight.sm_limit = 0.8;
+  EXPECT_EQ(MakePlan(halves, Gpus(1), tight).placements.size(), 1u);
+}
+
+TEST(Planner, EveryJobRunsUnderTheLimitItWasPlannedWith) {
+  // Alone on a GPU with room for others, a job has its estimate as its MPS limit from the
+  // start; a job on a GPU of its own (FIFO, isolation, recovery) has the GPU less the ring.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}})));
+  Planner shared(Opts(Policy::kSharingAware), Gpus(1), &set);
+  std::optional<Placement> placed = shared.TryPlace(0);
+  ASSERT_TRUE(placed.has_value());
+  const Placement p = *placed;
+  EXPECT_EQ(shared.ModeOf(p), Mode::kExclusive);  // alone, for now
+  std::map<std::string, std::string> env = JobEnvironment(set, shared, p);
+  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], "6000");
+  EXPECT_EQ(env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
+  Planner fifo(Opts(Policy::kFifoExclusive), Gpus(1), &set);
+  placed = fifo.TryPlace(0);
+  ASSERT_TRUE(placed.has_value());
+  const Placement q = *placed;
+  const double ring = set.pipelines[0].DeviceMiB();
+  EXPECT_DOUBLE_EQ(fifo.MemoryLimitMiB(q), 81920 - ring);
+  env = JobEnvironment(set, fifo, q);
+  EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(81920 - ring))));
+}
+
+TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}, {6000, 0.25}})));
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.recovery = OomRecovery{Recovery::kAlone, 2, 1.5};
+  Planner alone(o, Gpus(1), &set);
+  ASSERT_TRUE(alone.TryPlace(0).has_value());
+  double estimate = 6000;
+  EXPECT_TRUE(alone.Recover(1, 1, &estimate));
+  EXPECT_DOUBLE_EQ(estimate, 6000);
+  EXPECT_TRUE(alone.RunsAlone(1));
+  EXPECT_EQ(alone.QueueOrder({0, 1}), (std::vector<int>{1, 0}));  // the recovery queue first
+  EXPECT_TRUE(alone.HoldsTheQueue(1));
+  EXPECT_FALSE(alone.TryPlace(1).has_value());  // not beside job 0
+  alone.Release(0);
+  std::optional<Placement> p = alone.TryPlace(1);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->mode, Mode::kExclusive);
+  EXPECT_FALSE(alone.TryPlace(0).has_value());  // nothing joins it
+  EXPECT_FALSE(alone.Recover(1, 2, &estimate));  // out of memory with a whole GPU: failed
+  o.recovery = OomRecovery{Recovery::kGrow, 2, 1.5};
+  Planner grow(o, Gpus(1), &set);
+  EXPECT_TRUE(grow.Recover(1, 1, &set.jobs[1].memory_mib));
+  EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 9000);
+  EXPECT_FALSE(grow.RunsAlone(1));
+  EXPECT_TRUE(grow.Recover(1, 2, &set.jobs[1].memory_mib));
+  EXPECT_FALSE(grow.Recover(1, 3, &set.jobs[1].memory_mib));  // past max_ooms
 }
 
 TEST(Planner, MemoryMustFitWithTheRing) {

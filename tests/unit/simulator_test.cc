@@ -43,26 +43,28 @@ SimOptions Opts(Policy p, bool sharing) {
   o.planner.policy = p;
   o.planner.sharing = sharing;
   o.planner.cpu_cores = 64;
+  o.planner.memory_margin = 0;  // the limits are the estimates below
+  o.planner.recovery.rule = Recovery::kAlone;
   o.dt_s = 1;
   return o;
 }
 
 TEST(Simulator, SlowdownModel) {
-  SimOptions o;
+  CollocationModel o;
   o.interference = 0.03;
   o.sm_saturation = 0.9;
-  EXPECT_DOUBLE_EQ(CollocationSlowdown(1, 0.95, o), 1.0);
-  EXPECT_DOUBLE_EQ(CollocationSlowdown(2, 0.6, o), 1.03);
-  EXPECT_NEAR(CollocationSlowdown(3, 1.8, o), 1.06 * 2.0, 1e-12);
+  EXPECT_DOUBLE_EQ(o.Slowdown(1, 0.95), 1.0);
+  EXPECT_DOUBLE_EQ(o.Slowdown(2, 0.6), 1.03);
+  EXPECT_NEAR(o.Slowdown(3, 1.8), 1.06 * 2.0, 1e-12);
 }
 
 TEST(Simulator, DefaultsAreTheCalibratedConstants) {
   // benchmarks/calibrate_collocation.py on the H200 synthetic runs (docs/PLACEMENT.md).
-  SimOptions o;
+  CollocationModel o = SimOptions().planner.model;
   EXPECT_DOUBLE_EQ(o.interference, 0.003);
   EXPECT_DOUBLE_EQ(o.sm_saturation, 1.0);
   // Two ResNet-18s (0.81 of the GPU each alone) measured 1.66x slower each; the model says 1.62x.
-  EXPECT_NEAR(CollocationSlowdown(2, 2 * 0.807, o), 1.66, 0.05);
+  EXPECT_NEAR(o.Slowdown(2, 2 * 0.807), 1.66, 0.05);
 }
 
 TEST(Simulator, CollocationBeatsExclusiveForLightJobs) {
@@ -71,30 +73,71 @@ TEST(Simulator, CollocationBeatsExclusiveForLightJobs) {
   ASSERT_OK_AND_ASSIGN(SimResult aware, Simulate(set, Gpus(1), Opts(Policy::kSharingAware, true)));
   EXPECT_EQ(fifo.jobs_done, 2);
   EXPECT_NEAR(fifo.makespan_s, 2000, 2);            // one after the other
-  EXPECT_NEAR(aware.makespan_s, 1000 * (1 + SimOptions().interference), 2);  // together, with interference
+  EXPECT_NEAR(aware.makespan_s, 1000 * (1 + SimOptions().planner.model.interference), 2);  // together, with interference
   EXPECT_EQ(aware.ooms, 0);
   EXPECT_LT(aware.mean_jct_s, fifo.mean_jct_s);
 }
 
-TEST(Simulator, AnUnderestimateIsAnOomThenARequeue) {
-  // Both fit by their estimates, but not by what they really use: the second one started
-  // runs out of memory, is requeued with 1.5x its estimate and runs after the first.
-  JobSet set = Trace({{18000, 19000, 0.2, 500, 0}, {18000, 25000, 0.2, 500, 0}});
+TEST(Simulator, TheJobOverItsLimitIsTheOneThatRunsOutOfMemoryThenRunsAlone) {
+  // As under launch's MPS limits: j0 (18,000 estimated, 19,000 real) fails at its limit though
+  // the GPU has room; j1, placed beside it later and within its estimate, runs on. j0 then
+  // waits in the recovery queue for a GPU of its own and runs there without a limit but the
+  // GPU's.
+  JobSet set = Trace({{18000, 19000, 0.2, 500, 0}, {18000, 18000, 0.2, 500, 10}});
   ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
   EXPECT_EQ(r.ooms, 1);
   EXPECT_EQ(r.jobs_done, 2);
-  EXPECT_GT(r.makespan_s, 1000);
+  ASSERT_EQ(r.jobs[0].runs.size(), 2u);
+  ASSERT_EQ(r.jobs[1].runs.size(), 1u);
+  EXPECT_TRUE(r.jobs[0].runs[0].oom);
+  EXPECT_DOUBLE_EQ(r.jobs[0].runs[0].limit_mib, 18000);
+  EXPECT_FALSE(r.jobs[1].runs[0].oom);
+  EXPECT_EQ(r.jobs[0].runs[1].mode, Mode::kExclusive);
+  EXPECT_DOUBLE_EQ(r.jobs[0].runs[1].limit_mib, 40000);
+  EXPECT_GE(r.jobs[0].runs[1].start_s, r.jobs[1].runs[0].end_s);  // alone: after j1
+  EXPECT_EQ(r.jobs[0].outcome, "done");
+}
+
+TEST(Simulator, AJobAloneOnItsGpuIsLimitedToo) {
+  // Alone on a 40,000 MiB GPU, with room for others: its estimate is its limit, as launch sets it.
+  JobSet set = Trace({{18000, 19000, 0.2, 500, 0}});
+  SimOptions o = Opts(Policy::kMostMemory, false);
+  o.planner.recovery.rule = Recovery::kGrow;
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), o));
+  EXPECT_EQ(r.ooms, 1);
+  ASSERT_EQ(r.jobs[0].runs.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.jobs[0].runs[1].limit_mib, 27000);  // grown 1.5x, collocated as before
+  EXPECT_EQ(r.jobs[0].runs[1].mode, Mode::kMps);
+}
+
+TEST(Simulator, TheRecoveryQueueGoesFirstAndNothingOvertakesIt) {
+  // j1 runs out of memory beside j0 and waits for a GPU of its own; j2, arriving later, would
+  // fit beside j0 but waits behind j1 (otherwise j1 could wait for ever for an empty GPU).
+  JobSet set = Trace({{10000, 10000, 0.2, 1000, 0}, {5000, 6000, 0.2, 100, 0}, {5000, 5000, 0.2, 100, 100}});
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
+  ASSERT_EQ(r.jobs[1].runs.size(), 2u);
+  EXPECT_GE(r.jobs[1].runs[1].start_s, r.jobs[0].runs[0].end_s);
+  EXPECT_GE(r.jobs[2].runs[0].start_s, r.jobs[1].runs[1].end_s);
+  EXPECT_EQ(r.jobs_done, 3);
+}
+
+TEST(Simulator, OutOfMemoryAloneOnAWholeGpuFailsAtOnce) {
+  // Estimated at 10,000 MiB, really 50,000 on a 40,000 MiB GPU: alone it still fails, and no
+  // restart can help.
+  JobSet set = Trace({{10000, 50000, 0.2, 100, 0}});
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
+  EXPECT_EQ(r.ooms, 2);
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_EQ(r.jobs[0].outcome, "failed");
 }
 
 TEST(Simulator, AJobThatKeepsRunningOutOfMemoryFailsAfterMaxOomsAsLaunchSays) {
-  // Beside a job holding 890,000 of a 1,000,000 MiB GPU, one estimated at 1,000 MiB really
-  // needs 200,000: it runs out of memory each time it is placed there (its estimate grows
-  // 1.5x, still small enough to be placed beside the other), and after max_ooms = 2 restarts
-  // it counts as failed, before the big one finishes; that one is done.
+  // With --recovery grow, a job estimated at 1,000 MiB that really needs 200,000 runs out of
+  // memory at each limit (1,000, 1,500, 2,250 MiB); after max_ooms = 2 restarts it has failed.
   JobSet set = Trace({{890000, 890000, 0.2, 100, 0}, {1000, 200000, 0.2, 100, 0}});
   std::vector<Gpu> gpus = {Gpu{0, "sim", 1000000, 100, false, {}}};
   SimOptions o = Opts(Policy::kMostMemory, false);
-  o.max_ooms = 2;
+  o.planner.recovery = OomRecovery{Recovery::kGrow, 2, 1.5};
   o.oom_after_s = 10;
   ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, gpus, o));
   EXPECT_EQ(r.failed, 1);
@@ -107,11 +150,22 @@ TEST(Simulator, AJobWhoseGrownEstimateFitsNoGpuFailsInsteadOfWaitingForever) {
   // 50,625 fits no GPU. Before, it waited in the queue until "not finished after 60 days".
   JobSet set = Trace({{10000, 50000, 0.2, 100, 0}});
   SimOptions o = Opts(Policy::kMostMemory, false);
-  o.max_ooms = 100;
+  o.planner.recovery = OomRecovery{Recovery::kGrow, 100, 1.5};
   ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), o));
   EXPECT_EQ(r.ooms, 4);
   EXPECT_EQ(r.failed, 1);
   EXPECT_EQ(r.jobs_done, 0);
+}
+
+TEST(Simulator, CoLocationSpeedupPerGpu) {
+  // Two 1,000 s jobs together on one GPU: 2,000 s of work in 1,003 s busy (interference).
+  JobSet set = Trace({{5000, 5000, 0.3, 1000, 0}, {5000, 5000, 0.3, 1000, 0}});
+  ASSERT_OK_AND_ASSIGN(SimResult aware, Simulate(set, Gpus(1), Opts(Policy::kSharingAware, true)));
+  ASSERT_OK_AND_ASSIGN(SimResult fifo, Simulate(set, Gpus(1), Opts(Policy::kFifoExclusive, true)));
+  ASSERT_EQ(aware.speedup.size(), 1u);
+  EXPECT_NEAR(aware.speedup[0], 2000.0 / 1003, 0.01);
+  EXPECT_NEAR(fifo.speedup[0], 1.0, 0.01);
+  EXPECT_DOUBLE_EQ(aware.mean_speedup, aware.speedup[0]);
 }
 
 TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
