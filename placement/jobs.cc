@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -119,8 +121,9 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   }
   // Jobs whose pipelines have the same key share one producer, however the file spelt them.
   j.pipeline = -1;
-  for (size_t i = 0; i < pipelines->size(); ++i) {
-    if ((*pipelines)[i].Key() == p.Key()) j.pipeline = static_cast<int>(i);
+  const std::string key = p.Key();
+  for (size_t i = 0; i < pipelines->size() && j.pipeline < 0; ++i) {
+    if ((*pipelines)[i].Key() == key) j.pipeline = static_cast<int>(i);
   }
   if (j.pipeline < 0) {
     pipelines->push_back(p);
@@ -244,11 +247,10 @@ Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source) {
   const JsonValue* jobs = doc.Find("jobs");
   if (!jobs || !jobs->is_array() || jobs->items().empty())
     return top.Error("jobs", "must be a non-empty array of jobs");
+  std::set<std::string> names;
   for (size_t i = 0; i < jobs->items().size(); ++i) {
     COLOADER_ASSIGN_OR_RETURN(Job j, ParseJob(jobs->items()[i], "jobs[" + std::to_string(i) + "]", named, &set.pipelines));
-    for (const Job& other : set.jobs) {
-      if (other.name == j.name) return jobs->items()[i].ErrorAt("two jobs are named \"" + j.name + "\"");
-    }
+    if (!names.insert(j.name).second) return jobs->items()[i].ErrorAt("two jobs are named \"" + j.name + "\"");
     set.jobs.push_back(std::move(j));
   }
   if (const JsonValue* gpus = doc.Find("gpus")) {
@@ -270,6 +272,12 @@ int ComputeSlicesOf(const Gpu& g) {
   int most = 0;
   for (const MigProfile& m : g.mig_profiles) most = std::max(most, ComputeSlicesOf(m));
   return most;
+}
+
+double SmShareOf(const MigProfile& m, const Gpu& g) {
+  if (m.sms > 0 && g.sms > 0) return std::min(1.0, static_cast<double>(m.sms) / g.sms);
+  const int slices = ComputeSlicesOf(g);
+  return slices > 0 ? std::min(1.0, static_cast<double>(ComputeSlicesOf(m)) / slices) : 1.0;
 }
 
 Result<JobSet> LoadJobSet(const std::string& path) {

@@ -90,6 +90,9 @@ struct Gpu {
 // never hold more compute slices than it has, whatever their memory (A100: 7 slices, 8 of memory).
 int ComputeSlicesOf(const MigProfile& m);
 int ComputeSlicesOf(const Gpu& g);
+// The share of GPU g's SMs that an instance of profile m holds: by SMs where both state them,
+// else by compute slices (an A100's 1g: 1/7).
+double SmShareOf(const MigProfile& m, const Gpu& g);
 
 struct JobSet {
   std::vector<JobPipeline> pipelines;

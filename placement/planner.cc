@@ -49,7 +49,21 @@ const char* ModeName(Mode m) {
 }
 
 Planner::Planner(PlannerOptions opts, std::vector<Gpu> gpus, const JobSet* set)
-    : opts_(opts), gpus_(std::move(gpus)), set_(set), loads_(gpus_.size()) {}
+    : opts_(opts), gpus_(std::move(gpus)), set_(set), loads_(gpus_.size()), host_path_pipeline_(set->pipelines.size(), 0) {
+  // A pipeline with a job that needs isolation keeps its ring in host memory (MIG instances
+  // cannot map CUDA IPC memory); fixed for the planner's life, and asked for every placement.
+  for (const Job& job : set->jobs) {
+    if (job.isolation && job.pipeline >= 0) host_path_pipeline_[job.pipeline] = 1;
+  }
+}
+
+Planner::Planner(const Planner& like, std::vector<Gpu> gpus)
+    : opts_(like.opts_),
+      gpus_(std::move(gpus)),
+      set_(like.set_),
+      loads_(gpus_.size()),
+      alone_(like.alone_),
+      host_path_pipeline_(like.host_path_pipeline_) {}
 
 double Planner::SmOf(int j) const {
   const double sm = set_->jobs[j].sm_activity;
@@ -87,12 +101,7 @@ double Planner::CoresToAdd(int j) const {
 }
 
 bool Planner::PipelineOnHostPath(int pipeline) const {
-  if (opts_.host_path) return true;
-  for (size_t k = 0; k < set_->jobs.size(); ++k) {
-    const Job& job = set_->jobs[k];
-    if (job.pipeline == pipeline && job.isolation) return true;
-  }
-  return false;
+  return opts_.host_path || host_path_pipeline_[pipeline] != 0;
 }
 
 std::set<int> Planner::ProducerGpus(int pipeline) const {
@@ -265,10 +274,8 @@ void Planner::Release(int j) {
 }
 
 bool Planner::FitsEmpty(int j) const {
-  PlannerOptions o = opts_;
-  Planner empty(o, gpus_, set_);
-  empty.alone_ = alone_;
-  if (o.policy == Policy::kSharingAware && empty.CoresToAdd(j) > o.cpu_cores) {
+  Planner empty(*this, gpus_);
+  if (opts_.policy == Policy::kSharingAware && empty.CoresToAdd(j) > opts_.cpu_cores) {
     // One loader larger than the machine still runs (alone, slower): do not refuse it forever.
     empty.opts_.cpu_cores = empty.CoresToAdd(j);
   }

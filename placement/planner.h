@@ -56,6 +56,10 @@ struct CollocationModel {
 
   // The slowdown factor (>= 1) of each of `n` jobs on a GPU with combined SM activity `sm`.
   double Slowdown(int n, double sm) const;
+  // The speed of a job of activity `job_sm` alone on a MIG instance holding `share` of the GPU's
+  // SMs: it keeps its speed while its need fits the slice, and slows in proportion beyond it
+  // (activity being the job's share of the whole GPU's throughput alone).
+  double MigSpeed(double share, double job_sm) const { return job_sm <= share ? 1.0 : share / job_sm; }
   // Whether a job of activity `job_sm` may join a GPU at `sm` without the model slowing anyone
   // beyond interference: the GPU stays within its saturation point.
   bool Admits(double sm, double job_sm) const { return sm + job_sm <= sm_saturation + 1e-9; }
@@ -177,6 +181,8 @@ class Planner {
   bool SmAdmits(int j, int g) const;
 
  private:
+  // An empty planner with this one's options, GPUs and per-pipeline facts (FitsEmpty).
+  Planner(const Planner& like, std::vector<Gpu> gpus);
   bool PipelineOnHostPath(int pipeline) const;
   std::optional<Placement> PlaceOnGpu(int j, int g) const;
   double RingCostOn(int j, int g) const;
@@ -191,6 +197,7 @@ class Planner {
   std::map<int, double> producer_cores_;                  // pipeline -> cores charged for its producer
   std::map<int, std::set<int>> locked_;                   // pipeline -> GPUs of its running process
   std::set<int> alone_;                                   // jobs in the recovery queue: run alone
+  std::vector<char> host_path_pipeline_;                  // per pipeline: PipelineOnHostPath, fixed at construction
 };
 
 // A whole-file plan: place every job in queue order; what does not fit now is listed as queued.

@@ -46,6 +46,10 @@ class Simulation {
     r_.sharing = opts.planner.sharing;
     r_.jobs.resize(set_.jobs.size());
     for (size_t j = 0; j < set_.jobs.size(); ++j) r_.jobs[j].name = set_.jobs[j].name;
+    arrival_order_.resize(set_.jobs.size());
+    std::iota(arrival_order_.begin(), arrival_order_.end(), 0);
+    std::stable_sort(arrival_order_.begin(), arrival_order_.end(),
+                     [this](int a, int b) { return set_.jobs[a].arrival_s < set_.jobs[b].arrival_s; });
   }
   Simulation(const Simulation&) = delete;  // the planner holds a pointer to set_
   Simulation& operator=(const Simulation&) = delete;
@@ -68,9 +72,10 @@ class Simulation {
  private:
   // Jobs whose arrival time has come join the queue, or are impossible on any GPU.
   void Arrive() {
-    for (size_t j = 0; j < jobs_.size(); ++j) {
-      if (jobs_[j].state != State::kPending || set_.jobs[j].arrival_s > t_) continue;
-      if (!planner_.FitsEmpty(static_cast<int>(j))) {
+    for (; next_arrival_ < arrival_order_.size(); ++next_arrival_) {
+      const int j = arrival_order_[next_arrival_];
+      if (set_.jobs[j].arrival_s > t_) break;
+      if (!planner_.FitsEmpty(j)) {
         r_.jobs[j].outcome = "impossible";
         jobs_[j].state = State::kImpossible;
         ++r_.impossible;
@@ -78,12 +83,16 @@ class Simulation {
         continue;
       }
       jobs_[j].state = State::kQueued;
-      queue_.push_back(static_cast<int>(j));
+      queue_.push_back(j);
+      queue_changed_ = true;
     }
   }
 
   // Placement, in queue order; FIFO, and the recovery queue, let nothing overtake a waiting job.
+  // Only when something arrived or ended since the last look: nothing else changes the answer.
   void Place() {
+    if (!queue_changed_) return;
+    queue_changed_ = false;
     for (int j : planner_.QueueOrder(queue_)) {
       std::optional<Placement> p = planner_.TryPlace(j);
       if (!p) {
@@ -114,9 +123,8 @@ class Simulation {
     std::map<int, double> speed;
     for (const auto& [j, p] : planner_.placed()) {
       const GpuLoad& load = planner_.loads()[p.gpu];
-      const double slow =
-          p.mode == Mode::kMig ? 1.0 : opts_.planner.model.Slowdown(static_cast<int>(load.jobs.size()), load.sm);
-      speed[j] = cpu_factor / slow;
+      speed[j] = cpu_factor * (p.mode == Mode::kMig ? MigSpeed(j, p)
+                                                    : 1.0 / opts_.planner.model.Slowdown(static_cast<int>(load.jobs.size()), load.sm));
     }
     if (opts_.planner.sharing) {  // a producer moves at the pace of its slowest reader
       std::map<int, double> pace;
@@ -127,6 +135,15 @@ class Simulation {
       for (auto& [j, s] : speed) s = pace[set_.jobs[j].pipeline];
     }
     return speed;
+  }
+
+  // A MIG instance is not slowed by its neighbours, but by its size (CollocationModel::MigSpeed).
+  double MigSpeed(int j, const Placement& p) const {
+    const Gpu& gpu = gpus_[p.gpu];
+    for (const MigProfile& m : gpu.mig_profiles) {
+      if (m.name == p.mig_profile) return opts_.planner.model.MigSpeed(SmShareOf(m, gpu), planner_.SmOf(j));
+    }
+    return 1.0;
   }
 
   void Sample(double cores_wanted) {
@@ -168,6 +185,7 @@ class Simulation {
         ended.push_back(j);
       }
     }
+    if (!ended.empty()) queue_changed_ = true;
     for (int j : ended) {
       const int g = planner_.placed().at(j).gpu;
       planner_.Release(j);
@@ -230,6 +248,9 @@ class Simulation {
   std::vector<SimJob> jobs_;
   SimResult r_;
   std::vector<int> queue_;
+  bool queue_changed_ = false;      // a job arrived or ended since Place last looked
+  std::vector<int> arrival_order_;  // jobs by arrival_s; those before next_arrival_ have arrived
+  size_t next_arrival_ = 0;
   double t_ = 0, next_sample_ = 0;
   int finished_ = 0;
   double mem_util_sum_ = 0, sm_util_sum_ = 0, cores_sum_ = 0;

@@ -168,6 +168,29 @@ TEST(Simulator, CoLocationSpeedupPerGpu) {
   EXPECT_DOUBLE_EQ(aware.mean_speedup, aware.speedup[0]);
 }
 
+TEST(Simulator, AMigSliceRunsAJobAtTheSpeedOfItsShareOfTheSms) {
+  // Seven jobs that each need 0.9 of an A100's SMs, one hour alone: on 1g.10gb slices (1/7 of
+  // the SMs each, by compute slices) each runs at (1/7) / 0.9 of its speed, 6.3 h; under MPS on
+  // the whole GPU they share it in proportion, 6.3 h as well plus interference, and a job that
+  // fits its slice (0.1 of the SMs) keeps its speed.
+  std::vector<T> seven(7, T{5000, 5000, 0.9, 3600, 0});
+  JobSet set = Trace(seven);
+  for (Job& j : set.jobs) j.isolation = true;  // MIG instances
+  Gpu a100{0, "A100", 81920, 0, true, {MigProfile{"1g.10gb", 9856, 0, 7}, MigProfile{"7g.80gb", 81920, 0, 1}}};
+  ASSERT_OK_AND_ASSIGN(SimResult mig, Simulate(set, {a100}, Opts(Policy::kMostMemory, false)));
+  EXPECT_EQ(mig.jobs_done, 7);
+  EXPECT_NEAR(mig.makespan_s, 3600 * 0.9 * 7, 10);
+  for (const SimJobReport& j : mig.jobs) EXPECT_EQ(j.runs[0].mig_profile, "1g.10gb");
+  JobSet shared = Trace(seven);
+  ASSERT_OK_AND_ASSIGN(SimResult mps, Simulate(shared, {Gpu{0, "A100", 81920, 108, false, {}}},
+                                               Opts(Policy::kMostMemory, false)));
+  EXPECT_NEAR(mps.makespan_s, 3600 * 0.9 * 7 * (1 + 6 * 0.003), 10);
+  JobSet light = Trace({{5000, 5000, 0.1, 3600, 0}});
+  light.jobs[0].isolation = true;
+  ASSERT_OK_AND_ASSIGN(SimResult fits, Simulate(light, {a100}, Opts(Policy::kMostMemory, false)));
+  EXPECT_NEAR(fits.makespan_s, 3600, 2);
+}
+
 TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
   // Four jobs of one pipeline whose own loaders would want 32 cores each on a 64-core machine.
   JobSet set = Trace({{1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0},
