@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reruns the placement simulation of docs/PLACEMENT.md: the 90-job trace on 4 GPUs for every
 # policy with and without sharing (summary and time series, the plot), then the sensitivity
-# runs (SM limit, CPU cores, the slowdown model before calibration). CPU only, ~1 min.
+# runs (SM limit, memory margin, recovery rule, CPU cores, the slowdown model before
+# calibration), the policy comparison on ten traces and the scale benchmark. CPU only, ~2 min.
 #   scripts/simulate_placement.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,10 +13,14 @@ trace=examples/trace90.json
 /usr/bin/python3 scripts/plot_placement.py "$out" docs/placement.png
 {
   echo "# $bin simulate --trace $trace --gpus 4 --policy sharing-aware --sm-limit L"
-  for l in 0.6 0.8 1.0 1.2; do
+  for l in auto 0.8 1.0 1.2 1.5; do
     echo "## sm-limit $l"
     "$bin" simulate --trace "$trace" --gpus 4 --policy sharing-aware --sm-limit "$l" | tail -n +3
   done
+  echo "## all policies, --memory-margin 0 (each job limited to its bare estimate)"
+  "$bin" simulate --trace "$trace" --gpus 4 --memory-margin 0 | tail -n +3
+  echo "## all policies, --memory-margin 0 --recovery alone (CARMA's rule)"
+  "$bin" simulate --trace "$trace" --gpus 4 --memory-margin 0 --recovery alone | tail -n +3
   for c in 32 128; do
     echo "## all policies, --cpu-cores $c"
     "$bin" simulate --trace "$trace" --gpus 4 --cpu-cores "$c" | tail -n +3
@@ -23,4 +28,6 @@ trace=examples/trace90.json
   echo "## all policies, the slowdown model before calibration (--interference 0.03 --sm-saturation 0.9)"
   "$bin" simulate --trace "$trace" --gpus 4 --interference 0.03 --sm-saturation 0.9 | tail -n +3
 } > "$out/sensitivity.txt"
+/usr/bin/python3 scripts/compare_policies.py --coloader "$bin" > "$out/policies.md"
+/usr/bin/python3 benchmarks/placement_scale.py --coloader "$bin" > "$out/scale_devbox.txt"
 cat "$out/summary.txt"
