@@ -33,6 +33,7 @@ suites=(
   "decode-profile|.device|scripts/gpu/decode_profile.sh|GPU decode alone and under training, lanes and MPS variants, against the targets"
   "decode-x2|.device|scripts/gpu/decode_x2.sh|GPU decode on one GPU against two, jobs per GPU (two GPUs)"
   "launch|.device|scripts/gpu/launch_check.sh|coloader launch of examples/jobs_gpu.json under MPS, memory against the plan's bounds"
+  "replay|.device|scripts/gpu/replay.sh|examples/replay_gpu.json through launch under MPS (REPLAY_PHASE=fifo, then default with FIFO_SUMMARY) beside simulate's prediction"
 )
 
 field() { local IFS='|'; read -r -a f <<<"$1"; echo "${f[$2]}"; }

@@ -255,6 +255,9 @@ int SimulateCommand(const std::vector<std::string>& args) {
   sm_limit.Add(&cmd);
   cmd.Add("--memory-margin", &so.planner.memory_margin, "fraction added to every memory estimate (as plan)")
       ->check(NumberIn(0.0, 10.0));
+  cmd.Add("--step-s", &so.dt_s, "simulated time step, seconds")->check(NumberIn(0.01, 3600.0));
+  cmd.Add("--oom-after-s", &so.oom_after_s, "a job over its memory limit fails this long after its start")
+      ->check(NumberIn(0.0, 86400.0));
   cmd.Add("--sample-s", &so.sample_s, "utilisation sampling period, seconds")->check(NumberIn(1.0, 86400.0));
   cmd.Add("--interference", &so.planner.model.interference, "slowdown model: fractional slowdown per extra job on a GPU")
       ->check(NumberIn(0.0, 1.0));
