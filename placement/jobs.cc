@@ -38,10 +38,10 @@ double JobPipeline::RingMiB() const {
   return slots * producer_batch * SampleBytes() / (1024.0 * 1024.0);
 }
 
-double JobPipeline::GatherMiB(uint32_t batch) const {
-  if (batch == 0 || producer_batch % batch == 0) return 0;
+double JobPipeline::ConsumerMiB(uint32_t batch) const {
+  if (batch == 0) batch = producer_batch;
   const double labels_bytes = std::ceil(batch * 8.0 / 256.0) * 256.0;  // as Consumer::Spill lays them out
-  return kGatherDepth * (labels_bytes + batch * SampleBytes()) / (1024.0 * 1024.0);
+  return kCopyDepth * (labels_bytes + batch * SampleBytes()) / (1024.0 * 1024.0);
 }
 
 namespace {

@@ -36,15 +36,15 @@ struct JobPipeline {
   // allocator slack (kProducerContextMiB, an allowance that scripts/gpu_launch_check.sh measures).
   double DeviceMiB() const { return RingMiB() + kProducerContextMiB; }
   static constexpr double kProducerContextMiB = 600;
-  // What a consumer of `batch` samples allocates on the GPU to gather its batches on the device
-  // path (client/consumer.cc, Consumer::Spill): a batch that straddles two ring slots is copied
-  // into a buffer of its own, cudaMallocAsync'd on the consumer's stream, 256-aligned labels
-  // (8 bytes each) then batch x SampleBytes(), and freed (stream-ordered) when the batch goes.
-  // kGatherDepth of them are live at once: the batch the training step still holds while the
-  // loop's next() gathers the following one. Zero when batches never straddle slots: `batch`
-  // divides producer_batch (slices stay inside one slot), or 0 (not stated: the producer's).
-  double GatherMiB(uint32_t batch) const;
-  static constexpr int kGatherDepth = 2;
+  // What a consumer of `batch` samples allocates on the GPU on the device path: every batch it
+  // reads is copied into a buffer of its own (the Loader's write protection, unless zero_copy;
+  // gathered across slots when it straddles two), from the consumer's memory pool
+  // (DeviceMapper::Allocate, client/slicing.cc), 256-aligned labels (8 bytes each) then
+  // batch x SampleBytes(), freed stream-ordered when the batch goes. kCopyDepth of them are live
+  // at once: the batch the training step still holds while the loop's next() copies the
+  // following one. `batch` 0 (not stated) reads at the producer's batch size.
+  double ConsumerMiB(uint32_t batch) const;
+  static constexpr int kCopyDepth = 2;
 };
 
 struct Job {

@@ -84,7 +84,7 @@ int Planner::MigSlicesUsed(int gpu) const {
 double Planner::ClientMiBOf(int j, bool host_path) const {
   const Job& job = set_->jobs[j];
   if (!opts_.sharing || host_path) return 0;
-  return set_->pipelines[job.pipeline].GatherMiB(job.batch_size);
+  return set_->pipelines[job.pipeline].ConsumerMiB(job.batch_size);
 }
 
 double Planner::ProducerCores(int pipeline) const {
@@ -326,6 +326,11 @@ double Planner::MemoryLimitMiB(const Placement& p) const {
   return p.reserved_mib;
 }
 
+double Planner::MpsLimitMiB(const Placement& p) const {
+  const bool maps_ring = p.producer >= 0 && !p.host_path && !gpus_[p.gpu].mig;
+  return MemoryLimitMiB(p) + (maps_ring ? set_->pipelines[p.producer].RingMiB() : 0.0);
+}
+
 Mode Planner::ModeOf(const Placement& p) const {
   if (p.mode == Mode::kMig) return Mode::kMig;
   if (p.mode == Mode::kExclusive) return Mode::kExclusive;
@@ -414,16 +419,16 @@ std::map<std::string, std::string> JobEnvironment(const JobSet& set, const Plann
   if (p.producer >= 0) env["COLOADER_NAME"] = ProducerName(set, p.producer);
   const Mode mode = planner.ModeOf(p);
   if (mode == Mode::kMps) env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(planner.MpsThreadPercentage(p));
-  const long long limit = static_cast<long long>(std::ceil(planner.MemoryLimitMiB(p)));
+  const auto mib = [](double x) { return std::to_string(static_cast<long long>(std::ceil(x))); };
   if (p.mode == Mode::kMps) {
     // Shared, or alone for now with room for others: the job sees one device, ordinal 0, and
-    // its estimate as its limit, so that past it the job itself gets an out-of-memory error
-    // (and recovers, Planner::Recover) while its neighbours run on.
-    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + std::to_string(limit) + "M";
+    // its estimate (and the ring it maps) as its limit, so that past it the job itself gets an
+    // out-of-memory error (and recovers, Planner::Recover) while its neighbours run on.
+    env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + mib(planner.MpsLimitMiB(p)) + "M";
   }
   // The same figure for the job itself, with or without MPS (e.g. for
   // torch.cuda.set_per_process_memory_fraction).
-  env["COLOADER_MEMORY_LIMIT_MIB"] = std::to_string(limit);
+  env["COLOADER_MEMORY_LIMIT_MIB"] = mib(planner.MemoryLimitMiB(p));
   if (mode == Mode::kMig) env["COLOADER_MIG_PROFILE"] = p.mig_profile;
   return env;
 }

@@ -92,7 +92,7 @@ struct Placement {
   Mode mode = Mode::kMps;   // final mode is known once collocation is (see Planner::ModeOf)
   std::string mig_profile;  // for kMig
   double reserved_mib = 0;  // held on that GPU: the job's estimate (plus margin) and client_mib
-  double client_mib = 0;    // of which the coloader consumer's own device buffers (JobPipeline::GatherMiB)
+  double client_mib = 0;    // of which the coloader consumer's own device buffers (JobPipeline::ConsumerMiB)
   int producer = -1;        // the pipeline whose shared producer it reads; -1: its own loader
   bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
 };
@@ -155,11 +155,16 @@ class Planner {
   // while its neighbours run on: a shared (or shareable) GPU's MPS pinned-memory limit, its
   // reservation; a MIG instance's memory; on a GPU of its own, the GPU less its producer's ring.
   double MemoryLimitMiB(const Placement& p) const;
+  // What CUDA_MPS_PINNED_DEVICE_MEM_LIMIT says for a job on a GPU it may share: its limit plus,
+  // when it maps its producer's ring through CUDA IPC, the ring, which MPS charges to every
+  // client that maps it (the replay on an H100 saw jobs within their estimates fail at a limit
+  // without it, docs/PLACEMENT.md). The ring is counted once on the GPU, with the producer.
+  double MpsLimitMiB(const Placement& p) const;
 
   double SmOf(int j) const;
   double ReservationOf(int j) const;
   int MigSlicesUsed(int gpu) const;  // the compute slices of the MIG instances handed out on it
-  // What job j's coloader consumer allocates on the GPU beyond its estimate: its gather buffers
+  // What job j's coloader consumer allocates on the GPU beyond its estimate: its batch copies
   // when it reads a shared producer's device ring (not on the host path, MIG, or its own loader).
   double ClientMiBOf(int j, bool host_path) const;
   // Cores a job adds when placed now: its own loader's, or what its producer needs beyond what it has.

@@ -151,8 +151,9 @@ TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
     EXPECT_FALSE(p.host_path);
   }
   const double ring = set.pipelines[0].DeviceMiB();
+  const double copies = set.pipelines[0].ConsumerMiB(0);  // each consumer's batch copies
   const GpuLoad& load = planner.loads()[plan.placements[0].gpu];
-  EXPECT_DOUBLE_EQ(load.used_mib, 30000 + ring);  // the ring once, not three times
+  EXPECT_DOUBLE_EQ(load.used_mib, 30000 + 3 * copies + ring);  // the ring once, not three times
   EXPECT_DOUBLE_EQ(load.producer_mib, ring);
   EXPECT_NEAR(load.sm, 0.75, 1e-9);
   EXPECT_DOUBLE_EQ(plan.cpu_cores_used, 8);  // one producer's cores
@@ -160,9 +161,11 @@ TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
   // Its environment: the GPU, the MPS share of SMs and the memory limit, the producer's name.
   std::map<std::string, std::string> env = JobEnvironment(set, planner, plan.placements[0]);
   EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], std::to_string(plan.placements[0].gpu));
-  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
+  const std::string with_ring =
+      std::to_string(static_cast<long long>(std::ceil(6000 + copies + set.pipelines[0].RingMiB())));
+  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=" + with_ring + "M");  // the ring it maps too
   EXPECT_EQ(env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");  // 0.25 of the budget, 1.0 by default
-  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], "6000");
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(6000 + copies))));
   EXPECT_EQ(env["COLOADER_NAME"], ProducerName(set, 0));
 }
 
@@ -202,8 +205,15 @@ TEST(Planner, EveryJobRunsUnderTheLimitItWasPlannedWith) {
   const Placement p = *placed;
   EXPECT_EQ(shared.ModeOf(p), Mode::kExclusive);  // alone, for now
   std::map<std::string, std::string> env = JobEnvironment(set, shared, p);
-  EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
-  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], "6000");
+  const double copies = set.pipelines[0].ConsumerMiB(0);
+  EXPECT_DOUBLE_EQ(shared.MemoryLimitMiB(p), 6000 + copies);
+  EXPECT_DOUBLE_EQ(shared.MpsLimitMiB(p), 6000 + copies + set.pipelines[0].RingMiB());  // it maps the ring
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(6000 + copies))));
+  PlannerOptions own = Opts(Policy::kSharingAware, false);  // its own loader: no ring to map
+  Planner alone_loader(own, Gpus(1), &set);
+  std::optional<Placement> r = alone_loader.TryPlace(0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(JobEnvironment(set, alone_loader, *r)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=6000M");
   EXPECT_EQ(env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), 0u);
   Planner fifo(Opts(Policy::kFifoExclusive), Gpus(1), &set);
   placed = fifo.TryPlace(0);
@@ -413,35 +423,43 @@ constexpr const char* kGatherJobs = R"({
       {"name": "b96", "pipeline": "in", "batch_size": 96, "memory_mib": 2774, "sm_activity": 0.2},
       {"name": "unstated", "pipeline": "in", "memory_mib": 1000, "sm_activity": 0.1}]})";
 
-TEST(Planner, AGatheringConsumerHoldsItsDeviceBuffersInItsReservationAndMpsLimit) {
+TEST(Planner, AConsumerHoldsItsBatchCopiesInItsReservationAndMpsLimit) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
   Planner planner(Opts(Policy::kSharingAware), Gpus(1), &set);
   Plan plan = MakePlan(set, planner.gpus(), planner.options(), &planner);
   ASSERT_EQ(plan.placements.size(), 4u);
   std::map<std::string, Placement> by_name;
   for (const Placement& p : plan.placements) by_name[set.jobs[p.job].name] = p;
-  // Batch 96 of 128 straddles slots: two live buffers of 768 bytes of labels (96 x 8, 256-aligned)
-  // and 96 x 224 x 224 x 3 x 4 bytes of images.
-  const double gather = 2 * (768.0 + 96.0 * 224 * 224 * 3 * 4) / (1 << 20);
-  EXPECT_NEAR(gather, 110.25, 0.01);
-  const Placement& b96 = by_name["b96"];
-  EXPECT_DOUBLE_EQ(b96.client_mib, gather);
-  EXPECT_DOUBLE_EQ(b96.reserved_mib, 2774 + gather);
-  EXPECT_EQ(planner.ModeOf(b96), Mode::kMps);
-  EXPECT_EQ(JobEnvironment(set, planner, b96)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=2885M");
-  // Batches that divide the producer's (or are its own, or unstated) are views into one slot.
-  for (const char* name : {"b128", "b64", "unstated"}) {
-    EXPECT_EQ(by_name[name].client_mib, 0) << name;
-    EXPECT_DOUBLE_EQ(by_name[name].reserved_mib, set.jobs[by_name[name].job].memory_mib) << name;
+  // Every batch is copied out of the ring (gathered when it straddles slots): two live buffers
+  // of labels (8 bytes each, 256-aligned) and B x 224 x 224 x 3 x 4 bytes of images. Unstated:
+  // the producer's 128.
+  const auto copies = [](double b) { return 2 * (std::ceil(b * 8 / 256) * 256 + b * 224 * 224 * 3 * 4) / (1 << 20); };
+  EXPECT_NEAR(copies(96), 110.25, 0.01);
+  const double ring = set.pipelines[0].RingMiB();
+  EXPECT_NEAR(ring, 441, 1);
+  double reserved = 0;
+  for (const auto& [name, b] : std::vector<std::pair<std::string, double>>{{"b128", 128}, {"b64", 64}, {"b96", 96},
+                                                                           {"unstated", 128}}) {
+    const Placement& p = by_name[name];
+    const double estimate = set.jobs[p.job].memory_mib;
+    EXPECT_DOUBLE_EQ(p.client_mib, copies(b)) << name;
+    EXPECT_DOUBLE_EQ(p.reserved_mib, estimate + copies(b)) << name;
+    reserved += p.reserved_mib;
+    // MPS's limit also holds the producer's ring, which it charges to every client that maps it;
+    // the job's own figure does not.
+    std::map<std::string, std::string> env = JobEnvironment(set, planner, p);
+    EXPECT_EQ(env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"],
+              "0=" + std::to_string(static_cast<long long>(std::ceil(estimate + copies(b) + ring))) + "M") << name;
+    EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(estimate + copies(b)))))
+        << name;
   }
-  EXPECT_EQ(JobEnvironment(set, planner, by_name["b64"])["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=3496M");
-  // The GPU's packing counts it.
-  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, 6113 + 3496 + 2774 + 1000 + gather + set.pipelines[0].DeviceMiB());
+  // The GPU's packing counts them, and the ring once.
+  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, reserved + set.pipelines[0].DeviceMiB());
   // And the plan shows it.
   EXPECT_NE(PlanJson(set, planner, plan).find("\"client_mib\":"), std::string::npos);
   EXPECT_NE(PlanTable(set, planner, plan).find("client"), std::string::npos);
-  planner.Release(b96.job);
-  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, 6113 + 3496 + 1000 + set.pipelines[0].DeviceMiB());
+  planner.Release(by_name["b96"].job);
+  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, reserved - 2774 - copies(96) + set.pipelines[0].DeviceMiB());
 }
 
 TEST(Planner, NoGatherTermOffTheDevicePath) {
