@@ -415,7 +415,7 @@ TEST(JobsFile, AMigProfileWhoseNameDoesNotSayItsSlicesMustStateThem) {
 
 // The launch check's group (examples/jobs_gpu.json): ResNet-18 jobs of batch 128, 64 and 96
 // reading one producer of 128 x 224^2 x 3 float32 samples on the device path.
-constexpr const char* kGatherJobs = R"({
+constexpr const char* kConsumerJobs = R"({
     "pipelines": {"in": {"data": "/d/in", "image_size": 224, "output": "float32", "producer_batch": 128}},
     "jobs": [
       {"name": "b128", "pipeline": "in", "batch_size": 128, "memory_mib": 6113, "sm_activity": 0.25},
@@ -424,7 +424,7 @@ constexpr const char* kGatherJobs = R"({
       {"name": "unstated", "pipeline": "in", "memory_mib": 1000, "sm_activity": 0.1}]})";
 
 TEST(Planner, AConsumerHoldsItsBatchCopiesInItsReservationAndMpsLimit) {
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kConsumerJobs));
   Planner planner(Opts(Policy::kSharingAware), Gpus(1), &set);
   Plan plan = MakePlan(set, planner.gpus(), planner.options(), &planner);
   ASSERT_EQ(plan.placements.size(), 4u);
@@ -462,11 +462,11 @@ TEST(Planner, AConsumerHoldsItsBatchCopiesInItsReservationAndMpsLimit) {
   EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib, reserved - 2774 - copies(96) + set.pipelines[0].DeviceMiB());
 }
 
-TEST(Planner, NoGatherTermOffTheDevicePath) {
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+TEST(Planner, NoConsumerTermOffTheDevicePath) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kConsumerJobs));
   const int b96 = 2;
   ASSERT_EQ(set.jobs[b96].name, "b96");
-  // Host-memory ring (no CUDA): the gather is a host buffer.
+  // Host-memory ring (no CUDA): the copies are host buffers.
   PlannerOptions host = Opts(Policy::kSharingAware);
   host.host_path = true;
   Planner on_host(host, Gpus(1), &set);
@@ -489,10 +489,10 @@ TEST(Planner, NoGatherTermOffTheDevicePath) {
   EXPECT_EQ(p->client_mib, 0);
 }
 
-TEST(Planner, TheGatherTermCanKeepAJobOffAFullGpu) {
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kGatherJobs));
+TEST(Planner, TheConsumerTermCanKeepAJobOffAFullGpu) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kConsumerJobs));
   const double ring = set.pipelines[0].DeviceMiB();
-  // Room for b96's estimate and the ring, but not for its gather buffers too.
+  // Room for b96's estimate and the ring, but not for its batch copies too.
   Planner tight(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 100), &set);
   EXPECT_FALSE(tight.TryPlace(2));
   Planner roomy(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 111), &set);
