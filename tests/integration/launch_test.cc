@@ -148,12 +148,17 @@ TEST_F(LaunchTest, FinishedJobsLeaveNoOpenPidfdsAndNoChildren) {
   const std::string dir = tmp_.path() + "/fds";
   std::filesystem::create_directories(dir);
   const std::string orphan = tmp_.path() + "/orphan.pid";
-  std::vector<std::string> jobs = {
-      ShellJob("j0", "sleep 300 & echo $! > " + orphan + "; ls /proc/$PPID/fd | wc -l > " + dir + "/j0", 9000)};
+  // Each job counts the launcher's fds once the launcher holds the pidfd it watches this job
+  // through (a pidfd's fdinfo names its pid): counted earlier, the first job could race the
+  // launcher's pidfd_open and see one fd fewer than the last.
+  // (No double quotes or backslashes: the script goes into the jobs file's JSON as it is.)
+  const std::string count = "for i in $(seq 1000); do grep -qsxE 'Pid:[[:space:]]+'$$ /proc/$PPID/fdinfo/* && break; "
+                            "sleep 0.01; done; ls /proc/$PPID/fd | wc -l > " + dir + "/";
+  std::vector<std::string> jobs = {ShellJob("j0", "sleep 300 & echo $! > " + orphan + "; " + count + "j0", 9000)};
   const int kJobs = 8;
   for (int i = 1; i < kJobs; ++i) {
     const std::string name = "j" + std::to_string(i);
-    jobs.push_back(ShellJob(name, "ls /proc/$PPID/fd | wc -l > " + dir + "/" + name, 9000));
+    jobs.push_back(ShellJob(name, count + name, 9000));
   }
   Child launch(Coloader({"launch", WriteJobs(jobs), "--json", "--run-dir", tmp_.path() + "/run", "--policy",
                          "fifo-exclusive"}));
