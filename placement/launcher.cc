@@ -398,7 +398,7 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
     run.oom = true;
     ++rep.ooms;
     ++summary_.ooms;
-    if (planner_.Recover(j, rep.ooms, &set_.jobs[j].memory_mib)) {
+    if (planner_.Recover(j, rep.ooms, run.mode, &set_.jobs[j].memory_mib)) {
       if (planner_.RunsAlone(j)) {
         Log("job %s ran out of GPU memory (exit %d); requeued to run alone", job.name.c_str(), exit_code);
       } else {
@@ -409,7 +409,9 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
     } else {
       MarkFailed(j, exit_code);
       Log("job %s ran out of GPU memory (exit %d) %s; not retried", job.name.c_str(), exit_code,
-          rep.ooms > opts_.planner.recovery.max_ooms ? "more than --max-ooms times" : "and no GPU here can hold it");
+          rep.ooms > opts_.planner.recovery.max_ooms ? "more than --max-ooms times"
+          : run.mode == Mode::kExclusive           ? "with a GPU of its own"
+                                                   : "and no GPU here can hold it");
     }
   } else {
     MarkFailed(j, exit_code);
@@ -577,7 +579,7 @@ std::string LaunchSummaryText(const LaunchSummary& s) {
     out += line;
   }
   std::snprintf(line, sizeof(line),
-                "\n%d job(s) done, %d failed, %d OOM requeue(s)%s; %d producer(s); %.1f s wall\n"
+                "\n%d job(s) done, %d failed, %d OOM(s)%s; %d producer(s); %.1f s wall\n"
                 "loading CPU: producers used %.1f core-seconds; per-job loaders would use %.1f "
                 "(each job's loader_cores x its runtime)\nlogs: %s\n",
                 s.done, s.failed, s.ooms, s.stopped ? ", stopped by a signal" : "", s.producers_started, s.wall_s,

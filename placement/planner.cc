@@ -308,10 +308,10 @@ bool Planner::SmAdmits(int j, int g) const {
 
 bool Planner::HoldsTheQueue(int j) const { return opts_.policy == Policy::kFifoExclusive || RunsAlone(j); }
 
-bool Planner::Recover(int j, int ooms, double* estimate_mib) {
+bool Planner::Recover(int j, int ooms, Mode mode, double* estimate_mib) {
   if (ooms > opts_.recovery.max_ooms) return false;
+  if (mode == Mode::kExclusive) return false;  // it had a GPU of its own: no restart can help
   if (opts_.recovery.rule == Recovery::kAlone) {
-    if (RunsAlone(j)) return false;  // out of memory with a whole GPU: no restart can help
     alone_.insert(j);
     if (FitsEmpty(j)) return true;
     alone_.erase(j);  // no whole GPU here (MIG only, or too small): grow instead

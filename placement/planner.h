@@ -5,7 +5,8 @@
 //
 // What it respects (the collocation studies this project builds on, see docs/PLACEMENT.md):
 // the memory of everything on a GPU must fit; under the sharing-aware policy the combined SM
-// activity of collocated jobs stays at or below sm_limit (~80%); CPU cores for loading are a
+// activity of collocated jobs stays within sm_limit (by default the collocation model's
+// saturation point); CPU cores for loading are a
 // packed resource like memory. With data sharing, jobs of one pipeline share one producer:
 // its ring is counted once per GPU it lives on, its CPU cores once; while the producer runs,
 // its jobs are kept on its GPU (zero-copy under MPS). Jobs that need isolation get a MIG
@@ -145,11 +146,12 @@ class Planner {
   // an empty GPU).
   bool HoldsTheQueue(int j) const;
 
-  // Job j (released) ran out of memory, its `ooms`-th time: applies the recovery rule and says
-  // whether it is to be queued again; false when it has failed (more than max_ooms, or no GPU
-  // here can hold it any more). kGrow raises `*estimate_mib`, the job's estimate in the JobSet
-  // this planner reads.
-  bool Recover(int j, int ooms, double* estimate_mib);
+  // Job j (released) ran out of memory, its `ooms`-th time, in an attempt placed in `mode`:
+  // applies the recovery rule and says whether it is to be queued again; false when it has
+  // failed (more than max_ooms; out of memory with a GPU of its own, where no restart can help;
+  // or no GPU here can hold it any more). kGrow raises `*estimate_mib`, the job's estimate in
+  // the JobSet this planner reads.
+  bool Recover(int j, int ooms, Mode mode, double* estimate_mib);
   bool RunsAlone(int j) const { return alone_.count(j) > 0; }
   // The device memory job j may use where it is placed; past it, it gets an out-of-memory error
   // while its neighbours run on: a shared (or shareable) GPU's MPS pinned-memory limit, its

@@ -196,7 +196,7 @@ class Simulation {
       if (sj.will_oom) {
         ++r_.ooms;
         sj.will_oom = false;
-        if (planner_.Recover(j, ++sj.ooms, &set_.jobs[j].memory_mib)) {
+        if (planner_.Recover(j, ++sj.ooms, run.mode, &set_.jobs[j].memory_mib)) {
           sj.state = State::kQueued;
           queue_.push_back(j);
         } else {
@@ -227,7 +227,7 @@ class Simulation {
     int busy_gpus = 0;
     for (size_t g = 0; g < gpus_.size(); ++g) {
       r_.speedup.push_back(CollocationSpeedup(alone_s_[g], busy_s_[g]));
-      if (busy_s_[g] > 0) {
+      if (alone_s_[g] > 0) {  // as launch: GPUs where a job finished
         r_.mean_speedup += r_.speedup.back();
         ++busy_gpus;
       }

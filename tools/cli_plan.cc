@@ -185,7 +185,7 @@ int LaunchCommand(const std::vector<std::string>& args) {
   bool mps = false, no_mps = false, host_path = false, quiet = false;
   Command cmd("launch", kLaunchSynopsis,
               "Run a plan: the MPS daemon, one producer per shared pipeline, the jobs; a job that runs out of GPU "
-              "memory is restarted with a larger estimate (docs/PLACEMENT.md).");
+              "memory recovers by --recovery (docs/PLACEMENT.md).");
   pf.Add(&cmd, &lo.planner);
   CLI::Option* with_mps = cmd.Add("--mps", &mps, "run an MPS control daemon (default: where NVML sees GPUs)");
   cmd.Add("--no-mps", &no_mps, "no MPS daemon")->excludes(with_mps);

@@ -64,6 +64,8 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
       {{"plan", "/nonexistent/jobs.json", "--sm-limit", "nan"}, "--sm-limit: expects auto or a number in [0.05, 4], got nan"},
       {{"plan", "/nonexistent/jobs.json", "--sm-limit", "9"}, "--sm-limit: expects auto or a number in [0.05, 4], got 9"},
       {{"plan", "/nonexistent/jobs.json", "--policy", "random"}, "--policy: random not in"},
+      {{"simulate", "--trace", "/nonexistent/t.json", "--recovery", "retry"}, "--recovery: retry not in"},
+      {{"launch", "/nonexistent/jobs.json", "--max-ooms", "101"}, "--max-ooms expects an integer in [0, 100], got 101"},
       {{"plan", "--json"}, "the jobs file (JSON or YAML) is required"},
       {{"launch", "/nonexistent/jobs.json", "--mps", "--no-mps"}, "--mps excludes --no-mps"},
       {{"simulate", "--trace", "/nonexistent/t.json", "--sharing", "maybe"}, "--sharing: maybe not in {both,on,off}"},

@@ -233,7 +233,7 @@ TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {
   Planner alone(o, Gpus(1), &set);
   ASSERT_TRUE(alone.TryPlace(0).has_value());
   double estimate = 6000;
-  EXPECT_TRUE(alone.Recover(1, 1, &estimate));
+  EXPECT_TRUE(alone.Recover(1, 1, Mode::kMps, &estimate));
   EXPECT_DOUBLE_EQ(estimate, 6000);
   EXPECT_TRUE(alone.RunsAlone(1));
   EXPECT_EQ(alone.QueueOrder({0, 1}), (std::vector<int>{1, 0}));  // the recovery queue first
@@ -244,14 +244,16 @@ TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->mode, Mode::kExclusive);
   EXPECT_FALSE(alone.TryPlace(0).has_value());  // nothing joins it
-  EXPECT_FALSE(alone.Recover(1, 2, &estimate));  // out of memory with a whole GPU: failed
+  EXPECT_FALSE(alone.Recover(1, 2, Mode::kExclusive, &estimate));  // out of memory with a whole GPU: failed
   o.recovery = OomRecovery{Recovery::kGrow, 2, 1.5};
   Planner grow(o, Gpus(1), &set);
-  EXPECT_TRUE(grow.Recover(1, 1, &set.jobs[1].memory_mib));
+  EXPECT_FALSE(grow.Recover(1, 1, Mode::kExclusive, &set.jobs[1].memory_mib));  // had a GPU of its own
+  EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 6000);
+  EXPECT_TRUE(grow.Recover(1, 1, Mode::kMps, &set.jobs[1].memory_mib));
   EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 9000);
   EXPECT_FALSE(grow.RunsAlone(1));
-  EXPECT_TRUE(grow.Recover(1, 2, &set.jobs[1].memory_mib));
-  EXPECT_FALSE(grow.Recover(1, 3, &set.jobs[1].memory_mib));  // past max_ooms
+  EXPECT_TRUE(grow.Recover(1, 2, Mode::kMps, &set.jobs[1].memory_mib));
+  EXPECT_FALSE(grow.Recover(1, 3, Mode::kMps, &set.jobs[1].memory_mib));  // past max_ooms
 }
 
 TEST(Planner, MemoryMustFitWithTheRing) {

@@ -79,11 +79,13 @@ TEST(Simulator, CollocationBeatsExclusiveForLightJobs) {
 }
 
 TEST(Simulator, TheJobOverItsLimitIsTheOneThatRunsOutOfMemoryThenRunsAlone) {
-  // As under launch's MPS limits: j0 (18,000 estimated, 19,000 real) fails at its limit though
+  // As under launch's MPS limits: j0 (18,000 estimated, 19,500 real) fails at its limit though
   // the GPU has room; j1, placed beside it later and within its estimate, runs on. j0 then
   // waits in the recovery queue for a GPU of its own and runs there without a limit but the
   // GPU's.
-  JobSet set = Trace({{18000, 19000, 0.2, 500, 0}, {18000, 18000, 0.2, 500, 10}});
+  // Together they really use 40,500 MiB of 40,000: a model that blames by the GPU's total would
+  // fail j1, the newcomer.
+  JobSet set = Trace({{18000, 19500, 0.2, 500, 0}, {21000, 21000, 0.2, 500, 10}});
   ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), Opts(Policy::kMostMemory, false)));
   EXPECT_EQ(r.ooms, 1);
   EXPECT_EQ(r.jobs_done, 2);
