@@ -131,6 +131,7 @@ class Launcher {
   void PruneReaped();
   void JobEnded(int j, int exit_code, bool signalled_by_us, double runtime_s);
   void StopProducerIfIdle(int pipeline);
+  void UnlockByStoppingProducers();
   void StopAll();
   std::map<std::string, std::string> BaseEnv() const;
   bool AllEnded() const;
@@ -433,6 +434,25 @@ void Launcher::StopProducerIfIdle(int pipeline) {
   }
 }
 
+// Jobs wait and none runs, so nothing will free room for them but the producers' locks: a
+// running producer keeps its jobs on its GPUs (Planner::LockProducer), and a job requeued after
+// an OOM may now fit only elsewhere. Stop the producers; once reaped they are unlocked, and the
+// next round places what waits wherever it fits, starting a producer there (or, if nothing fits,
+// fails it as the main loop does when nothing runs). On the host path there are no locks and
+// this never happens: a job that waits there while nothing runs is placed in the same round.
+void Launcher::UnlockByStoppingProducers() {
+  for (auto& p : procs_) {
+    if (p->pid > 0 && p->job >= 0) return;  // a job runs: it will free room when it ends
+  }
+  for (auto& [pipeline, proc] : producer_of_) {
+    if (proc->term_sent) continue;
+    Log("no job runs and %zu wait: stopping producer %s so that its jobs may go to other GPUs", queue_.size(),
+        ProducerName(set_, pipeline).c_str());
+    ::kill(proc->pid, SIGTERM);
+    proc->term_sent = true;
+  }
+}
+
 // Drops the processes already reaped (nothing points at them any more: producer_of_ forgets a
 // producer when it is reaped), so a long run with many attempts does not grow procs_.
 void Launcher::PruneReaped() {
@@ -508,6 +528,7 @@ Result<LaunchSummary> Launcher::Run() {
   while (st.ok() && !g_stop_signal) {
     st = PlaceRound();
     if (!st.ok()) break;
+    if (!queue_.empty()) UnlockByStoppingProducers();
     if (AllEnded() && std::all_of(procs_.begin(), procs_.end(), [](const auto& p) { return p->pid <= 0; })) break;
     std::vector<pollfd> fds;
     std::vector<Proc*> who;
