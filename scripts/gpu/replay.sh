@@ -2,26 +2,21 @@
 # On the GPU machine: the placement replay (scripts/gpu/replay.py): examples/replay_gpu.json
 # through `coloader launch` under MPS, fifo-exclusive (REPLAY_PHASE=fifo) or the default policy
 # with simulate's prediction beside it (REPLAY_PHASE=default, FIFO_SUMMARY=the fifo phase's
-# summary.json). Uses the binaries that scripts/gpu_bundle.sh packed into .device/ (or $BUNDLE)
-# and the package from python/; writes under $OUT/replay.
+# summary.json). Uses the binaries that scripts/gpu_bundle.sh packed into .device/
+# (scripts/gpu/env.sh) and the package from python/; writes under $OUT/replay.
 #   REPLAY_PHASE=fifo scripts/gpu.sh replay
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-here=$(pwd)
-bundle=${BUNDLE:-$here/.device}
-export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export COLOADER_BINARY=${COLOADER_BINARY:-$bundle/bin/coloader}
-export COLOADER_LIBRARY=${COLOADER_LIBRARY:-$bundle/lib/libcoloader_c.so}
-export COLOADER_PRODUCER_LIBRARY=${COLOADER_PRODUCER_LIBRARY:-$bundle/lib/libcoloader_producer_c.so}
-export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-out=${OUT:-$here/out}/replay
+source scripts/gpu/env.sh
+# The package from this checkout (with .device's binaries; the wheel's suites set their own).
+if [[ -z ${COLOADER_WHEEL_SITE:-} ]]; then export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"; fi
+out=$out/replay
 mkdir -p "$out"
 # The two datasets the jobs file's pipelines read.
 for spec in "/tmp/coloader-imagenet-like 6000 100" "/tmp/coloader-second 4000 50"; do
   read -r data images classes <<<"$spec"
   if [[ ! -d $data ]]; then
-    python3 scripts/make_dataset.py --source "$bundle/photos" --out "$data" --images "$images" --classes "$classes" \
+    python3 scripts/make_dataset.py --source "$here/.device/photos" --out "$data" --images "$images" --classes "$classes" \
       > "$out/make_dataset-$(basename "$data").log" 2>&1 || { echo "dataset generation failed: $out"; exit 1; }
   fi
 done
