@@ -269,7 +269,7 @@ std::enable_if_t<kIs<M, StatusReply>, bool> Fields(IO& io, M& m) {
          io.Field(m.epoch_samples) && io.Field(m.batches_published) && io.Field(m.samples_published) &&
          io.Field(m.batches_per_s) && io.Field(m.images_per_s) && io.Field(m.cpu_seconds) &&
          io.Field(m.uptime_seconds) && io.Field(m.num_slots) && io.Field(m.slots_in_use) && io.Field(m.bad_files) &&
-         io.Field(m.rejected_messages) && io.Field(m.dropped_clients);
+         io.Field(m.rejected_messages) && io.Field(m.dropped_clients) && io.Field(m.decode);
 }
 template <typename IO, typename M>
 std::enable_if_t<kIs<M, ConsumerStatus>, bool> Fields(IO& io, M& c) {

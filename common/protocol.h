@@ -41,7 +41,8 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // kGroupBroken). 4: every consumer attaches (Attach), End, Reclaim, ConsumerStatus's unread
 // and idle_ms, the PID namespace and start time of each side (Hello, Welcome). 5: a caller-fed
 // producer's schema (Welcome's fields and structure), the dtypes beyond the image pipeline's.
-inline constexpr uint16_t kProtocolVersion = 5;
+// 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines).
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -296,6 +297,8 @@ struct StatusReply {
   // batch not held, a second Hello or Attach, a producer's message, a flood of messages, or a
   // mailbox left to fill up. Leaving, exiting and heartbeat detaches are not counted.
   uint64_t dropped_clients = 0;
+  // With GPU decoding: what the CPU workers decode of each batch now, and why ("" without).
+  std::string decode;
   std::vector<ConsumerStatus> consumers;
 };
 const char* ProducerStateName(uint8_t state);

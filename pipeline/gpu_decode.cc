@@ -25,17 +25,17 @@ bool GpuDecodable(const JpegFrame& f) {
          uint64_t(f.width) * uint64_t(f.height) <= kMaxImagePixels;
 }
 
-Status GpuDecodeStage::Prepare(SampleTransform& cpu, const AugmentOptions& augment, std::vector<uint8_t> bytes,
-                               const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, GpuSample* out,
-                               void* host_dst) {
+Status GpuDecodeStage::Prepare(SampleTransform& cpu, std::vector<uint8_t> bytes, const std::string& path,
+                               uint64_t seed, uint64_t epoch, uint64_t index, GpuSample* out, void* host_dst) const {
   out->on_gpu = false;
   const std::optional<JpegFrame> frame = ScanJpegFrame(bytes.data(), bytes.size());
-  if (!frame || !GpuDecodable(*frame)) {
+  const bool progressive = frame && frame->sof == 0xC2;
+  if (!frame || !GpuDecodable(*frame) || (progressive && hardware())) {
     // The CPU path, unchanged: its decoder, its errors, its DCT scaling.
     return cpu.RunBytes(bytes.data(), bytes.size(), path, seed, epoch, index, host_dst);
   }
   SampleRng rng(seed, epoch, index);
-  out->box = SampleCrop(frame->width, frame->height, augment, rng);
+  out->box = SampleCrop(frame->width, frame->height, augment(), rng);
   out->width = frame->width;
   out->height = frame->height;
   out->bytes = std::move(bytes);
@@ -43,26 +43,26 @@ Status GpuDecodeStage::Prepare(SampleTransform& cpu, const AugmentOptions& augme
   return Status::OK();
 }
 
-Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const GpuDecodeRequest& r) {
-  using Stages = std::vector<std::unique_ptr<GpuDecodeStage>>;
+Result<GpuDecode> MakeGpuDecode(const GpuDecodeRequest& r) {
   const char* name = r.name.c_str();
-  if (r.mode == DecodeMode::kCpu) return Stages();
+  GpuDecode out;
+  if (r.mode == DecodeMode::kCpu) return out;
   if (r.devices.empty()) {
     if (r.mode == DecodeMode::kGpu)
       return Status::Invalid("--decode gpu decodes on the GPU of the ring: add --device cuda:N");
     LogLine("[coloader %s] decode: cpu (--decode auto: no --device)\n", name);
-    return Stages();
+    return out;
   }
   std::vector<int> decoders = r.devices;
   std::string why;
   if (r.mode == DecodeMode::kAuto) {
     if (r.stage.batch_size > kMaxGpuDecodeBatch) {
       LogLine("[coloader %s] decode: cpu (--decode auto: batches over %u samples)\n", name, kMaxGpuDecodeBatch);
-      return Stages();
+      return out;
     }
     if (!GpuDecodeStage::HardwareAvailable(r.devices[0], &why)) {
       LogLine("[coloader %s] decode: cpu (--decode auto: %s)\n", name, why.c_str());
-      return Stages();
+      return out;
     }
     decoders.erase(std::remove_if(decoders.begin() + 1, decoders.end(),
                                   [](int d) {
@@ -71,20 +71,26 @@ Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const G
                                   }),
                    decoders.end());
   }
-  Stages stages;
+  // auto: the workers take what the engines cannot, as demand requires; gpu: the engines alone.
+  out.share = r.cpu_share.value_or(r.mode == DecodeMode::kAuto ? CpuShare{} : CpuShare{false, 0});
+  const std::string split =
+      out.share.adaptive ? "the CPU workers decode a share of each batch that follows demand (--cpu-share auto)"
+      : out.share.fixed == 0 ? "the CPU workers decode only what the GPU cannot (--cpu-share 0)"
+                             : "the CPU workers decode " + CpuShareName(out.share) + " of each batch (--cpu-share)";
   for (int d : decoders) {
     GpuDecodeOptions g = r.stage;
     g.device = d;
     COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<GpuDecodeStage> stage, GpuDecodeStage::Make(g));
-    if (r.mode == DecodeMode::kAuto && stages.empty()) {
-      LogLine("[coloader %s] decode: gpu (%s; --decode auto found the %s)\n", name, stage->description().c_str(),
-              why.c_str());
+    if (r.mode == DecodeMode::kAuto && out.stages.empty()) {
+      LogLine("[coloader %s] decode: auto (%s; %s; --decode auto found the %s)\n", name, stage->description().c_str(),
+              split.c_str(), why.c_str());
     } else {
-      LogLine("[coloader %s] decode: gpu (%s)\n", name, stage->description().c_str());
+      LogLine("[coloader %s] decode: %s (%s; %s)\n", name, r.mode == DecodeMode::kAuto ? "auto" : "gpu",
+              stage->description().c_str(), split.c_str());
     }
-    stages.push_back(std::move(stage));
+    out.stages.push_back(std::move(stage));
   }
-  return stages;
+  return out;
 }
 
 }  // namespace coloader

@@ -1,17 +1,19 @@
-// `serve --decode gpu`: JPEG decode by nvJPEG and augmentation by a CUDA kernel, on the GPU
-// of the first --device ring, written into that ring's per-slot device staging (uint8 NHWC,
+// `serve --decode gpu|auto`: JPEG decode by nvJPEG and augmentation by a CUDA kernel, on the
+// GPU of the first --device ring, written into that ring's per-slot device staging (uint8 NHWC,
 // dense), from where DeviceRing::Upload normalises, casts and lays it out into the slot.
 //
 // Division of work, per batch:
-//  - workers (CPU threads, Prepare): read the file, route it. A complete 8-bit 3-component
-//    JPEG keeps its bytes and gets its crop box from the CPU path's own SampleCrop and
-//    SampleRng, so both paths crop the same box for the same seed. Anything else (PNG,
-//    grayscale, CMYK, an unterminated file, an implausible size) is decoded and augmented on
-//    the CPU into the host staging area, exactly as --decode cpu does, errors included.
+//  - workers (CPU threads): read the file. The batch's last samples, as many as the split
+//    gives the CPU (decode_split.h, --cpu-share), are decoded and augmented there exactly as
+//    --decode cpu does. The others are routed (Prepare): a complete 8-bit 3-component JPEG the
+//    engines can take keeps its bytes and gets its crop box from the CPU path's own SampleCrop
+//    and SampleRng, so both paths crop the same box for the same seed. Anything else (PNG,
+//    grayscale, CMYK, progressive where the GPU has JPEG engines, an unterminated file, an
+//    implausible size) is decoded on the worker too, errors included.
 //  - a GPU lane thread (Finish): nvJPEG's hardware backend on what nvjpegDecodeBatchedSupported
-//    accepts, then the GPU hybrid backend on the rest (progressive files, or a batch the
-//    hardware refused), then the CPU for what both refuse; one kernel crops, resizes and flips
-//    every sample; the CPU-decoded samples are copied up beside them.
+//    accepts, then the GPU hybrid backend on the rest (a batch the hardware refused, or every
+//    file on a GPU without engines), then the CPU for what both refuse; one kernel crops,
+//    resizes and flips every sample; the CPU-decoded samples are copied up beside them.
 //
 // libnvjpeg is loaded at run time (dlopen): one binary runs with or without it. No CUDA types
 // in this header.
@@ -26,6 +28,7 @@
 
 #include "common/status.h"
 #include "pipeline/augment.h"
+#include "pipeline/decode_split.h"
 #include "pipeline/jpeg_markers.h"
 
 namespace coloader {
@@ -84,20 +87,25 @@ class GpuDecodeStage {
 
   // On a worker thread, for the sample at `host_dst` (its uint8 NHWC place in the host
   // staging area): keeps `bytes` in `out` for the GPU, or runs `cpu` on them into host_dst.
-  static Status Prepare(SampleTransform& cpu, const AugmentOptions& augment, std::vector<uint8_t> bytes,
-                        const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, GpuSample* out,
-                        void* host_dst);
+  // Progressive JPEGs go to the CPU where this GPU has JPEG engines: they cannot take them, and
+  // the hybrid backend would decode them on the lane's thread while the engines wait.
+  Status Prepare(SampleTransform& cpu, std::vector<uint8_t> bytes, const std::string& path, uint64_t seed,
+                 uint64_t epoch, uint64_t index, GpuSample* out, void* host_dst) const;
 
   // On lane thread `lane`: decodes and augments the job's GPU samples into its slot's device
   // staging, copies the CPU ones up, each at its own position (a failed one takes its
-  // replacement's, as Pipeline::FillFailed does on the host), and waits for the GPU. Failures found here are added to job.failures; `host_staging` is the
-  // slot's uint8 NHWC host area, `paths` names each position's file for error messages.
+  // replacement's, as Pipeline::FillFailed does on the host), and waits for the GPU. Failures
+  // found here are added to job.failures, the samples the GPU decoded counted in
+  // job.gpu_decoded; `host_staging` is the slot's uint8 NHWC host area, `paths` names each
+  // position's file for error messages.
   Status Finish(int lane, BatchJob& job, uint8_t* host_staging, const std::vector<std::string>& paths,
                 SampleTransform& cpu, uint64_t seed);
 
   const uint8_t* device_staging(uint32_t slot) const;
   int device() const;
   int lanes() const;
+  bool hardware() const;  // the JPEG engines decode (else the hybrid backend)
+  const AugmentOptions& augment() const;
   GpuDecodeCounts counts() const;
   // "nvJPEG hardware backend on cuda:0" or "nvJPEG GPU hybrid backend on cuda:0".
   std::string description() const;
@@ -109,19 +117,29 @@ class GpuDecodeStage {
   std::unique_ptr<Impl> impl_;
 };
 
-// Which GPUs decode a producer's batches (serve --decode, --device, --gpu-lanes).
+// Which GPUs decode a producer's batches (serve --decode, --device, --gpu-lanes, --cpu-share).
 struct GpuDecodeRequest {
   std::string name;          // the producer's, for its log lines
   DecodeMode mode = DecodeMode::kAuto;
   std::vector<int> devices;  // the rings' devices, in order
   GpuDecodeOptions stage;    // every decoding GPU's stage, its `device` set per GPU
+  // What the CPU workers decode of each batch beside the GPU. Unset: the mode's own, a share
+  // that follows demand under auto, none under gpu.
+  std::optional<CpuShare> cpu_share;
 };
 
-// One stage per decoding GPU, or none for the CPU decoder, and a log line that says which
-// was chosen (and why, under auto: with devices the hardware engine decodes where there is
-// one, the CPU elsewhere). Each GPU decodes its share of the batches (Pipeline), so decode
-// capacity grows with the JPEG engines; under auto a device without an engine is left out of
-// decoding (its ring is still filled, peer to peer).
-Result<std::vector<std::unique_ptr<GpuDecodeStage>>> MakeGpuDecodeStages(const GpuDecodeRequest& r);
+// The GPU side of a producer's decoding: one stage per decoding GPU (none: the CPU decodes
+// everything) and the share of each batch the CPU workers take beside them.
+struct GpuDecode {
+  std::vector<std::unique_ptr<GpuDecodeStage>> stages;
+  CpuShare share;
+};
+
+// The stages and share for a request, and a log line that says what was chosen (and why, under
+// auto: with devices the hardware engine decodes where there is one, the CPU elsewhere). Each
+// GPU decodes its share of the batches (Pipeline), so decode capacity grows with the JPEG
+// engines; under auto a device without an engine is left out of decoding (its ring is still
+// filled, peer to peer).
+Result<GpuDecode> MakeGpuDecode(const GpuDecodeRequest& r);
 
 }  // namespace coloader

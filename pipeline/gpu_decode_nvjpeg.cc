@@ -485,6 +485,7 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
   for (uint32_t i = 0; i < n; ++i) cpu_count += !failed[i] && !job.gpu[i].on_gpu;
   r.n_hardware += routes.hw.size();
   r.n_hybrid += routes.hybrid.size();
+  job.gpu_decoded = static_cast<uint32_t>(routes.hw.size() + routes.hybrid.size());
   r.n_cpu += cpu_count;
 
   uint8_t* dst = r.staging.get() + job.slot * r.slot_bytes;
@@ -504,6 +505,8 @@ Status GpuDecodeStage::Finish(int lane_index, BatchJob& job, uint8_t* host_stagi
 const uint8_t* GpuDecodeStage::device_staging(uint32_t slot) const { return impl_->staging.get() + slot * impl_->slot_bytes; }
 int GpuDecodeStage::device() const { return impl_->opts.device; }
 int GpuDecodeStage::lanes() const { return static_cast<int>(impl_->lanes.size()); }
+bool GpuDecodeStage::hardware() const { return impl_->hardware; }
+const AugmentOptions& GpuDecodeStage::augment() const { return impl_->opts.augment; }
 GpuDecodeCounts GpuDecodeStage::counts() const {
   return {impl_->n_hardware.load(), impl_->n_hybrid.load(), impl_->n_cpu.load()};
 }

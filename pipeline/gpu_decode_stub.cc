@@ -28,6 +28,11 @@ Status GpuDecodeStage::Finish(int, BatchJob&, uint8_t*, const std::vector<std::s
 const uint8_t* GpuDecodeStage::device_staging(uint32_t) const { return nullptr; }
 int GpuDecodeStage::device() const { return -1; }
 int GpuDecodeStage::lanes() const { return 0; }
+bool GpuDecodeStage::hardware() const { return false; }
+const AugmentOptions& GpuDecodeStage::augment() const {
+  static const AugmentOptions none;
+  return none;
+}
 GpuDecodeCounts GpuDecodeStage::counts() const { return {}; }
 std::string GpuDecodeStage::description() const { return "none"; }
 

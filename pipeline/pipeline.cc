@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/log_line.h"
 #include "common/process.h"
 #include "pipeline/stage_times.h"
 
@@ -17,11 +18,19 @@ Pipeline::Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed,
 
 Result<std::unique_ptr<Pipeline>> Pipeline::Make(const Dataset* dataset, TransformOptions opts,
                                                  int workers, uint64_t seed, SlotTable layout,
-                                                 std::vector<std::unique_ptr<GpuDecodeStage>> gpu) {
+                                                 GpuDecode gpu) {
   if (workers < 1) return Status::Invalid("--workers must be at least 1, got " + std::to_string(workers));
   std::unique_ptr<Pipeline> p(new Pipeline(dataset, std::move(opts), seed, std::move(layout)));
-  p->gpu_ = std::move(gpu);
+  p->gpu_ = std::move(gpu.stages);
   p->gpu_jobs_.resize(p->gpu_.size());
+  for (const auto& stage : p->gpu_) {
+    DecodeSplit::Options so;
+    so.share = gpu.share;
+    so.workers = workers;
+    so.lanes = stage->lanes();
+    so.stages = static_cast<int>(p->gpu_.size());
+    p->split_.push_back(std::make_unique<DecodeSplit>(so));
+  }
   COLOADER_ASSIGN_OR_RETURN(p->events_, EventFd::Make());
   // A thread that cannot start ends the start with its reason; those started are joined by
   // the destructor.
@@ -51,6 +60,13 @@ Pipeline::~Pipeline() {
   gpu_cv_.notify_all();
   for (auto& t : threads_) t.join();
   for (auto& t : lanes_) t.join();
+  for (size_t s = 0; s < gpu_.size(); ++s) {
+    if (split_[s]->batches() == 0) continue;
+    LogLine("[coloader] decode split on cuda:%d: the CPU workers took %.1f%% of each batch on average over %llu "
+            "batches; at the end %s\n",
+            gpu_[s]->device(), 100.0 * split_[s]->mean_share(), static_cast<unsigned long long>(split_[s]->batches()),
+            split_[s]->Describe().c_str());
+  }
   gpu_.clear();  // their log lines and device memory go before the eventfd
   if (StageTimes::enabled()) std::fprintf(stderr, "%s", StageTimes::Report().c_str());
 }
@@ -64,6 +80,10 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
   if (!gpu_.empty()) {
     job->gpu.assign(n, GpuSample{});
     job->decoder = static_cast<uint32_t>(job->seq % gpu_.size());
+    job->cpu_from = n - split_[job->decoder]->CpuCount(n);  // the batch's last positions
+    job->gpu_decoded = 0;
+    job->cpu_ns = 0;
+    job->other_ns = 0;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,8 +133,10 @@ void Pipeline::WorkerLoop(int worker) {
     lbl_out[pos] = sample.label;
     Status st;
     uint8_t* dst = job->slot_base + layout_.data_offset + pos * sample_bytes;
+    const bool cpu_share = !gpu_.empty() && pos >= job->cpu_from;
+    const uint64_t start_ns = gpu_.empty() ? 0 : StageTimes::WallNs();
     try {
-      if (!gpu_.empty()) {
+      if (!gpu_.empty() && !cpu_share) {
         std::vector<uint8_t> bytes;
         {
           ScopedStage timer(Stage::kWorkerRead);
@@ -122,11 +144,12 @@ void Pipeline::WorkerLoop(int worker) {
         }
         if (st.ok()) {
           ScopedStage timer(Stage::kWorkerRoute);
-          st = GpuDecodeStage::Prepare(transform, opts_.augment, std::move(bytes), sample.where(), seed_, job->epoch,
-                                       static_cast<uint64_t>(index), &job->gpu[pos], dst);
+          st = gpu_[job->decoder]->Prepare(transform, std::move(bytes), sample.where(), seed_, job->epoch,
+                                           static_cast<uint64_t>(index), &job->gpu[pos], dst);
         }
       } else {
-        ScopedStage timer(Stage::kWorkerCpuTransform);
+        // --decode cpu, or this sample is of the CPU's share of a GPU batch: the same path.
+        ScopedStage timer(cpu_share ? Stage::kWorkerCpuShare : Stage::kWorkerCpuTransform);
         st = dataset_->Read(sample, &file_buf);
         if (st.ok())
           st = transform.RunBytes(file_buf.data(), file_buf.size(), sample.where(), seed_, job->epoch,
@@ -135,6 +158,7 @@ void Pipeline::WorkerLoop(int worker) {
     } catch (const std::exception& e) {  // a bad file must never end the producer
       st = Status::Invalid(sample.where() + ": " + e.what());
     }
+    if (!gpu_.empty()) (cpu_share ? job->cpu_ns : job->other_ns).fetch_add(StageTimes::WallNs() - start_ns);
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(job->failures_mu);
       job->failures.emplace_back(pos, st.message());
@@ -170,8 +194,10 @@ void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
   NameThisThread("cl-gpulane-" + std::to_string(gpu.device()) + "-" + std::to_string(lane));
   std::deque<BatchJob*>& queue = gpu_jobs_[stage];
   SampleTransform transform(opts_);  // for the files both GPU backends refuse
+  DecodeSplit& split = *split_[stage];
   for (;;) {
     BatchJob* job = nullptr;
+    const uint64_t wait_ns = StageTimes::WallNs();
     {
       ScopedStage idle(Stage::kLaneQueueWait, 0);
       std::unique_lock<std::mutex> lock(mu_);
@@ -180,6 +206,7 @@ void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
       job = queue.front();
       queue.pop_front();
     }
+    const uint64_t start_ns = StageTimes::WallNs();
     std::vector<std::string> paths(job->indices.size());
     for (size_t i = 0; i < paths.size(); ++i) paths[i] = (*dataset_)[static_cast<size_t>(job->indices[i])].where();
     Status st;
@@ -191,8 +218,35 @@ void Pipeline::GpuLaneLoop(uint32_t stage, int lane) {
     // The GPU itself failed (not a file): the producer stops with this error, whatever
     // --on-bad-file says, rather than publish a half-written batch.
     if (!st.ok()) job->fatal = Status::IOError("GPU decode on cuda:" + std::to_string(gpu.device()) + ": " + st.message());
+    // What the batch measured steers the next batches' split (before Complete hands the job on).
+    const uint32_t n = static_cast<uint32_t>(job->indices.size());
+    SplitMeasure m;
+    m.samples = n;
+    m.cpu = n - job->cpu_from;
+    m.engine = job->gpu_decoded;
+    m.lane_busy_s = static_cast<double>(StageTimes::WallNs() - start_ns) * 1e-9;
+    m.lane_idle_s = static_cast<double>(start_ns - wait_ns) * 1e-9;
+    m.cpu_s = static_cast<double>(job->cpu_ns.load()) * 1e-9;
+    m.other_s = static_cast<double>(job->other_ns.load()) * 1e-9;
+    if (st.ok()) split.Observe(m);
     Complete(job);
   }
+}
+
+std::vector<double> Pipeline::CpuShares() const {
+  std::vector<double> out;
+  for (const auto& s : split_) out.push_back(s->share());
+  return out;
+}
+
+std::string Pipeline::DecodeSplitSummary() const {
+  std::string out;
+  for (size_t s = 0; s < gpu_.size(); ++s) {
+    if (!out.empty()) out += "; ";
+    if (gpu_.size() > 1) out += "cuda:" + std::to_string(gpu_[s]->device()) + " ";
+    out += split_[s]->Describe();
+  }
+  return out;
 }
 
 std::optional<uint32_t> ReplacementFor(uint32_t i, const std::vector<bool>& failed) {

@@ -19,6 +19,7 @@
 #include "common/protocol.h"
 #include "common/unique_fd.h"
 #include "pipeline/dataset.h"
+#include "pipeline/decode_split.h"
 #include "pipeline/gpu_decode.h"
 #include "pipeline/transform.h"
 
@@ -39,6 +40,9 @@ struct BatchJob {
   std::vector<std::pair<uint32_t, std::string>> failures;  // (position in batch, reason)
   std::vector<GpuSample> gpu;  // with --decode gpu: what each position left for the GPU lane
   uint32_t decoder = 0;        // with --decode gpu: which GPU's stage decodes it (seq mod count)
+  uint32_t cpu_from = 0;       // with --decode gpu: positions from here on are the CPU's share
+  uint32_t gpu_decoded = 0;    // with --decode gpu: samples the GPU decoded (set by its lane)
+  std::atomic<uint64_t> cpu_ns{0}, other_ns{0};  // workers' wall time on the CPU's share, on the rest
   Status fatal;                // the GPU failed on this batch (not a file): the run stops
   uint32_t substitutions = 0;  // times none of its samples decoded and it went round again
 };
@@ -50,14 +54,15 @@ std::optional<uint32_t> ReplacementFor(uint32_t i, const std::vector<bool>& fail
 
 class Pipeline {
  public:
-  // `dataset` must outlive the pipeline. Starts `workers` threads. With `gpu` (--decode gpu,
-  // one stage per GPU that decodes) the workers read and route files, and one thread per lane
-  // of each stage finishes batches on its GPU: batch k goes to stage k mod gpu.size(), so
-  // every GPU's JPEG engines take an equal share. `layout` must then be the uint8 NHWC
-  // staging layout.
+  // `dataset` must outlive the pipeline. Starts `workers` threads. With GPU stages (--decode
+  // gpu or auto, one stage per GPU that decodes) the workers read and route files and decode
+  // the CPU's share of each batch (gpu.share, steered per stage by a DecodeSplit), and one
+  // thread per lane of each stage finishes batches on its GPU: batch k goes to stage k mod
+  // gpu.stages.size(), so every GPU's JPEG engines take an equal share. `layout` must then be
+  // the uint8 NHWC staging layout.
   static Result<std::unique_ptr<Pipeline>> Make(const Dataset* dataset, TransformOptions opts,
                                                 int workers, uint64_t seed, SlotTable layout,
-                                                std::vector<std::unique_ptr<GpuDecodeStage>> gpu = {});
+                                                GpuDecode gpu = {});
   ~Pipeline();  // stops and joins the workers
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -92,6 +97,12 @@ class Pipeline {
   }
   int DecodeDevice(const BatchJob& job) const { return gpu_.empty() ? -1 : gpu_[job.decoder]->device(); }
 
+  // With GPU stages: what the CPU workers decode of each batch now, per decoding GPU ("cpu 22%
+  // of each batch (...)"), for the progress line and `coloader status`; "" without.
+  std::string DecodeSplitSummary() const;
+  // The same as numbers: the CPU's share of the next batch, per decoding GPU.
+  std::vector<double> CpuShares() const;
+
  private:
   Pipeline(const Dataset* dataset, TransformOptions opts, uint64_t seed, SlotTable layout);
   void WorkerLoop(int worker);
@@ -113,6 +124,7 @@ class Pipeline {
   std::atomic<size_t> in_flight_{0};
   std::vector<std::thread> threads_;
   std::vector<std::unique_ptr<GpuDecodeStage>> gpu_;
+  std::vector<std::unique_ptr<DecodeSplit>> split_;  // per stage
   // Per stage: jobs with every sample routed, waiting for one of that stage's lanes.
   std::vector<std::deque<BatchJob*>> gpu_jobs_;
   std::condition_variable gpu_cv_;

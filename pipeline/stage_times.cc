@@ -28,6 +28,7 @@ const char* StageName(Stage s) {
     case Stage::kWorkerRead: return "worker.read";
     case Stage::kWorkerRoute: return "worker.route";
     case Stage::kWorkerCpuTransform: return "worker.cpu_transform";
+    case Stage::kWorkerCpuShare: return "worker.cpu_share";
     case Stage::kLaneQueueWait: return "lane.queue_wait";
     case Stage::kLaneRoute: return "lane.nvjpeg_route";
     case Stage::kLaneReserve: return "lane.reserve";

@@ -22,6 +22,7 @@ enum class Stage : int {
   kWorkerRead,         // read the whole file (--decode gpu)
   kWorkerRoute,        // JPEG frame scan, crop box, or the CPU decode for what the GPU refuses
   kWorkerCpuTransform, // --decode cpu: read + decode + augment of one image
+  kWorkerCpuShare,     // --decode gpu/auto: the same, for an image of the CPU's share of a batch
   // A GPU lane, per batch (images = the batch's GPU samples).
   kLaneQueueWait,      // waiting for a routed batch (idle, not work)
   kLaneRoute,          // nvJPEG header parse + batched-support check of every GPU sample

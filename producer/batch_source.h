@@ -59,6 +59,9 @@ class BatchSource {
   virtual int event_fd() const = 0;
   // Batches being filled by workers of its own (the run is over when none is).
   virtual size_t in_flight() const { return 0; }
+  // With GPU decoding: what the CPU workers decode of each batch now (Pipeline); "" without.
+  virtual std::string DecodeSplitSummary() const { return ""; }
+  virtual std::vector<double> CpuShares() const { return {}; }
 
   // A completed job with failed samples: how many samples the batch keeps once their places
   // are filled (Pipeline::FillFailed); a job that keeps none may be filled again (Resubmit:

@@ -28,9 +28,9 @@ Result<std::unique_ptr<DatasetSource>> DatasetSource::Open(const ProducerOptions
 }
 
 Status DatasetSource::Attach(const SourceRing& ring) {
-  COLOADER_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GpuDecodeStage>> stages, MakeGpuDecodeStages(ring.gpu));
+  COLOADER_ASSIGN_OR_RETURN(GpuDecode gpu, MakeGpuDecode(ring.gpu));
   COLOADER_ASSIGN_OR_RETURN(pipeline_, Pipeline::Make(&dataset_, ring.transform, opts_.dataset.workers, opts_.dataset.seed, ring.staging,
-                                                      std::move(stages)));
+                                                      std::move(gpu)));
   return Status::OK();
 }
 

@@ -35,6 +35,8 @@ class DatasetSource : public BatchSource {
   std::vector<std::unique_ptr<BatchJob>> TakeCompleted() override { return pipeline_->TakeCompleted(); }
   int event_fd() const override { return pipeline_->event_fd(); }
   size_t in_flight() const override { return pipeline_->in_flight(); }
+  std::string DecodeSplitSummary() const override { return pipeline_ ? pipeline_->DecodeSplitSummary() : ""; }
+  std::vector<double> CpuShares() const override { return pipeline_ ? pipeline_->CpuShares() : std::vector<double>{}; }
   uint32_t FillFailed(BatchJob& job) const override { return pipeline_->FillFailed(job); }
   bool Resubmit(std::unique_ptr<BatchJob>& job) override { return pipeline_->Resubmit(job); }
   const uint8_t* DeviceStaging(const BatchJob& job) const override { return pipeline_->DeviceStaging(job); }

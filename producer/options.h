@@ -34,6 +34,9 @@ struct DatasetOptions {
   bool crop_decode = true;  // JPEG: decode only the crop's region (TransformOptions::crop_decode)
   DecodeMode decode = DecodeMode::kCpu;  // gpu: nvJPEG + GPU augmentation, each device its share
   int gpu_lanes = 1;  // batches each decoding GPU works on at once (GpuDecodeOptions::lanes)
+  // With GPU decoding, what the CPU workers decode of each batch (DecodeSplit). Unset: the
+  // mode's own (auto: follows demand; gpu: only what the GPU cannot decode).
+  std::optional<CpuShare> cpu_share;
   OnBadFile on_bad_file = OnBadFile::kSkip;
   int rank = 0;       // the node shard: --rank of --world-size
   int world_size = 1;

@@ -197,6 +197,7 @@ Status Producer::Impl::Setup() {
   r.gpu.stage.batch_size = table.batch_size;
   r.gpu.stage.augment = to.augment;
   r.gpu.stage.lanes = opts.dataset.gpu_lanes;
+  r.gpu.cpu_share = opts.dataset.cpu_share;
   COLOADER_RETURN_NOT_OK(source->Attach(r));
   COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
   COLOADER_RETURN_NOT_OK(Bind());

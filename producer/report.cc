@@ -27,6 +27,7 @@ StatusReply Producer::Impl::MakeStatus() const {
   r.bad_files = bad_indices.size();
   r.rejected_messages = rejected_messages;
   r.dropped_clients = dropped_clients;
+  r.decode = source->DecodeSplitSummary();
   for (const auto& [identity, s] : sessions) {
     ConsumerStatus c;
     c.id = s.id;
@@ -74,14 +75,21 @@ void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
     auto oldest = ring.OldestHeldBy(s.id);
     if (oldest) slowest = std::max<uint64_t>(slowest, next_publish_seq - *oldest);
   }
+  // With GPU decoding, the CPU workers' share of each batch now (per decoding GPU).
+  std::string split;
+  for (double share : source->CpuShares()) {
+    char buf[16];
+    std::snprintf(buf, sizeof(buf), "%s%.0f%%", split.empty() ? " | cpu share " : "/", 100.0 * share);
+    split += buf;
+  }
   const double pct = epoch_samples() ? 100.0 * static_cast<double>(published_position) / static_cast<double>(epoch_samples()) : 0.0;
   std::fprintf(stderr,
                "%s[coloader %s] %s epoch %llu %5.1f%% | %6.1f batches/s %8.0f images/s | consumers %zu | "
-               "slowest lag %llu | slots %u/%u | bad files %zu%s",
+               "slowest lag %llu | slots %u/%u | bad files %zu%s%s",
                progress_tty && !final_line ? "\r" : "", opts.name.c_str(),
                started ? "" : "waiting for consumers |", static_cast<unsigned long long>(published_epoch), pct,
                rate_batches, rate_images, sessions.size(), static_cast<unsigned long long>(slowest),
-               ring.in_use(), ring.num_slots(), bad_indices.size(), progress_tty && !final_line ? "   " : "\n");
+               ring.in_use(), ring.num_slots(), bad_indices.size(), split.c_str(), progress_tty && !final_line ? "   " : "\n");
   std::fflush(stderr);
 }
 

@@ -97,7 +97,7 @@ constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [o
 // The flags that are not ProducerOptions fields as they are written.
 struct ServeFlags {
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
-              gpu_wait = "block", resume, resume_key;
+              gpu_wait = "block", cpu_share, resume, resume_key;
   bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
 };
 
@@ -131,6 +131,10 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--gpu-wait", &f.gpu_wait, "how threads wait for the GPU: block spares the CPU, spin is CUDA's default")
       ->check(CLI::IsMember({"block", "spin"}));
   cmd.Add("--gpu-lanes", &o.dataset.gpu_lanes, "batches each decoding GPU works on at once");
+  cmd.Add("--cpu-share", &f.cpu_share, "with GPU decoding, the share of each batch the CPU workers decode: auto "
+                                       "follows demand (--decode auto's default), a number in [0, 1] fixes it "
+                                       "(--decode gpu's default: 0)")
+      ->type_name("auto|SHARE");
   cmd.Add("--on-bad-file", &f.on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
       ->check(CLI::IsMember({"skip", "fail"}));
   cmd.Add("--min-consumers", &o.min_consumers, "start the first epoch when this many consumers are attached");
@@ -186,6 +190,12 @@ Status ApplyServeFlags(const ServeFlags& f, bool seed_given, ProducerOptions& o)
   if (o.name.empty()) return Status::Invalid("--name is required (consumers connect by it)");
   COLOADER_ASSIGN_OR_RETURN(o.dataset.augment, ParseAugmentMode(f.augment));
   COLOADER_ASSIGN_OR_RETURN(o.dataset.decode, ParseDecodeMode(f.decode));
+  if (!f.cpu_share.empty()) {
+    if (o.dataset.decode == DecodeMode::kCpu)
+      return Status::Invalid("--cpu-share splits each batch between a GPU's JPEG engines and the CPU workers: it "
+                             "applies to --decode gpu or auto, not --decode cpu");
+    COLOADER_ASSIGN_OR_RETURN(o.dataset.cpu_share, ParseCpuShare(f.cpu_share));
+  }
   if (!f.resume_key.empty()) {
     return Status::Invalid("--resume-key " + f.resume_key + ": a torch checkpoint is read by the coloader command the "
                            "Python package installs (python -m coloader serve ...), which hands this binary the "

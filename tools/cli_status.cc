@@ -124,6 +124,7 @@ int StatusCommand(const std::vector<std::string>& args) {
         .Field("bad_files", r->bad_files)
         .Field("rejected_messages", r->rejected_messages)
         .Field("dropped_clients", r->dropped_clients);
+    if (!r->decode.empty()) w.Field("decode", r->decode);
     w.BeginArray("consumers");
     for (const ConsumerStatus& c : r->consumers) {
       w.BeginObject()
@@ -159,6 +160,7 @@ int StatusCommand(const std::vector<std::string>& args) {
               r->cpu_seconds, r->uptime_seconds, r->slots_in_use, r->num_slots,
               static_cast<unsigned long long>(r->bad_files), static_cast<unsigned long long>(r->rejected_messages),
               static_cast<unsigned long long>(r->dropped_clients));
+  if (!r->decode.empty()) std::printf("  decode: %s\n", r->decode.c_str());
   std::printf("  %-4s %-8s %-6s %-10s %-10s %-5s %-5s %-6s %-8s %s\n", "id", "pid", "batch", "received", "acked",
               "held", "lag", "unread", "idle s", "path");
   for (const ConsumerStatus& c : r->consumers) {

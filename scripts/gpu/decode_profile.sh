@@ -222,7 +222,7 @@ PY
   for d in "$alone"/*/; do
     echo "### $(basename "$d")"
     echo '```'
-    grep -E "^\[stage\]|decode: gpu|decode gpu:|CPU [0-9.]+ s" "$d/serve.log"
+    grep -E "^\[stage\]|decode: (gpu|auto)|decode gpu:|decode split|CPU [0-9.]+ s" "$d/serve.log"
     echo '```'
   done
   echo

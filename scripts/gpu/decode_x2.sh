@@ -157,7 +157,7 @@ PY
   for d in "$alone"/*/; do
     echo "### $(basename "$d")"
     echo '```'
-    grep -E "^\[stage\] lane|decode: gpu|decode gpu:|CPU [0-9.]+ s" "$d/serve.log"
+    grep -E "^\[stage\] lane|decode: (gpu|auto)|decode gpu:|decode split|CPU [0-9.]+ s" "$d/serve.log"
     echo '```'
   done
   echo

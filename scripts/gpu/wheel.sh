@@ -122,7 +122,7 @@ PY
     wait "$producer" || rc=1
     # (One file per writer: the producer's offset would overwrite the Loader's lines.)
     cat "$slog.serve" >>"$slog" && rm "$slog.serve"
-    grep -E "decode: gpu|exact epoch|error|Error" "$slog" | head -5
+    grep -E "decode: (gpu|auto)|exact epoch|error|Error" "$slog" | head -5
     [[ $rc -eq 0 ]] || { status=1; echo "gpu_wheel: the clean-environment run with --decode $decode failed (see smoke.log)"; tail -20 "$slog"; }
     { echo "== --decode $decode"; cat "$slog"; } >>"$out/smoke.log" && rm "$slog"
   done

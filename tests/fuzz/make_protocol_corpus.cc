@@ -123,6 +123,7 @@ std::vector<std::pair<std::string, Message>> Samples() {
   busy.cpu_seconds = 1.25;
   busy.uptime_seconds = 6.5;
   busy.dropped_clients = 2;
+  busy.decode = "cpu 22% of each batch (--cpu-share auto: demand at 128% of the engines, cpu at most 48%)";
   busy.num_slots = 4;
   busy.slots_in_use = 2;
   busy.consumers.push_back({1, 100, 128, 50, 49, 1, 1, 0, "job-a", "", 0, 1, 0, 0, 12});

@@ -28,7 +28,7 @@ TEST(Cli, EverySubcommandHasHelp) {
   // What benchmarks/collocated.py and scripts/gpu_decode_profile.sh look for in serve's help.
   Child serve(Coloader({"serve", "--help"}));
   ASSERT_EQ(serve.Wait(), 0);
-  for (const char* flag : {"--decode", "--gpu-wait", "--device", "--output", "--tcp"}) {
+  for (const char* flag : {"--decode", "--cpu-share", "--gpu-wait", "--device", "--output", "--tcp"}) {
     EXPECT_NE(serve.Stdout().find(flag), std::string::npos) << flag;
   }
 }
@@ -77,6 +77,8 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
       {{"serve", "--data", "/d", "--name", "p", "--workers", "-1"}, "--workers: must be at least 0, got -1"},
       {{"serve", "--data", "/d", "--name", "p", "--spare-slots", "-2"}, "--spare-slots: must be at least -1, got -2"},
       {{"status", "--name", "p", "--timeout-ms", "0"}, "--timeout-ms: must be at least 1, got 0"},
+      {{"serve", "--data", "/d", "--name", "p", "--cpu-share", "1.5"}, "--cpu-share must be auto or a share of each batch between 0 and 1"},
+      {{"serve", "--data", "/d", "--name", "p", "--decode", "cpu", "--cpu-share", "0.3"}, "--cpu-share splits each batch between a GPU's JPEG engines and the CPU workers: it applies to --decode gpu or auto"},
   };
   for (const auto& [args, want] : cases) {
     Child c(Coloader(args));

@@ -277,8 +277,8 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 5) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 4894286047131341901ull) << "the wire format changed without a new kProtocolVersion (it is "
+  EXPECT_EQ(kProtocolVersion, 6) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 9733021253347302613ull) << "the wire format changed without a new kProtocolVersion (it is "
                             << kProtocolVersion << ")";
 }
 
