@@ -16,7 +16,7 @@ from collocated_probes import (GpuSampler, Group, ThreadStateSampler, all_stats,
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LOADERS = ["dataloader", "tensorsocket", "coloader", "coloader-pyfed"]
-GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin"]
+GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin", "coloader-auto"]
 ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode"] + GPU_DECODE
 COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg_img_s", "job_img_s_min",
            "job_img_s_median", "job_img_s_max", "cpu_core_s", "cpu_per_1k", "cpu_jobs_per_1k", "cpu_loading_per_1k",
@@ -44,6 +44,12 @@ PROFILES = {
                       setups=["synthetic", "coloader-gpudecode", "coloader", "dataloader"], repeats=3, window=4.0,
                       warmup=6, fairness=False, deadline=30 * 60, resnet50_ns=[1, 2, 4], fair_setups=[],
                       dl_spread=0),
+    # Issue 24: --decode auto (the engines and the CPU workers splitting each batch) beside
+    # gpu (the engines alone) and cpu, against the ceiling; run in shards like gpudecode's.
+    "split": dict(models=["resnet18", "resnet50"], ns=[1, 2, 4],
+                  setups=["synthetic", "coloader-auto", "coloader-gpudecode", "coloader", "dataloader"], repeats=3,
+                  window=4.0, warmup=6, fairness=False, deadline=30 * 60, resnet50_ns=[1, 2, 4], fair_setups=[],
+                  dl_spread=0),
 }
 
 
@@ -148,7 +154,7 @@ class Bench:
         name = f"cl{self.port}"
         w = workers or self.workers(setup, n)
         loader = {"dataloader": "torch", "tensorsocket": "tensorsocket", "coloader": "coloader",
-                  "coloader-gpudecode": "coloader", "coloader-gpudecode-spin": "coloader",
+                  "coloader-gpudecode": "coloader", "coloader-gpudecode-spin": "coloader", "coloader-auto": "coloader",
                   "coloader-pyfed": "coloader-host"}.get(setup, "synthetic")
         feed_common = ["--data", data, "--workers", str(w), "--consumers", str(n), "--batch-size", str(a.batch_size),
                        "--image-size", str(a.image_size)]
@@ -158,10 +164,12 @@ class Bench:
         elif setup == "coloader-pyfed":
             g.start("producer", [self.py, os.path.join(HERE, "collocated_feed.py"), "coloader", "--name", name]
                     + feed_common)
-        elif setup in ("coloader", "synthetic+decode") or "gpudecode" in setup:
+        elif setup in ("coloader", "synthetic+decode", "coloader-auto") or "gpudecode" in setup:
             # With --device, serve decodes on the GPU by default (--decode auto): the CPU setups say cpu.
             cpu_decode = ["--decode", "cpu"] if a.has_gpu_decode else []
-            flags = a.coloader_flags.split() + (a.gpu_decode_flags.split() if "gpudecode" in setup else cpu_decode)
+            decode = (a.gpu_decode_flags.split() if "gpudecode" in setup
+                      else ["--decode", "auto"] if setup == "coloader-auto" else cpu_decode)
+            flags = a.coloader_flags.split() + decode
             flags += ["--gpu-wait", "spin"] if setup.endswith("-spin") else []
             # A variant's serve environment (issue 16: e.g. the producer outside MPS).
             env = dict(a.serve_env, **({"COLOADER_STAGE_TIMES": "1"} if a.stage_times else {}))
@@ -366,7 +374,7 @@ def plan(args, setups, bench):
     first = args.models[0]
     pairs.sort(key=lambda mn: (0 if mn[0] == first and mn[1] in (4, 8) else 1 if mn[0] != first else 2,
                                args.models.index(mn[0]), rank.get(mn[1], 4), mn[1]))
-    main = [s for s in setups if s in LOADERS + ["synthetic", "coloader-gpudecode"]]
+    main = [s for s in setups if s in LOADERS + ["synthetic", "coloader-gpudecode", "coloader-auto"]]
     extra = [s for s in setups if s not in main]
     configs = []
     for r in range(args.repeats):

@@ -32,6 +32,7 @@ suites=(
   "ddp|.device|scripts/gpu/ddp.sh|two 2-rank DDP groups and a plain job on one --device cuda:0,cuda:1 producer (two GPUs)"
   "decode-profile|.device|scripts/gpu/decode_profile.sh|GPU decode alone and under training, lanes and MPS variants, against the targets"
   "decode-x2|.device|scripts/gpu/decode_x2.sh|GPU decode on one GPU against two, jobs per GPU (two GPUs)"
+  "split|.device|scripts/gpu/decode_split.sh|--decode auto (engines and CPU splitting each batch) beside gpu and cpu, ImageNet's format mix (SPLIT_MODELS, SPLIT_N, SPLIT_REPEATS)"
   "launch|.device|scripts/gpu/launch_check.sh|coloader launch of examples/jobs_gpu.json under MPS, memory against the plan's bounds"
   "replay|.device|scripts/gpu/replay.sh|examples/replay_gpu.json through launch under MPS (REPLAY_PHASE=fifo, then default with FIFO_SUMMARY) beside simulate's prediction"
 )

@@ -9,8 +9,17 @@ these are real photo content at ImageNet's typical size. Deterministic for a see
     scripts/make_dataset.py --out /tmp/imagenet-like --images 20000 --classes 1000
     scripts/make_dataset.py --out DIR --source photos/ --images 5000      # photos from elsewhere
     --with-oddities   add CMYK, grayscale and progressive JPEGs and a PNG named .JPEG
+    --imagenet-mix    make that share of the images such files (MIX below), so decoders meet
+                      them as often as in a real ImageFolder, not once
     --with-bad        add a truncated JPEG and a text file named .JPEG
 Needs only Pillow.
+
+MIX (--imagenet-mix; --mix KIND=SHARE,... changes it): ImageNet-1k's training set holds 22 CMYK
+JPEGs and one PNG behind a .JPEG name among 1,281,167 files (counted by the data-cleaning notes of
+Andersen, "Cleaning the Imagenet Dataset, collected notes", 2016, and by terryalanunlimited.com's
+survey, "Compression in the ImageNet Dataset"); those shares round to no file at all in a
+benchmark set, so each kind gets at least one. No count of its grayscale or progressive files was
+found: the 2% and 1% here are assumptions, chosen to be noticed, not measurements.
 """
 import argparse
 import glob
@@ -30,6 +39,8 @@ LO_KB, HI_KB = 60, 150
 MAX_TRIES = 6  # crops drawn per image until its JPEG size is in range
 
 _photos = []
+IMAGENET_MIX = {"cmyk": 22 / 1281167, "png": 1 / 1281167, "gray": 0.02, "progressive": 0.01}
+ODD_KINDS = ("cmyk", "png", "gray", "progressive")
 
 
 def load_sources(dirs):
@@ -68,7 +79,7 @@ def draw(rng, scale):
     return img
 
 
-def encode_in_range(img, rng):
+def encode_in_range(img, rng, **save):
     """(JPEG bytes, in range): the encoding closest to a random target in [LO_KB, HI_KB], found
     by binary search over the quality; in range is False when no quality lands there."""
     lo, hi, best = 40, 100, None
@@ -76,7 +87,7 @@ def encode_in_range(img, rng):
     while lo <= hi:
         q = (lo + hi) // 2
         buf = io.BytesIO()
-        img.save(buf, "JPEG", quality=q)
+        img.save(buf, "JPEG", quality=q, **save)
         data = buf.getvalue()
         if best is None or abs(len(data) - target) < abs(len(best) - target):
             best = data
@@ -87,14 +98,28 @@ def encode_in_range(img, rng):
     return best, LO_KB * 1024 <= len(best) <= HI_KB * 1024
 
 
+def encode_kind(img, rng, kind):
+    """The image as a file of `kind`: a baseline RGB JPEG, or one of the files real datasets
+    hold that a decoder must still turn into RGB (a JPEG engine takes none of them)."""
+    if kind == "png":
+        buf = io.BytesIO()
+        img.save(buf, "PNG")
+        return buf.getvalue(), True
+    if kind == "cmyk":
+        return encode_in_range(img.convert("CMYK"), rng)
+    if kind == "gray":
+        return encode_in_range(img.convert("L"), rng)
+    return encode_in_range(img, rng, progressive=(kind == "progressive"))
+
+
 def make_one(job):
-    index, out_path, seed = job
+    index, out_path, seed, kind = job
     rng = random.Random(seed * 1_000_003 + index)
     # A crop of a smooth patch (sky, water) can be too small at any quality, one of foliage
     # too large: those are drawn again, the crop scale pushed the way that fixes the size.
     lo_scale, hi_scale = 0.2, 0.6
     for _ in range(MAX_TRIES):
-        data, ok = encode_in_range(draw(rng, rng.uniform(lo_scale, hi_scale)), rng)
+        data, ok = encode_kind(draw(rng, rng.uniform(lo_scale, hi_scale)), rng, kind)
         if ok:
             break
         if len(data) < LO_KB * 1024:  # too little detail: a larger area, downsampled more
@@ -103,7 +128,39 @@ def make_one(job):
             lo_scale, hi_scale = max(0.05, lo_scale - 0.05), max(0.1, hi_scale - 0.1)
     with open(out_path, "wb") as f:
         f.write(data)
-    return len(data)
+    return len(data), kind
+
+
+def assign_kinds(images, mix, seed):
+    """Which images are of each odd kind: round(share x images), at least one of each kind
+    named, drawn without overlap by a seeded shuffle; the rest are baseline RGB JPEGs."""
+    kinds = ["rgb"] * images
+    order = list(range(images))
+    random.Random(seed * 7919 + 17).shuffle(order)
+    at = 0
+    for kind in ODD_KINDS:
+        if kind not in mix:
+            continue
+        count = max(1, round(mix[kind] * images))
+        for i in order[at:at + count]:
+            kinds[i] = kind
+        at += count
+    return kinds
+
+
+def parse_mix(text):
+    mix = {}
+    for item in text.split(","):
+        kind, _, share = item.partition("=")
+        if kind not in ODD_KINDS:
+            sys.exit(f"make_dataset: --mix: unknown kind {kind!r} (one of {', '.join(ODD_KINDS)})")
+        try:
+            mix[kind] = float(share)
+        except ValueError:
+            sys.exit(f"make_dataset: --mix: {kind}={share!r} is not a share")
+        if not 0 <= mix[kind] <= 1:
+            sys.exit(f"make_dataset: --mix: {kind}={share} is not between 0 and 1")
+    return mix
 
 
 def add_oddities(out, classes, rng):
@@ -141,7 +198,13 @@ def main():
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--with-oddities", action="store_true")
     ap.add_argument("--with-bad", action="store_true")
+    ap.add_argument("--imagenet-mix", action="store_true", help="CMYK, grayscale, progressive and PNG files in "
+                    "ImageNet's shares (see MIX above)")
+    ap.add_argument("--mix", help="KIND=SHARE,... (cmyk, png, gray, progressive): these shares instead")
     args = ap.parse_args()
+    mix = parse_mix(args.mix) if args.mix else IMAGENET_MIX if args.imagenet_mix else {}
+    if mix and sum(max(1, round(v * args.images)) for v in mix.values()) > args.images:
+        sys.exit(f"make_dataset: the mix's files ({mix}) outnumber --images {args.images}")
 
     sources = load_sources(args.source or DEFAULT_SOURCES)
     if not sources:
@@ -152,13 +215,16 @@ def main():
     classes = [f"n{c:08d}" for c in range(args.classes)]
     for c in classes:
         os.makedirs(os.path.join(args.out, c), exist_ok=True)
-    jobs = [(i, os.path.join(args.out, classes[i % args.classes], f"img_{i:07d}.JPEG"), args.seed)
+    kinds = assign_kinds(args.images, mix, args.seed)
+    jobs = [(i, os.path.join(args.out, classes[i % args.classes], f"img_{i:07d}.JPEG"), args.seed, kinds[i])
             for i in range(args.images)]
     sizes = []
+    made = {}
     start = time.monotonic()
     with multiprocessing.Pool(args.jobs, initializer=init_worker, initargs=(sources,)) as pool:
-        for n, size in enumerate(pool.imap_unordered(make_one, jobs, chunksize=16), 1):
+        for n, (size, kind) in enumerate(pool.imap_unordered(make_one, jobs, chunksize=16), 1):
             sizes.append(size)
+            made[kind] = made.get(kind, 0) + 1
             if n % 500 == 0 or n == len(jobs):
                 print(f"\rmake_dataset: {n}/{len(jobs)} images", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
@@ -172,7 +238,8 @@ def main():
     print(f"make_dataset: {len(sizes)} images in {args.classes} classes under {args.out} from {len(sources)} photos "
           f"in {elapsed:.1f} s with {args.jobs} processes; size mean {sum(kb) / len(kb):.0f} KB, min {kb[0]:.0f} KB, "
           f"median {kb[len(kb) // 2]:.0f} KB, max {kb[-1]:.0f} KB, {outside} outside {LO_KB}-{HI_KB} KB"
-          + (f"; plus {len(extra)} special files" if extra else ""))
+          + (f"; plus {len(extra)} special files" if extra else "")
+          + ("; of which " + ", ".join(f"{made.get(k, 0)} {k}" for k in ODD_KINDS if k in mix) if mix else ""))
 
 
 if __name__ == "__main__":
