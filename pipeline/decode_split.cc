@@ -51,13 +51,14 @@ uint32_t DecodeSplit::CpuCount(uint32_t n) const {
 }
 
 double DecodeSplit::BalanceShare() const {
-  // Batches go to the D decoding GPUs in turn and every worker serves them all. A split f of
-  // each batch takes the stage's L lanes (1 - f) n t_e / L per batch, and the workers
-  // ((1 - f) t_r + f t_c) n / W per batch of every stage's: equal at this f.
+  // Batches go to the D decoding GPUs in turn and every worker serves them all. At a split f the
+  // stage's L lanes finish L / ((1 - f) n t_e) batches a second, so the D stages together D
+  // times that; the W workers W / (((1 - f) t_r + f t_c) n). Equal at this f.
   if (!have_rates_ || cpu_s_ <= 0) return 1.0;  // no CPU rate measured yet: no cap
-  const double engines = double(o_.workers) * o_.stages * engine_s_ - double(o_.lanes) * other_s_;
+  const double lanes = double(o_.stages) * o_.lanes;
+  const double engines = double(o_.workers) * engine_s_ - lanes * other_s_;
   if (engines <= 0) return 0.0;  // the workers cannot even read what the engines decode
-  return std::clamp(engines / (engines + o_.lanes * cpu_s_), 0.0, 1.0);
+  return std::clamp(engines / (engines + lanes * cpu_s_), 0.0, 1.0);
 }
 
 void DecodeSplit::Observe(const SplitMeasure& m) {

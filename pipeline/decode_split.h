@@ -73,7 +73,8 @@ class DecodeSplit {
   void Observe(const SplitMeasure& m);
 
   double share() const;
-  // "cpu 22% of each batch (auto: engines busy 95%, cpu at most 48%)", or "cpu 25% (fixed)".
+  // "cpu 22% of each batch (--cpu-share auto: demand at 128% of the engines, cpu at most 48%)",
+  // or "cpu 25% of each batch (--cpu-share 0.25)".
   std::string Describe() const;
   // The mean share over every batch observed, and how many were observed.
   double mean_share() const;

@@ -79,7 +79,7 @@ for mode in auto gpu cpu; do
   d=$work/alone/$mode
   mkdir -p "$d"
   "$COLOADER_BINARY" serve --data "$data" --name "split-$mode" --batch-size 128 --epochs 3 "${serve_dev[@]}" \
-    --decode "$mode" --output float32 --workers "$(($(nproc) - 2))" --quiet 2>"$d/serve.log" &
+    --decode "$mode" --output float32 --workers "$(($(nproc) > 3 ? $(nproc) - 2 : 1))" --quiet 2>"$d/serve.log" &
   pid=$!
   timeout 90 "$COLOADER_BINARY" consume --name "split-$mode" "${consume_dev[@]}" --json >"$d/consume.json" 2>"$d/consume.log"
   (sleep 15; kill "$pid" 2>/dev/null) &
