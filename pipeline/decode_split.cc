@@ -54,7 +54,7 @@ double DecodeSplit::BalanceShare() const {
   // Batches go to the D decoding GPUs in turn and every worker serves them all. At a split f the
   // stage's L lanes finish L / ((1 - f) n t_e) batches a second, so the D stages together D
   // times that; the W workers W / (((1 - f) t_r + f t_c) n). Equal at this f.
-  if (!have_rates_ || cpu_s_ <= 0) return 1.0;  // no CPU rate measured yet: no cap
+  if (engine_s_ <= 0 || cpu_s_ <= 0) return 1.0;  // no rates measured yet: no cap
   const double lanes = double(o_.stages) * o_.lanes;
   const double engines = double(o_.workers) * engine_s_ - lanes * other_s_;
   if (engines <= 0) return 0.0;  // the workers cannot even read what the engines decode
@@ -75,7 +75,6 @@ void DecodeSplit::Observe(const SplitMeasure& m) {
   if (m.engine > 0) engine_s_ = Smooth(engine_s_, m.lane_busy_s / m.engine, engine_s_ <= 0);
   if (m.cpu > 0) cpu_s_ = Smooth(cpu_s_, m.cpu_s / m.cpu, cpu_s_ <= 0);
   if (m.samples > m.cpu) other_s_ = Smooth(other_s_, m.other_s / (m.samples - m.cpu), other_s_ <= 0);
-  have_rates_ = have_rates_ || m.engine > 0;
 
   // load_ is what the lanes' load would be with every sample on the engines: how far demand
   // reaches, in units of the engines' capacity. Not measurable from a batch the CPU took nearly
@@ -118,7 +117,7 @@ std::string DecodeSplit::Describe() const {
     return "cpu " + Percent(share_) + " of each batch (--cpu-share " + CpuShareName(o_.share) + ")";
   }
   std::string s = "cpu " + Percent(share_) + " of each batch (--cpu-share auto";
-  if (have_rates_) {
+  if (engine_s_ > 0) {
     s += ": demand at " + Percent(load_) + " of the engines";
     if (cpu_s_ > 0) {
       const double cap = BalanceShare();

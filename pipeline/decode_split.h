@@ -86,7 +86,6 @@ class DecodeSplit {
   const Options o_;
   mutable std::mutex mu_;
   double share_;
-  bool have_rates_ = false;
   double load_ = 0;        // the lanes' load, smoothed
   double engine_s_ = 0;    // lane seconds per engine sample (per lane), smoothed
   double cpu_s_ = 0;       // worker seconds per split sample, smoothed (0: none seen yet)

@@ -32,13 +32,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 root=$out
-budget=${PROFILE_BUDGET_S:-520}
-t0=$(date +%s)
-log=$root/profile.log
-: >"$log"
+suite_clock profile profile.log "${PROFILE_BUDGET_S:-520}"
 work=$(mktemp -d /tmp/gpudecode-profile.XXXXXX)
-say() { echo "[profile $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s] $*" | tee -a "$log"; }
-left() { echo $((budget - ($(date +%s) - t0))); }
 
 # The producer outside MPS: CUDA finds no daemon in this (empty) pipe directory and runs it as an
 # ordinary context, time-sliced with the MPS server, while the jobs stay MPS clients.

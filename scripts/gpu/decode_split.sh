@@ -22,13 +22,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 root=$out
-budget=${SPLIT_BUDGET_S:-540}
-t0=$(date +%s)
-log=$root/split.log
-: >"$log"
+suite_clock split split.log "${SPLIT_BUDGET_S:-540}"
 work=$(mktemp -d /tmp/decode-split.XXXXXX)
-say() { echo "[split $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s] $*" | tee -a "$log"; }
-left() { echo $((budget - ($(date +%s) - t0))); }
 on_gpu() { [[ ${SPLIT_DEVICE:-cuda} != cpu ]]; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$log"

@@ -23,14 +23,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
 root=$out
-budget=${X2_BUDGET_S:-480}
-t0=$(date +%s)
-log=$root/x2.log
-: >"$log"
+suite_clock x2 x2.log "${X2_BUDGET_S:-480}"
 work=$(mktemp -d /tmp/gpudecode-x2.XXXXXX)
 no_mps=$(mktemp -d /tmp/coloader-no-mps.XXXXXX)
-say() { echo "[x2 $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s] $*" | tee -a "$log"; }
-left() { echo $((budget - ($(date +%s) - t0))); }
 cpu=${PROFILE_DEVICE:-cuda}
 
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$log"

@@ -22,3 +22,15 @@ else
 fi
 export PYTHONUNBUFFERED=1
 export COLOADER_TEST_DATA="$here/.device/data" COLOADER_TEST_PHOTOS="$here/.device/photos"
+
+# A suite's clock and log: `suite_clock NAME LOG BUDGET_S` starts the clock, empties $out/LOG,
+# and gives say (a timestamped line to the terminal and the log) and left (seconds of the budget).
+suite_clock() {
+  suite_name=$1
+  log=$out/$2
+  budget=$3
+  t0=$(date +%s)
+  : >"$log"
+}
+say() { echo "[$suite_name $(date -u +%H:%M:%S) +$(($(date +%s) - t0))s] $*" | tee -a "$log"; }
+left() { echo $((budget - ($(date +%s) - t0))); }
