@@ -64,7 +64,8 @@ Result<double> IntegerIn(const JsonFields& f, const std::string& key, double fal
 Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) {
   if (!v.is_object()) return v.ErrorAt(where + " must be an object (data, augment, image_size, ...)");
   JsonFields f(v, where);
-  COLOADER_RETURN_NOT_OK(f.OnlyKnown({"data", "augment", "image_size", "output", "seed", "producer_batch", "window", "serve_args"}));
+  COLOADER_RETURN_NOT_OK(
+      f.OnlyKnown({"data", "augment", "image_size", "output", "seed", "producer_batch", "window", "serve_args", "decode"}));
   JobPipeline p;
   COLOADER_ASSIGN_OR_RETURN(p.data, f.String("data"));
   if (p.data.empty()) return f.Error("data", "must name a dataset (an ImageFolder directory or a file list)");
@@ -83,6 +84,16 @@ Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) 
   COLOADER_ASSIGN_OR_RETURN(double window, IntegerIn(f, "window", p.window, 1, 1024));
   p.window = static_cast<uint32_t>(window);
   COLOADER_ASSIGN_OR_RETURN(p.serve_args, f.StringList("serve_args", {}));
+  COLOADER_ASSIGN_OR_RETURN(p.decode, f.String("decode", p.decode));
+  if (p.decode != "cpu" && p.decode != "gpu" && p.decode != "auto")
+    return f.Error("decode", "must be cpu, gpu or auto (as coloader serve --decode), got \"" + p.decode + "\"");
+  // The planner places the producer by its decode (a MIG instance with a JPEG engine), so the
+  // flag must not also hide in serve_args, where a later --decode would win over the plan's.
+  for (const std::string& a : p.serve_args) {
+    if (a == "--decode" || a.rfind("--decode=", 0) == 0)
+      return f.Error("serve_args", "must not hold --decode: give it as the pipeline's \"decode\" (cpu, gpu or auto), "
+                                   "which the planner places the producer by");
+  }
   return p;
 }
 
@@ -125,6 +136,11 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   for (size_t i = 0; i < pipelines->size() && j.pipeline < 0; ++i) {
     if ((*pipelines)[i].Key() == key) j.pipeline = static_cast<int>(i);
   }
+  // One producer decodes one way: two spellings of a pipeline must not disagree on it.
+  if (j.pipeline >= 0 && (*pipelines)[j.pipeline].decode != p.decode)
+    return g.Error("pipeline", "decodes \"" + p.decode + "\", but an earlier job's pipeline with the same data, "
+                               "augment, image_size, output and seed decodes \"" + (*pipelines)[j.pipeline].decode +
+                               "\": they share one producer, so give them the same decode");
   if (j.pipeline < 0) {
     pipelines->push_back(p);
     j.pipeline = static_cast<int>(pipelines->size() - 1);
@@ -195,7 +211,7 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
         const std::string pw = w + ".mig_profiles[" + std::to_string(k) + "]";
         if (!profiles->items()[k].is_object()) return profiles->items()[k].ErrorAt(pw + " must be an object");
         JsonFields pf(profiles->items()[k], pw);
-        COLOADER_RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count", "compute_slices"}));
+        COLOADER_RETURN_NOT_OK(pf.OnlyKnown({"name", "memory_mib", "sms", "count", "compute_slices", "jpeg_engines"}));
         MigProfile m;
         COLOADER_ASSIGN_OR_RETURN(m.name, pf.String("name"));
         COLOADER_ASSIGN_OR_RETURN(m.memory_mib, pf.Number("memory_mib"));
@@ -206,6 +222,10 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
         m.sms = static_cast<int>(psms);
         m.count = static_cast<int>(count);
         m.compute_slices = static_cast<int>(slices);
+        if (pf.Has("jpeg_engines")) {
+          COLOADER_ASSIGN_OR_RETURN(double jpeg, IntegerIn(pf, "jpeg_engines", 0, 0, 64));
+          m.jpeg_engines = static_cast<int>(jpeg);
+        }
         if (ComputeSlicesOf(m) == 0)
           return pf.Error("compute_slices", "must be given: the name \"" + m.name +
                                                 "\" does not say them (NVIDIA's names do: 2g.10gb takes 2 of 7)");
@@ -280,6 +300,16 @@ double SmShareOf(const MigProfile& m, const Gpu& g) {
   return slices > 0 ? std::min(1.0, static_cast<double>(ComputeSlicesOf(m)) / slices) : 1.0;
 }
 
+int JpegEnginesOf(const MigProfile& m, const Gpu& g) {
+  if (m.jpeg_engines >= 0) return m.jpeg_engines;
+  if (m.name.find("+me") != std::string::npos) return 1;
+  if (m.name.find("-me") != std::string::npos) return 0;
+  const bool hopper = g.name.find("H100") != std::string::npos || g.name.find("H200") != std::string::npos ||
+                      g.name.find("H20") != std::string::npos;
+  if (hopper) return ComputeSlicesOf(m);
+  return ComputeSlicesOf(m) > 0 && ComputeSlicesOf(m) == ComputeSlicesOf(g) ? 1 : 0;
+}
+
 Result<JobSet> LoadJobSet(const std::string& path) {
   COLOADER_ASSIGN_OR_RETURN(JsonValue doc, ReadJsonOrYamlFile(path));
   return ParseJobSet(doc, path);
@@ -300,7 +330,21 @@ struct NvmlGpuInstanceProfileInfo {  // nvmlGpuInstanceProfileInfo_t (v1)
       encoderCount, jpegCount, ofaCount;
   unsigned long long memorySizeMB;
 };
-constexpr unsigned kNvmlGpuInstanceProfileCount = 15;  // NVML_GPU_INSTANCE_PROFILE_COUNT (upper bound we probe)
+constexpr unsigned kNvmlGpuInstanceProfileCount = 17;  // NVML_GPU_INSTANCE_PROFILE_COUNT (upper bound we probe)
+
+// What nvidia-smi appends to a profile's "Ng.Mgb" name for NVML's profile ids beside the plain
+// ones (nvml.h's NVML_GPU_INSTANCE_PROFILE_*): without it, 1g.5gb and 1g.5gb+me (REV1, media
+// extensions: the A100's only 1g instance with a JPEG engine) would share one name, which the
+// planner counts instances by.
+const char* NvmlProfileSuffix(unsigned id) {
+  switch (id) {
+    case 0x7: case 0x8: return "+me";            // *_SLICE_REV1
+    case 0xA: case 0xB: case 0xC: return "+gfx";  // *_SLICE_GFX
+    case 0xD: case 0xE: return "-me";            // *_SLICE_NO_ME
+    case 0xF: case 0x10: return "+me.all";       // *_SLICE_ALL_ME
+    default: return "";
+  }
+}
 
 // SMs by product name, for drivers that do not report it on a whole GPU (from NVIDIA's data sheets).
 int SmsByName(const std::string& name) {
@@ -362,11 +406,13 @@ Result<std::vector<Gpu>> GpusFromNvml() {
           NvmlGpuInstanceProfileInfo info{};
           if (profile_fn(dev, p, &info) != 0 || info.instanceCount == 0) continue;
           MigProfile mp;
-          mp.name = std::to_string(info.sliceCount) + "g." + std::to_string((info.memorySizeMB + 1023) / 1024) + "gb";
+          mp.name = std::to_string(info.sliceCount) + "g." + std::to_string((info.memorySizeMB + 1023) / 1024) + "gb" +
+                    NvmlProfileSuffix(p);
           mp.memory_mib = static_cast<double>(info.memorySizeMB);
           mp.sms = static_cast<int>(info.multiprocessorCount);
           mp.count = static_cast<int>(info.instanceCount);
           mp.compute_slices = static_cast<int>(info.sliceCount);
+          mp.jpeg_engines = static_cast<int>(info.jpegCount);
           g.mig_profiles.push_back(mp);
         }
       }

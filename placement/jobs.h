@@ -25,6 +25,11 @@ struct JobPipeline {
   uint32_t producer_batch = 256;
   uint32_t window = 4;
   std::vector<std::string> serve_args;  // more `coloader serve` flags
+  // Where its producer decodes JPEGs, as `coloader serve --decode`: cpu, gpu or auto (serve's
+  // default: the GPU's JPEG engines where its --device has them, else the CPU). The planner
+  // decides where a gpu or auto producer whose jobs read host memory (MIG) decodes: see
+  // Planner::DecodeOf.
+  std::string decode = "auto";
 
   std::string Key() const;
   // One sample as the producer lays it out in a slot: image_size^2 x 3 elements of the output type.
@@ -72,6 +77,7 @@ struct MigProfile {
   int sms = 0;
   int count = 0;  // how many instances of it the GPU can hold
   int compute_slices = 0;  // of the GPU's (ComputeSlicesOf); 0: the N of its "Ng.<memory>" name
+  int jpeg_engines = -1;   // hardware JPEG decoders (NVJPG) in one instance; -1: from its name (JpegEnginesOf)
 };
 
 struct Gpu {
@@ -93,6 +99,13 @@ int ComputeSlicesOf(const Gpu& g);
 // The share of GPU g's SMs that an instance of profile m holds: by SMs where both state them,
 // else by compute slices (an A100's 1g: 1/7).
 double SmShareOf(const MigProfile& m, const Gpu& g);
+// The JPEG engines of an instance of profile m on GPU g: stated (the file's jpeg_engines, NVML's
+// jpegCount), else from NVIDIA's MIG user guide by the names: a "+me" (media extensions) profile
+// has one, a "-me" profile none; on a Hopper GPU (H100, H200, H20) one per compute slice (its 7
+// NVJPGs are spread over the 7 slices); elsewhere (A100, A30, and GPUs we have no figures for) only
+// the instance of the whole GPU has the GPU's one, the other profiles none (an A100's 1g.5gb, 2g.10gb,
+// 3g.20gb: 0 JPEG). docs/PLACEMENT.md.
+int JpegEnginesOf(const MigProfile& m, const Gpu& g);
 
 struct JobSet {
   std::vector<JobPipeline> pipelines;

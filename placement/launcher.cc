@@ -222,14 +222,34 @@ Status Launcher::StartProducer(int pipeline) {
     argv.push_back("--device");
     argv.push_back(device);
   }
+  // Where it decodes is the plan's (Planner::DecodeOf): on its ring's GPUs, on a MIG instance of
+  // its own when its jobs read host memory, or --decode cpu (also where --decode gpu would fail
+  // for want of a --device).
+  const ProducerDecode decode = planner_.DecodeOf(pipeline);
+  argv.push_back("--decode");
+  argv.push_back(decode.decode);
+  std::string decodes_on;
+  if (!decode.mig_profile.empty()) {
+    // Like a job's instance (JobEnvironment): the GPU and the profile; the instance itself is not
+    // created here (docs/PLACEMENT.md, "Not done"). Its ring lives in the instance's memory,
+    // which the plan reserved; its consumers read host memory as before.
+    const int index = planner_.gpus()[decode.gpu].index;
+    env["CUDA_VISIBLE_DEVICES"] = std::to_string(index);
+    env["COLOADER_MIG_PROFILE"] = decode.mig_profile;
+    argv.push_back("--device");
+    argv.push_back("cuda:0");
+    decodes_on = ", decodes on GPU " + std::to_string(index) + " MIG " + decode.mig_profile;
+  } else if (decode.decode == "cpu" && pl.decode != "cpu") {
+    decodes_on = ", decodes on the CPU: " + decode.why;
+  }
   for (const auto& a : pl.serve_args) argv.push_back(a);
   COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
   p->pipeline = pipeline;
   Proc* raw = p.get();
   procs_.push_back(std::move(p));
   ++summary_.producers_started;
-  Log("producer %s started (pid %d, %s)", name.c_str(), raw->pid,
-      physical.empty() ? "host memory" : ("GPU " + Join(physical, ",")).c_str());
+  Log("producer %s started (pid %d, %s%s)", name.c_str(), raw->pid,
+      physical.empty() ? "host memory" : ("GPU " + Join(physical, ",")).c_str(), decodes_on.c_str());
   // Jobs start once it serves: wait for its readiness line, or its early end.
   const uint64_t deadline = MonotonicNs() + 120ull * 1000000000ull;
   while (FileTail(raw->err_path, 1 << 16).find("serving") == std::string::npos) {

@@ -126,8 +126,121 @@ double Planner::RingCostOn(int j, int g) const {
 void Planner::LockProducer(int pipeline) {
   const std::set<int> gpus = ProducerGpus(pipeline);
   if (!gpus.empty()) locked_[pipeline] = gpus;
+  if (decoders_.count(pipeline)) decoder_locked_.insert(pipeline);
 }
-void Planner::UnlockProducer(int pipeline) { locked_.erase(pipeline); }
+void Planner::UnlockProducer(int pipeline) {
+  locked_.erase(pipeline);
+  if (decoder_locked_.erase(pipeline) && !ProducerRunning(pipeline)) FreeDecoder(pipeline);
+}
+
+bool Planner::MigInstanceFree(int g, const MigProfile& m) const {
+  const GpuLoad& load = loads_[g];
+  auto used = load.mig_used.find(m.name);
+  const int in_use = used == load.mig_used.end() ? 0 : used->second;
+  return in_use < m.count && load.used_mib + m.memory_mib <= gpus_[g].memory_mib &&
+         MigSlicesUsed(g) + ComputeSlicesOf(m) <= ComputeSlicesOf(gpus_[g]);
+}
+
+double Planner::DecoderMiBOn(int g) const {
+  double mib = 0;
+  for (const auto& [pipeline, d] : decoders_) {
+    if (d.gpu == g) mib += d.reserved_mib;
+  }
+  return mib;
+}
+
+void Planner::UpdateDecoder(int pipeline, int near) {
+  const JobPipeline& pl = set_->pipelines[pipeline];
+  const bool ring_gpu = !ProducerGpus(pipeline).empty();
+  if (decoders_.count(pipeline)) {
+    // A job of its pipeline now reads a device ring: the producer decodes on that GPU, unless its
+    // process already runs on the instance.
+    if (ring_gpu && !decoder_locked_.count(pipeline)) FreeDecoder(pipeline);
+    return;
+  }
+  if (ring_gpu || opts_.host_path || pl.decode == "cpu") return;  // DecodeOf says where
+  // Its jobs read host memory, so it has no GPU of its own. nvJPEG needs one, and on a MIG GPU only
+  // some instances have a JPEG engine: it takes the smallest free one that holds its ring and
+  // context (the ring is in device memory with --device), its GPU's compute slices and memory
+  // counted as for a job's instance; next to its first job at equal size. Never the instance of a
+  // whole GPU, which would hold every compute slice there for a decoder.
+  ProducerDecode d;
+  const MigProfile* best = nullptr;
+  std::set<std::string> with_engine;
+  for (int g = 0; g < static_cast<int>(gpus_.size()); ++g) {
+    const Gpu& gpu = gpus_[g];
+    if (!gpu.mig) continue;
+    for (const MigProfile& m : gpu.mig_profiles) {
+      if (JpegEnginesOf(m, gpu) == 0 || ComputeSlicesOf(m) >= ComputeSlicesOf(gpu)) continue;
+      with_engine.insert(m.name);
+      if (m.memory_mib < pl.DeviceMiB() || !MigInstanceFree(g, m)) continue;
+      if (!best || m.memory_mib < best->memory_mib || (m.memory_mib == best->memory_mib && g == near && d.gpu != near)) {
+        best = &m;
+        d.gpu = g;
+      }
+    }
+  }
+  char why[400];
+  if (best) {
+    d.decode = pl.decode;
+    d.mig_profile = best->name;
+    d.reserved_mib = best->memory_mib;
+    GpuLoad& load = loads_[d.gpu];
+    load.used_mib += d.reserved_mib;
+    load.producer_mib += d.reserved_mib;
+    load.mig_used[d.mig_profile]++;
+    std::snprintf(why, sizeof why, "decode %s: its jobs read host memory, so nvJPEG runs on a MIG instance of its own "
+                  "(%s, %d JPEG engine(s))", pl.decode.c_str(), best->name.c_str(), JpegEnginesOf(*best, gpus_[d.gpu]));
+  } else {
+    d.gpu = -1;
+    std::string names;
+    for (const std::string& n : with_engine) names += (names.empty() ? "" : ", ") + n;
+    if (names.empty()) {
+      std::snprintf(why, sizeof why, "decode %s, but its jobs read host memory and no MIG profile here (but a whole "
+                    "GPU's) has a JPEG engine: on the CPU (--decode cpu)", pl.decode.c_str());
+    } else {
+      std::snprintf(why, sizeof why, "decode %s, but its jobs read host memory and no MIG instance with a JPEG engine "
+                    "(%s) that holds its ring (%.0f MiB) is free: on the CPU (--decode cpu)",
+                    pl.decode.c_str(), names.c_str(), pl.DeviceMiB());
+    }
+  }
+  d.why = why;
+  decoders_[pipeline] = d;
+}
+
+void Planner::FreeDecoder(int pipeline) {
+  auto it = decoders_.find(pipeline);
+  if (it == decoders_.end()) return;
+  const ProducerDecode d = it->second;
+  decoders_.erase(it);
+  if (d.gpu < 0) return;
+  GpuLoad& load = loads_[d.gpu];
+  load.mig_used[d.mig_profile]--;
+  load.used_mib -= d.reserved_mib;
+  load.producer_mib -= d.reserved_mib;
+  if (load.jobs.empty()) load.used_mib = load.producer_mib = DecoderMiBOn(d.gpu);  // no drift
+}
+
+ProducerDecode Planner::DecodeOf(int pipeline) const {
+  const JobPipeline& pl = set_->pipelines[pipeline];
+  ProducerDecode d;
+  if (pl.decode == "cpu") {
+    d.why = "its pipeline's decode is cpu";
+    return d;
+  }
+  if (const std::set<int> gpus = ProducerGpus(pipeline); !gpus.empty()) {
+    d.decode = pl.decode;
+    d.gpu = *gpus.begin();
+    d.why = pl.decode == "gpu" ? "decode gpu: nvJPEG on the GPU(s) of its ring"
+                               : "decode auto: the JPEG engines of its ring's GPU(s) where they have them, else the "
+                                 "CPU (serve decides at start)";
+    return d;
+  }
+  if (auto it = decoders_.find(pipeline); it != decoders_.end()) return it->second;
+  d.why = opts_.host_path ? "decode " + pl.decode + ", but there is no GPU here (--host-path): on the CPU (--decode cpu)"
+                          : std::string("its producer is not running");
+  return d;
+}
 
 std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   const Job& job = set_->jobs[j];
@@ -149,12 +262,12 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
     // memory and its compute slices. (Where on the GPU each slice goes is left to the driver.)
     const MigProfile* best = nullptr;
     for (const MigProfile& m : gpu.mig_profiles) {
-      auto used = load.mig_used.find(m.name);
-      const int in_use = used == load.mig_used.end() ? 0 : used->second;
-      if (m.memory_mib < need || in_use >= m.count || load.used_mib + m.memory_mib > gpu.memory_mib ||
-          MigSlicesUsed(g) + ComputeSlicesOf(m) > ComputeSlicesOf(gpu))
-        continue;
-      if (!best || m.memory_mib < best->memory_mib) best = &m;
+      if (m.memory_mib < need || !MigInstanceFree(g, m)) continue;
+      // Of two the same size, the one without a JPEG engine: those with one are few (an A100 has
+      // one 1g.5gb+me), and a GPU-decoding producer needs one (UpdateDecoder).
+      if (!best || m.memory_mib < best->memory_mib ||
+          (m.memory_mib == best->memory_mib && JpegEnginesOf(m, gpu) < JpegEnginesOf(*best, gpu)))
+        best = &m;
     }
     if (!best) return std::nullopt;
     p.mode = Mode::kMig;
@@ -225,6 +338,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   if (opts_.sharing) {
     producer_members_[job.pipeline][best->gpu]++;
     producer_cores_[job.pipeline] = std::max(ProducerCores(job.pipeline), job.loader_cores);
+    UpdateDecoder(job.pipeline, best->gpu);
   }
   placed_[j] = *best;
   return best;
@@ -266,10 +380,11 @@ void Planner::Release(int j) {
   if (members.empty()) {
     producer_members_.erase(job.pipeline);
     producer_cores_.erase(job.pipeline);
+    if (!decoder_locked_.count(job.pipeline)) FreeDecoder(job.pipeline);  // its process holds it until it stops
   } else {
     producer_cores_[job.pipeline] = still_needed;
   }
-  if (load.jobs.empty()) load.used_mib = load.producer_mib = 0;
+  if (load.jobs.empty()) load.used_mib = load.producer_mib = DecoderMiBOn(p.gpu);
   if (cores_used_ < 1e-9) cores_used_ = 0;
 }
 
@@ -483,7 +598,13 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("cores", planner.ProducerCores(static_cast<int>(pi)));
     w.BeginArray("gpus");
     for (int g : gpus) w.Value(planner.gpus()[g].index);
-    w.EndArray().BeginArray("jobs");
+    w.EndArray();
+    const ProducerDecode d = planner.DecodeOf(static_cast<int>(pi));
+    w.Key("decode").BeginObject().Field("mode", d.decode);
+    if (d.gpu >= 0) w.Field("gpu", planner.gpus()[d.gpu].index);
+    if (!d.mig_profile.empty()) w.Field("mig_profile", d.mig_profile).Field("mig_mib", d.reserved_mib);
+    w.Field("why", d.why).EndObject();
+    w.BeginArray("jobs");
     for (const Placement& p : plan.placements) {
       if (p.producer == static_cast<int>(pi)) w.Value(set.jobs[p.job].name);
     }
@@ -528,6 +649,14 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
     std::snprintf(line, sizeof(line), "gpu %d (%s): %.0f of %.0f MiB planned (producers %.0f), SM activity %.2f, %zu job(s)\n",
                   gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.producer_mib, load.sm, load.jobs.size());
     out += line;
+  }
+  for (size_t pi = 0; pi < set.pipelines.size(); ++pi) {
+    if (!planner.options().sharing || !planner.ProducerRunning(static_cast<int>(pi))) continue;
+    const ProducerDecode d = planner.DecodeOf(static_cast<int>(pi));
+    std::string where = d.decode;
+    if (d.gpu >= 0) where += " on gpu " + std::to_string(planner.gpus()[d.gpu].index);
+    if (!d.mig_profile.empty()) where += " (mig " + d.mig_profile + ")";
+    out += "producer " + ProducerName(set, static_cast<int>(pi)) + " decodes: " + where + "; " + d.why + "\n";
   }
   std::snprintf(line, sizeof(line), "CPU cores for loading: %.1f of %.0f (%s; per-job loaders would need %.1f)\n",
                 plan.cpu_cores_used, planner.options().cpu_cores, planner.options().cpu_cores_from.c_str(),

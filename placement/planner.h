@@ -98,6 +98,19 @@ struct Placement {
   bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
 };
 
+// Where a running producer decodes JPEGs. A pipeline whose jobs read the producer's ring on the
+// device path decodes as it asks on the ring's GPUs (serve's --decode). One whose jobs read host
+// memory (MIG instances, isolation) has no GPU of its own: unless it asks for cpu, the planner
+// reserves a MIG instance with a JPEG engine for it when its first job is placed, and else it
+// decodes on the CPU, `why` saying so.
+struct ProducerDecode {
+  std::string decode = "cpu";  // what `coloader serve --decode` gets: cpu, gpu or auto
+  int gpu = -1;                // the planner's index of the GPU it decodes on; -1: the CPU
+  std::string mig_profile;     // the MIG instance reserved for it, when it has one
+  double reserved_mib = 0;     // that instance's memory, counted on its GPU with the producers
+  std::string why;             // one line for the plan
+};
+
 // One run of a job where the planner put it, as the launcher and the simulator report it.
 struct Attempt {
   int gpu = -1;             // the GPU's index
@@ -133,7 +146,8 @@ class Planner {
   void Release(int j);
   // Fixes a running producer's GPUs: its later jobs go only there (the launcher calls this once
   // the producer process runs, since a running producer cannot add a ring on another GPU).
-  // Until UnlockProducer (the launcher stopped that process), even while none of its jobs runs.
+  // Until UnlockProducer (the launcher stopped that process), even while none of its jobs runs;
+  // so is its MIG decode instance (DecodeOf), which the process holds.
   void LockProducer(int pipeline);
   void UnlockProducer(int pipeline);
   // True if the job could be placed on an empty machine (otherwise it never can).
@@ -180,6 +194,8 @@ class Planner {
   std::set<int> ProducerGpus(int pipeline) const;
   bool ProducerRunning(int pipeline) const { return producer_members_.count(pipeline) > 0; }
   double ProducerCores(int pipeline) const;
+  // Where the producer of a running pipeline decodes (ProducerDecode).
+  ProducerDecode DecodeOf(int pipeline) const;
   // Exclusive when alone on its GPU, MPS when sharing it, MIG for a MIG instance.
   Mode ModeOf(const Placement& p) const;
   // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a job under MPS: its share of the SM budget.
@@ -192,6 +208,16 @@ class Planner {
   Planner(const Planner& like, std::vector<Gpu> gpus);
   bool PipelineOnHostPath(int pipeline) const;
   std::optional<Placement> PlaceOnGpu(int j, int g) const;
+  // Whether one more instance of profile m fits GPU g now: its count, the GPU's memory and its
+  // compute slices.
+  bool MigInstanceFree(int g, const MigProfile& m) const;
+  // After a job of `pipeline` was placed on GPU `near`: a producer with no GPU for its ring (its
+  // jobs read host memory) that is to decode on a GPU gets a MIG instance with a JPEG engine, or
+  // the CPU with the reason, once (the process keeps what it started with); one that now has a
+  // ring GPU decodes there instead.
+  void UpdateDecoder(int pipeline, int near);
+  void FreeDecoder(int pipeline);
+  double DecoderMiBOn(int g) const;  // the producers' MIG decode instances on GPU g
   double RingCostOn(int j, int g) const;
 
   PlannerOptions opts_;
@@ -203,6 +229,8 @@ class Planner {
   std::map<int, std::map<int, int>> producer_members_;  // pipeline -> gpu -> running members
   std::map<int, double> producer_cores_;                  // pipeline -> cores charged for its producer
   std::map<int, std::set<int>> locked_;                   // pipeline -> GPUs of its running process
+  std::map<int, ProducerDecode> decoders_;                // host-path pipeline -> where its producer decodes
+  std::set<int> decoder_locked_;                          // pipelines whose process holds its decoders_ entry
   std::set<int> alone_;                                   // jobs in the recovery queue: run alone
   std::vector<char> host_path_pipeline_;                  // per pipeline: PipelineOnHostPath, fixed at construction
 };

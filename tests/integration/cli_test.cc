@@ -88,6 +88,25 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   }
 }
 
+// A jobs file's bad decode is refused by plan, launch and simulate alike, before any planning,
+// naming the file, the pipeline, the field and the value.
+TEST(Cli, ABadDecodeInAJobsFileNamesThePipelineAndTheValue) {
+  testing::TempDir tmp;
+  const std::string jobs = tmp.path() + "/jobs.json";
+  testing::WriteFile(jobs, R"({"pipelines": {"imagenet": {"data": "/d", "decode": "nvjpeg"}},
+                               "jobs": [{"name": "a", "pipeline": "imagenet", "memory_mib": 5000, "duration_s": 60}]})");
+  const std::string want = jobs + ":1:53: pipelines.imagenet: field \"decode\" must be cpu, gpu or auto";
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"plan", jobs}, {"launch", jobs}, {"simulate", "--trace", jobs, "--gpus", "1"}}) {
+    Child c(Coloader(args));
+    EXPECT_EQ(c.Wait(60000), 2) << c.Stderr();
+    EXPECT_EQ(c.Stderr().find("coloader " + args[0] + ": "), 0u) << c.Stderr();
+    EXPECT_NE(c.Stderr().find(want), std::string::npos) << c.Stderr();
+    EXPECT_NE(c.Stderr().find("got \"nvjpeg\""), std::string::npos) << c.Stderr();
+    EXPECT_EQ(c.Stdout(), "");
+  }
+}
+
 // Integers are decimal ("010" is ten, not CLI11's octal eight), --flag=value is --flag value,
 // and a flag given twice takes its last value.
 TEST(Cli, ValuesMeanWhatTheySay) {

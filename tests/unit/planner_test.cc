@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <thread>
 
@@ -413,6 +414,200 @@ TEST(JobsFile, AMigProfileWhoseNameDoesNotSayItsSlicesMustStateThem) {
   ASSERT_FALSE(fewer.ok());
   EXPECT_NE(fewer.status().message().find("fewer than profile 3g.20gb takes (3)"), std::string::npos)
       << fewer.status().message();
+}
+
+// An A100 40GB in MIG mode as the jobs file states it (NVIDIA's MIG user guide): 7 compute
+// slices; of the 1g profiles only 1g.5gb+me (one instance) has a JPEG engine, 7g.40gb the GPU's.
+constexpr const char* kA100Mig = R"("gpus": [{"name": "A100-SXM4-40GB", "memory_mib": 40960, "sms": 108, "mig": true,
+    "mig_profiles": [{"name": "1g.5gb+me", "memory_mib": 4864, "sms": 14, "count": 1},
+                     {"name": "1g.5gb", "memory_mib": 4864, "sms": 14, "count": 7},
+                     {"name": "2g.10gb", "memory_mib": 9856, "sms": 28, "count": 3},
+                     {"name": "3g.20gb", "memory_mib": 19968, "sms": 42, "count": 2},
+                     {"name": "7g.40gb", "memory_mib": 40192, "sms": 98, "count": 1}]}])";
+
+// Jobs that need isolation (so MIG instances), job i reading pipeline i % decodes.size(), whose
+// decode is decodes[that].
+std::string MigJobs(int n, double mib, const std::vector<std::string>& decodes, const std::string& gpus = kA100Mig) {
+  std::string s = R"({"jobs": [)";
+  for (int i = 0; i < n; ++i) {
+    const size_t pl = static_cast<size_t>(i) % decodes.size();
+    s += std::string(i ? "," : "") + R"({"name": "j)" + std::to_string(i) + R"(", "isolation": true, "memory_mib": )" +
+         std::to_string(mib) + R"(, "pipeline": {"data": "/d/)" + std::to_string(pl) + R"(", "decode": ")" +
+         decodes[pl] + R"("}})";
+  }
+  return s + "], " + gpus + "}";
+}
+
+TEST(JobsFile, AMigProfileHasTheJpegEnginesItStatesOrThoseItsNameSays) {
+  ASSERT_OK_AND_ASSIGN(JobSet a100, Parse(MigJobs(1, 1000, {"gpu"})));
+  const Gpu& g = a100.gpus[0];
+  std::map<std::string, int> want = {{"1g.5gb", 0}, {"1g.5gb+me", 1}, {"2g.10gb", 0}, {"3g.20gb", 0}, {"7g.40gb", 1}};
+  for (const MigProfile& m : g.mig_profiles) EXPECT_EQ(JpegEnginesOf(m, g), want[m.name]) << m.name;
+  // A Hopper GPU has an NVJPG in every compute slice.
+  Gpu h100{0, "NVIDIA H100 80GB HBM3", 81559, 132, true, {{"1g.10gb", 9984, 16, 7}, {"3g.40gb", 40448, 60, 2}}};
+  EXPECT_EQ(JpegEnginesOf(h100.mig_profiles[0], h100), 1);
+  EXPECT_EQ(JpegEnginesOf(h100.mig_profiles[1], h100), 3);
+  // A stated count (the file's jpeg_engines, NVML's jpegCount) wins over the name.
+  ASSERT_OK_AND_ASSIGN(JobSet stated, Parse(R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}],
+      "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [
+        {"name": "1g.5gb", "memory_mib": 4864, "jpeg_engines": 2}, {"name": "1g.5gb+me", "memory_mib": 4864, "jpeg_engines": 0}]}]})"));
+  EXPECT_EQ(JpegEnginesOf(stated.gpus[0].mig_profiles[0], stated.gpus[0]), 2);
+  EXPECT_EQ(JpegEnginesOf(stated.gpus[0].mig_profiles[1], stated.gpus[0]), 0);
+  EXPECT_EQ(a100.pipelines[0].decode, "gpu");
+  ASSERT_OK_AND_ASSIGN(JobSet plain, Parse(JobsJson({{1000, 0.1}})));
+  EXPECT_EQ(plain.pipelines[0].decode, "auto");  // as coloader serve
+}
+
+TEST(JobsFile, ABadDecodeOrJpegEngineCountIsAnErrorThatNamesThePipeline) {
+  const std::string gpu = R"(, "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [)";
+  const std::string job = R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}])";
+  const std::pair<std::string, const char*> cases[] = {
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": "nvjpeg"}, "memory_mib": 5}]})",
+       "jobs[0] (\"a\").pipeline: field \"decode\" must be cpu, gpu or auto (as coloader serve --decode), got \"nvjpeg\""},
+      {R"({"pipelines": {"in": {"data": "/d", "decode": "GPU"}}, "jobs": [{"name": "a", "pipeline": "in", "memory_mib": 5}]})",
+       "pipelines.in: field \"decode\" must be cpu, gpu or auto (as coloader serve --decode), got \"GPU\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": 1}, "memory_mib": 5}]})",
+       "jobs[0] (\"a\").pipeline: field \"decode\" must be a string"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "serve_args": ["--decode=gpu"]}, "memory_mib": 5}]})",
+       "field \"serve_args\" must not hold --decode: give it as the pipeline's \"decode\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": "gpu"}, "memory_mib": 5},
+                    {"name": "b", "pipeline": {"data": "/d", "decode": "cpu"}, "memory_mib": 5}]})",
+       "jobs[1] (\"b\"): field \"pipeline\" decodes \"cpu\", but an earlier job's pipeline with the same data"},
+      {job + gpu + R"({"name": "1g.5gb", "memory_mib": 4864, "jpeg_engines": -1}]}]})",
+       "gpus[0].mig_profiles[0]: field \"jpeg_engines\" must be an integer in 0..64, got -1"},
+  };
+  for (const auto& [text, want] : cases) {
+    Result<JobSet> r = Parse(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Planner, AGpuDecodingProducerOfMigJobsGetsAnInstanceWithAJpegEngine) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(MigJobs(7, 4000, {"gpu"})));
+  Planner planner(Opts(Policy::kSharingAware), set.gpus, &set);
+  std::optional<Placement> first = planner.TryPlace(0);
+  ASSERT_TRUE(first);
+  // The job takes a plain 1g.5gb (of two the same size, the one without the engine), and its
+  // producer the one 1g instance with a JPEG engine, counted on the GPU like a job's instance.
+  EXPECT_EQ(first->mig_profile, "1g.5gb");
+  EXPECT_TRUE(first->host_path);
+  const ProducerDecode d = planner.DecodeOf(0);
+  EXPECT_EQ(d.decode, "gpu");
+  EXPECT_EQ(d.gpu, 0);
+  EXPECT_EQ(d.mig_profile, "1g.5gb+me");
+  EXPECT_EQ(d.reserved_mib, 4864);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 2);
+  EXPECT_EQ(planner.loads()[0].used_mib, 2 * 4864);
+  EXPECT_EQ(planner.loads()[0].producer_mib, 4864);
+  // Its instance takes one of the 7 compute slices: six jobs run, the seventh waits.
+  for (int j = 1; j < 6; ++j) {
+    ASSERT_TRUE(planner.TryPlace(j)) << j;
+    EXPECT_LE(planner.MigSlicesUsed(0), 7);
+  }
+  EXPECT_EQ(planner.MigSlicesUsed(0), 7);
+  EXPECT_FALSE(planner.TryPlace(6)) << "an eighth compute slice was handed out";
+  EXPECT_EQ(planner.DecodeOf(0).mig_profile, "1g.5gb+me");  // once, for the producer
+  // It goes with the producer: when the last of its jobs goes, unless its process runs on.
+  for (int j = 0; j < 6; ++j) planner.Release(j);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 0);
+  EXPECT_EQ(planner.loads()[0].used_mib, 0);
+  ASSERT_TRUE(planner.TryPlace(0));
+  planner.LockProducer(0);
+  planner.Release(0);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 1) << "the running producer's instance was handed back";
+  EXPECT_EQ(planner.loads()[0].used_mib, 4864);
+  planner.UnlockProducer(0);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 0);
+  EXPECT_EQ(planner.loads()[0].used_mib, 0);
+}
+
+TEST(Planner, WithNoJpegInstanceLeftAGpuDecodingProducerDecodesOnTheCpuAndSaysWhy) {
+  // Three pipelines: the first producer takes the 1g.5gb+me; the second (gpu) and the third
+  // (auto) find none and decode on the CPU, saying why; none takes the whole GPU's 7g.40gb.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(MigJobs(3, 4000, {"gpu", "gpu", "auto"})));
+  Plan plan;
+  Planner planner(Opts(Policy::kSharingAware), set.gpus, &set);
+  plan = MakePlan(set, set.gpus, Opts(Policy::kSharingAware), &planner);
+  ASSERT_EQ(plan.placements.size(), 3u);
+  EXPECT_EQ(planner.DecodeOf(0).mig_profile, "1g.5gb+me");
+  for (int pl : {1, 2}) {
+    const ProducerDecode d = planner.DecodeOf(pl);
+    EXPECT_EQ(d.decode, "cpu") << pl;
+    EXPECT_EQ(d.gpu, -1) << pl;
+    EXPECT_TRUE(d.mig_profile.empty()) << pl;
+    EXPECT_NE(d.why.find("no MIG instance with a JPEG engine (1g.5gb+me) that holds its ring"), std::string::npos) << d.why;
+    EXPECT_NE(d.why.find(pl == 1 ? "decode gpu, but" : "decode auto, but"), std::string::npos) << d.why;
+  }
+  EXPECT_EQ(planner.MigSlicesUsed(0), 4);  // three jobs and one producer
+  const std::string json = PlanJson(set, planner, plan);
+  EXPECT_NE(json.find(R"("decode":{"mode":"gpu","gpu":0,"mig_profile":"1g.5gb+me")"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("decode":{"mode":"cpu","why":"decode auto, but)"), std::string::npos) << json;
+  const std::string table = PlanTable(set, planner, plan);
+  EXPECT_NE(table.find("producer plan-d-0-0 decodes: gpu on gpu 0 (mig 1g.5gb+me); "), std::string::npos) << table;
+  EXPECT_NE(table.find("producer plan-d-1-1 decodes: cpu; decode gpu, but"), std::string::npos) << table;
+
+  // A ring too large for any instance with a JPEG engine, a GPU whose only engine is the whole
+  // GPU's, and a pipeline that asks for the CPU: no instance is taken.
+  ASSERT_OK_AND_ASSIGN(JobSet big, Parse(R"({"jobs": [{"name": "a", "isolation": true, "memory_mib": 4000,
+      "pipeline": {"data": "/d", "decode": "gpu", "producer_batch": 1024, "window": 8}}], )" + std::string(kA100Mig) + "}"));
+  Planner big_planner(Opts(Policy::kSharingAware), big.gpus, &big);
+  ASSERT_TRUE(big_planner.TryPlace(0));
+  EXPECT_EQ(big_planner.DecodeOf(0).decode, "cpu");
+  EXPECT_NE(big_planner.DecodeOf(0).why.find("that holds its ring (7656 MiB) is free"), std::string::npos)
+      << big_planner.DecodeOf(0).why;
+  EXPECT_EQ(big_planner.MigSlicesUsed(0), 1);
+  ASSERT_OK_AND_ASSIGN(JobSet no_me, Parse(MigJobs(1, 4000, {"gpu"}, R"("gpus": [{"memory_mib": 40960, "mig": true,
+      "mig_profiles": [{"name": "1g.5gb", "memory_mib": 4864, "count": 7}, {"name": "7g.40gb", "memory_mib": 40192}]}])")));
+  Planner no_me_planner(Opts(Policy::kSharingAware), no_me.gpus, &no_me);
+  ASSERT_TRUE(no_me_planner.TryPlace(0));
+  EXPECT_NE(no_me_planner.DecodeOf(0).why.find("no MIG profile here (but a whole GPU's) has a JPEG engine"),
+            std::string::npos) << no_me_planner.DecodeOf(0).why;
+  EXPECT_EQ(no_me_planner.MigSlicesUsed(0), 1);
+  ASSERT_OK_AND_ASSIGN(JobSet cpu, Parse(MigJobs(1, 4000, {"cpu"})));
+  Planner cpu_planner(Opts(Policy::kSharingAware), cpu.gpus, &cpu);
+  ASSERT_TRUE(cpu_planner.TryPlace(0));
+  EXPECT_EQ(cpu_planner.DecodeOf(0).decode, "cpu");
+  EXPECT_EQ(cpu_planner.DecodeOf(0).why, "its pipeline's decode is cpu");
+  EXPECT_EQ(cpu_planner.MigSlicesUsed(0), 1);
+}
+
+TEST(Planner, DecodeChangesNothingOnGpusWithoutMig) {
+  // The same jobs with each decode: the same GPUs, modes, reservations and loads; a GPU-decoding
+  // producer decodes on its ring's GPU, and without CUDA (--host-path) on the CPU.
+  const std::string jobs = JobsJson({{20000, 0.3}, {30000, 0.4}, {25000, 0.5}, {10000, 0.2}}, 2);
+  std::vector<std::string> plans;
+  for (const char* decode : {"cpu", "gpu", "auto"}) {
+    std::string text = jobs;
+    for (size_t at = 0; (at = text.find(R"("/d/)", at)) != std::string::npos; at += 4)
+      text.insert(text.find('}', at), std::string(R"(, "decode": ")") + decode + "\"");
+    ASSERT_OK_AND_ASSIGN(JobSet set, Parse(text));
+    ASSERT_EQ(set.pipelines[0].decode, decode);
+    Planner planner(Opts(Policy::kSharingAware), Gpus(2), &set);
+    Plan plan = MakePlan(set, planner.gpus(), Opts(Policy::kSharingAware), &planner);
+    std::string summary;
+    for (const Placement& p : plan.placements) {
+      summary += std::to_string(p.job) + "@" + std::to_string(p.gpu) + ":" + ModeName(planner.ModeOf(p)) + ":" +
+                 std::to_string(p.reserved_mib) + " ";
+    }
+    for (const GpuLoad& l : planner.loads()) summary += std::to_string(l.used_mib) + "/" + std::to_string(l.producer_mib) + " ";
+    plans.push_back(summary);
+    const ProducerDecode d = planner.DecodeOf(0);
+    EXPECT_EQ(d.decode, decode);
+    EXPECT_EQ(d.gpu, std::string(decode) == "cpu" ? -1 : *planner.ProducerGpus(0).begin());
+    EXPECT_TRUE(d.mig_profile.empty());
+
+    PlannerOptions no_cuda = Opts(Policy::kSharingAware);
+    no_cuda.host_path = true;
+    Planner host(no_cuda, Gpus(2), &set);
+    ASSERT_TRUE(host.TryPlace(0));
+    EXPECT_EQ(host.DecodeOf(0).decode, "cpu");
+    if (std::string(decode) != "cpu") {
+      EXPECT_NE(host.DecodeOf(0).why.find("--host-path"), std::string::npos) << host.DecodeOf(0).why;
+    }
+  }
+  EXPECT_EQ(plans[0], plans[1]);
+  EXPECT_EQ(plans[0], plans[2]);
 }
 
 // The launch check's group (examples/jobs_gpu.json): ResNet-18 jobs of batch 128, 64 and 96

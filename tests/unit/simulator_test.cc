@@ -193,6 +193,26 @@ TEST(Simulator, AMigSliceRunsAJobAtTheSpeedOfItsShareOfTheSms) {
   EXPECT_NEAR(fits.makespan_s, 3600, 2);
 }
 
+TEST(Simulator, AGpuDecodingProducerOnMigTakesASliceFromTheJobs) {
+  // Seven light one-hour jobs on an A100's seven 1g slices, sharing one producer. Decoding on the
+  // CPU, all seven run at once; decoding on the GPU, the producer holds the 1g.5gb+me (a compute
+  // slice), so six run and the seventh waits an hour.
+  Gpu a100{0, "A100-SXM4-40GB", 40960, 108, true,
+           {MigProfile{"1g.5gb", 4864, 14, 7}, MigProfile{"1g.5gb+me", 4864, 14, 1}, MigProfile{"7g.40gb", 40192, 98, 1}}};
+  std::map<std::string, double> makespan;
+  for (const char* decode : {"cpu", "gpu"}) {
+    JobSet set = Trace(std::vector<T>(7, T{4000, 4000, 0.1, 3600, 0}));
+    set.pipelines[0].decode = decode;
+    for (Job& j : set.jobs) j.isolation = true;
+    ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, {a100}, Opts(Policy::kSharingAware, true)));
+    EXPECT_EQ(r.jobs_done, 7) << decode;
+    for (const SimJobReport& j : r.jobs) EXPECT_EQ(j.runs[0].mig_profile, "1g.5gb") << decode;
+    makespan[decode] = r.makespan_s;
+  }
+  EXPECT_NEAR(makespan["cpu"], 3600, 2);
+  EXPECT_NEAR(makespan["gpu"], 7200, 4);
+}
+
 TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
   // Four jobs of one pipeline whose own loaders would want 32 cores each on a 64-core machine.
   JobSet set = Trace({{1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0},
