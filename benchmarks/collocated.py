@@ -23,6 +23,8 @@ Setups (same files, same cores: every process of a setup runs under taskset on -
   synthetic           a batch made on the GPU and reused: the ceiling
   synthetic+decode    synthetic jobs while a coloader producer decodes onto the GPU alongside,
                       drained by `coloader consume --device`: the GPU cost of decoding
+  synthetic+burn      synthetic jobs beside as many busy loops as a producer has workers
+                      (--burn-nice): the cost of CPU load alone, without decoding or GPU work
   coloader-gpudecode, synthetic+gpudecode
                       the same with `--decode gpu` (nvJPEG), run only when `coloader serve
                       --help` lists --decode
@@ -104,6 +106,8 @@ def main():
     ap.add_argument("--cores", help="cores every setup runs on (default: all but the last)")
     ap.add_argument("--dl-workers", type=parse_workers, help="per-job DataLoader workers by N, e.g. 1:14,2:7,4:3,8:1")
     ap.add_argument("--coloader-flags", default="--output float32", help="extra `coloader serve` flags")
+    ap.add_argument("--serve-nice", type=int, default=0, help="run `coloader serve` at this niceness (0-19)")
+    ap.add_argument("--burn-nice", type=int, default=0, help="the synthetic+burn setup's busy loops' niceness")
     ap.add_argument("--gpu-decode-flags", default="--decode gpu", help="added for the *gpudecode setups")
     ap.add_argument("--serve-env", type=parse_env, default={},
                     help="K=V,K=V: environment of `coloader serve` only (e.g. CUDA_MPS_PIPE_DIRECTORY=EMPTY_DIR: "

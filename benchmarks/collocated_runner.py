@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LOADERS = ["dataloader", "tensorsocket", "coloader", "coloader-pyfed"]
 GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin", "coloader-auto"]
-ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode"] + GPU_DECODE
+ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode", "synthetic+burn"] + GPU_DECODE
 COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg_img_s", "job_img_s_min",
            "job_img_s_median", "job_img_s_max", "cpu_core_s", "cpu_per_1k", "cpu_jobs_per_1k", "cpu_loading_per_1k",
            "cores_busy", "producer_threads", "thread_states", "stage_times", "variant", "mps_cpu_s", "host_mem_peak_gib", "gpu_mem_total_gib", "gpu_mem_job_mib",
@@ -51,6 +51,11 @@ PROFILES = {
                   window=4.0, warmup=6, fairness=False, deadline=30 * 60, resnet50_ns=[1, 2, 4], fair_setups=[],
                   dl_spread=0),
 }
+
+
+def nice(n):
+    """The command prefix that runs a process at niceness n (nothing at 0)."""
+    return ["nice", "-n", str(n)] if n else []
 
 
 def percentile(values, q):
@@ -145,7 +150,7 @@ class Bench:
         if device and a.device == "cuda":
             # One ring per GPU (--gpus); with --decode gpu each GPU's engines decode its share.
             cmd += ["--device", ",".join(f"cuda:{g}" for g in range(a.gpus))]
-        return cmd
+        return nice(a.serve_nice) + cmd
 
     def start_setup(self, g, setup, n, model, run_dir, data, job_extra=None, workers=None):
         """Starts the producers and the N jobs of a setup; returns (job roles, worker count, error)."""
@@ -164,6 +169,11 @@ class Bench:
         elif setup == "coloader-pyfed":
             g.start("producer", [self.py, os.path.join(HERE, "collocated_feed.py"), "coloader", "--name", name]
                     + feed_common)
+        elif setup == "synthetic+burn":
+            # As many busy loops as a producer has workers, beside synthetic jobs: what CPU load
+            # alone (no decoding, no GPU work) costs the jobs; --burn-nice lowers their priority.
+            for i in range(w):
+                g.start(f"burn{i}", nice(a.burn_nice) + [self.py, "-c", "while True: pass"])
         elif setup in ("coloader", "synthetic+decode", "coloader-auto") or "gpudecode" in setup:
             # With --device, serve decodes on the GPU by default (--decode auto): the CPU setups say cpu.
             cpu_decode = ["--decode", "cpu"] if a.has_gpu_decode else []

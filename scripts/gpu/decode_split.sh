@@ -9,7 +9,9 @@
 #   2. training under MPS: benchmarks/collocated.py --split for each model of SPLIT_MODELS
 #      (default resnet18) at SPLIT_N (default 1,2,4), setups SPLIT_SETUPS (default synthetic,
 #      coloader-auto, coloader-gpudecode, coloader), SPLIT_REPEATS repeats (default 1);
-#      SPLIT_LANES2=1 adds --decode gpu --gpu-lanes 2 at N=1 as a variant.
+#      SPLIT_LANES2=1 adds --gpu-lanes 2 to gpu and auto at N=1 as variants; SPLIT_CONTENTION=1
+#      runs synthetic jobs beside busy loops, then loops and producers at niceness 19 (N=1);
+#      SPLIT_SHARES=0.25,0.35 runs auto with those fixed --cpu-share values (N=1).
 #   3. summary.md: the targets (scripts/gpu/split_targets.py), every row (collocated.py
 #      --report), the split each auto producer settled on (its closing line).
 #
@@ -124,7 +126,20 @@ for model in "${models[@]}"; do
 done
 if [[ ${SPLIT_LANES2:-0} == 1 ]]; then
   run lanes2 "${models[0]}" coloader-gpudecode --n 1 --variant lanes2 --gpu-decode-flags "--decode gpu --gpu-lanes 2"
+  run auto-lanes2 "${models[0]}" coloader-auto --n 1 --variant lanes2 --coloader-flags "--output float32 --gpu-lanes 2"
 fi
+# One job below its ceiling although next() hardly waits: is it the CPU load beside it? Busy
+# loops alone (synthetic+burn), then the loops and the producers at the lowest priority.
+if [[ ${SPLIT_CONTENTION:-0} == 1 ]]; then
+  run contention "${models[0]}" synthetic,synthetic+burn --n 1
+  run contention-nice "${models[0]}" synthetic+burn,coloader-auto,coloader --n 1 --variant nice19 \
+    --burn-nice 19 --serve-nice 19
+fi
+# Fixed shares beside auto's: where the one-job optimum lies.
+IFS=',' read -r -a shares <<<"${SPLIT_SHARES:-}"
+for f in "${shares[@]}"; do
+  run "share$f" "${models[0]}" coloader-auto --n 1 --variant "share$f" --coloader-flags "--output float32 --cpu-share $f"
+done
 
 # -- 3. summary --------------------------------------------------------------------------------
 csvs=()

@@ -38,6 +38,27 @@ def medians(paths):
     return out
 
 
+def others(paths, m):
+    """The rows beside the targets' (a --variant, synthetic+burn): one line each, as a fraction of
+    the ceiling at the same model and N, with what says where the time went."""
+    lines = []
+    for p in paths:
+        for r in csv.DictReader(open(p)):
+            if r.get("status") != "ok" or (not r.get("variant") and r["setup"] in list(SETUPS.values()) + ["synthetic"]):
+                continue
+            ceiling = m.get((r["model"], "synthetic", int(r["n"])))
+            frac = float(r["agg_img_s"] or 0) / ceiling["img_s"] if ceiling and ceiling["img_s"] else float("nan")
+            lines.append(f"| {r['model']} | {r['n']} | {r['setup']} | {float(r['agg_img_s'] or 0):,.0f} | {frac:.2f} "
+                         f"| {float(r['cores_busy'] or 0):.1f} | {r.get('next_p50_us') or '-'} |")
+    if lines:
+        print()
+        print("Beside the targets (variants and probes, each against the same ceiling):")
+        print()
+        print("| model | N | setup | img/s | of ceiling | machine cores | next() p50 µs |")
+        print("| --- | ---: | --- | ---: | ---: | ---: | ---: |")
+        print("\n".join(lines))
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -77,6 +98,7 @@ def main():
             if model == "resnet50" and g:
                 marks.append(f"no worse than gpu {mark(a['img_s'] >= 0.97 * g['img_s'])}")
         print(f"| {model} | {n} | {ceiling['img_s']:,.0f} | {cell(a)} | {cell(g)} | {cell(c)} | {'; '.join(marks)} |")
+    others(sys.argv[1:], m)
     reps = sorted({v["repeats"] for v in m.values()})
     print()
     print(f"Repeats per setup: {', '.join(map(str, reps))} (medians where more than one).")
