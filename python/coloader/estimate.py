@@ -77,6 +77,11 @@ class Estimate:
     raw: dict = field(default_factory=dict)  # uncalibrated figures from the trace
     calibration: str = ""
     torch: str = ""
+    # The step's time alone on the calibration GPU and the share of it the SMs are busy
+    # (coloader.activity): what the planner takes for a job's sm_activity when none is stated.
+    sm_activity: float = 0.0
+    step_s: float = 0.0
+    activity_calibration: str = ""
 
     def to_json(self):
         return json.dumps(asdict(self), sort_keys=False)
@@ -91,15 +96,16 @@ def _check(batch_size, optimizer, precision):
         raise EstimateError(f"batch size {batch_size!r} must be a positive integer")
 
 
-def trace_step(model, spec, batch_size, precision="fp32", channels_last=False):
+def trace_step(model, spec, batch_size, precision="fp32", channels_last=False, observers=()):
     """Runs forward and backward of one step of `model` (on the meta device) and returns
-    (tracker, params, grads): the tracker's events cover the step; `params` and `grads` are the
-    trainable parameters and their gradients' storage keys."""
+    (tracker, trainable): the tracker's events cover the step; `trainable` are the parameters
+    that get gradients. `observers` see every operator (memtrace.StorageTracker.observers)."""
     import torch
 
     from . import memtrace
 
     tr = memtrace.StorageTracker()
+    tr.observers.extend(observers)
     for p in model.parameters():
         tr.hold(p, "parameters")
     for b in model.buffers():
@@ -209,10 +215,13 @@ def calibrated_total(reserved_mib, largest_act_mib, flags, cal):
 
 
 def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32", channels_last=False,
-                    name=None, calibration=None):
+                    name=None, calibration=None, work=None):
     """Estimate for an nn.Module and a zoo.InputSpec (what one sample is). The module is not
-    changed: a copy of it is moved to the meta device."""
+    changed: a copy of it is moved to the meta device. `work`, an activity.WorkCounter, is
+    left holding the step's kernels (benchmarks/activity_calibration.py refits on them)."""
     import torch
+
+    from . import activity
 
     _check(batch_size, optimizer, precision)
     cal = dict(CALIBRATION, **(calibration or {}))
@@ -221,7 +230,10 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
     model.train()
-    tr, trainable = trace_step(model, spec, batch_size, precision, channels_last)
+    work = activity.WorkCounter() if work is None else work
+    tr, trainable = trace_step(model, spec, batch_size, precision, channels_last, observers=[work])
+    work.add_optimizer(optimizer, trainable)
+    step_s, sm_activity = activity.predict(work.kernels)
     alloc, at_peak = _replay(tr, trainable, optimizer)
     largest_act = max((ev[2] for ev in tr.events if ev[0] == "alloc" and ev[3] == "activations"), default=0)
     flags = {"uses_cublas": bool(tr.ops & _CUBLAS_OPS), "uses_cudnn": bool(tr.ops & _CUDNN_OPS)}
@@ -243,12 +255,17 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
              "largest_activation_mib": round(largest_act / MiB, 1),
              "saved_activations_mib": round(tr.forward_end_bytes / MiB, 1),
              "params_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 3),
+             "step_gflop": round(sum(k[1] for k in work.kernels) / 1e9, 1),
+             "step_gpu_gib": round(sum(k[2] for k in work.kernels) / (1 << 30), 2),
+             "step_kernels": len(work.kernels),
              **flags},
-        calibration=cal["source"], torch=torch.__version__)
+        calibration=cal["source"], torch=torch.__version__,
+        sm_activity=round(sm_activity, 3), step_s=round(step_s, 5),
+        activity_calibration=activity.STEP_CALIBRATION["source"])
 
 
 def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_last=False, image_size=None,
-             seq_len=512, calibration=None):
+             seq_len=512, calibration=None, work=None):
     """Estimate for a model name of coloader.zoo (torchvision:<name>, timm:<name>, lm:<config>)."""
     from . import zoo
 
@@ -259,7 +276,7 @@ def estimate(model, batch_size, optimizer="adamw", precision="fp32", channels_la
         raise EstimateError(str(e)) from None
     try:
         return estimate_module(module, spec, batch_size, optimizer, precision, channels_last, name=model,
-                               calibration=calibration)
+                               calibration=calibration, work=work)
     except RuntimeError as e:  # the model itself refuses the input (a shape it cannot take)
         raise EstimateError(f"{model} cannot run a training step on {spec.image_size} px images "
                             f"(--image-size): {str(e).splitlines()[0]}") from None
@@ -300,6 +317,8 @@ def main(argv=None):
           f"{'  channels-last' if e.channels_last else ''}: {e.total_mib:.0f} MiB peak (nvidia-smi)")
     for k, v in e.parts.items():
         print(f"  {k:<20} {v:10.1f} MiB")
+    print(f"sm_activity {e.sm_activity:.2f} (step alone ~{e.step_s * 1e3:.1f} ms on the calibration GPU; "
+          f"{e.raw['step_gflop']:.0f} GFLOP, {e.raw['step_kernels']} kernels)")
     return 0
 
 

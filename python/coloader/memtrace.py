@@ -150,6 +150,25 @@ class StorageTracker(TorchDispatchMode):
         self.live_bytes = self.peak_bytes = 0
         self.peak_live = {}
         self.ops = set()  # operator names seen (which CUDA libraries the step would load)
+        # Callables (func, args, kwargs, out) that see every operator as it runs, and
+        # (name, inputs, outputs) for work that runs as no operator of its own (the fused
+        # attention stand-in): coloader.activity counts the step's FLOPs and bytes so.
+        self.observers = []
+
+    def __enter__(self):
+        global _active
+        self._outer, _active = _active, self
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        global _active
+        _active = self._outer
+        return super().__exit__(*exc)
+
+    def note(self, name, inputs, outputs):
+        """Tells the observers about work that no operator shows (see _FusedAttention)."""
+        for ob in self.observers:
+            ob(name, inputs, {}, outputs)
 
     def hold(self, t, tag):
         """Count an existing tensor (a parameter, the input batch) as live from now on; it
@@ -207,6 +226,8 @@ class StorageTracker(TorchDispatchMode):
             # torch 1.13 hands a Python scalar's 0-dim tensor (a "wrapped number", e.g. the
             # 0.5 of x * 0.5, which autograd saves) to the mode as a number when detaching it.
             out = torch.tensor(out, dtype=args[0].dtype)
+        for ob in self.observers:
+            ob(func, args, kwargs or {}, out)
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             # Only meta tensors are the GPU's: CPU scalars stay on the host there too.
             if isinstance(t, torch.Tensor) and t.device.type == "meta":
@@ -216,6 +237,9 @@ class StorageTracker(TorchDispatchMode):
                 self.live[key][0] += 1
                 weakref.finalize(t, self._release, key)
         return out
+
+
+_active = None  # the StorageTracker whose `with` block is running, for StorageTracker.note
 
 
 def _conv_backward(grad_out, inp, weight, bias_sizes, *rest, **kw):
@@ -272,12 +296,17 @@ class _FusedAttention(torch.autograd.Function):
         out = q.new_empty(q.shape[:-1] + v.shape[-1:])
         lse = q.new_empty(q.shape[:-1], dtype=torch.float32)
         ctx.save_for_backward(q, k, v, out, lse)
+        if _active is not None:
+            _active.note("fused_attention", (q, k, v), (out, lse))
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, _, _ = ctx.saved_tensors
-        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        q, k, v, out, lse = ctx.saved_tensors
+        grads = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+        if _active is not None:
+            _active.note("fused_attention_backward", (q, k, v, out, lse, grad), grads)
+        return grads
 
 
 class StepEmulation(TorchFunctionMode or object):
