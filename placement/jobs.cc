@@ -162,6 +162,8 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   if (j.memory_auto) {
     if (j.model.empty()) return g.Error("model", "is needed when memory_mib is \"auto\" (e.g. \"torchvision:resnet50\")");
     if (j.batch_size == 0) return g.Error("batch_size", "is needed when memory_mib is \"auto\"");
+  }
+  if (!j.model.empty()) {  // the estimator will run for this job: for its memory, its SM activity or both
     if (j.optimizer != "sgd" && j.optimizer != "adam" && j.optimizer != "adamw")
       return g.Error("optimizer", "must be sgd, adam or adamw, got \"" + j.optimizer + "\"");
     if (j.precision != "fp32" && j.precision != "bf16-amp" && j.precision != "fp16-amp")
@@ -170,6 +172,7 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   if (g.Has("sm_activity")) {
     COLOADER_ASSIGN_OR_RETURN(j.sm_activity, g.Number("sm_activity"));
     if (!(j.sm_activity >= 0 && j.sm_activity <= 1)) return g.Error("sm_activity", "must be between 0 and 1");
+    j.sm_source = Job::SmSource::kStated;
   }
   COLOADER_ASSIGN_OR_RETURN(double prio, IntegerIn(g, "priority", 0, -1e6, 1e6));
   j.priority = static_cast<int>(prio);
@@ -499,40 +502,73 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv, int timeo
 }
 
 std::vector<std::string> EstimatorCommand(const Job& job, const JobPipeline& pipeline, const std::string& python) {
+  // A job that states no batch_size reads at the producer's (only a job whose memory is stated
+  // can: "auto" needs the batch size).
+  const uint32_t batch = job.batch_size > 0 ? job.batch_size : pipeline.producer_batch;
   std::vector<std::string> cmd = {python, "-m", "coloader.estimate", "--model", job.model, "--batch-size",
-                                  std::to_string(job.batch_size), "--optimizer", job.optimizer, "--precision",
+                                  std::to_string(batch), "--optimizer", job.optimizer, "--precision",
                                   job.precision, "--image-size", std::to_string(pipeline.image_size)};
   if (job.channels_last) cmd.push_back("--channels-last");
   cmd.push_back("--json");
   return cmd;
 }
 
+const char* SmSourceName(Job::SmSource source) {
+  switch (source) {
+    case Job::SmSource::kStated: return "stated";
+    case Job::SmSource::kEstimated: return "estimated";
+    case Job::SmSource::kDefault: break;
+  }
+  return "default";
+}
+
 Status EstimateAutoJobs(JobSet* set, const std::string& python) {
-  std::map<std::vector<std::string>, double> estimated;  // by command: identical jobs run it once
+  struct Figures {
+    double total_mib = 0, sm_activity = -1;
+  };
+  std::map<std::vector<std::string>, Figures> estimated;  // by command: identical jobs run it once
   for (Job& job : set->jobs) {
-    if (!job.memory_auto) continue;
+    const bool want_sm = !job.model.empty() && job.sm_source == Job::SmSource::kDefault;
+    if (!job.memory_auto && !want_sm) continue;
     const std::vector<std::string> cmd = EstimatorCommand(job, set->pipelines[job.pipeline], python);
-    if (auto it = estimated.find(cmd); it != estimated.end()) {
-      job.memory_mib = it->second;
-      continue;
+    auto it = estimated.find(cmd);
+    if (it == estimated.end()) {
+      std::string line;
+      for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
+      const std::string what = "job \"" + job.name + "\": " +
+                               (job.memory_auto ? "memory_mib is \"auto\" but" : "it names a model but no sm_activity, and") +
+                               " the estimator (" + line + ")";
+      const std::string instead = job.memory_auto ? "give memory_mib in MiB" : "state sm_activity (0..1)";
+      Result<CommandOutput> r = RunCommand(cmd, 600000);
+      if (!r.ok()) {
+        return Status::Invalid(what + " could not run: " + r.status().message() + "\nName a Python with torch "
+                               "(--python or $COLOADER_PYTHON), or " + instead + ".");
+      }
+      if (r->exit_code != 0) {
+        std::string tail = r->err.size() > 600 ? r->err.substr(r->err.size() - 600) : r->err;
+        return Status::Invalid(what + " failed (exit " + std::to_string(r->exit_code) + "): " + tail +
+                               "\nInstall the coloader Python package (pip install ./python), or " + instead + ".");
+      }
+      Result<JsonValue> doc = ParseJson(r->out, "estimator output for job \"" + job.name + "\"");
+      if (!doc.ok()) return Status::Invalid(what + " printed something that is not JSON: " + doc.status().message());
+      const JsonValue* total = doc->Find("total_mib");
+      if (!total || !total->is_number() || !(total->number() > 0))
+        return Status::Invalid(what + " printed no positive \"total_mib\"");
+      Figures f{total->number()};
+      // An estimator from before the activity model prints none; a job that needs it is an error,
+      // one that only wanted its memory is not.
+      const JsonValue* sm = doc->Find("sm_activity");
+      if (sm && sm->is_number() && sm->number() > 0 && sm->number() <= 1) f.sm_activity = sm->number();
+      if (want_sm && f.sm_activity < 0)
+        return Status::Invalid(what + " printed no \"sm_activity\" in (0, 1]: update the coloader Python package, "
+                               "or " + instead + ".");
+      it = estimated.emplace(cmd, f).first;
     }
-    std::string line;
-    for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
-    const std::string what = "job \"" + job.name + "\": memory_mib is \"auto\" but the estimator (" + line + ")";
-    Result<CommandOutput> r = RunCommand(cmd, 600000);
-    if (!r.ok()) return Status::Invalid(what + " could not run: " + r.status().message());
-    if (r->exit_code != 0) {
-      std::string tail = r->err.size() > 600 ? r->err.substr(r->err.size() - 600) : r->err;
-      return Status::Invalid(what + " failed (exit " + std::to_string(r->exit_code) + "): " + tail +
-                             "\nInstall the coloader Python package (pip install ./python) or give memory_mib in MiB.");
+    if (job.memory_auto) job.memory_mib = it->second.total_mib;
+    if (want_sm) {
+      job.sm_activity = it->second.sm_activity;
+      job.sm_source = Job::SmSource::kEstimated;
     }
-    Result<JsonValue> doc = ParseJson(r->out, "estimator output for job \"" + job.name + "\"");
-    if (!doc.ok()) return Status::Invalid(what + " printed something that is not JSON: " + doc.status().message());
-    const JsonValue* total = doc->Find("total_mib");
-    if (!total || !total->is_number() || !(total->number() > 0))
-      return Status::Invalid(what + " printed no positive \"total_mib\"");
-    job.memory_mib = total->number();
-    estimated[cmd] = job.memory_mib;
   }
   return Status::OK();
 }

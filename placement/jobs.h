@@ -62,6 +62,10 @@ struct Job {
   std::string model, optimizer = "sgd", precision = "fp32";
   bool channels_last = false;
   double sm_activity = -1;  // expected SM activity alone on the GPU, 0..1; < 0 unknown
+  // Where sm_activity came from: the jobs file, the estimator (EstimateAutoJobs, for a job with
+  // a model), or neither (the planner then assumes --default-sm).
+  enum class SmSource { kDefault, kStated, kEstimated };
+  SmSource sm_source = SmSource::kDefault;
   int priority = 0;         // higher first
   double loader_cores = 4;  // CPU cores its own (per-job) loader would need
   bool isolation = false;   // must not share SMs/memory bandwidth: MIG or a GPU of its own
@@ -126,9 +130,13 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
 // NotFound when there is no driver or no GPU.
 Result<std::vector<Gpu>> GpusFromNvml();
 
-// Fills memory_mib of every `auto` job by running the estimator
-// (`<python> -m coloader.estimate ... --json`); an error names the job and says what failed.
+// Runs the estimator (`<python> -m coloader.estimate ... --json`) once per distinct command and
+// fills memory_mib of every `auto` job and sm_activity (SmSource::kEstimated) of every job that
+// has a model but states no sm_activity; an error names the job and says what failed.
 Status EstimateAutoJobs(JobSet* set, const std::string& python);
+
+// "stated", "estimated" or "default" (the plan's sm_source).
+const char* SmSourceName(Job::SmSource source);
 
 // The estimator's command line for one job (exposed for tests and messages).
 std::vector<std::string> EstimatorCommand(const Job& job, const JobPipeline& pipeline, const std::string& python);

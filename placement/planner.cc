@@ -577,7 +577,8 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("mode", ModeName(planner.ModeOf(p)))
         .Field("reserved_mib", p.reserved_mib)
         .Field("client_mib", p.client_mib)
-        .Field("sm_activity", planner.SmOf(p.job));
+        .Field("sm_activity", planner.SmOf(p.job))
+        .Field("sm_source", SmSourceName(job.sm_source));
     if (!p.mig_profile.empty()) w.Field("mig_profile", p.mig_profile);
     if (p.producer >= 0) w.Field("producer", ProducerName(set, p.producer)).Field("host_path", p.host_path);
     w.Key("env").BeginObject();
@@ -630,14 +631,15 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
   std::snprintf(line, sizeof(line), "policy %s, data sharing %s\n\n", PolicyName(planner.options().policy),
                 planner.options().sharing ? "on" : "off");
   out += line;
-  std::snprintf(line, sizeof(line), "%-20s %4s %-10s %10s %6s %5s %5s %-28s %s\n", "job", "gpu", "mode", "mem MiB",
-                "client", "SM", "thr%", "producer", "path");
+  std::snprintf(line, sizeof(line), "%-20s %4s %-10s %10s %6s %5s %-9s %5s %-28s %s\n", "job", "gpu", "mode",
+                "mem MiB", "client", "SM", "SM from", "thr%", "producer", "path");
   out += line;
   for (const Placement& p : plan.placements) {
     const Mode mode = planner.ModeOf(p);
     const std::string mode_s = mode == Mode::kMig ? "mig " + p.mig_profile : ModeName(mode);
-    std::snprintf(line, sizeof(line), "%-20s %4d %-10s %10.0f %6.0f %5.2f %5d %-28s %s\n", set.jobs[p.job].name.c_str(),
-                  planner.gpus()[p.gpu].index, mode_s.c_str(), p.reserved_mib, p.client_mib, planner.SmOf(p.job),
+    std::snprintf(line, sizeof(line), "%-20s %4d %-10s %10.0f %6.0f %5.2f %-9s %5d %-28s %s\n",
+                  set.jobs[p.job].name.c_str(), planner.gpus()[p.gpu].index, mode_s.c_str(), p.reserved_mib,
+                  p.client_mib, planner.SmOf(p.job), SmSourceName(set.jobs[p.job].sm_source),
                   planner.MpsThreadPercentage(p), p.producer >= 0 ? ProducerName(set, p.producer).c_str() : "(own loader)",
                   p.producer < 0 ? "-" : (p.host_path ? "host" : "cuda-ipc"));
     out += line;

@@ -7,6 +7,7 @@
     from coloader.estimate import estimate, estimate_module
     e = estimate("torchvision:resnet50", batch_size=128, optimizer="sgd", precision="bf16-amp")
     e.total_mib, e.parts        # MiB; the parts sum to the total
+    e.sm_activity, e.step_s     # the share of the GPU the step keeps busy alone (coloader.activity)
 
 The figure is what the job's process holds on the GPU at its peak as nvidia-smi shows it, since
 that is what packing jobs onto a GPU must fit: the CUDA context, and everything PyTorch's

@@ -730,7 +730,8 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
                      "assert a[a.index('--precision') + 1] == 'bf16-amp' and '--json' in a\n"
                      "if a[a.index('--batch-size') + 1] != '128': sys.exit('bad batch')\n"
                      "open('" + dir.path() + "/runs', 'a').write('run\\n')\n"
-                     "print(json.dumps({'total_mib': 9876.5 * int(a[a.index('--image-size') + 1]) / 224, 'parts': {}}))\n");
+                     "print(json.dumps({'total_mib': 9876.5 * int(a[a.index('--image-size') + 1]) / 224, 'parts': {},\n"
+                     "                  'sm_activity': 0.42}))\n");
   const char* old = std::getenv("PYTHONPATH");
   const std::string saved = old ? old : "";
   ::setenv("PYTHONPATH", dir.path().c_str(), 1);
@@ -740,7 +741,60 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9876.5);
   EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 9876.5);
   EXPECT_DOUBLE_EQ(set.jobs[2].memory_mib, 2 * 9876.5);  // its image size reached the estimator
+  EXPECT_DOUBLE_EQ(set.jobs[0].sm_activity, 0.42);  // no sm_activity stated: the same run gives it
+  EXPECT_EQ(set.jobs[0].sm_source, Job::SmSource::kEstimated);
   EXPECT_EQ(testing::ReadFile(dir.path() + "/runs"), "run\nrun\n");  // not once per job
+}
+
+TEST(Planner, AJobWithAModelButNoSmActivityGetsTheEstimatorsAndThePlanSaysSo) {
+  // The real estimator, from the source tree: one run serves "mem" (memory stated) and "auto"
+  // (the same command); "stated" keeps its own figure, "none" (no model) the default.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [
+      {"name": "mem", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000,
+       "model": "torchvision:resnet18", "batch_size": 32, "precision": "bf16-amp"},
+      {"name": "auto", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": "auto",
+       "model": "torchvision:resnet18", "batch_size": 32, "precision": "bf16-amp"},
+      {"name": "stated", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000,
+       "model": "torchvision:resnet18", "batch_size": 32, "sm_activity": 0.3},
+      {"name": "none", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000}]})"));
+  Status missing = EstimateAutoJobs(&set, "/nonexistent/python3");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("job \"mem\": it names a model but no sm_activity"), std::string::npos)
+      << missing.message();
+  EXPECT_NE(missing.message().find("state sm_activity"), std::string::npos) << missing.message();
+
+  Result<CommandOutput> torch = RunCommand({"/usr/bin/python3", "-c", "import torch, torchvision"}, 60000);
+  if (!torch.ok() || torch->exit_code != 0) GTEST_SKIP() << "/usr/bin/python3 has no torch and torchvision";
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string saved = old ? old : "";
+  ::setenv("PYTHONPATH", (std::string(COLOADER_SOURCE_DIR) + "/python").c_str(), 1);
+  Status ok = EstimateAutoJobs(&set, "/usr/bin/python3");
+  if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
+  ASSERT_OK(ok);
+  EXPECT_EQ(set.jobs[0].sm_source, Job::SmSource::kEstimated);
+  EXPECT_GT(set.jobs[0].sm_activity, 0);
+  EXPECT_LE(set.jobs[0].sm_activity, 1);
+  EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 3000);  // stated memory stays
+  EXPECT_EQ(set.jobs[1].sm_source, Job::SmSource::kEstimated);
+  EXPECT_DOUBLE_EQ(set.jobs[1].sm_activity, set.jobs[0].sm_activity);
+  EXPECT_GT(set.jobs[1].memory_mib, 0);
+  EXPECT_EQ(set.jobs[2].sm_source, Job::SmSource::kStated);
+  EXPECT_DOUBLE_EQ(set.jobs[2].sm_activity, 0.3);
+  EXPECT_EQ(set.jobs[3].sm_source, Job::SmSource::kDefault);
+
+  Planner planner(Opts(Policy::kSharingAware), Gpus(4), &set);
+  const Plan plan = MakePlan(set, Gpus(4), Opts(Policy::kSharingAware), &planner);
+  ASSERT_EQ(plan.placements.size(), 4u);
+  EXPECT_DOUBLE_EQ(planner.SmOf(0), set.jobs[0].sm_activity);
+  EXPECT_DOUBLE_EQ(planner.SmOf(3), planner.options().default_sm);
+  ASSERT_OK_AND_ASSIGN(JsonValue doc, ParseJson(PlanJson(set, planner, plan), "plan"));
+  std::map<std::string, std::string> source;
+  for (const JsonValue& j : doc.Find("jobs")->items()) source[j.Find("name")->string()] = j.Find("sm_source")->string();
+  EXPECT_EQ(source, (std::map<std::string, std::string>{
+                        {"mem", "estimated"}, {"auto", "estimated"}, {"stated", "stated"}, {"none", "default"}}));
+  const std::string table = PlanTable(set, planner, plan);
+  EXPECT_NE(table.find("estimated"), std::string::npos) << table;
+  EXPECT_NE(table.find("default"), std::string::npos) << table;
 }
 
 // When poll itself fails (here: EINVAL, because RLIMIT_NOFILE drops below the two fds it
