@@ -20,7 +20,9 @@ Result<DecodeMode> ParseDecodeMode(const std::string& s) {
 
 bool GpuDecodable(const JpegFrame& f) {
   const bool huffman_dct = f.sof == 0xC0 || f.sof == 0xC1 || f.sof == 0xC2;
-  return f.ends_with_eoi && huffman_dct && f.precision == 8 && f.components == 3 && !f.adobe_no_transform &&
+  // Grayscale too: nvJPEG writes its one channel into all three of the RGB output.
+  const bool ycbcr_or_gray = (f.components == 3 && !f.adobe_no_transform) || f.components == 1;
+  return f.ends_with_eoi && huffman_dct && f.precision == 8 && ycbcr_or_gray &&
          f.width > 0 && f.height > 0 && f.width <= kMaxImageSide && f.height <= kMaxImageSide &&
          uint64_t(f.width) * uint64_t(f.height) <= kMaxImagePixels;
 }

@@ -42,8 +42,8 @@ enum class DecodeMode { kCpu, kGpu, kAuto };
 constexpr uint32_t kMaxGpuDecodeBatch = 65535;
 Result<DecodeMode> ParseDecodeMode(const std::string& s);  // "cpu" | "gpu" | "auto"
 
-// Whether a GPU decoder gets this file: complete, 8-bit, 3 components in YCbCr, a
-// Huffman-coded DCT frame, a plausible size. The rest goes to the CPU decoder.
+// Whether a GPU decoder gets this file: complete, 8-bit, 3 components in YCbCr or one of
+// gray, a Huffman-coded DCT frame, a plausible size. The rest goes to the CPU decoder.
 bool GpuDecodable(const JpegFrame& f);
 
 // What a worker leaves in the job for the GPU lane about one sample.

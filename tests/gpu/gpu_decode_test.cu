@@ -247,7 +247,8 @@ TEST(GpuDecodeStage, MatchesTheCpuPathAndRoutesEveryKindOfFile) {
     std::printf("  counts: %llu hardware, %llu hybrid, %llu cpu\n", (unsigned long long)c.hardware,
                 (unsigned long long)c.hybrid, (unsigned long long)c.cpu);
     EXPECT_EQ(c.hardware + c.hybrid + c.cpu, good);
-    EXPECT_GE(c.cpu, use_hardware && hardware ? 4u : 3u);  // CMYK, grayscale, PNG (and progressive)
+    EXPECT_GE(c.cpu, use_hardware && hardware ? 3u : 2u);  // CMYK, PNG (and progressive)
+    EXPECT_TRUE(job.gpu[photos + 2].on_gpu) << paths[photos + 2];  // grayscale: on the GPU
     EXPECT_EQ(job.gpu_decoded, c.hardware + c.hybrid);
     if (use_hardware && hardware) EXPECT_GE(c.hardware, photos);
     if (!use_hardware) EXPECT_EQ(c.hardware, 0u);
