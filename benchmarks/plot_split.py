@@ -28,13 +28,14 @@ def main():
     models = sorted({r["model"] for rows, _ in runs for r in rows}, key=lambda m: (m != "resnet18", m))
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 3.8), sharey=True, squeeze=False)
     for ax, model in zip(axes[0], models):
-        for setup, label, color in SETUPS:
+        for k, (setup, label, color) in enumerate(SETUPS):
+            dodge = 0.12 * (k - 1)  # the three setups side by side at each N
             xs, ys = [], []
             for rows, ceiling in runs:
                 for r in rows:
                     c = ceiling.get((r["model"], r["n"]))
                     if r["model"] == model and r["setup"] == setup and c:
-                        xs.append(int(r["n"]))
+                        xs.append(int(r["n"]) + dodge)
                         ys.append(float(r["agg_img_s"]) / c)
             ax.scatter(xs, ys, color=color, label=label, s=36, alpha=0.85)
         ax.axhline(0.95, color="#cc0000", lw=0.8, ls="--")
