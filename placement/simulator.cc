@@ -297,4 +297,32 @@ std::string SimTimeseriesCsv(const std::vector<SimResult>& runs) {
   return out;
 }
 
+namespace {
+
+// A CSV field as RFC 4180 has it: quoted where it holds a comma, a quote or a line break.
+std::string CsvField(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char c : v) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string SimAttemptsCsv(const std::vector<SimResult>& runs) {
+  std::string out = "policy,sharing,job,outcome,attempt,gpu,mode,mig_profile,limit_mib,start_s,end_s,oom\n";
+  char tail[160];
+  for (const SimResult& r : runs) {
+    for (const SimJobReport& j : r.jobs) {
+      for (size_t a = 0; a < j.runs.size(); ++a) {
+        const Attempt& t = j.runs[a];
+        std::snprintf(tail, sizeof(tail), ",%zu,%d,%s,%s,%.0f,%.1f,%.1f,%d\n", a + 1, t.gpu, ModeName(t.mode),
+                      CsvField(t.mig_profile).c_str(), t.limit_mib, t.start_s, t.end_s, t.oom ? 1 : 0);
+        out += r.policy + "," + (r.sharing ? "1" : "0") + "," + CsvField(j.name) + "," + j.outcome + tail;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace coloader

@@ -57,8 +57,11 @@ struct SimResult {
 
 Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, const SimOptions& opts);
 
-// CSV writers: one row per run; one row per (run, sample).
+// CSV writers: one row per run; one row per (run, sample); one row per (run, job, attempt):
+// where each attempt ran, under which limit, from when to when, and whether it ran out of
+// memory (launch's --json "runs", for the simulator).
 std::string SimSummaryCsv(const std::vector<SimResult>& runs);
 std::string SimTimeseriesCsv(const std::vector<SimResult>& runs);
+std::string SimAttemptsCsv(const std::vector<SimResult>& runs);
 
 }  // namespace coloader

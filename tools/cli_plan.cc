@@ -265,7 +265,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
       ->check(NumberIn(0.05, 4.0));
   RecoveryFlags rf;
   rf.Add(&cmd, &so.planner.recovery);
-  cmd.Add("--out", &out_dir, "also write summary.csv and timeseries.csv here")->type_name("DIR");
+  cmd.Add("--out", &out_dir, "also write summary.csv, timeseries.csv and attempts.csv (every job's runs) here")
+      ->type_name("DIR");
   cmd.Add("--csv", &csv, "the summary as CSV on stdout");
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
   if (trace_path.empty()) return cmd.UsageError("--trace is required (make one with scripts/make_trace.py)");
@@ -316,6 +317,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
     if (ec) return Fail("simulate", Status::IOError("cannot create --out " + out_dir + ": " + ec.message()));
     if (Status e = WriteWhole(out_dir + "/summary.csv", SimSummaryCsv(runs)); !e.ok()) return Fail("simulate", e);
     if (Status e = WriteWhole(out_dir + "/timeseries.csv", SimTimeseriesCsv(runs)); !e.ok()) return Fail("simulate", e);
+    if (Status e = WriteWhole(out_dir + "/attempts.csv", SimAttemptsCsv(runs)); !e.ok()) return Fail("simulate", e);
   }
   if (csv) {
     std::printf("%s", SimSummaryCsv(runs).c_str());

@@ -3,11 +3,21 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "tests/support/test_support.h"
 
 namespace coloader {
 namespace {
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
 
 // A trace of jobs given as (estimate, actual, sm, duration, arrival) on one pipeline.
 struct T {
@@ -98,6 +108,16 @@ TEST(Simulator, TheJobOverItsLimitIsTheOneThatRunsOutOfMemoryThenRunsAlone) {
   EXPECT_DOUBLE_EQ(r.jobs[0].runs[1].limit_mib, 40000);
   EXPECT_GE(r.jobs[0].runs[1].start_s, r.jobs[1].runs[0].end_s);  // alone: after j1
   EXPECT_EQ(r.jobs[0].outcome, "done");
+  // attempts.csv (simulate --out) has every attempt: j0's two, the first out of memory under its
+  // estimate, the second alone under the GPU's memory; j1's one.
+  const std::vector<std::string> lines = Lines(SimAttemptsCsv({r}));
+  ASSERT_EQ(lines.size(), 4u) << SimAttemptsCsv({r});
+  EXPECT_EQ(lines[0], "policy,sharing,job,outcome,attempt,gpu,mode,mig_profile,limit_mib,start_s,end_s,oom");
+  EXPECT_EQ(lines[1].substr(0, lines[1].find(",1,0,mps,,18000,")), r.policy + ",0,j0,done");
+  EXPECT_EQ(lines[1].back(), '1');
+  EXPECT_NE(lines[2].find(",j0,done,2,0,exclusive,,40000,"), std::string::npos) << lines[2];
+  EXPECT_EQ(lines[2].back(), '0');
+  EXPECT_NE(lines[3].find(",j1,done,1,0,"), std::string::npos) << lines[3];
 }
 
 TEST(Simulator, AJobAloneOnItsGpuIsLimitedToo) {
