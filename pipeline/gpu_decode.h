@@ -5,10 +5,10 @@
 // Division of work, per batch:
 //  - workers (CPU threads): read the file. The batch's last samples, as many as the split
 //    gives the CPU (decode_split.h, --cpu-share), are decoded and augmented there exactly as
-//    --decode cpu does. The others are routed (Prepare): a complete 8-bit 3-component JPEG the
-//    engines can take keeps its bytes and gets its crop box from the CPU path's own SampleCrop
-//    and SampleRng, so both paths crop the same box for the same seed. Anything else (PNG,
-//    grayscale, CMYK, progressive where the GPU has JPEG engines, an unterminated file, an
+//    --decode cpu does. The others are routed (Prepare): a complete 8-bit YCbCr or grayscale
+//    JPEG the engines can take keeps its bytes and gets its crop box from the CPU path's own
+//    SampleCrop and SampleRng, so both paths crop the same box for the same seed. Anything else
+//    (PNG, CMYK, progressive where the GPU has JPEG engines, an unterminated file, an
 //    implausible size) is decoded on the worker too, errors included.
 //  - a GPU lane thread (Finish): nvJPEG's hardware backend on what nvjpegDecodeBatchedSupported
 //    accepts, then the GPU hybrid backend on the rest (a batch the hardware refused, or every

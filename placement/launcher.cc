@@ -226,8 +226,28 @@ Status Launcher::StartProducer(int pipeline) {
   // its own when its jobs read host memory, or --decode cpu (also where --decode gpu would fail
   // for want of a --device).
   const ProducerDecode decode = planner_.DecodeOf(pipeline);
-  argv.push_back("--decode");
-  argv.push_back(decode.decode);
+  // serve's own default is auto (the CPU without --device): the flag goes where the plan differs
+  // from what serve would do anyway, so a pipeline's --cpu-share stays valid wherever it was.
+  std::vector<std::string> serve_args = pl.serve_args;
+  if (decode.decode != "auto" && !(decode.decode == "cpu" && pl.decode == "auto")) {
+    argv.push_back("--decode");
+    argv.push_back(decode.decode);
+  }
+  if (decode.decode == "cpu" && pl.decode == "gpu") {
+    // decode gpu that found no place for it: the CPU decodes all, and serve refuses a split of
+    // batches it does not split.
+    for (size_t k = 0; k < serve_args.size();) {
+      const bool joined = serve_args[k].rfind("--cpu-share=", 0) == 0;
+      if (serve_args[k] != "--cpu-share" && !joined) {
+        ++k;
+        continue;
+      }
+      const size_t n = joined || k + 1 == serve_args.size() ? 1 : 2;
+      Log("producer %s: dropped %s from serve_args: it decodes on the CPU (%s)", name.c_str(),
+          (serve_args[k] + (n == 2 ? " " + serve_args[k + 1] : "")).c_str(), decode.why.c_str());
+      serve_args.erase(serve_args.begin() + static_cast<long>(k), serve_args.begin() + static_cast<long>(k + n));
+    }
+  }
   std::string decodes_on;
   if (!decode.mig_profile.empty()) {
     // Like a job's instance (JobEnvironment): the GPU and the profile; the instance itself is not
@@ -242,7 +262,7 @@ Status Launcher::StartProducer(int pipeline) {
   } else if (decode.decode == "cpu" && pl.decode != "cpu") {
     decodes_on = ", decodes on the CPU: " + decode.why;
   }
-  for (const auto& a : pl.serve_args) argv.push_back(a);
+  for (const auto& a : serve_args) argv.push_back(a);
   COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
   p->pipeline = pipeline;
   Proc* raw = p.get();
@@ -338,6 +358,9 @@ Status Launcher::PlaceRound() {
       Log("%s", st.message().c_str());
       planner_.Release(p.job);
       MarkFailed(p.job);
+      // Its pipeline's last job may be this one: a --forever producer would otherwise run on with
+      // nothing to end it, and the launch with it (found in review).
+      StopProducerIfIdle(set_.jobs[p.job].pipeline);
     }
   }
   return Status::OK();
@@ -457,8 +480,8 @@ void Launcher::StopProducerIfIdle(int pipeline) {
 // running producer keeps its jobs on its GPUs (Planner::LockProducer), and a job requeued after
 // an OOM may now fit only elsewhere. Stop the producers; once reaped they are unlocked, and the
 // next round places what waits wherever it fits, starting a producer there (or, if nothing fits,
-// fails it as the main loop does when nothing runs). On the host path there are no locks and
-// this never happens: a job that waits there while nothing runs is placed in the same round.
+// fails it as the main loop does when nothing runs). On the host path only a MIG decoder's
+// instance is locked (Planner::LockProducer); stopping every producer frees that too.
 void Launcher::UnlockByStoppingProducers() {
   for (auto& p : procs_) {
     if (p->pid > 0 && p->job >= 0) return;  // a job runs: it will free room when it ends

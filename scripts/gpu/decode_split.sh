@@ -131,7 +131,7 @@ fi
 # One job below its ceiling although next() hardly waits: is it the CPU load beside it? Busy
 # loops alone (synthetic+burn), then the loops and the producers at the lowest priority.
 if [[ ${SPLIT_CONTENTION:-0} == 1 ]]; then
-  run contention "${models[0]}" synthetic,synthetic+burn --n 1
+  run contention "${models[0]}" synthetic,synthetic+burn --n 1 --variant contention
   run contention-nice "${models[0]}" synthetic+burn,coloader-auto,coloader --n 1 --variant nice19 \
     --burn-nice 19 --serve-nice 19
 fi

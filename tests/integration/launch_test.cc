@@ -178,6 +178,42 @@ TEST_F(LaunchTest, AProducerThatCannotStartFailsItsJobsWithoutHanging) {
   ExpectGone(StartedPids(launch.Stderr()));
 }
 
+// A job whose command cannot start is failed, and its pipeline's producer, with no job left, is
+// stopped: the launch ends (found in review: the --forever producer ran on, and launch with it).
+TEST_F(LaunchTest, AJobThatCannotStartEndsTheLaunchAndStopsItsProducer) {
+  const std::string path = tmp_.path() + "/jobs-nostart.json";
+  testing::WriteFile(path, R"({"cpu_cores": 8, "gpus": [{"memory_mib": 16000, "sms": 100}],
+    "pipelines": {"p": {"data": ")" + data_ + R"(", "image_size": 32, "producer_batch": 8, "serve_args": ["--workers", "1"]}},
+    "jobs": [{"name": "ghost", "command": [")" + tmp_.path() + R"(/no-such-program"], "pipeline": "p",
+              "memory_mib": 3000, "sm_activity": 0.2, "loader_cores": 2}]})");
+  Child launch(Coloader({"launch", path, "--json", "--run-dir", tmp_.path() + "/run-nostart"}));
+  ASSERT_EQ(launch.Wait(60000), 1) << launch.Stderr();
+  ASSERT_OK_AND_ASSIGN(JsonValue s, ParseJson(launch.Stdout(), "launch summary"));
+  EXPECT_EQ(s.Find("failed")->number(), 1);
+  ExpectGone(StartedPids(launch.Stderr()));
+}
+
+// A pipeline's --cpu-share in serve_args where the plan decodes on the CPU (no GPU here): with
+// the default decode (auto) serve gets no --decode and decodes on the CPU as its own auto does;
+// with decode gpu the plan's --decode cpu goes with --cpu-share dropped and said, since serve
+// refuses the pair (found in review: the producer did not start, and its jobs failed).
+TEST_F(LaunchTest, ACpuShareInServeArgsSurvivesAPlanThatDecodesOnTheCpu) {
+  for (const std::string decode : {"", R"(, "decode": "gpu")"}) {
+    SCOPED_TRACE(decode.empty() ? "auto" : "gpu");
+    const std::string path = tmp_.path() + "/jobs-share.json";
+    testing::WriteFile(path, R"({"cpu_cores": 8, "gpus": [{"memory_mib": 16000, "sms": 100}],
+      "pipelines": {"p": {"data": ")" + data_ + R"(", "image_size": 32, "producer_batch": 8)" + decode +
+                                 R"(, "serve_args": ["--workers", "1", "--cpu-share", "0.3"]}}, "jobs": [)" +
+                                 ConsumerJob("a", "") + "]}");
+    Child launch(Coloader({"launch", path, "--json", "--run-dir", tmp_.path() + "/run-share" + (decode.empty() ? "a" : "g")}));
+    ASSERT_EQ(launch.Wait(120000), 0) << launch.Stderr();
+    ASSERT_OK_AND_ASSIGN(JsonValue s, ParseJson(launch.Stdout(), "launch summary"));
+    EXPECT_EQ(s.Find("done")->number(), 1) << launch.Stderr();
+    EXPECT_EQ(launch.Stderr().find("dropped --cpu-share 0.3") != std::string::npos, !decode.empty()) << launch.Stderr();
+    ExpectGone(StartedPids(launch.Stderr()));
+  }
+}
+
 // `coloader simulate` (same binary, same jobs-file reader): both CSVs are checked as they are
 // written (a path it cannot write is an error, even where an earlier run left a summary.csv),
 // and GPU counts it cannot simulate are errors, not NaN utilisations or a silently ignored flag.
