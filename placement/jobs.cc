@@ -159,11 +159,11 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   COLOADER_ASSIGN_OR_RETURN(j.optimizer, g.String("optimizer", j.optimizer));
   COLOADER_ASSIGN_OR_RETURN(j.precision, g.String("precision", j.precision));
   COLOADER_ASSIGN_OR_RETURN(j.channels_last, g.Bool("channels_last", false));
+  // Only an "auto" job needs the estimator: one that wants just its SM activity from it keeps
+  // --default-sm when the estimator refuses these fields (EstimateAutoJobs), so it plans as before.
   if (j.memory_auto) {
     if (j.model.empty()) return g.Error("model", "is needed when memory_mib is \"auto\" (e.g. \"torchvision:resnet50\")");
     if (j.batch_size == 0) return g.Error("batch_size", "is needed when memory_mib is \"auto\"");
-  }
-  if (!j.model.empty()) {  // the estimator will run for this job: for its memory, its SM activity or both
     if (j.optimizer != "sgd" && j.optimizer != "adam" && j.optimizer != "adamw")
       return g.Error("optimizer", "must be sgd, adam or adamw, got \"" + j.optimizer + "\"");
     if (j.precision != "fp32" && j.precision != "bf16-amp" && j.precision != "fp16-amp")
@@ -522,53 +522,114 @@ const char* SmSourceName(Job::SmSource source) {
   return "default";
 }
 
+namespace {
+
+// One run of the estimator for one command line, or why it gave nothing: the jobs that share the
+// command share this, so a reused run is judged exactly as a fresh one.
+struct EstimatorRun {
+  std::string failure;  // empty: it ran and printed a JSON object; else what went wrong
+  std::string brief;    // failure in one line (the last line of what it printed), for sm_why
+  std::string advice;   // what to do about the failure (a sentence without its full stop)
+  double total_mib = -1;    // its "total_mib" when a positive number, else -1
+  double sm_activity = -1;  // its "sm_activity" when in (0, 1], else -1
+};
+
+std::string LastLine(const std::string& text) {
+  size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  const size_t newline = text.rfind('\n', end);
+  const size_t begin = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(begin, end + 1 - begin);
+}
+
+EstimatorRun RunEstimator(const std::vector<std::string>& cmd, const std::string& job_name) {
+  EstimatorRun run;
+  const std::string name_python = "name a Python with torch and the coloader package (--python or $COLOADER_PYTHON)";
+  Result<CommandOutput> r = RunCommand(cmd, 600000);
+  if (!r.ok()) {
+    run.failure = "could not run: " + r.status().message();
+    run.brief = run.failure;
+    run.advice = "Install Python with torch and the coloader package (pip install ./python), or " + name_python;
+    return run;
+  }
+  if (r->exit_code != 0) {
+    std::string tail = r->err.size() > 600 ? r->err.substr(r->err.size() - 600) : r->err;
+    tail.erase(tail.find_last_not_of(" \t\r\n") + 1);  // npos + 1: all of it
+    const std::string exit = "failed (exit " + std::to_string(r->exit_code) + ")";
+    run.failure = tail.empty() ? exit + ", printing nothing on stderr" : exit + ": " + tail;
+    run.brief = tail.empty() ? run.failure : exit + ": " + LastLine(tail);
+    if (r->err.find("No module named") != std::string::npos) {
+      // Python itself found no coloader (or one of its imports): the package is not installed there.
+      run.advice = "Install the coloader Python package (pip install ./python) for " + cmd[0] + ", or " + name_python;
+    } else if (r->exit_code == 2 && r->err.find("needs PyTorch") != std::string::npos) {
+      run.advice = "Install torch for " + cmd[0] + ", or " + name_python;
+    } else if (r->exit_code == 2) {
+      // The estimator's own refusal (argparse, or EstimateError: an unknown model, optimizer,
+      // precision, or an image size the model cannot take): its message says which field.
+      run.advice = "The estimator refused the job's figures: check its model, batch_size, optimizer, precision, "
+                   "channels_last and its pipeline's image_size";
+    } else {
+      run.advice = "See the estimator's error above; update the coloader Python package (pip install ./python)";
+    }
+    return run;
+  }
+  Result<JsonValue> doc = ParseJson(r->out, "estimator output for job \"" + job_name + "\"");
+  if (!doc.ok() || !doc->is_object()) {
+    run.failure = "printed something that is not a JSON object" + (doc.ok() ? std::string() : ": " + doc.status().message());
+    run.brief = run.failure;
+    run.advice = "Update the coloader Python package (pip install ./python)";
+    return run;
+  }
+  const JsonValue* total = doc->Find("total_mib");
+  if (total && total->is_number() && total->number() > 0 && std::isfinite(total->number())) run.total_mib = total->number();
+  // An estimator from before the activity model prints none.
+  const JsonValue* sm = doc->Find("sm_activity");
+  if (sm && sm->is_number() && sm->number() > 0 && sm->number() <= 1) run.sm_activity = sm->number();
+  return run;
+}
+
+}  // namespace
+
 Status EstimateAutoJobs(JobSet* set, const std::string& python) {
-  struct Figures {
-    double total_mib = 0, sm_activity = -1;
-  };
-  std::map<std::vector<std::string>, Figures> estimated;  // by command: identical jobs run it once
+  std::map<std::vector<std::string>, EstimatorRun> runs;  // by command: identical jobs run it once
+  std::map<std::string, std::vector<std::string>> defaulted;  // sm_why -> the jobs that fell back for it
+  std::map<std::string, std::string> advice_for;              // sm_why -> its advice
   for (Job& job : set->jobs) {
     const bool want_sm = !job.model.empty() && job.sm_source == Job::SmSource::kDefault;
     if (!job.memory_auto && !want_sm) continue;
     const std::vector<std::string> cmd = EstimatorCommand(job, set->pipelines[job.pipeline], python);
-    auto it = estimated.find(cmd);
-    if (it == estimated.end()) {
-      std::string line;
-      for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
-      const std::string what = "job \"" + job.name + "\": " +
-                               (job.memory_auto ? "memory_mib is \"auto\" but" : "it names a model but no sm_activity, and") +
-                               " the estimator (" + line + ")";
-      const std::string instead = job.memory_auto ? "give memory_mib in MiB" : "state sm_activity (0..1)";
-      Result<CommandOutput> r = RunCommand(cmd, 600000);
-      if (!r.ok()) {
-        return Status::Invalid(what + " could not run: " + r.status().message() + "\nName a Python with torch "
-                               "(--python or $COLOADER_PYTHON), or " + instead + ".");
-      }
-      if (r->exit_code != 0) {
-        std::string tail = r->err.size() > 600 ? r->err.substr(r->err.size() - 600) : r->err;
-        return Status::Invalid(what + " failed (exit " + std::to_string(r->exit_code) + "): " + tail +
-                               "\nInstall the coloader Python package (pip install ./python), or " + instead + ".");
-      }
-      Result<JsonValue> doc = ParseJson(r->out, "estimator output for job \"" + job.name + "\"");
-      if (!doc.ok()) return Status::Invalid(what + " printed something that is not JSON: " + doc.status().message());
-      const JsonValue* total = doc->Find("total_mib");
-      if (!total || !total->is_number() || !(total->number() > 0))
-        return Status::Invalid(what + " printed no positive \"total_mib\"");
-      Figures f{total->number()};
-      // An estimator from before the activity model prints none; a job that needs it is an error,
-      // one that only wanted its memory is not.
-      const JsonValue* sm = doc->Find("sm_activity");
-      if (sm && sm->is_number() && sm->number() > 0 && sm->number() <= 1) f.sm_activity = sm->number();
-      if (want_sm && f.sm_activity < 0)
-        return Status::Invalid(what + " printed no \"sm_activity\" in (0, 1]: update the coloader Python package, "
-                               "or " + instead + ".");
-      it = estimated.emplace(cmd, f).first;
+    auto it = runs.find(cmd);
+    if (it == runs.end()) it = runs.emplace(cmd, RunEstimator(cmd, job.name)).first;
+    const EstimatorRun& run = it->second;
+    std::string line;
+    for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
+    if (job.memory_auto) {  // its memory has no other source: any failure is an error
+      const std::string what = "job \"" + job.name + "\": memory_mib is \"auto\" but the estimator (" + line + ")";
+      if (!run.failure.empty())
+        return Status::Invalid(what + " " + run.failure + "\n" + run.advice + ", or give memory_mib in MiB.");
+      if (run.total_mib <= 0)
+        return Status::Invalid(what + " printed no positive \"total_mib\": update the coloader Python package "
+                               "(pip install ./python), or give memory_mib in MiB.");
+      job.memory_mib = run.total_mib;
     }
-    if (job.memory_auto) job.memory_mib = it->second.total_mib;
-    if (want_sm) {
-      job.sm_activity = it->second.sm_activity;
+    if (!want_sm) continue;
+    if (run.failure.empty() && run.sm_activity > 0) {
+      job.sm_activity = run.sm_activity;
       job.sm_source = Job::SmSource::kEstimated;
+      job.sm_why.clear();
+      continue;
     }
+    // Its SM activity alone is wanted from here: it plans as before the estimator gave one.
+    job.sm_why = run.failure.empty() ? "the estimator printed no \"sm_activity\" in (0, 1]" : "the estimator " + run.brief;
+    defaulted[job.sm_why].push_back(job.name);
+    advice_for[job.sm_why] = run.failure.empty() ? "Update the coloader Python package (pip install ./python)" : run.advice;
+  }
+  for (const auto& [why, jobs] : defaulted) {
+    std::string names;
+    for (const std::string& n : jobs) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "warning: no SM activity estimated for job%s %s (%s), so %s --default-sm. %s, or state "
+                 "sm_activity (0..1).\n", jobs.size() > 1 ? "s" : "", names.c_str(), why.c_str(),
+                 jobs.size() > 1 ? "they use" : "it uses", advice_for[why].c_str());
   }
   return Status::OK();
 }

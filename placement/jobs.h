@@ -66,6 +66,8 @@ struct Job {
   // a model), or neither (the planner then assumes --default-sm).
   enum class SmSource { kDefault, kStated, kEstimated };
   SmSource sm_source = SmSource::kDefault;
+  // kDefault for a job with a model: why the estimator gave no figure (the plan's sm_why).
+  std::string sm_why;
   int priority = 0;         // higher first
   double loader_cores = 4;  // CPU cores its own (per-job) loader would need
   bool isolation = false;   // must not share SMs/memory bandwidth: MIG or a GPU of its own
@@ -132,7 +134,10 @@ Result<std::vector<Gpu>> GpusFromNvml();
 
 // Runs the estimator (`<python> -m coloader.estimate ... --json`) once per distinct command and
 // fills memory_mib of every `auto` job and sm_activity (SmSource::kEstimated) of every job that
-// has a model but states no sm_activity; an error names the job and says what failed.
+// has a model but states no sm_activity. Only an `auto` job's memory makes a failure an error (it
+// names the job and says what failed and what to do); a job that wanted only its SM activity keeps
+// SmSource::kDefault (--default-sm) with the reason in sm_why, and one warning line per distinct
+// reason goes to stderr.
 Status EstimateAutoJobs(JobSet* set, const std::string& python);
 
 // "stated", "estimated" or "default" (the plan's sm_source).

@@ -579,6 +579,7 @@ std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan
         .Field("client_mib", p.client_mib)
         .Field("sm_activity", planner.SmOf(p.job))
         .Field("sm_source", SmSourceName(job.sm_source));
+    if (!job.sm_why.empty()) w.Field("sm_why", job.sm_why);  // why a job with a model got no estimate
     if (!p.mig_profile.empty()) w.Field("mig_profile", p.mig_profile);
     if (p.producer >= 0) w.Field("producer", ProducerName(set, p.producer)).Field("host_path", p.host_path);
     w.Key("env").BeginObject();
@@ -651,6 +652,13 @@ std::string PlanTable(const JobSet& set, const Planner& planner, const Plan& pla
     std::snprintf(line, sizeof(line), "gpu %d (%s): %.0f of %.0f MiB planned (producers %.0f), SM activity %.2f, %zu job(s)\n",
                   gpu.index, gpu.name.c_str(), load.used_mib, gpu.memory_mib, load.producer_mib, load.sm, load.jobs.size());
     out += line;
+  }
+  for (const Placement& p : plan.placements) {
+    const Job& job = set.jobs[p.job];
+    if (job.sm_why.empty()) continue;
+    std::snprintf(line, sizeof(line), "job %s: SM activity %.2f (--default-sm), because ", job.name.c_str(),
+                  planner.SmOf(p.job));
+    out += line + job.sm_why + "\n";
   }
   for (size_t pi = 0; pi < set.pipelines.size(); ++pi) {
     if (!planner.options().sharing || !planner.ProducerRunning(static_cast<int>(pi))) continue;

@@ -64,11 +64,13 @@ struct PlanFlags {
         ->check(NumberIn(1.0, 1e6))
         ->default_str("");  // not the planner's placeholder: the default depends on the file
     sm_limit.Add(cmd);
-    cmd->Add("--default-sm", &o->default_sm, "SM activity of a job that does not state it")
+    cmd->Add("--default-sm", &o->default_sm, "SM activity of a job that states none and whose SM activity cannot be "
+                                             "estimated (no model, or the estimator failed)")
         ->check(NumberIn(0.0, 1.0));
     cmd->Add("--memory-margin", &o->memory_margin, "fraction added to every memory estimate")
         ->check(NumberIn(0.0, 10.0));
-    cmd->Add("--python", &python, "the Python that runs the estimator for \"auto\" memory ($COLOADER_PYTHON)")
+    cmd->Add("--python", &python, "the Python that runs the estimator for \"auto\" memory and for the SM "
+                                  "activity of a job with a model ($COLOADER_PYTHON)")
         ->type_name("PYTHON");
     cmd->Add("--json", &json, "the result as one JSON object");
   }

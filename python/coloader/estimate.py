@@ -88,6 +88,15 @@ class Estimate:
         return json.dumps(asdict(self), sort_keys=False)
 
 
+# The least SM activity the estimator prints: rounding to 3 decimals would give a tiny model 0.0,
+# which the planner takes as no estimate at all (it wants a share in (0, 1]).
+MIN_SM_ACTIVITY = 0.001
+
+
+def _share(sm_activity):
+    return min(1.0, max(MIN_SM_ACTIVITY, round(sm_activity, 3)))
+
+
 def _check(batch_size, optimizer, precision):
     if precision not in PRECISIONS:
         raise EstimateError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
@@ -261,7 +270,7 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
              "step_kernels": len(work.kernels),
              **flags},
         calibration=cal["source"], torch=torch.__version__,
-        sm_activity=round(sm_activity, 3), step_s=round(step_s, 5),
+        sm_activity=_share(sm_activity), step_s=round(step_s, 5),
         activity_calibration=activity.STEP_CALIBRATION["source"])
 
 

@@ -85,3 +85,14 @@ def test_json_and_text_carry_the_activity():
     assert 0 < e["sm_activity"] <= 1 and e["step_s"] > 0
     text = subprocess.run(cmd, cwd=PYTHON_DIR, capture_output=True, text=True, check=True).stdout
     assert "sm_activity" in text
+
+
+def test_a_tiny_models_activity_is_never_printed_as_zero(monkeypatch):
+    # Rounded to 3 decimals, a launch-bound step's share (here 0.0004) would be 0.0, which the
+    # planner takes as no estimate at all (it wants a share in (0, 1]).
+    monkeypatch.setattr(activity, "predict", lambda kernels, cal=None: (1e-3, 4e-4))
+    e = act()
+    assert e.sm_activity == est.MIN_SM_ACTIVITY > 0
+    assert json.loads(e.to_json())["sm_activity"] > 0
+    monkeypatch.setattr(activity, "predict", lambda kernels, cal=None: (0.0, 0.0))  # no kernels at all
+    assert act().sm_activity == est.MIN_SM_ACTIVITY

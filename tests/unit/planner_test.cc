@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -746,6 +747,150 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   EXPECT_EQ(testing::ReadFile(dir.path() + "/runs"), "run\nrun\n");  // not once per job
 }
 
+// A stand-in estimator whose answer depends on the model: "bad" is refused (exit 2, as the real
+// one refuses an unknown model), "old" prints memory but no sm_activity (an estimator from before
+// the activity model), "junk" prints no JSON, "nomod" fails as a Python without the package does;
+// an optimizer other than sgd, adam or adamw is refused (exit 2) as the real one refuses it.
+// Every run appends its model to <dir>/runs.
+void WriteStandInEstimator(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/coloader");
+  testing::WriteFile(dir + "/coloader/__init__.py", "");
+  testing::WriteFile(dir + "/coloader/estimate.py",
+                     "import json, sys\n"
+                     "a = sys.argv[1:]\n"
+                     "m = a[a.index('--model') + 1].split(':')[1]\n"
+                     "open('" + dir + "/runs', 'a').write(m + '\\n')\n"
+                     "o = a[a.index('--optimizer') + 1]\n"
+                     "if o not in ('sgd', 'adam', 'adamw'):\n"
+                     "    print(f\"error: unknown optimizer '{o}'\", file=sys.stderr); sys.exit(2)\n"
+                     "if m == 'bad':\n"
+                     "    print(\"error: unknown model 'torchvision:bad'\", file=sys.stderr); sys.exit(2)\n"
+                     "if m == 'nomod':\n"
+                     "    print(\"ModuleNotFoundError: No module named 'coloader'\", file=sys.stderr); sys.exit(1)\n"
+                     "if m == 'junk':\n"
+                     "    print('not json'); sys.exit(0)\n"
+                     "out = {'total_mib': 2000.0, 'parts': {}}\n"
+                     "if m != 'old': out['sm_activity'] = 0.42\n"
+                     "print(json.dumps(out))\n");
+}
+
+Status EstimateWithPythonPath(JobSet* set, const std::string& path, std::string* err = nullptr) {
+  const char* old = std::getenv("PYTHONPATH");
+  const std::string saved = old ? old : "";
+  ::setenv("PYTHONPATH", path.c_str(), 1);
+  ::testing::internal::CaptureStderr();
+  Status st = EstimateAutoJobs(set, "/usr/bin/python3");
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  if (err) *err = printed;
+  if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
+  return st;
+}
+
+std::string ModelJob(const std::string& name, const std::string& model, const std::string& memory,
+                     const std::string& extra = "") {
+  return R"({"name": ")" + name + R"(", "pipeline": {"data": "/d"}, "batch_size": 32, "memory_mib": )" + memory +
+         R"(, "model": "torchvision:)" + model + "\"" + extra + "}";
+}
+
+TEST(Planner, AJobThatWantsOnlyItsSmActivityKeepsTheDefaultWhenTheEstimatorGivesNoneAndThePlanSaysWhy) {
+  testing::TempDir dir;
+  WriteStandInEstimator(dir.path());
+  // "old-auto" runs the estimator for its memory only (its SM activity is stated), so "old" reuses
+  // that run: the reused run must be judged as a fresh one (it printed no sm_activity). "bad2"
+  // reuses "bad"'s refusal. "lion"'s optimizer is one the estimator does not know: with its memory
+  // stated that is no error in the jobs file; the estimator refuses it, and it keeps the default.
+  ASSERT_OK_AND_ASSIGN(JobSet set,
+                       Parse(R"({"jobs": [)" + ModelJob("old-auto", "old", "\"auto\"", R"(, "sm_activity": 0.5)") + "," +
+                             ModelJob("old", "old", "3000") + "," + ModelJob("bad", "bad", "3000") + "," +
+                             ModelJob("bad2", "bad", "3000") + "," + ModelJob("junk", "junk", "3000") + "," +
+                             ModelJob("nomod", "nomod", "3000") + "," + ModelJob("good", "good", "3000") + "," +
+                             ModelJob("lion", "good", "3000", R"(, "optimizer": "lion")") + "]}"));
+  std::string err;
+  ASSERT_OK(EstimateWithPythonPath(&set, dir.path(), &err));
+  std::map<std::string, const Job*> job;
+  for (const Job& j : set.jobs) job[j.name] = &j;
+  EXPECT_DOUBLE_EQ(job["old-auto"]->memory_mib, 2000);
+  EXPECT_EQ(job["old-auto"]->sm_source, Job::SmSource::kStated);
+  EXPECT_EQ(job["good"]->sm_source, Job::SmSource::kEstimated);
+  EXPECT_DOUBLE_EQ(job["good"]->sm_activity, 0.42);
+  EXPECT_DOUBLE_EQ(job["good"]->memory_mib, 3000);
+  const std::map<std::string, std::string> why = {{"old", "printed no \"sm_activity\""},
+                                                  {"bad", "failed (exit 2): error: unknown model 'torchvision:bad'"},
+                                                  {"bad2", "failed (exit 2): error: unknown model 'torchvision:bad'"},
+                                                  {"lion", "failed (exit 2): error: unknown optimizer 'lion'"},
+                                                  {"junk", "not a JSON object"},
+                                                  {"nomod", "No module named 'coloader'"}};
+  for (const auto& [name, text] : why) {
+    EXPECT_EQ(job[name]->sm_source, Job::SmSource::kDefault) << name;
+    EXPECT_LT(job[name]->sm_activity, 0) << name;  // the planner's default, not -1 as an estimate
+    EXPECT_NE(job[name]->sm_why.find(text), std::string::npos) << name << ": " << job[name]->sm_why;
+    EXPECT_DOUBLE_EQ(job[name]->memory_mib, 3000) << name;
+  }
+  // One run per distinct command, a failed one included.
+  EXPECT_EQ(testing::ReadFile(dir.path() + "/runs"), "old\nbad\njunk\nnomod\ngood\ngood\n");
+  // One warning line per distinct reason, naming its jobs and what to do.
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 5) << err;
+  EXPECT_NE(err.find("jobs bad, bad2 (the estimator failed (exit 2)"), std::string::npos) << err;
+  EXPECT_NE(err.find("refused the job's figures: check its model"), std::string::npos) << err;
+  EXPECT_NE(err.find("job nomod (the estimator failed (exit 1): ModuleNotFoundError: No module named 'coloader')"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("Install the coloader Python package"), std::string::npos) << err;
+
+  // The plan goes on with the default and says why, in the JSON and in the table.
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.default_sm = 0.25;
+  Planner planner(o, Gpus(8), &set);
+  const Plan plan = MakePlan(set, Gpus(8), o, &planner);
+  ASSERT_EQ(plan.placements.size(), set.jobs.size());
+  EXPECT_DOUBLE_EQ(planner.SmOf(1), 0.25);
+  ASSERT_OK_AND_ASSIGN(JsonValue doc, ParseJson(PlanJson(set, planner, plan), "plan"));
+  std::map<std::string, std::string> plan_why;
+  for (const JsonValue& j : doc.Find("jobs")->items()) {
+    if (const JsonValue* w = j.Find("sm_why")) {
+      plan_why[j.Find("name")->string()] = w->string();
+      EXPECT_EQ(j.Find("sm_source")->string(), "default");
+    }
+  }
+  EXPECT_EQ(plan_why.size(), why.size());
+  EXPECT_NE(plan_why["junk"].find("not a JSON object"), std::string::npos) << plan_why["junk"];
+  const std::string table = PlanTable(set, planner, plan);
+  EXPECT_NE(table.find("job old: SM activity 0.25 (--default-sm), because the estimator printed no"),
+            std::string::npos) << table;
+  EXPECT_EQ(table.find("job good: SM activity"), std::string::npos) << table;
+}
+
+TEST(Planner, AnAutoJobsEstimatorFailureIsStillAnErrorThatSaysWhatToDo) {
+  testing::TempDir dir;
+  WriteStandInEstimator(dir.path());
+  for (const std::string model : {"bad", "nomod", "junk", "old"}) {
+    // Its SM activity would fall back; its memory has no other source. A run that printed a
+    // figure for one job is judged the same for the next.
+    ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [)" + ModelJob("first", model, "3000") + "," +
+                                           ModelJob("auto", model, "\"auto\"") + "]}"));
+    Status st = EstimateWithPythonPath(&set, dir.path());
+    if (model == "old") {  // memory it printed; no SM activity is no error
+      ASSERT_OK(st);
+      EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 2000);
+      EXPECT_EQ(set.jobs[1].sm_source, Job::SmSource::kDefault);
+      continue;
+    }
+    ASSERT_FALSE(st.ok()) << model;
+    EXPECT_NE(st.message().find("job \"auto\": memory_mib is \"auto\" but the estimator"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("give memory_mib in MiB"), std::string::npos) << st.message();
+    const bool refused = model == "bad";
+    EXPECT_EQ(st.message().find("unknown model 'torchvision:bad'") != std::string::npos, refused) << st.message();
+    EXPECT_EQ(st.message().find("check its model, batch_size") != std::string::npos, refused) << st.message();
+    EXPECT_EQ(st.message().find("Install the coloader Python package") != std::string::npos, model == "nomod")
+        << st.message();
+  }
+  // With no Python at all: the install hint.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [)" + ModelJob("auto", "good", "\"auto\"") + "]}"));
+  Status missing = EstimateAutoJobs(&set, "/nonexistent/python3");
+  EXPECT_NE(missing.message().find("could not run"), std::string::npos) << missing.message();
+  EXPECT_NE(missing.message().find("pip install ./python"), std::string::npos) << missing.message();
+}
+
 TEST(Planner, AJobWithAModelButNoSmActivityGetsTheEstimatorsAndThePlanSaysSo) {
   // The real estimator, from the source tree: one run serves "mem" (memory stated) and "auto"
   // (the same command); "stated" keeps its own figure, "none" (no model) the default.
@@ -757,11 +902,14 @@ TEST(Planner, AJobWithAModelButNoSmActivityGetsTheEstimatorsAndThePlanSaysSo) {
       {"name": "stated", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000,
        "model": "torchvision:resnet18", "batch_size": 32, "sm_activity": 0.3},
       {"name": "none", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000}]})"));
+  // No Python: "mem" wanted only its SM activity and keeps the default; "auto" has no memory.
   Status missing = EstimateAutoJobs(&set, "/nonexistent/python3");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.message().find("job \"mem\": it names a model but no sm_activity"), std::string::npos)
+  EXPECT_NE(missing.message().find("job \"auto\": memory_mib is \"auto\" but the estimator"), std::string::npos)
       << missing.message();
-  EXPECT_NE(missing.message().find("state sm_activity"), std::string::npos) << missing.message();
+  EXPECT_NE(missing.message().find("give memory_mib in MiB"), std::string::npos) << missing.message();
+  EXPECT_EQ(set.jobs[0].sm_source, Job::SmSource::kDefault);
+  EXPECT_NE(set.jobs[0].sm_why.find("could not run"), std::string::npos) << set.jobs[0].sm_why;
 
   Result<CommandOutput> torch = RunCommand({"/usr/bin/python3", "-c", "import torch, torchvision"}, 60000);
   if (!torch.ok() || torch->exit_code != 0) GTEST_SKIP() << "/usr/bin/python3 has no torch and torchvision";
@@ -772,6 +920,7 @@ TEST(Planner, AJobWithAModelButNoSmActivityGetsTheEstimatorsAndThePlanSaysSo) {
   if (old) ::setenv("PYTHONPATH", saved.c_str(), 1); else ::unsetenv("PYTHONPATH");
   ASSERT_OK(ok);
   EXPECT_EQ(set.jobs[0].sm_source, Job::SmSource::kEstimated);
+  EXPECT_TRUE(set.jobs[0].sm_why.empty()) << set.jobs[0].sm_why;
   EXPECT_GT(set.jobs[0].sm_activity, 0);
   EXPECT_LE(set.jobs[0].sm_activity, 1);
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 3000);  // stated memory stays
