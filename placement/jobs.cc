@@ -93,6 +93,9 @@ Result<JobPipeline> ParsePipeline(const JsonValue& v, const std::string& where) 
     if (a == "--decode" || a.rfind("--decode=", 0) == 0)
       return f.Error("serve_args", "must not hold --decode: give it as the pipeline's \"decode\" (cpu, gpu or auto), "
                                    "which the planner places the producer by");
+    if (p.decode == "cpu" && (a == "--cpu-share" || a.rfind("--cpu-share=", 0) == 0))
+      return f.Error("serve_args", "holds --cpu-share, which splits each batch between the JPEG engines and the CPU, "
+                                   "but the pipeline's decode is cpu: drop one of them");
   }
   return p;
 }

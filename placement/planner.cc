@@ -158,7 +158,9 @@ void Planner::UpdateDecoder(int pipeline, int near) {
     if (ring_gpu && !decoder_locked_.count(pipeline)) FreeDecoder(pipeline);
     return;
   }
-  if (ring_gpu || opts_.host_path || pl.decode == "cpu") return;  // DecodeOf says where
+  // auto decodes on the CPU without a ring, as serve's auto does without --device: a MIG instance
+  // would cost a job's compute slice, which only a pipeline that asks for gpu decoding pays.
+  if (ring_gpu || opts_.host_path || pl.decode != "gpu") return;  // DecodeOf says where
   // Its jobs read host memory, so it has no GPU of its own. nvJPEG needs one, and on a MIG GPU only
   // some instances have a JPEG engine: it takes the smallest free one that holds its ring and
   // context (the ring is in device memory with --device), its GPU's compute slices and memory
@@ -167,9 +169,11 @@ void Planner::UpdateDecoder(int pipeline, int near) {
   ProducerDecode d;
   const MigProfile* best = nullptr;
   std::set<std::string> with_engine;
+  bool any_mig = false;
   for (int g = 0; g < static_cast<int>(gpus_.size()); ++g) {
     const Gpu& gpu = gpus_[g];
     if (!gpu.mig) continue;
+    any_mig = true;
     for (const MigProfile& m : gpu.mig_profiles) {
       if (JpegEnginesOf(m, gpu) == 0 || ComputeSlicesOf(m) >= ComputeSlicesOf(gpu)) continue;
       with_engine.insert(m.name);
@@ -195,7 +199,10 @@ void Planner::UpdateDecoder(int pipeline, int near) {
     d.gpu = -1;
     std::string names;
     for (const std::string& n : with_engine) names += (names.empty() ? "" : ", ") + n;
-    if (names.empty()) {
+    if (!any_mig) {
+      std::snprintf(why, sizeof why, "decode %s, but its jobs read host memory (isolated on GPUs of their own) and no "
+                    "GPU here is in MIG mode to give it an instance: on the CPU (--decode cpu)", pl.decode.c_str());
+    } else if (names.empty()) {
       std::snprintf(why, sizeof why, "decode %s, but its jobs read host memory and no MIG profile here (but a whole "
                     "GPU's) has a JPEG engine: on the CPU (--decode cpu)", pl.decode.c_str());
     } else {
@@ -228,6 +235,8 @@ ProducerDecode Planner::DecodeOf(int pipeline) const {
     d.why = "its pipeline's decode is cpu";
     return d;
   }
+  // A running process stays on the instance it started on, whatever its jobs read now.
+  if (auto it = decoders_.find(pipeline); it != decoders_.end() && decoder_locked_.count(pipeline)) return it->second;
   if (const std::set<int> gpus = ProducerGpus(pipeline); !gpus.empty()) {
     d.decode = pl.decode;
     d.gpu = *gpus.begin();
@@ -237,8 +246,14 @@ ProducerDecode Planner::DecodeOf(int pipeline) const {
     return d;
   }
   if (auto it = decoders_.find(pipeline); it != decoders_.end()) return it->second;
-  d.why = opts_.host_path ? "decode " + pl.decode + ", but there is no GPU here (--host-path): on the CPU (--decode cpu)"
-                          : std::string("its producer is not running");
+  if (opts_.host_path) {
+    d.why = "decode " + pl.decode + ", but this plan has no GPU (none found, or --host-path): on the CPU (--decode cpu)";
+  } else if (pl.decode == "auto" && ProducerRunning(pipeline)) {
+    d.why = "decode auto, and its jobs read host memory, so it has no GPU of its own: on the CPU, as serve's auto "
+            "without --device (decode gpu would give it a MIG instance with a JPEG engine)";
+  } else {
+    d.why = "its producer is not running";
+  }
   return d;
 }
 

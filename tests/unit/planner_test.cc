@@ -471,6 +471,10 @@ TEST(JobsFile, ABadDecodeOrJpegEngineCountIsAnErrorThatNamesThePipeline) {
        "jobs[0] (\"a\").pipeline: field \"decode\" must be a string"},
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "serve_args": ["--decode=gpu"]}, "memory_mib": 5}]})",
        "field \"serve_args\" must not hold --decode: give it as the pipeline's \"decode\""},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": "cpu", "serve_args": ["--cpu-share=0.3"]},
+                    "memory_mib": 5}]})",
+       "field \"serve_args\" holds --cpu-share, which splits each batch between the JPEG engines and the CPU, but "
+       "the pipeline's decode is cpu"},
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": "gpu"}, "memory_mib": 5},
                     {"name": "b", "pipeline": {"data": "/d", "decode": "cpu"}, "memory_mib": 5}]})",
        "jobs[1] (\"b\"): field \"pipeline\" decodes \"cpu\", but an earlier job's pipeline with the same data"},
@@ -523,9 +527,30 @@ TEST(Planner, AGpuDecodingProducerOfMigJobsGetsAnInstanceWithAJpegEngine) {
   EXPECT_EQ(planner.loads()[0].used_mib, 0);
 }
 
+TEST(Planner, AnAutoPipelineOfMigJobsLeavesEveryComputeSliceToItsJobs) {
+  // Seven isolated jobs of one pipeline that states no decode (auto, the default) on a 7-slice
+  // A100: all seven run, none waits for a slice given to a decoder (found in review: the default
+  // used to take the 1g.5gb+me and leave one job queued).
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [)" + [] {
+    std::string jobs;
+    for (int i = 0; i < 7; ++i)
+      jobs += std::string(i ? "," : "") + R"({"name": "j)" + std::to_string(i) +
+              R"(", "isolation": true, "memory_mib": 4000, "pipeline": {"data": "/d"}})";
+    return jobs;
+  }() + "], " + kA100Mig + "}"));
+  Planner planner(Opts(Policy::kSharingAware), set.gpus, &set);
+  const Plan plan = MakePlan(set, set.gpus, Opts(Policy::kSharingAware), &planner);
+  EXPECT_EQ(plan.placements.size(), 7u);
+  EXPECT_EQ(planner.MigSlicesUsed(0), 7);
+  EXPECT_EQ(planner.DecodeOf(0).decode, "cpu");
+  EXPECT_NE(planner.DecodeOf(0).why.find("as serve's auto without --device"), std::string::npos)
+      << planner.DecodeOf(0).why;
+}
+
 TEST(Planner, WithNoJpegInstanceLeftAGpuDecodingProducerDecodesOnTheCpuAndSaysWhy) {
-  // Three pipelines: the first producer takes the 1g.5gb+me; the second (gpu) and the third
-  // (auto) find none and decode on the CPU, saying why; none takes the whole GPU's 7g.40gb.
+  // Three pipelines: the first producer takes the 1g.5gb+me; the second (gpu) finds none and
+  // decodes on the CPU, saying why; the third (auto) asks for no instance, as serve's auto
+  // without --device; none takes the whole GPU's 7g.40gb.
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(MigJobs(3, 4000, {"gpu", "gpu", "auto"})));
   Plan plan;
   Planner planner(Opts(Policy::kSharingAware), set.gpus, &set);
@@ -537,13 +562,16 @@ TEST(Planner, WithNoJpegInstanceLeftAGpuDecodingProducerDecodesOnTheCpuAndSaysWh
     EXPECT_EQ(d.decode, "cpu") << pl;
     EXPECT_EQ(d.gpu, -1) << pl;
     EXPECT_TRUE(d.mig_profile.empty()) << pl;
-    EXPECT_NE(d.why.find("no MIG instance with a JPEG engine (1g.5gb+me) that holds its ring"), std::string::npos) << d.why;
-    EXPECT_NE(d.why.find(pl == 1 ? "decode gpu, but" : "decode auto, but"), std::string::npos) << d.why;
+    EXPECT_NE(d.why.find(pl == 1 ? "decode gpu, but its jobs read host memory and no MIG instance with a JPEG engine "
+                                   "(1g.5gb+me) that holds its ring"
+                                 : "decode auto, and its jobs read host memory, so it has no GPU of its own: on the CPU"),
+              std::string::npos)
+        << d.why;
   }
   EXPECT_EQ(planner.MigSlicesUsed(0), 4);  // three jobs and one producer
   const std::string json = PlanJson(set, planner, plan);
   EXPECT_NE(json.find(R"("decode":{"mode":"gpu","gpu":0,"mig_profile":"1g.5gb+me")"), std::string::npos) << json;
-  EXPECT_NE(json.find(R"("decode":{"mode":"cpu","why":"decode auto, but)"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("decode":{"mode":"cpu","why":"decode auto, and)"), std::string::npos) << json;
   const std::string table = PlanTable(set, planner, plan);
   EXPECT_NE(table.find("producer plan-d-0-0 decodes: gpu on gpu 0 (mig 1g.5gb+me); "), std::string::npos) << table;
   EXPECT_NE(table.find("producer plan-d-1-1 decodes: cpu; decode gpu, but"), std::string::npos) << table;
