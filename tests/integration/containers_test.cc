@@ -153,6 +153,8 @@ TEST_F(ContainersTest, ABatchLargerThanTheMachinesMemoryIsRefusedByName) {
 TEST_F(ContainersTest, AHugeFrameIsRefusedWithoutGrowingTheProducer) {
   auto producer = Serve({"--batch-size", "16", "--forever", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
   ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor(name_));
+  // serve says its tcp:// endpoint after "serving" (a race the TSan run lost once): wait for it.
+  ASSERT_TRUE(producer->WaitForStderr("also serving on tcp://", 20000)) << producer->Stderr();
   const size_t at = producer->Stderr().find("also serving on tcp://");
   ASSERT_NE(at, std::string::npos) << producer->Stderr();
   const std::string tcp = producer->Stderr().substr(at + 16, producer->Stderr().find(' ', at + 16) - at - 16);

@@ -462,7 +462,5 @@ TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
-// The tcp:// endpoint a producer printed ("also serving on tcp://HOST:PORT (...)").
-
 }  // namespace
 }  // namespace coloader
