@@ -25,9 +25,13 @@ Setups (same files, same cores: every process of a setup runs under taskset on -
                       drained by `coloader consume --device`: the GPU cost of decoding
   synthetic+burn      synthetic jobs beside as many busy loops as a producer has workers
                       (--burn-nice): the cost of CPU load alone, without decoding or GPU work
+  synthetic+delay     synthetic jobs whose thread spins --delay-ms before each batch: what a
+                      hand-off's CPU time on the job's thread costs, without its data
   coloader-gpudecode, synthetic+gpudecode
                       the same with `--decode gpu` (nvJPEG), run only when `coloader serve
                       --help` lists --decode
+  coloader-auto, synthetic+autodecode
+                      the same with `--decode auto` (the engines and the CPU split each batch)
   coloader-gpudecode-spin
                       coloader-gpudecode with `--gpu-wait spin` (CUDA's default spinning wait
                       instead of the producer's blocking one): what the wait costs in CPU
@@ -108,6 +112,10 @@ def main():
     ap.add_argument("--coloader-flags", default="--output float32", help="extra `coloader serve` flags")
     ap.add_argument("--serve-nice", type=int, default=0, help="run `coloader serve` at this niceness (0-19)")
     ap.add_argument("--burn-nice", type=int, default=0, help="the synthetic+burn setup's busy loops' niceness")
+    ap.add_argument("--delay-ms", type=float, default=0.3, help="the synthetic+delay setup's spin before each batch")
+    ap.add_argument("--drain-step-ms", type=int, default=0,
+                    help="the synthetic+*decode setups' drain sleeps this long per batch (0: as fast as it can), "
+                         "so the producer decodes at a job's pace")
     ap.add_argument("--gpu-decode-flags", default="--decode gpu", help="added for the *gpudecode setups")
     ap.add_argument("--serve-env", type=parse_env, default={},
                     help="K=V,K=V: environment of `coloader serve` only (e.g. CUDA_MPS_PIPE_DIRECTORY=EMPTY_DIR: "

@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--warmup-max-s", type=float, default=5.0)
     ap.add_argument("--step-sleep-ms", type=float, default=0.0, help="sleep after each step (a slower job)")
+    ap.add_argument("--cpu-delay-ms", type=float, default=0.0,
+                    help="spin this long on the job's thread before each batch (a hand-off's CPU time, no data)")
     ap.add_argument("--stop-file", required=True)
     ap.add_argument("--result", required=True)
     ap.add_argument("--max-s", type=float, default=600.0)
@@ -154,6 +156,10 @@ def main():
     for number, it in enumerate(epoch_iters()):
         ids, samples = [], 0
         while True:
+            if args.cpu_delay_ms:
+                spin_until = time.perf_counter() + args.cpu_delay_ms / 1000
+                while time.perf_counter() < spin_until:
+                    pass
             t = time.monotonic()
             try:
                 images, labels = next(it)[:2]

@@ -16,8 +16,9 @@ from collocated_probes import (GpuSampler, Group, ThreadStateSampler, all_stats,
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LOADERS = ["dataloader", "tensorsocket", "coloader", "coloader-pyfed"]
-GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin", "coloader-auto"]
-ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode", "synthetic+burn"] + GPU_DECODE
+GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin", "coloader-auto",
+              "synthetic+autodecode"]
+ALL_SETUPS = LOADERS + ["synthetic", "synthetic+decode", "synthetic+burn", "synthetic+delay"] + GPU_DECODE
 COLUMNS = ["model", "setup", "n", "repeat", "status", "window_s", "images", "agg_img_s", "job_img_s_min",
            "job_img_s_median", "job_img_s_max", "cpu_core_s", "cpu_per_1k", "cpu_jobs_per_1k", "cpu_loading_per_1k",
            "cores_busy", "producer_threads", "thread_states", "stage_times", "variant", "mps_cpu_s", "host_mem_peak_gib", "gpu_mem_total_gib", "gpu_mem_job_mib",
@@ -174,11 +175,11 @@ class Bench:
             # alone (no decoding, no GPU work) costs the jobs; --burn-nice lowers their priority.
             for i in range(w):
                 g.start(f"burn{i}", nice(a.burn_nice) + [self.py, "-c", "while True: pass"])
-        elif setup in ("coloader", "synthetic+decode", "coloader-auto") or "gpudecode" in setup:
+        elif setup in ("coloader", "synthetic+decode", "coloader-auto", "synthetic+autodecode") or "gpudecode" in setup:
             # With --device, serve decodes on the GPU by default (--decode auto): the CPU setups say cpu.
             cpu_decode = ["--decode", "cpu"] if a.has_gpu_decode else []
             decode = (a.gpu_decode_flags.split() if "gpudecode" in setup
-                      else ["--decode", "auto"] if setup == "coloader-auto" else cpu_decode)
+                      else ["--decode", "auto"] if setup in ("coloader-auto", "synthetic+autodecode") else cpu_decode)
             flags = a.coloader_flags.split() + decode
             flags += ["--gpu-wait", "spin"] if setup.endswith("-spin") else []
             # A variant's serve environment (issue 16: e.g. the producer outside MPS).
@@ -188,13 +189,15 @@ class Bench:
             if not g.wait_log("producer", "serving", 60):
                 return [], w, "producer did not start: " + g.log_text("producer")
             if setup.startswith("synthetic"):
-                g.start("drain", [self.binary, "consume", "--name", name, "--json"]
+                g.start("drain", [self.binary, "consume", "--name", name, "--json", "--step-ms", str(a.drain_step_ms)]
                         + (["--device"] if a.device == "cuda" else []), read_stdout=True)
         roles = []
         for i in range(n):
             extra = ["--port", str(self.port), "--name", name] + (["--data", data, "--workers", str(w)]
                                                                    if loader == "torch" else [])
             extra += (job_extra or {}).get(i, [])
+            if setup == "synthetic+delay":
+                extra += ["--cpu-delay-ms", str(a.delay_ms)]
             env = dict(a.job_env) if loader != "synthetic" else {}
             if a.gpus > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(i % a.gpus)  # job i on GPU i mod G, ceiling included

@@ -23,6 +23,7 @@ suites=(
   "tests|.device|scripts/gpu/run.sh tests|the GPU suites from the bundle: gpu_decode_test, gpu_test, formats_test (cpu and gpu decode), integration_test, pytest"
   "formats|.device|scripts/gpu/run.sh formats|formats_test alone (PNG/WebP/TIFF/BMP/PNM ImageFolder, --decode cpu and gpu)"
   "bench|.device|scripts/gpu/run.sh bench|producer throughput (host, GPU path, GPU decode) and hand-off latency against a torch queue"
+  "nextprof|.device|scripts/gpu/run.sh nextprof|where a job's next() goes on the device path: copied, zero-copy, host (benchmarks/loader_next_profile.py)"
   "reliability|.device|scripts/gpu/run.sh reliability|fault stress and soak on the device path (STRESS_SECONDS, SOAK_SECONDS)"
   "wheel|dist .device|scripts/gpu/wheel.sh tests|the wheel installed as a user would: ldd, clean-environment serve + Loader, then the GPU suites against it"
   "smoke|dist|scripts/gpu/wheel.sh smoke|the wheel's install, ldd and clean-environment runs only"

@@ -110,24 +110,18 @@ class BatchLease:
         ptr, self._ptr = self._ptr, None
         if not ptr:
             return
-        cuda, device = self._cuda, None
         try:
-            if cuda is not None:
-                # The C++ side calls cudaSetDevice(the producer's GPU) on this thread; the
-                # caller's current device is put back below.
-                device = cuda.current_device()
-                if self._wait is not None:
-                    # The batch was ordered on a stream of another device than its own; the
-                    # release (a callback on that stream) must also follow the work enqueued
-                    # on the batch's device's current stream.
-                    stream, batch_device = self._wait
-                    stream.wait_stream(cuda.current_stream(batch_device))
+            if self._wait is not None:
+                # The batch was ordered on a stream of another device than its own; the release
+                # (a callback on that stream) must also follow the work enqueued on the batch's
+                # device's current stream.
+                stream, batch_device = self._wait
+                stream.wait_stream(self._cuda.current_stream(batch_device))
         finally:
             # Non-blocking by design: it queues the ack for the consumer's I/O thread, on the
-            # device path behind the work enqueued on the batch's stream (cudaLaunchHostFunc).
+            # device path behind the work enqueued on the batch's stream (an event its release
+            # thread waits for). The library leaves the caller's current device as it was.
             _lib.lib().coloader_batch_release(ptr)
-            if device is not None:
-                cuda.set_device(device)
 
     def __del__(self):
         try:
@@ -182,6 +176,8 @@ def cuda_tensor(torch, lease, address, typestr, shape, device, stream, bfloat16=
 
 
 def from_numpy(torch, arr):
+    if arr.flags.writeable:  # the usual case: no warning to silence (and no filter to install)
+        return torch.from_numpy(arr)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(arr)

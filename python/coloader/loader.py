@@ -126,6 +126,19 @@ class FinishedWarning(UserWarning):
     """An epoch was asked for after the producer served every epoch it was started for: it is empty."""
 
 
+def _raw_stream(torch):
+    """f(device index) -> the cudaStream_t current there, as an int. torch's own reader (which
+    its compiler uses) where this torch has it; otherwise through a torch.cuda.Stream."""
+    global _RAW_STREAM
+    if _RAW_STREAM is None:
+        _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda device: torch.cuda.current_stream(device).cuda_stream)
+    return _RAW_STREAM
+
+
+_RAW_STREAM = None
+
+
 class _EpochIterator:
     """One epoch of a Loader. A Timeout leaves it usable: next() may be called again, and the
     interrupted batch resumes where it stopped."""
@@ -151,7 +164,7 @@ class _EpochIterator:
         if batch is None:
             self._done = True
             raise StopIteration
-        loader._seen += len(loader._indices)
+        loader._seen += loader._count
         return batch
 
 
@@ -213,7 +226,9 @@ class Loader(_Stateful):
         self._fields = None  # a caller-fed producer's schema: [(path, torch dtype, shape, bytes)]
         self._structure = None
         self._generation = 0
-        self._indices = None
+        self._indices = None        # the last batch's dataset indices: a tensor made when asked for,
+        self._indices_bytes = None  # from these bytes (copied at next(): the slot may go first)
+        self._count = 0             # samples in the last batch
         self._seen = 0  # samples yielded in the current epoch (state_dict)
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
@@ -245,6 +260,8 @@ class Loader(_Stateful):
         self._cuda = None           # torch.cuda, when the device path is in use
         self._cuda_device = None    # the GPU whose current stream next() passes down
         self._last_stream = None    # the stream the previous batch was ordered on
+        self._last_key = None       # its (device, cudaStream_t), and the handle as the ctypes argument
+        self._last_handle_arg = None
         self._fallback = ""         # why CUDA was asked for and is not used
         want_cuda = False
         if device is not None:
@@ -400,22 +417,31 @@ class Loader(_Stateful):
             rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, None, ms, ctypes.byref(out)))
             return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session))
 
-        previous = cuda.current_device()
-        try:
-            stream = cuda.current_stream(self._cuda_device)
-            last = self._last_stream
-            if last is not None and last.cuda_stream != stream.cuda_stream:
-                # The batch may come from the slot the previous one was sliced from, which
-                # only the previous stream was made to wait for.
-                stream.wait_stream(last)
-            self._last_stream = stream
-            session.streams.setdefault(stream.cuda_stream, stream)
-            handle = ctypes.c_void_p(stream.cuda_stream)
-            rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out)))
-            lease = None if rc == _lib.END else _batches.BatchLease(out.value, session, cuda)
-        finally:
-            cuda.set_device(previous)  # the C++ side makes the producer's GPU current
-        return None if lease is None else self._wrap(lease, stream)
+        stream, handle = self._stream(session)
+        rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out)))
+        # The library leaves the caller's current device as it was (it makes the producer's GPU
+        # current only within each call).
+        return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session, cuda), stream)
+
+    def _stream(self, session):
+        """(the torch stream current on the batch's device, its handle as the library's argument).
+        next() runs every step, on a thread just woken from waiting for the GPU, where making a
+        torch Stream object costs tens of µs: the raw handle is read instead, and the object is
+        made again only when the current stream changed."""
+        device = self._cuda_device
+        raw = _raw_stream(self._torch)(device)
+        if (device, raw) == self._last_key and raw in session.streams:
+            return self._last_stream, self._last_handle_arg
+        stream = self._cuda.current_stream(self._cuda_device)
+        last = self._last_stream
+        if last is not None and last.cuda_stream != stream.cuda_stream:
+            # The batch may come from the slot the previous one was sliced from, which only the
+            # previous stream was made to wait for.
+            stream.wait_stream(last)
+        self._last_stream, self._last_key = stream, (device, stream.cuda_stream)
+        self._last_handle_arg = ctypes.c_void_p(stream.cuda_stream)
+        session.streams.setdefault(stream.cuda_stream, stream)
+        return stream, self._last_handle_arg
 
     def _wrap(self, lease, stream=None):
         # On an error below, the lease is released when the last view made so far goes.
@@ -429,11 +455,8 @@ class Loader(_Stateful):
             raise _lib.ProtocolError("the producer's batches have an unknown dtype code %d" % info.dtype,
                                      _lib.E_PROTOCOL)
         torch = self._torch
-        n = info.size
+        n = self._take_indices(info)
         shape = tuple(info.shape[i] for i in range(info.ndim))
-        # A copy: loader.indices must not keep the slot held after the batch is dropped.
-        self._indices = torch.from_numpy(np.ctypeslib.as_array(
-            (ctypes.c_int64 * n).from_address(info.indices)).copy())
         if info.device >= 0:
             # The producer's GPU may not be the one this Loader computes on: the batch was
             # ordered on a stream of the latter (_order_on orders the batch's device after it).
@@ -460,9 +483,7 @@ class Loader(_Stateful):
         """The batch of a caller-fed producer: its structure, each field a tensor over the batch's
         memory (the same ownership as images: every tensor holds the lease)."""
         torch = self._torch
-        n = info.size
-        self._indices = torch.from_numpy(np.ctypeslib.as_array(
-            (ctypes.c_int64 * n).from_address(info.indices)).copy())
+        n = self._take_indices(info)
         if info.device >= 0:
             self._order_on(lease, info.device, stream)
         leaves = _batches.field_tensors(torch, lease, info, self._fields, stream,
@@ -470,6 +491,14 @@ class Loader(_Stateful):
         if info.device < 0 and self._device is not None:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
         return _structure.rebuild(self._structure, leaves)
+
+    def _take_indices(self, info):
+        """Copies the batch's dataset indices (loader.indices must not keep the slot held after
+        the batch is dropped) as bytes: one call; the tensor is made if loader.indices is read.
+        Returns the batch's sample count."""
+        n = self._count = info.size
+        self._indices, self._indices_bytes = None, ctypes.string_at(info.indices, 8 * n)
+        return n
 
     def _order_on(self, lease, device, stream):
         """A device batch read on `stream`: when that stream is another device's, order the
@@ -512,6 +541,8 @@ class Loader(_Stateful):
     @property
     def indices(self):
         """int64 tensor of the dataset indices of the last batch returned (a copy), or None."""
+        if self._indices is None and self._indices_bytes is not None:
+            self._indices = self._torch.frombuffer(bytearray(self._indices_bytes), dtype=self._torch.int64)
         return self._indices
 
     @property

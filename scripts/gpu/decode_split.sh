@@ -4,14 +4,16 @@
 # ImageNet's mix of formats, against the synthetic ceiling of the same run.
 #
 #   0. tests (SPLIT_TESTS=0 skips): gpu_decode_test, and gpu_test's decode and --cpu-share cases.
-#   1. decode alone as an MPS client (no training): serve --decode auto / gpu / cpu drained by
-#      one `consume --device`, 3 epochs: images/s per epoch, the split it settled on.
+#   1. decode alone as an MPS client (no training; SPLIT_ALONE=0 skips): serve --decode auto / gpu
+#      / cpu drained by one `consume --device`, 3 epochs: images/s per epoch, the split it settled on.
 #   2. training under MPS: benchmarks/collocated.py --split for each model of SPLIT_MODELS
 #      (default resnet18) at SPLIT_N (default 1,2,4), setups SPLIT_SETUPS (default synthetic,
 #      coloader-auto, coloader-gpudecode, coloader), SPLIT_REPEATS repeats (default 1);
 #      SPLIT_LANES2=1 adds --gpu-lanes 2 to gpu and auto at N=1 as variants; SPLIT_CONTENTION=1
 #      runs synthetic jobs beside busy loops, then loops and producers at niceness 19 (N=1);
-#      SPLIT_SHARES=0.25,0.35 runs auto with those fixed --cpu-share values (N=1).
+#      SPLIT_SHARES=0.25,0.35 runs auto with those fixed --cpu-share values (N=1); SPLIT_NHWC=1 runs
+#      auto and cpu with --layout nhwc (N=1: the job's channels_last input without a transpose);
+#      SPLIT_DRAIN_MS paces the synthetic+*decode setups' drain (collocated.py --drain-step-ms).
 #   3. summary.md: the targets (scripts/gpu/split_targets.py), every row (collocated.py
 #      --report), the split each auto producer settled on (its closing line).
 #
@@ -71,7 +73,9 @@ say "== 1. decode alone${mps:+ (an MPS client)}"
   echo "| --decode | consumer img/s, each epoch | producer CPU s | what decoded | split |"
   echo "| --- | ---: | ---: | --- | --- |"
 } >"$work/alone.md"
-for mode in auto gpu cpu; do
+alone_modes=(auto gpu cpu)
+[[ ${SPLIT_ALONE:-1} == 0 ]] && alone_modes=()
+for mode in "${alone_modes[@]}"; do
   on_gpu || [[ $mode == cpu ]] || continue
   d=$work/alone/$mode
   mkdir -p "$d"
@@ -104,7 +108,7 @@ unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 
 # -- 2. training under MPS ---------------------------------------------------------------------
 common=(--split --data "$data" --n "${SPLIT_N:-1,2,4}" --repeats "${SPLIT_REPEATS:-1}" --window 4 --no-fairness
-        --stage-times --thread-states)
+        --stage-times --thread-states --drain-step-ms "${SPLIT_DRAIN_MS:-0}")
 on_gpu || common+=(--device cpu --no-mps --batch-size 8 --image-size 64 --window 1 --warmup 1 --synthetic-warmup 1)
 outs=()
 run() {  # run NAME MODEL SETUPS [EXTRA...]
@@ -127,6 +131,9 @@ done
 if [[ ${SPLIT_LANES2:-0} == 1 ]]; then
   run lanes2 "${models[0]}" coloader-gpudecode --n 1 --variant lanes2 --gpu-decode-flags "--decode gpu --gpu-lanes 2"
   run auto-lanes2 "${models[0]}" coloader-auto --n 1 --variant lanes2 --coloader-flags "--output float32 --gpu-lanes 2"
+fi
+if [[ ${SPLIT_NHWC:-0} == 1 ]]; then
+  run nhwc "${models[0]}" coloader-auto,coloader --n 1 --variant nhwc --coloader-flags "--output float32 --layout nhwc"
 fi
 # One job below its ceiling although next() hardly waits: is it the CPU load beside it? Busy
 # loops alone (synthetic+burn), then the loops and the producers at the lowest priority.

@@ -5,13 +5,15 @@
 #                 host-path integration tests, pytest
 #   formats       the formats test alone
 #   bench         the GPU benchmarks
+#   nextprof      where a job's next() goes on the device path (benchmarks/loader_next_profile.py:
+#                 copied, zero-copy, and the host path for comparison)
 #   reliability   fault stress and soak on the device path (docs/RELIABILITY.md); STRESS_SECONDS
 #                 (default 150) and SOAK_SECONDS (default 300) set their lengths:
 #                 SOAK_SECONDS=3600 is the one-hour soak
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/env.sh
-what=${1:?usage: scripts/gpu.sh tests|formats|bench|reliability}
+what=${1:?usage: scripts/gpu.sh tests|formats|bench|reliability|nextprof}
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
@@ -39,6 +41,18 @@ if [[ $what == tests ]]; then
   echo "== python tests (torch $(python3 -c 'import torch; print(torch.__version__)'), GPU tests included)"
   python3 -m pytest -q -p no:cacheprovider python/tests -rfEs 2>&1 | tee "$out/pytest.log" | tail -30
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
+
+if [[ $what == nextprof ]]; then
+  data=/tmp/coloader-nextprof
+  [[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images 1024 --classes 16 2>/dev/null
+  for variant in "--device cuda" "--device cuda --zero-copy" ""; do
+    echo "== loader_next_profile.py $variant"
+    # shellcheck disable=SC2086
+    timeout 150 python3 benchmarks/loader_next_profile.py --data "$data" --binary "$COLOADER_BINARY" --batches 400 \
+      --step-s 0.02 $variant 2>&1 | tee -a "$out/loader_next_profile.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  done
 fi
 
 if [[ $what == bench ]]; then
