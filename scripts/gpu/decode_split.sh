@@ -13,7 +13,9 @@
 #      runs synthetic jobs beside busy loops, then loops and producers at niceness 19 (N=1);
 #      SPLIT_SHARES=0.25,0.35 runs auto with those fixed --cpu-share values (N=1); SPLIT_NHWC=1 runs
 #      auto and cpu with --layout nhwc (N=1: the job's channels_last input without a transpose);
-#      SPLIT_DRAIN_MS paces the synthetic+*decode setups' drain (collocated.py --drain-step-ms).
+#      SPLIT_DRAIN_MS paces the synthetic+*decode setups' drain (collocated.py --drain-step-ms);
+#      SPLIT_JOB_PYTHON=DIR runs auto and cpu again (N=1, variant "jobpy") with the jobs importing
+#      the coloader package under DIR (e.g. an earlier commit's python/: its hand-off against this one).
 #   3. summary.md: the targets (scripts/gpu/split_targets.py), every row (collocated.py
 #      --report), the split each auto producer settled on (its closing line).
 #
@@ -131,6 +133,10 @@ done
 if [[ ${SPLIT_LANES2:-0} == 1 ]]; then
   run lanes2 "${models[0]}" coloader-gpudecode --n 1 --variant lanes2 --gpu-decode-flags "--decode gpu --gpu-lanes 2"
   run auto-lanes2 "${models[0]}" coloader-auto --n 1 --variant lanes2 --coloader-flags "--output float32 --gpu-lanes 2"
+fi
+if [[ -n ${SPLIT_JOB_PYTHON:-} ]]; then
+  run jobpy "${models[0]}" coloader-auto,coloader --n 1 --variant jobpy \
+    --job-env "PYTHONPATH=$here/benchmarks:$(cd "$SPLIT_JOB_PYTHON" && pwd)"
 fi
 if [[ ${SPLIT_NHWC:-0} == 1 ]]; then
   run nhwc "${models[0]}" coloader-auto,coloader --n 1 --variant nhwc --coloader-flags "--output float32 --layout nhwc"
