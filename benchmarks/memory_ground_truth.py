@@ -111,6 +111,31 @@ def _nvml_device_used_mib(nv, handle):
     return nv.nvmlDeviceGetMemoryInfo(handle).used / 2**20 if nv is not None else None
 
 
+def make_train_step(model, spec, opt, inputs, targets, precision, device):
+    """One training step on the batch (inputs, targets), as a function of no arguments:
+    zero_grad(set_to_none=True), forward and loss (under autocast for bf16-amp and fp16-amp),
+    backward (through a GradScaler for fp16-amp) and the optimizer step. The loss is freed when
+    the step returns. step_time_ground_truth.py times this same step."""
+    import torch
+
+    amp = {"fp32": None, "bf16-amp": torch.bfloat16, "fp16-amp": torch.float16}[precision]
+    scaler = torch.cuda.amp.GradScaler() if amp == torch.float16 else None
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device, dtype=amp or torch.bfloat16, enabled=amp is not None):
+            loss = spec.loss(model(inputs), targets)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+    return step
+
+
 def worker(cfg, device):
     """Measures one configuration in this process; returns a result row."""
     import torch
@@ -135,23 +160,12 @@ def worker(cfg, device):
     model.train()
     opt = zoo.make_optimizer(cfg["optimizer"], model.parameters())
     inputs, targets = spec.batch(cfg["batch_size"], device, cfg.get("channels_last", False))
-    amp = {"fp32": None, "bf16-amp": torch.bfloat16, "fp16-amp": torch.float16}[cfg["precision"]]
-    scaler = torch.cuda.amp.GradScaler() if amp == torch.float16 else None
+    step = make_train_step(model, spec, opt, inputs, targets, cfg["precision"], device)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(3):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device, dtype=amp or torch.bfloat16, enabled=amp is not None):
-            loss = spec.loss(model(inputs), targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        del loss
+        step()
     if cuda:
         torch.cuda.synchronize()
     row["step_s"] = (time.perf_counter() - t0) / 3
@@ -172,7 +186,7 @@ def worker(cfg, device):
         try:
             from coloader import estimate
 
-            del model, opt, inputs, targets
+            del model, opt, inputs, targets, step
             e = estimate.estimate(cfg["model"], cfg["batch_size"], cfg["optimizer"], cfg["precision"],
                                   cfg.get("channels_last", False), cfg.get("image_size", 224),
                                   cfg.get("seq_len", 512))

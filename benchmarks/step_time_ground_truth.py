@@ -70,6 +70,7 @@ def make_step(cfg):
     """Builds the model on the GPU and returns a function that runs one training step."""
     import torch
 
+    import memory_ground_truth as mgt
     from coloader import zoo
 
     torch.backends.cudnn.benchmark = True
@@ -80,22 +81,7 @@ def make_step(cfg):
     model.train()
     opt = zoo.make_optimizer(cfg["optimizer"], model.parameters())
     inputs, targets = spec.batch(cfg["batch_size"], "cuda", cfg["channels_last"])
-    amp = {"fp32": None, "bf16-amp": torch.bfloat16, "fp16-amp": torch.float16}[cfg["precision"]]
-    scaler = torch.cuda.amp.GradScaler() if amp == torch.float16 else None
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type="cuda", dtype=amp or torch.bfloat16, enabled=amp is not None):
-            loss = spec.loss(model(inputs), targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-
-    return step
+    return mgt.make_train_step(model, spec, opt, inputs, targets, cfg["precision"], "cuda")
 
 
 def time_steps(step, warmup, min_s):

@@ -23,18 +23,34 @@
 #include <thread>
 
 #include "common/process.h"
+#include "placement/launcher_internal.h"
 
 namespace coloader {
 
 namespace {
 
-volatile sig_atomic_t g_stop_signal = 0;
-void OnStopSignal(int sig) { g_stop_signal = sig; }
-
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
+
+}  // namespace
+
+bool LooksLikeOom(int exit_code, bool killed_by_us, const std::string& stderr_tail) {
+  if (exit_code == 0) return false;
+  if (exit_code == 128 + SIGKILL && !killed_by_us) return true;
+  return Lower(stderr_tail).find("out of memory") != std::string::npos;
+}
+
+namespace internal {
+
+volatile sig_atomic_t g_stop_signal = 0;
+
+namespace {
+
+void OnStopSignal(int sig) { g_stop_signal = sig; }
+
+}  // namespace
 
 std::string FileTail(const std::string& path, size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
@@ -47,18 +63,6 @@ std::string FileTail(const std::string& path, size_t max_bytes) {
   in.read(out.data(), static_cast<std::streamsize>(out.size()));
   return out;
 }
-
-// One child process: its own process group (so a job's children stop with it), stdout and
-// stderr in files under the run directory, and a pidfd that the main loop polls.
-struct Proc {
-  pid_t pid = -1;
-  ProcessWatch watch;
-  int job = -1;       // or -1 for a producer
-  int pipeline = -1;  // for a producer
-  uint64_t start_ns = 0;
-  bool term_sent = false, kill_sent = false;
-  std::string out_path, err_path;
-};
 
 Result<std::unique_ptr<Proc>> Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                                     const std::string& log_base) {
@@ -99,63 +103,11 @@ Result<std::unique_ptr<Proc>> Spawn(const std::vector<std::string>& argv, const 
   return p;
 }
 
-std::string SelfBinary() {
-  std::error_code ec;
-  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "coloader" : path.string();
-}
-
 std::string Join(const std::vector<int>& v, const char* sep) {
   std::string out;
   for (int x : v) out += (out.empty() ? "" : sep) + std::to_string(x);
   return out;
 }
-
-class Launcher {
- public:
-  Launcher(const JobSet& set, const std::vector<Gpu>& gpus, const LaunchOptions& opts)
-      : set_(set), opts_(opts), planner_(opts.planner, gpus, &set_) {}
-
-  Result<LaunchSummary> Run();
-
- private:
-  void Log(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-  Status StartMps();
-  void StopMps();
-  Status PlaceRound();
-  Status StartProducer(int pipeline);
-  Status StartJob(const Placement& p);
-  void Reap(Proc* p);
-  void MarkFailed(int j, int exit_code = -1);
-  void PruneReaped();
-  void JobEnded(int j, int exit_code, bool signalled_by_us, double runtime_s);
-  void StopProducerIfIdle(int pipeline);
-  void UnlockByStoppingProducers();
-  void StopAll();
-  std::map<std::string, std::string> BaseEnv() const;
-  bool AllEnded() const;
-
-  JobSet set_;
-  LaunchOptions opts_;
-  Planner planner_;
-  std::string run_dir_, mps_pipe_, mps_log_;
-  bool mps_running_ = false;
-  std::vector<int> queue_;
-  std::vector<std::unique_ptr<Proc>> procs_;
-  std::map<int, Proc*> producer_of_;  // pipeline -> its running producer
-  std::vector<LaunchJobReport> reports_;
-  std::vector<int> ended_;            // 1 when a job is done, failed or impossible
-  LaunchSummary summary_;
-  uint64_t t0_ns_ = 0;
-  // Per GPU index: jobs running, since when it is busy, seconds busy, and the time alone of
-  // the jobs done there (-1 once one of them does not state it).
-  struct GpuClock {
-    int running = 0;
-    double busy_since = 0, busy_s = 0, alone_s = 0;
-  };
-  std::map<int, GpuClock> clocks_;
-  double Now() const { return static_cast<double>(MonotonicNs() - t0_ns_) * 1e-9; }
-};
 
 void Launcher::Log(const char* fmt, ...) {
   if (opts_.quiet) return;
@@ -200,91 +152,6 @@ void Launcher::StopMps() {
   if (!r.ok() || r->exit_code != 0) Log("stopping the MPS daemon failed: %s", r.ok() ? r->err.c_str() : r.status().message().c_str());
   else Log("MPS control daemon stopped");
   mps_running_ = false;
-}
-
-Status Launcher::StartProducer(int pipeline) {
-  const JobPipeline& pl = set_.pipelines[pipeline];
-  const std::string name = ProducerName(set_, pipeline);
-  std::vector<std::string> argv = {opts_.coloader_binary.empty() ? SelfBinary() : opts_.coloader_binary,
-                                   "serve", "--data", pl.data, "--name", name, "--augment", pl.augment,
-                                   "--image-size", std::to_string(pl.image_size), "--output", pl.output,
-                                   "--seed", std::to_string(pl.seed), "--batch-size", std::to_string(pl.producer_batch),
-                                   "--window", std::to_string(pl.window), "--forever", "--quiet"};
-  std::map<std::string, std::string> env = BaseEnv();
-  const std::set<int> gpus = planner_.ProducerGpus(pipeline);
-  std::vector<int> physical;
-  for (int g : gpus) physical.push_back(planner_.gpus()[g].index);
-  if (!physical.empty()) {
-    // The producer sees exactly its GPUs, as cuda:0..k-1; consumers find a ring by GPU UUID.
-    env["CUDA_VISIBLE_DEVICES"] = Join(physical, ",");
-    std::string device;
-    for (size_t k = 0; k < physical.size(); ++k) device += (k ? ",cuda:" : "cuda:") + std::to_string(k);
-    argv.push_back("--device");
-    argv.push_back(device);
-  }
-  // Where it decodes is the plan's (Planner::DecodeOf): on its ring's GPUs, on a MIG instance of
-  // its own when its jobs read host memory, or --decode cpu (also where --decode gpu would fail
-  // for want of a --device).
-  const ProducerDecode decode = planner_.DecodeOf(pipeline);
-  // serve's own default is auto (the CPU without --device): the flag goes where the plan differs
-  // from what serve would do anyway, so a pipeline's --cpu-share stays valid wherever it was.
-  std::vector<std::string> serve_args = pl.serve_args;
-  if (decode.decode != "auto" && !(decode.decode == "cpu" && pl.decode == "auto")) {
-    argv.push_back("--decode");
-    argv.push_back(decode.decode);
-  }
-  if (decode.decode == "cpu" && pl.decode == "gpu") {
-    // decode gpu that found no place for it: the CPU decodes all, and serve refuses a split of
-    // batches it does not split.
-    for (size_t k = 0; k < serve_args.size();) {
-      const bool joined = serve_args[k].rfind("--cpu-share=", 0) == 0;
-      if (serve_args[k] != "--cpu-share" && !joined) {
-        ++k;
-        continue;
-      }
-      const size_t n = joined || k + 1 == serve_args.size() ? 1 : 2;
-      Log("producer %s: dropped %s from serve_args: it decodes on the CPU (%s)", name.c_str(),
-          (serve_args[k] + (n == 2 ? " " + serve_args[k + 1] : "")).c_str(), decode.why.c_str());
-      serve_args.erase(serve_args.begin() + static_cast<long>(k), serve_args.begin() + static_cast<long>(k + n));
-    }
-  }
-  std::string decodes_on;
-  if (!decode.mig_profile.empty()) {
-    // Like a job's instance (JobEnvironment): the GPU and the profile; the instance itself is not
-    // created here (docs/PLACEMENT.md, "Not done"). Its ring lives in the instance's memory,
-    // which the plan reserved; its consumers read host memory as before.
-    const int index = planner_.gpus()[decode.gpu].index;
-    env["CUDA_VISIBLE_DEVICES"] = std::to_string(index);
-    env["COLOADER_MIG_PROFILE"] = decode.mig_profile;
-    argv.push_back("--device");
-    argv.push_back("cuda:0");
-    decodes_on = ", decodes on GPU " + std::to_string(index) + " MIG " + decode.mig_profile;
-  } else if (decode.decode == "cpu" && pl.decode != "cpu") {
-    decodes_on = ", decodes on the CPU: " + decode.why;
-  }
-  for (const auto& a : serve_args) argv.push_back(a);
-  COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Proc> p, Spawn(argv, env, run_dir_ + "/producer-" + name));
-  p->pipeline = pipeline;
-  Proc* raw = p.get();
-  procs_.push_back(std::move(p));
-  ++summary_.producers_started;
-  Log("producer %s started (pid %d, %s%s)", name.c_str(), raw->pid,
-      physical.empty() ? "host memory" : ("GPU " + Join(physical, ",")).c_str(), decodes_on.c_str());
-  // Jobs start once it serves: wait for its readiness line, or its early end.
-  const uint64_t deadline = MonotonicNs() + 120ull * 1000000000ull;
-  while (FileTail(raw->err_path, 1 << 16).find("serving") == std::string::npos) {
-    if (raw->watch.Exited() || MonotonicNs() > deadline || g_stop_signal) {
-      const std::string tail = FileTail(raw->err_path, 2000);
-      if (!raw->watch.Exited()) ::kill(-raw->pid, SIGKILL);
-      Reap(raw);
-      return Status::IOError("producer " + name + " for " + pl.data + " did not start: " +
-                             (tail.empty() ? std::string("no output") : tail));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  producer_of_[pipeline] = raw;
-  planner_.LockProducer(pipeline);
-  return Status::OK();
 }
 
 Status Launcher::StartJob(const Placement& pl) {
@@ -410,12 +277,6 @@ void Launcher::Reap(Proc* p) {
   }
 }
 
-bool LooksLikeOomImpl(int exit_code, bool killed_by_us, const std::string& tail) {
-  if (exit_code == 0) return false;
-  if (exit_code == 128 + SIGKILL && !killed_by_us) return true;
-  return Lower(tail).find("out of memory") != std::string::npos;
-}
-
 void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
   const Job& job = set_.jobs[j];
   LaunchJobReport& rep = reports_[j];
@@ -437,7 +298,7 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
   } else if (g_stop_signal || by_us) {
     rep.outcome = "stopped";
     ended_[j] = 1;
-  } else if (LooksLikeOomImpl(exit_code, by_us, tail)) {
+  } else if (LooksLikeOom(exit_code, by_us, tail)) {
     run.oom = true;
     ++rep.ooms;
     ++summary_.ooms;
@@ -462,37 +323,6 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
         job.name.c_str(), rep.attempts);
   }
   StopProducerIfIdle(job.pipeline);
-}
-
-void Launcher::StopProducerIfIdle(int pipeline) {
-  auto it = producer_of_.find(pipeline);
-  if (it == producer_of_.end() || !opts_.planner.sharing) return;
-  for (size_t k = 0; k < set_.jobs.size(); ++k) {
-    if (set_.jobs[k].pipeline == pipeline && !ended_[k]) return;  // running or queued: still needed
-  }
-  if (!it->second->term_sent) {
-    ::kill(it->second->pid, SIGTERM);
-    it->second->term_sent = true;
-  }
-}
-
-// Jobs wait and none runs, so nothing will free room for them but the producers' locks: a
-// running producer keeps its jobs on its GPUs (Planner::LockProducer), and a job requeued after
-// an OOM may now fit only elsewhere. Stop the producers; once reaped they are unlocked, and the
-// next round places what waits wherever it fits, starting a producer there (or, if nothing fits,
-// fails it as the main loop does when nothing runs). On the host path only a MIG decoder's
-// instance is locked (Planner::LockProducer); stopping every producer frees that too.
-void Launcher::UnlockByStoppingProducers() {
-  for (auto& p : procs_) {
-    if (p->pid > 0 && p->job >= 0) return;  // a job runs: it will free room when it ends
-  }
-  for (auto& [pipeline, proc] : producer_of_) {
-    if (proc->term_sent) continue;
-    Log("no job runs and %zu wait: stopping producer %s so that its jobs may go to other GPUs", queue_.size(),
-        ProducerName(set_, pipeline).c_str());
-    ::kill(proc->pid, SIGTERM);
-    proc->term_sent = true;
-  }
 }
 
 // Drops the processes already reaped (nothing points at them any more: producer_of_ forgets a
@@ -619,14 +449,10 @@ Result<LaunchSummary> Launcher::Run() {
   return summary_;
 }
 
-}  // namespace
-
-bool LooksLikeOom(int exit_code, bool killed_by_us, const std::string& stderr_tail) {
-  return LooksLikeOomImpl(exit_code, killed_by_us, stderr_tail);
-}
+}  // namespace internal
 
 Result<LaunchSummary> Launch(const JobSet& set, const std::vector<Gpu>& gpus, const LaunchOptions& opts) {
-  Launcher l(set, gpus, opts);
+  internal::Launcher l(set, gpus, opts);
   return l.Run();
 }
 
