@@ -47,9 +47,37 @@ struct SmLimitFlag {
 
 // The planner's flags, shared by plan and launch; bound to the planner's own options, whose
 // defaults are the flags' defaults. CPU cores default to the jobs file's, then this machine's.
+// The Python that runs the estimator: $COLOADER_PYTHON, else python3 on the PATH.
+std::string DefaultPython() { return std::getenv("COLOADER_PYTHON") ? std::getenv("COLOADER_PYTHON") : "python3"; }
+
+// `--python` and `--default-sm`, as plan, launch and simulate all take them.
+void AddEstimatorFlags(Command* cmd, std::string* python, PlannerOptions* o) {
+  cmd->Add("--default-sm", &o->default_sm, "SM activity of a job that states none and whose SM activity cannot be "
+                                           "estimated (no model, or the estimator failed)")
+      ->check(NumberIn(0.0, 1.0));
+  cmd->Add("--python", python, "the Python that runs the estimator for \"auto\" memory and for the SM "
+                               "activity of a job with a model ($COLOADER_PYTHON)")
+      ->type_name("PYTHON");
+}
+
+// "SM activity: 3 stated, 2 estimated, 1 the default 0.5 (--default-sm)": where the figures the
+// planner packs by came from.
+std::string SmSources(const JobSet& set, double default_sm) {
+  int stated = 0, estimated = 0, defaulted = 0;
+  for (const Job& j : set.jobs) {
+    if (j.sm_source == Job::SmSource::kStated) ++stated;
+    else if (j.sm_source == Job::SmSource::kEstimated) ++estimated;
+    else ++defaulted;
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "SM activity: %d stated, %d estimated, %d the default %g (--default-sm)", stated,
+                estimated, defaulted, default_sm);
+  return buf;
+}
+
 struct PlanFlags {
   std::string policy = "sharing-aware", gpus_from, jobs_path;
-  std::string python = std::getenv("COLOADER_PYTHON") ? std::getenv("COLOADER_PYTHON") : "python3";
+  std::string python = DefaultPython();
   bool no_sharing = false, json = false;
   SmLimitFlag sm_limit;
 
@@ -64,14 +92,9 @@ struct PlanFlags {
         ->check(NumberIn(1.0, 1e6))
         ->default_str("");  // not the planner's placeholder: the default depends on the file
     sm_limit.Add(cmd);
-    cmd->Add("--default-sm", &o->default_sm, "SM activity of a job that states none and whose SM activity cannot be "
-                                             "estimated (no model, or the estimator failed)")
-        ->check(NumberIn(0.0, 1.0));
     cmd->Add("--memory-margin", &o->memory_margin, "fraction added to every memory estimate")
         ->check(NumberIn(0.0, 10.0));
-    cmd->Add("--python", &python, "the Python that runs the estimator for \"auto\" memory and for the SM "
-                                  "activity of a job with a model ($COLOADER_PYTHON)")
-        ->type_name("PYTHON");
+    AddEstimatorFlags(cmd, &python, o);
     cmd->Add("--json", &json, "the result as one JSON object");
   }
   // After parsing: the jobs file is there, and the options the flags do not set directly.
@@ -257,6 +280,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
   sm_limit.Add(&cmd);
   cmd.Add("--memory-margin", &so.planner.memory_margin, "fraction added to every memory estimate (as plan)")
       ->check(NumberIn(0.0, 10.0));
+  std::string python = DefaultPython();
+  AddEstimatorFlags(&cmd, &python, &so.planner);
   cmd.Add("--step-s", &so.dt_s, "simulated time step, seconds")->check(NumberIn(0.01, 3600.0));
   cmd.Add("--oom-after-s", &so.oom_after_s, "a job over its memory limit fails this long after its start")
       ->check(NumberIn(0.0, 86400.0));
@@ -282,6 +307,9 @@ int SimulateCommand(const std::vector<std::string>& args) {
   so.planner.sm_limit = sm_limit.Value();
   Result<JobSet> trace = LoadJobSet(trace_path);
   if (!trace.ok()) return Fail("simulate", trace.status());
+  // As plan and launch: "auto" memory and the SM activity a job does not state come from the
+  // estimator, so the simulator packs by the figures launch would.
+  if (Status e = EstimateAutoJobs(&*trace, python); !e.ok()) return Fail("simulate", e);
   std::vector<Gpu> gpus = trace->gpus;
   if (gpus_n > 0) {
     gpus.clear();
@@ -325,8 +353,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
     std::printf("%s", SimSummaryCsv(runs).c_str());
     return 0;
   }
-  std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s)\n", trace->jobs.size(), gpus.size(), so.planner.cpu_cores,
-              so.planner.cpu_cores_from.c_str());
+  std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s); %s\n", trace->jobs.size(), gpus.size(),
+              so.planner.cpu_cores, so.planner.cpu_cores_from.c_str(), SmSources(*trace, so.planner.default_sm).c_str());
   std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %10s %6s\n", "policy", "sharing", "makespan h", "mean JCT h",
               "OOMs", "failed", "mem %", "SM %", "cores", "peak cores", "delta");
   for (const SimResult& r : runs) {

@@ -107,6 +107,37 @@ TEST(Cli, ABadDecodeInAJobsFileNamesThePipelineAndTheValue) {
   }
 }
 
+// simulate packs by the figures plan and launch use: a trace job with a model and no sm_activity
+// gets the estimator's, and without a working estimator the default, and simulate says which.
+TEST(Cli, SimulateEstimatesTheSmActivityOfAJobThatStatesNoneAsPlanDoes) {
+  testing::TempDir tmp;
+  const std::string trace = tmp.path() + "/trace.json";
+  testing::WriteFile(trace, R"({"jobs": [
+      {"name": "a", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000, "duration_s": 600,
+       "model": "torchvision:resnet18", "batch_size": 32, "precision": "bf16-amp"},
+      {"name": "b", "pipeline": {"data": "/d", "image_size": 64}, "memory_mib": 3000, "duration_s": 600,
+       "sm_activity": 0.3}]})");
+  const std::vector<std::string> args = {"simulate", "--trace", trace, "--gpus", "1", "--policy", "fifo-exclusive",
+                                         "--sharing", "off", "--default-sm", "0.25"};
+  std::vector<std::string> no_python = args;
+  no_python.insert(no_python.end(), {"--python", "/nonexistent/python3"});
+  Child fallback(Coloader(no_python));
+  ASSERT_EQ(fallback.Wait(60000), 0) << fallback.Stderr();
+  EXPECT_NE(fallback.Stdout().find("SM activity: 1 stated, 0 estimated, 1 the default 0.25 (--default-sm)"),
+            std::string::npos) << fallback.Stdout();
+  EXPECT_NE(fallback.Stderr().find("warning: no SM activity estimated for job a"), std::string::npos)
+      << fallback.Stderr();
+
+  Child torch({"/usr/bin/python3", "-c", "import torch, torchvision"});
+  if (torch.Wait(60000) != 0) GTEST_SKIP() << "/usr/bin/python3 has no torch and torchvision";
+  std::vector<std::string> with_python = args;
+  with_python.insert(with_python.end(), {"--python", "/usr/bin/python3"});
+  Child estimated(Coloader(with_python), {{"PYTHONPATH", std::string(COLOADER_SOURCE_DIR) + "/python"}});
+  ASSERT_EQ(estimated.Wait(120000), 0) << estimated.Stderr();
+  EXPECT_NE(estimated.Stdout().find("SM activity: 1 stated, 1 estimated, 0 the default"), std::string::npos)
+      << estimated.Stdout();
+}
+
 // Integers are decimal ("010" is ten, not CLI11's octal eight), --flag=value is --flag value,
 // and a flag given twice takes its last value.
 TEST(Cli, ValuesMeanWhatTheySay) {
