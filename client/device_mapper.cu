@@ -219,6 +219,9 @@ void DeviceMapper::Free(uint8_t* ptr, void* stream) {
 }
 
 Status DeviceMapper::CopyAsync(void* dst, const void* src, uint64_t bytes, void* stream) {
+  // The producer's GPU current, as for the slot's wait and the allocation: stream 0 (the legacy
+  // default stream) is the current device's, and all three must be queued on the same one.
+  DeviceGuard guard(device_);
   CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
   return Status::OK();
 }

@@ -58,7 +58,7 @@ class Session:
 
     def __init__(self, ptr):
         self.ptr = ptr
-        self.streams = {}  # device path: the torch streams batches were ordered on, by handle
+        self.streams = {}  # device path: the torch streams batches were ordered on, by (device, handle)
 
     def close(self):
         """Closes now, on this thread (it may wait; see close_session)."""

@@ -429,18 +429,18 @@ class Loader(_Stateful):
         torch Stream object costs tens of µs: the raw handle is read instead, and the object is
         made again only when the current stream changed."""
         device = self._cuda_device
-        raw = _raw_stream(self._torch)(device)
-        if (device, raw) == self._last_key and raw in session.streams:
+        key = (device, _raw_stream(self._torch)(device))  # a handle alone is ambiguous: 0 on every GPU
+        if key == self._last_key and key in session.streams:
             return self._last_stream, self._last_handle_arg
-        stream = self._cuda.current_stream(self._cuda_device)
-        last = self._last_stream
-        if last is not None and last.cuda_stream != stream.cuda_stream:
+        stream = self._cuda.current_stream(device)
+        key = (device, stream.cuda_stream)
+        if self._last_stream is not None and self._last_key != key:
             # The batch may come from the slot the previous one was sliced from, which only the
             # previous stream was made to wait for.
-            stream.wait_stream(last)
-        self._last_stream, self._last_key = stream, (device, stream.cuda_stream)
+            stream.wait_stream(self._last_stream)
+        self._last_stream, self._last_key = stream, key
         self._last_handle_arg = ctypes.c_void_p(stream.cuda_stream)
-        session.streams.setdefault(stream.cuda_stream, stream)
+        session.streams.setdefault(key, stream)
         return stream, self._last_handle_arg
 
     def _wrap(self, lease, stream=None):
