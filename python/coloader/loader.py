@@ -349,8 +349,9 @@ class Loader(_Stateful):
         self._session = session
         if self._want_cuda:
             if lib.coloader_consumer_on_device(ptr.value):
-                self._cuda = self._torch.cuda
+                self._cuda, self._fallback = self._torch.cuda, ""
             else:
+                self._cuda = None  # a reconnect may fall back where the first connection did not
                 reason = lib.coloader_consumer_fallback_reason(ptr.value)
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
 
