@@ -109,8 +109,12 @@ class Driver:
         self.gen_events = 0
 
     def start_consumer(self, c):
+        # The handshake's deadline runs while the consumer is frozen: it must outlast the longest
+        # stop a consumer gets (2 x the heartbeat timeout, below) with room for the handshake, or a
+        # consumer stopped mid-handshake fails for the stop, not for a fault of the producer's
+        # (seen under ASan with a 3 s timeout, seed 86549).
         args = ["consume", "--name", self.name, "--json", "--batch-size", str(c.batch_size),
-                "--wait-ms", "20000"]
+                "--wait-ms", "20000", "--connect-timeout-ms", str(5000 + 2 * self.timeout_ms)]
         if c.index % 3 == 2:
             args += ["--step-ms", "3"]  # a slower reader among fast ones
         if self.a.device:
