@@ -1,6 +1,7 @@
-"""What a coloader.Loader hands to Python: the consumer session, one lease per batch, and the
-tensors over a batch's memory (host views through numpy, device memory through
-__cuda_array_interface__). Private to the package; coloader.loader says what the rules are.
+"""What a coloader.Loader hands to Python: the consumer session, one lease per batch, the stream
+each device batch is ordered on, and the tensors over a batch's memory (host views through numpy,
+device memory through __cuda_array_interface__). Private to the package; coloader.loader says what
+the rules are.
 
 Ownership: a batch's one owner object is its BatchLease, which holds the C lease
 (coloader_batch*); every array and tensor over the batch holds the lease, so the producer's
@@ -77,6 +78,40 @@ class Session:
                 _reaper.submit(lambda: close_session(ptr, streams))
             except Exception:  # interpreter shutdown: no thread can be started any more
                 pass
+
+
+class StreamOrder:
+    """Which torch stream a Loader's next() orders each batch on: the one current on the batch's
+    device at that moment. next() runs every step, on a thread just woken from waiting for the GPU,
+    where making a torch Stream object costs tens of µs: the raw handle is read instead (torch's
+    own reader, which its compiler uses, where this torch has it), and the object is made again
+    only when the current stream changed. Keyed by (device, handle): a handle alone is ambiguous,
+    the default stream being 0 on every GPU."""
+
+    __slots__ = ("_torch", "_read_raw", "_stream", "_key", "_arg")
+
+    def __init__(self, torch):
+        self._torch = torch
+        self._read_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+            lambda device: torch.cuda.current_stream(device).cuda_stream)
+        self._stream = self._key = self._arg = None
+
+    def current(self, device, session):
+        """(the torch stream current on `device`, its handle as the library's argument); a new
+        stream is made to wait for the previous one and registered with `session` (which
+        synchronises its streams before saying goodbye)."""
+        key = (device, self._read_raw(device))
+        if key == self._key and key in session.streams:
+            return self._stream, self._arg
+        stream = self._torch.cuda.current_stream(device)
+        key = (device, stream.cuda_stream)
+        if self._stream is not None and self._key != key:
+            # The batch may come from the slot the previous one was sliced from, which only the
+            # previous stream was made to wait for.
+            stream.wait_stream(self._stream)
+        self._stream, self._key, self._arg = stream, key, ctypes.c_void_p(stream.cuda_stream)
+        session.streams.setdefault(key, stream)
+        return stream, self._arg
 
 
 def close_session(ptr, streams):

@@ -126,19 +126,6 @@ class FinishedWarning(UserWarning):
     """An epoch was asked for after the producer served every epoch it was started for: it is empty."""
 
 
-def _raw_stream(torch):
-    """f(device index) -> the cudaStream_t current there, as an int. torch's own reader (which
-    its compiler uses) where this torch has it; otherwise through a torch.cuda.Stream."""
-    global _RAW_STREAM
-    if _RAW_STREAM is None:
-        _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
-            lambda device: torch.cuda.current_stream(device).cuda_stream)
-    return _RAW_STREAM
-
-
-_RAW_STREAM = None
-
-
 class _EpochIterator:
     """One epoch of a Loader. A Timeout leaves it usable: next() may be called again, and the
     interrupted batch resumes where it stopped."""
@@ -259,9 +246,7 @@ class Loader(_Stateful):
         self._device = None         # another accelerator: batches are copied there
         self._cuda = None           # torch.cuda, when the device path is in use
         self._cuda_device = None    # the GPU whose current stream next() passes down
-        self._last_stream = None    # the stream the previous batch was ordered on
-        self._last_key = None       # its (device, cudaStream_t), and the handle as the ctypes argument
-        self._last_handle_arg = None
+        self._streams = _batches.StreamOrder(torch)  # the stream each batch is ordered on
         self._fallback = ""         # why CUDA was asked for and is not used
         want_cuda = False
         if device is not None:
@@ -418,31 +403,11 @@ class Loader(_Stateful):
             rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, None, ms, ctypes.byref(out)))
             return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session))
 
-        stream, handle = self._stream(session)
+        stream, handle = self._streams.current(self._cuda_device, session)
         rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out)))
         # The library leaves the caller's current device as it was (it makes the producer's GPU
         # current only within each call).
         return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session, cuda), stream)
-
-    def _stream(self, session):
-        """(the torch stream current on the batch's device, its handle as the library's argument).
-        next() runs every step, on a thread just woken from waiting for the GPU, where making a
-        torch Stream object costs tens of µs: the raw handle is read instead, and the object is
-        made again only when the current stream changed."""
-        device = self._cuda_device
-        key = (device, _raw_stream(self._torch)(device))  # a handle alone is ambiguous: 0 on every GPU
-        if key == self._last_key and key in session.streams:
-            return self._last_stream, self._last_handle_arg
-        stream = self._cuda.current_stream(device)
-        key = (device, stream.cuda_stream)
-        if self._last_stream is not None and self._last_key != key:
-            # The batch may come from the slot the previous one was sliced from, which only the
-            # previous stream was made to wait for.
-            stream.wait_stream(self._last_stream)
-        self._last_stream, self._last_key = stream, key
-        self._last_handle_arg = ctypes.c_void_p(stream.cuda_stream)
-        session.streams.setdefault(key, stream)
-        return stream, self._last_handle_arg
 
     def _wrap(self, lease, stream=None):
         # On an error below, the lease is released when the last view made so far goes.
