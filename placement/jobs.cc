@@ -93,13 +93,36 @@ Result<double> NonNegative(const JsonFields& f, const std::string& key, double f
   return v;
 }
 
+// Jobs whose pipelines share a key share one producer, so every field that says how that
+// producer runs must agree: otherwise whichever job came first would silently decide it.
+Status SameProducer(const JobPipeline& earlier, const JobPipeline& p, const JsonFields& g) {
+  auto differ = [&](const char* field, const std::string& mine, const std::string& theirs) {
+    return g.Error("pipeline", std::string("has ") + field + " " + mine + ", but an earlier job's pipeline with the same "
+                   "data, augment, image_size, output and seed has " + theirs + ": they share one producer, so give "
+                   "them the same " + field);
+  };
+  auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+  auto joined = [](const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (const auto& s : v) out += (out.size() > 1 ? ", \"" : "\"") + s + "\"";
+    return out + "]";
+  };
+  if (earlier.decode != p.decode) return differ("decode", quoted(p.decode), quoted(earlier.decode));
+  if (earlier.producer_batch != p.producer_batch)
+    return differ("producer_batch", std::to_string(p.producer_batch), std::to_string(earlier.producer_batch));
+  if (earlier.window != p.window) return differ("window", std::to_string(p.window), std::to_string(earlier.window));
+  if (earlier.serve_args != p.serve_args)
+    return differ("serve_args", joined(p.serve_args), joined(earlier.serve_args));
+  return Status::OK();
+}
+
 Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::map<std::string, JobPipeline>& named,
                      std::vector<JobPipeline>* pipelines) {
   if (!v.is_object()) return v.ErrorAt(where + " must be an object");
   JsonFields f(v, where);
   COLOADER_RETURN_NOT_OK(f.OnlyKnown({"name", "command", "pipeline", "batch_size", "memory_mib", "model", "optimizer",
                              "precision", "channels_last", "sm_activity", "priority", "loader_cores", "isolation",
-                             "arrival_s", "duration_s", "actual_memory_mib"}));
+                             "arrival_s", "duration_s", "samples", "actual_memory_mib"}));
   Job j;
   COLOADER_ASSIGN_OR_RETURN(j.name, f.String("name"));
   if (j.name.empty() || j.name.find_first_of(" \t\n/") != std::string::npos)
@@ -126,11 +149,8 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   for (size_t i = 0; i < pipelines->size() && j.pipeline < 0; ++i) {
     if ((*pipelines)[i].Key() == key) j.pipeline = static_cast<int>(i);
   }
-  // One producer decodes one way: two spellings of a pipeline must not disagree on it.
-  if (j.pipeline >= 0 && (*pipelines)[j.pipeline].decode != p.decode)
-    return g.Error("pipeline", "decodes \"" + p.decode + "\", but an earlier job's pipeline with the same data, "
-                               "augment, image_size, output and seed decodes \"" + (*pipelines)[j.pipeline].decode +
-                               "\": they share one producer, so give them the same decode");
+  // One producer runs one way: two spellings of a pipeline must not disagree on how.
+  if (j.pipeline >= 0) COLOADER_RETURN_NOT_OK(SameProducer((*pipelines)[j.pipeline], p, g));
   if (j.pipeline < 0) {
     pipelines->push_back(p);
     j.pipeline = static_cast<int>(pipelines->size() - 1);
@@ -170,6 +190,7 @@ Result<Job> ParseJob(const JsonValue& v, const std::string& where, const std::ma
   COLOADER_ASSIGN_OR_RETURN(j.isolation, g.Bool("isolation", false));
   COLOADER_ASSIGN_OR_RETURN(j.arrival_s, NonNegative(g, "arrival_s", 0));
   COLOADER_ASSIGN_OR_RETURN(j.duration_s, NonNegative(g, "duration_s", 0));
+  COLOADER_ASSIGN_OR_RETURN(j.samples, NonNegative(g, "samples", 0));
   COLOADER_ASSIGN_OR_RETURN(j.actual_memory_mib, NonNegative(g, "actual_memory_mib", 0));
   return j;
 }

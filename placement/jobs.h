@@ -74,6 +74,10 @@ struct Job {
   // Trace-only fields (the simulator): when it arrives, how long it runs alone, what it really uses.
   double arrival_s = 0;
   double duration_s = 0;
+  // Traces: the samples the job reads in all. With duration_s it gives the job's pace alone in
+  // samples/s, which the simulator needs to hold a reader to its producer's slowest reader; 0:
+  // unknown (the pace is then compared as a fraction of each job's speed alone).
+  double samples = 0;
   double actual_memory_mib = 0;  // 0: equal to the estimate
 };
 

@@ -61,12 +61,12 @@ TEST(JobsFile, SamePipelineKeySharesWhateverTheSpelling) {
     "pipelines": {"in": {"data": "/d/imagenet", "image_size": 224}},
     "jobs": [
       {"name": "a", "pipeline": "in", "memory_mib": 1000},
-      {"name": "b", "pipeline": {"data": "/d/imagenet", "augment": "train", "producer_batch": 128}, "memory_mib": 1000},
+      {"name": "b", "pipeline": {"data": "/d/imagenet", "augment": "train", "producer_batch": 256}, "memory_mib": 1000},
       {"name": "c", "pipeline": {"data": "/d/imagenet", "image_size": 160}, "memory_mib": 1000},
       {"name": "d", "pipeline": {"data": "/d/places"}, "memory_mib": "auto", "model": "torchvision:resnet18", "batch_size": 64}
     ]})"));
   ASSERT_EQ(set.jobs.size(), 4u);
-  EXPECT_EQ(set.jobs[0].pipeline, set.jobs[1].pipeline);  // producer batch does not change what consumers see
+  EXPECT_EQ(set.jobs[0].pipeline, set.jobs[1].pipeline);  // inline, defaults written out: the same producer
   EXPECT_NE(set.jobs[0].pipeline, set.jobs[2].pipeline);  // image size does
   EXPECT_NE(set.jobs[0].pipeline, set.jobs[3].pipeline);
   EXPECT_EQ(set.pipelines.size(), 3u);
@@ -459,7 +459,7 @@ TEST(JobsFile, AMigProfileHasTheJpegEnginesItStatesOrThoseItsNameSays) {
   EXPECT_EQ(plain.pipelines[0].decode, "auto");  // as coloader serve
 }
 
-TEST(JobsFile, ABadDecodeOrJpegEngineCountIsAnErrorThatNamesThePipeline) {
+TEST(JobsFile, ABadDecodeOrJpegEngineCountOrTwoSpellingsOfOneProducerAreErrorsThatNameThePipeline) {
   const std::string gpu = R"(, "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [)";
   const std::string job = R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5}])";
   const std::pair<std::string, const char*> cases[] = {
@@ -477,7 +477,22 @@ TEST(JobsFile, ABadDecodeOrJpegEngineCountIsAnErrorThatNamesThePipeline) {
        "the pipeline's decode is cpu"},
       {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "decode": "gpu"}, "memory_mib": 5},
                     {"name": "b", "pipeline": {"data": "/d", "decode": "cpu"}, "memory_mib": 5}]})",
-       "jobs[1] (\"b\"): field \"pipeline\" decodes \"cpu\", but an earlier job's pipeline with the same data"},
+       "jobs[1] (\"b\"): field \"pipeline\" has decode \"cpu\", but an earlier job's pipeline with the same data"},
+      // The other fields that say how the one shared producer runs must agree too.
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d"}, "memory_mib": 5},
+                    {"name": "b", "pipeline": {"data": "/d", "producer_batch": 128}, "memory_mib": 5}]})",
+       "jobs[1] (\"b\"): field \"pipeline\" has producer_batch 128, but an earlier job's pipeline with the same "
+       "data, augment, image_size, output and seed has 256: they share one producer, so give them the same "
+       "producer_batch"},
+      {R"({"pipelines": {"in": {"data": "/d", "window": 8}},
+           "jobs": [{"name": "a", "pipeline": "in", "memory_mib": 5},
+                    {"name": "b", "pipeline": {"data": "/d"}, "memory_mib": 5}]})",
+       "jobs[1] (\"b\"): field \"pipeline\" has window 4, but an earlier job's pipeline with the same data, "
+       "augment, image_size, output and seed has 8"},
+      {R"({"jobs": [{"name": "a", "pipeline": {"data": "/d", "serve_args": ["--workers", "4"]}, "memory_mib": 5},
+                    {"name": "b", "pipeline": {"data": "/d"}, "memory_mib": 5}]})",
+       "jobs[1] (\"b\"): field \"pipeline\" has serve_args [], but an earlier job's pipeline with the same data, "
+       "augment, image_size, output and seed has [\"--workers\", \"4\"]"},
       {job + gpu + R"({"name": "1g.5gb", "memory_mib": 4864, "jpeg_engines": -1}]}]})",
        "gpus[0].mig_profiles[0]: field \"jpeg_engines\" must be an integer in 0..64, got -1"},
   };
