@@ -126,15 +126,33 @@ class Simulation {
       speed[j] = cpu_factor * (p.mode == Mode::kMig ? MigSpeed(j, p)
                                                     : 1.0 / opts_.planner.model.Slowdown(static_cast<int>(load.jobs.size()), load.sm));
     }
-    if (opts_.planner.sharing) {  // a producer moves at the pace of its slowest reader
-      std::map<int, double> pace;
-      for (const auto& [j, s] : speed) {
-        const int pl = set_.jobs[j].pipeline;
-        pace[pl] = pace.count(pl) ? std::min(pace[pl], s) : s;
-      }
-      for (auto& [j, s] : speed) s = pace[set_.jobs[j].pipeline];
-    }
+    if (opts_.planner.sharing) HoldToTheSlowestReader(&speed);
     return speed;
+  }
+
+  // A producer moves at the pace of its slowest reader: a faster one waits for it (within the
+  // window), so every reader of a pipeline goes no faster than that reader's samples/s. Where
+  // every reader of the pipeline states `samples`, paces are compared in samples/s (a job's
+  // samples / duration_s alone, times its speed): a ResNet-18 beside a ViT-B/16 on one pipeline
+  // runs at the ViT's samples/s, a fraction of its own speed. Otherwise they are compared as
+  // fractions of each job's speed alone, which is right only for readers of equal pace.
+  void HoldToTheSlowestReader(std::map<int, double>* speed) const {
+    auto alone_rate = [this](int j) { return set_.jobs[j].samples / set_.jobs[j].duration_s; };
+    std::map<int, bool> in_samples;  // pipeline -> every reader states its samples
+    for (const auto& [j, s] : *speed) {
+      const int pl = set_.jobs[j].pipeline;
+      in_samples[pl] = (in_samples.count(pl) ? in_samples[pl] : true) && set_.jobs[j].samples > 0;
+    }
+    std::map<int, double> pace;  // pipeline -> its slowest reader's samples/s, or speed
+    for (const auto& [j, s] : *speed) {
+      const int pl = set_.jobs[j].pipeline;
+      const double rate = in_samples[pl] ? s * alone_rate(j) : s;
+      pace[pl] = pace.count(pl) ? std::min(pace[pl], rate) : rate;
+    }
+    for (auto& [j, s] : *speed) {
+      const int pl = set_.jobs[j].pipeline;
+      s = std::min(s, in_samples[pl] ? pace[pl] / alone_rate(j) : pace[pl]);
+    }
   }
 
   // A MIG instance is not slowed by its neighbours, but by its size (CollocationModel::MigSpeed).

@@ -233,6 +233,30 @@ TEST(Simulator, AGpuDecodingProducerOnMigTakesASliceFromTheJobs) {
   EXPECT_NEAR(makespan["gpu"], 7200, 4);
 }
 
+TEST(Simulator, AReaderOfASharedProducerGoesAtItsSlowestReadersSamplesPerSecond) {
+  // Two light jobs on one GPU and one pipeline, each 100 s alone: a fast one reading 100,000
+  // samples (1,000/s) and a slow one reading 20,000 (200/s). Together the fast one is held to
+  // 200 samples/s until the slow one ends (about 100 s, 20,000 read), then reads its other
+  // 80,000 alone in 80 s. Without `samples` the two paces are taken as equal: both end near 100 s.
+  JobSet set = Trace({{1000, 1000, 0.05, 100, 0}, {1000, 1000, 0.05, 100, 0}});
+  SimOptions o = Opts(Policy::kSharingAware, true);
+  ASSERT_OK_AND_ASSIGN(SimResult unknown, Simulate(set, Gpus(1), o));
+  set.jobs[0].samples = 100000;
+  set.jobs[1].samples = 20000;
+  ASSERT_OK_AND_ASSIGN(SimResult paced, Simulate(set, Gpus(1), o));
+  auto end = [](const SimResult& r, int j) { return r.jobs[j].runs.back().end_s; };
+  EXPECT_NEAR(end(unknown, 0), 100, 3);
+  EXPECT_NEAR(end(unknown, 1), 100, 3);
+  EXPECT_NEAR(end(paced, 1), 100, 3);  // the slow reader is not slowed by the fast one's wait
+  EXPECT_NEAR(end(paced, 0), 180, 4);
+  // On two pipelines nobody waits for anybody.
+  set.pipelines.push_back(set.pipelines[0]);
+  set.pipelines[1].data = "/e";
+  set.jobs[1].pipeline = 1;
+  ASSERT_OK_AND_ASSIGN(SimResult apart, Simulate(set, Gpus(1), o));
+  EXPECT_NEAR(end(apart, 0), 100, 3);
+}
+
 TEST(Simulator, CpuStarvationSlowsJobsAndSharingRelievesIt) {
   // Four jobs of one pipeline whose own loaders would want 32 cores each on a 64-core machine.
   JobSet set = Trace({{1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0}, {1000, 1000, 0.1, 600, 0},
