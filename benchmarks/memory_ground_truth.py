@@ -205,7 +205,10 @@ def _bound_mib(cfg):
     return 3000 + per_sample * cfg["batch_size"]
 
 
-def run_pool(cfgs, jobs, device, budget_mib, deadline, log):
+def run_pool(cfgs, jobs, device, budget_mib, deadline, log, script=__file__, extra_args=()):
+    """Runs `script --worker CFG --device DEVICE [extra_args]` for each configuration, several
+    at once while their bounds fit `budget_mib`; returns the rows the workers printed (their
+    last stdout line, JSON). allocation_replay.py drives its own workers through this too."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     pending = list(cfgs)
     running = {}  # Popen -> (cfg, bound)
@@ -220,7 +223,7 @@ def run_pool(cfgs, jobs, device, budget_mib, deadline, log):
             if running and used + b > budget_mib:
                 break
             pending.pop(0)
-            p = subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(cfg), "--device", device],
+            p = subprocess.Popen([sys.executable, script, "--worker", json.dumps(cfg), "--device", device, *extra_args],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             running[p] = (cfg, b)
             used += b

@@ -35,6 +35,7 @@ suites=(
   "decode-x2|.device|scripts/gpu/decode_x2.sh|GPU decode on one GPU against two, jobs per GPU (two GPUs)"
   "split|.device|scripts/gpu/decode_split.sh|--decode auto (engines and CPU splitting each batch) beside gpu and cpu, ImageNet's format mix (SPLIT_MODELS, SPLIT_N, SPLIT_REPEATS)"
   "launch|.device|scripts/gpu/launch_check.sh|coloader launch of examples/jobs_gpu.json under MPS, memory against the plan's bounds"
+  "allocations||scripts/gpu/allocations.sh|the real caching allocator's history of every ground-truth configuration, replayed through the estimator's allocator model (benchmarks/allocation_replay.py)"
   "replay|.device|scripts/gpu/replay.sh|examples/replay_gpu.json through launch under MPS (REPLAY_PHASE=fifo [REPLAY_PART=K/N], activity, then default with FIFO_SUMMARY [REPLAY_ACTIVITY, REPLAY_LABEL]) beside simulate's prediction"
 )
 
