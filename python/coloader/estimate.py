@@ -15,13 +15,15 @@ caching allocator has reserved (live tensors, the blocks it keeps cached, the ga
 
 How: the model runs one training step on the meta device (shapes, no data, no GPU) under
 coloader.memtrace's tracker, which records every tensor storage's allocation and free, with
-autocast emulated for the -amp precisions. The optimizer's state and the temporaries of its
-step are added as torch's foreach implementation (the GPU default) allocates them. The whole
-sequence is replayed for three steps (the first creates the optimizer state; the later ones
-hold it while activations live, and set the peak) through a model of the caching allocator,
-which gives reserved memory, fragmentation included. What the meta device cannot see, cuBLAS
-and cuDNN workspaces and the CUDA context, are terms calibrated on measurements
-(benchmarks/memory_ground_truth.py, docs/ESTIMATOR.md).
+autocast emulated for the -amp precisions. coloader.workspaces places in that sequence what the
+GPU's libraries allocate through the caching allocator and the meta device cannot see: cuBLAS's
+handle workspaces and each convolution's cuDNN workspaces, from a table measured on the H200.
+The optimizer's state and the temporaries of its step are added as torch's foreach
+implementation (the GPU default) allocates them. The whole sequence is replayed for three steps
+(the first creates the optimizer state; the later ones hold it while activations live, and set
+the peak) through a model of the caching allocator, which gives reserved memory, fragmentation
+included. The CUDA context and a margin (wider where convolutions were not measured) are terms
+calibrated on measurements (benchmarks/memory_ground_truth.py, docs/ESTIMATOR.md).
 """
 
 import argparse
@@ -40,17 +42,19 @@ _STATE = {"sgd": 1, "adam": 2, "adamw": 2}
 _STEP_TEMPS = {"sgd": 1, "adam": 1, "adamw": 1}
 
 # Terms the meta device cannot see, fitted by benchmarks/estimator_accuracy.py on the ground
-# truth in docs/results/memory_ground_truth.csv (126 configurations; docs/ESTIMATOR.md). They
+# truth in docs/results/memory_ground_truth.csv (154 configurations; docs/ESTIMATOR.md). They
 # hold for what was measured: an H200, driver 580, PyTorch 2.11 with CUDA 13.0; another GPU,
-# driver or CUDA has another context size, and wants its own ground-truth run.
+# driver or CUDA has another context size and other workspaces, and wants its own ground-truth
+# run (and benchmarks/allocation_replay.py for the workspaces).
 CALIBRATION = {
     "source": "H200, torch 2.11+cu130, driver 580.159 (docs/results/memory_ground_truth.csv)",
     "context_mib": 612.0,  # CUDA context as the process starts (NVML, median of 154 processes)
     "cublas_context_mib": 130.0,  # ... grown by cuBLAS's kernels once a matrix product ran
     "cudnn_context_mib": 20.0,  # ... and by cuDNN's once a convolution ran
-    "workspace_mib": 32.0,  # cuBLAS workspace, reserved once a matrix product ran
-    "workspace_act_frac": 3.0,  # cuDNN convolution workspaces, times the largest activation
-    "margin": 1.0,  # factor on the allocator model's reserved bytes (an underestimate is an OOM)
+    # Factor on the allocator model's reserved bytes, and what it grows by per share of the
+    # step's convolutions whose workspaces were not measured (an underestimate is an OOM).
+    "margin": 1.02,
+    "margin_unmeasured": 0.05,
 }
 
 MiB = 1 << 20
@@ -112,10 +116,12 @@ def trace_step(model, spec, batch_size, precision="fp32", channels_last=False, o
     that get gradients. `observers` see every operator (memtrace.StorageTracker.observers)."""
     import torch
 
-    from . import memtrace
+    from . import memtrace, workspaces
 
     tr = memtrace.StorageTracker()
     tr.observers.extend(observers)
+    tr.watch.update({op: workspaces.conv_layer for op in workspaces.CONV_OPS})
+    tr.watch.update({op: (lambda name, args: None) for op in workspaces.CUBLAS_OPS})
     for p in model.parameters():
         tr.hold(p, "parameters")
     for b in model.buffers():
@@ -145,9 +151,11 @@ def trace_step(model, spec, batch_size, precision="fp32", channels_last=False, o
     return tr, trainable
 
 
-def _replay(tr, trainable, optimizer, steps=3):
-    """Replays `steps` training steps through the allocator model; returns (allocator, parts at
-    the peak of allocated bytes, in bytes)."""
+def _replay(events, live_at_end, trainable, optimizer, steps=3):
+    """Replays `steps` training steps of a traced sequence (`events`, the tracker's with the
+    libraries' allocations inserted; `live_at_end`, the tracker's live storages after the
+    step) through the allocator model; returns (allocator, parts at the peak of allocated
+    bytes, in bytes)."""
     from . import memtrace
 
     alloc = memtrace.AllocatorModel()
@@ -175,21 +183,25 @@ def _replay(tr, trainable, optimizer, steps=3):
     setup = []
     step_events = []
     started = False
-    persistent = {k for k, (c, _, _) in tr.live.items() if c >= 1 << 40}
-    for ev in tr.events:
+    persistent = {k for k, (c, _, _) in live_at_end.items() if c >= 1 << 40}
+    for ev in events:
         if not started and ev[0] == "alloc" and ev[1] in persistent:
             setup.append(ev)
         else:
             started = True
             step_events.append(ev)
-    grad_keys = {k for k, (_, _, tag) in tr.live.items() if tag == "gradients"}
+    grad_keys = {k for k, (_, _, tag) in live_at_end.items() if tag == "gradients"}
     for _, k, n, tag in setup:
         malloc(("p", k), n, tag)
     psizes = [p.numel() * p.element_size() for p in trainable]
     for s in range(steps):
         for ev in step_events:
             if ev[0] == "alloc":
-                malloc((s, ev[1]), ev[2], ev[3])
+                if isinstance(ev[1], tuple) and ev[1][0] == "once":  # a library's, for the process
+                    if s == 0:
+                        malloc(ev[1], ev[2], ev[3])
+                else:
+                    malloc((s, ev[1]), ev[2], ev[3])
             else:
                 free((s, ev[1]))
         if s == 0:  # the optimizer's state appears at its first step
@@ -210,18 +222,29 @@ def _replay(tr, trainable, optimizer, steps=3):
     return alloc, peak[1]
 
 
-def calibrated_parts(reserved_mib, largest_act_mib, flags, cal):
-    """The terms the trace cannot see, in MiB: (cuda_context, workspace, extra allocator
-    margin). `flags` says whether the step uses cuBLAS and cuDNN."""
+def calibrated_parts(reserved_mib, unmeasured_share, flags, cal):
+    """The terms the trace cannot see, in MiB: (cuda_context, margin on the reserved bytes).
+    `flags` says whether the step uses cuBLAS and cuDNN; `unmeasured_share`, the share of its
+    convolutions whose workspaces the table did not have (coloader.workspaces)."""
     context = cal["context_mib"] + cal["cublas_context_mib"] * flags["uses_cublas"] \
         + cal["cudnn_context_mib"] * flags["uses_cudnn"]
-    workspace = cal["workspace_mib"] + cal["workspace_act_frac"] * largest_act_mib * flags["uses_cudnn"]
-    return context, workspace, (cal["margin"] - 1.0) * reserved_mib
+    margin = cal["margin"] + cal["margin_unmeasured"] * unmeasured_share
+    return context, (margin - 1.0) * reserved_mib
 
 
-def calibrated_total(reserved_mib, largest_act_mib, flags, cal):
+def calibrated_total(reserved_mib, unmeasured_share, flags, cal):
     """The estimate's total from the allocator model's reserved peak and the calibrated terms."""
-    return reserved_mib + sum(calibrated_parts(reserved_mib, largest_act_mib, flags, dict(CALIBRATION, **cal)))
+    return reserved_mib + sum(calibrated_parts(reserved_mib, unmeasured_share, flags, dict(CALIBRATION, **cal)))
+
+
+def trace_with_workspaces(model, spec, batch_size, precision="fp32", channels_last=False, observers=(), table=None):
+    """trace_step, then the libraries' workspaces placed in its sequence: (tracker, trainable,
+    events, coverage). `table`: a workspaces.ConvWorkspaces (default: the measured table)."""
+    from . import workspaces
+
+    tr, trainable = trace_step(model, spec, batch_size, precision, channels_last, observers)
+    events, cover = workspaces.insert(tr.events, tr.windows, table or workspaces.default_table())
+    return tr, trainable, events, cover
 
 
 def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32", channels_last=False,
@@ -241,18 +264,18 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
         model = model.to(memory_format=torch.channels_last)
     model.train()
     work = activity.WorkCounter() if work is None else work
-    tr, trainable = trace_step(model, spec, batch_size, precision, channels_last, observers=[work])
+    tr, trainable, events, cover = trace_with_workspaces(model, spec, batch_size, precision, channels_last,
+                                                         observers=[work])
     work.add_optimizer(optimizer, trainable)
     step_s, sm_activity = activity.predict(work.kernels)
-    alloc, at_peak = _replay(tr, trainable, optimizer)
+    alloc, at_peak = _replay(events, tr.live, trainable, optimizer)
     largest_act = max((ev[2] for ev in tr.events if ev[0] == "alloc" and ev[3] == "activations"), default=0)
     flags = {"uses_cublas": bool(tr.ops & _CUBLAS_OPS), "uses_cudnn": bool(tr.ops & _CUDNN_OPS)}
     parts = {k: at_peak.get(k, 0) / MiB for k in
-             ("parameters", "gradients", "optimizer_state", "activations", "transient")}
+             ("parameters", "gradients", "optimizer_state", "activations", "transient", "workspace")}
     raw_reserved = alloc.peak_reserved / MiB
-    context, workspace, margin = calibrated_parts(raw_reserved, largest_act / MiB, flags, cal)
+    context, margin = calibrated_parts(raw_reserved, cover.unmeasured_share, flags, cal)
     parts["allocator_overhead"] = (alloc.peak_reserved - alloc.peak_allocated) / MiB + margin
-    parts["workspace"] = workspace
     parts["cuda_context"] = context
     parts = {k: round(v, 1) for k, v in parts.items()}
     return Estimate(
@@ -268,6 +291,8 @@ def estimate_module(model, spec, batch_size, optimizer="adamw", precision="fp32"
              "step_gflop": round(sum(k[1] for k in work.kernels) / 1e9, 1),
              "step_gpu_gib": round(sum(k[2] for k in work.kernels) / (1 << 30), 2),
              "step_kernels": len(work.kernels),
+             "convolutions": cover.convolutions,
+             "unmeasured_convolutions": cover.unmeasured,
              **flags},
         calibration=cal["source"], torch=torch.__version__,
         sm_activity=_share(sm_activity), step_s=round(step_s, 5),

@@ -154,6 +154,12 @@ class StorageTracker(TorchDispatchMode):
         # (name, inputs, outputs) for work that runs as no operator of its own (the fused
         # attention stand-in): coloader.activity counts the step's FLOPs and bytes so.
         self.observers = []
+        # Operators whose place in the sequence matters to what the GPU's libraries add
+        # (coloader.workspaces): {name: describe(name, args) -> info}; each call is noted in
+        # `windows` as (name, info, first event, end event, phase), its outputs' allocations
+        # being events[first:end].
+        self.watch = {}
+        self.windows = []
 
     def __enter__(self):
         global _active
@@ -211,7 +217,8 @@ class StorageTracker(TorchDispatchMode):
                     break
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.add(func.overloadpacket.__name__)
+        name = func.overloadpacket.__name__
+        self.ops.add(name)
         try:
             out = func(*args, **(kwargs or {}))
         except NotImplementedError:
@@ -228,6 +235,7 @@ class StorageTracker(TorchDispatchMode):
             out = torch.tensor(out, dtype=args[0].dtype)
         for ob in self.observers:
             ob(func, args, kwargs or {}, out)
+        first = len(self.events)
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             # Only meta tensors are the GPU's: CPU scalars stay on the host there too.
             if isinstance(t, torch.Tensor) and t.device.type == "meta":
@@ -236,6 +244,9 @@ class StorageTracker(TorchDispatchMode):
                     self._alloc(key, nbytes, self.phase)
                 self.live[key][0] += 1
                 weakref.finalize(t, self._release, key)
+        describe = self.watch.get(name)
+        if describe is not None:
+            self.windows.append((name, describe(name, args), first, len(self.events), self.phase))
         return out
 
 
