@@ -67,6 +67,18 @@ def test_package_contents(installed):
     assert not list(site.glob("coloader/**/libcoloader_imgcodecs*")), "the OpenCV imgcodecs plugin must not ship"
 
 
+def test_the_memory_estimator_runs_with_its_measured_workspaces(installed):
+    # The estimator reads the measured cuDNN table shipped in the package: every layer of a
+    # ResNet-18 at batch 32 was measured, so none is estimated from a neighbour.
+    venv, env, site, work = installed
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "coloader.estimate", "--model", "torchvision:resnet18",
+                          "--batch-size", "32", "--json"], env=env, cwd=work, check=True, capture_output=True,
+                         text=True, timeout=STEP_TIMEOUT).stdout
+    e = json.loads(out)
+    assert e["raw"]["convolutions"] == 40 and e["raw"]["unmeasured_convolutions"] == 0, e["raw"]
+    assert e["parts"]["workspace"] > 64 and e["total_mib"] > e["parts"]["cuda_context"], e
+
+
 def test_every_elf_resolves_without_gdal(installed):
     venv, env, site, work = installed
     files = list(elf_files(site / "coloader")) + list(elf_files(site / "coloader.libs"))
