@@ -52,8 +52,11 @@ FIELDS = ["model", "batch_size", "precision", "optimizer", "status", "real_alloc
 MiB = 2**20
 ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free")
 # Operators whose arguments are kept: cuDNN's convolutions and cuBLAS's products, the two
-# libraries whose workspaces the meta trace cannot see.
-KEEP_ARGS = ("conv", "mm", "matmul", "linear", "attention")
+# libraries whose workspaces the meta trace cannot see; and the operators whose CUDA kernels
+# were seen making temporaries of their own (reductions' scratch buffers, roll, dropout's mask,
+# softmax's and layer norm's backward: docs/ESTIMATOR.md, "Where the estimate misses").
+KEEP_ARGS = ("conv", "mm", "matmul", "linear", "attention", "sum", "roll", "dropout", "softmax", "layer_norm",
+             "index_put")
 
 
 def replay(actions, addrs, sizes):
