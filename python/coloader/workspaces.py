@@ -24,6 +24,7 @@ docs/ESTIMATOR.md):
 
 import csv
 import gzip
+import io
 import math
 from collections import Counter, defaultdict, namedtuple
 from pathlib import Path
@@ -127,14 +128,17 @@ class Program(tuple):
         return sum(t[2] for t in self if t[0] == "w")
 
 
+def _dims(text):
+    return tuple(int(x) for x in text.split("x")) if text else ()
+
+
 def read_table(path=TABLE):
     """[(Layer, Program, sources)] from a table file; sources: {(model, batch)} it was measured in."""
     rows = []
     with gzip.open(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
-            dims = lambda v: tuple(int(x) for x in v.split("x")) if v else ()  # noqa: E731
-            layer = Layer(r["pass"], int(r["batch"]), dims(r["input"]), dims(r["weight"]), r["dtype"], r["layout"],
-                          dims(r["stride"]), dims(r["padding"]), dims(r["dilation"]), int(r["groups"]),
+            layer = Layer(r["pass"], int(r["batch"]), _dims(r["input"]), _dims(r["weight"]), r["dtype"], r["layout"],
+                          _dims(r["stride"]), _dims(r["padding"]), _dims(r["dilation"]), int(r["groups"]),
                           r["transposed"] == "1", tuple(c == "1" for c in r["mask"]) if r["mask"] != "-" else None)
             sources = {(s.rsplit("/", 1)[0], int(s.rsplit("/", 1)[1])) for s in r["sources"].split(";")}
             rows.append((layer, Program.parse(r["program"]), sources))
@@ -153,16 +157,11 @@ def write_table(rows, path):
                     "mask": "".join("1" if m else "0" for m in layer.mask) if layer.mask is not None else "-",
                     "program": prog.text(), "sources": ";".join(f"{m}/{b}" for m, b in sorted(sources))})
     out.sort(key=lambda r: tuple(str(r[k]) for k in FIELDS))
-    with gzip.GzipFile(path, "wb", mtime=0) as gz, open_text(gz) as f:
+    # mtime 0: the same table makes the same bytes
+    with gzip.GzipFile(path, "wb", mtime=0) as gz, io.TextIOWrapper(gz, encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         w.writeheader()
         w.writerows(out)
-
-
-def open_text(binary):
-    import io
-
-    return io.TextIOWrapper(binary, encoding="utf-8", newline="")
 
 
 class ConvWorkspaces:
@@ -172,12 +171,13 @@ class ConvWorkspaces:
     def __init__(self, rows=None, exclude=None):
         rows = read_table() if rows is None else rows
         self.by_key = defaultdict(dict)  # layer key -> {batch: Program}
-        self.by_kind = defaultdict(list)  # kind -> [(Layer, Program)]
+        self.by_kind = defaultdict(list)  # kind -> [(log input, output, weight bytes), input bytes, Program]
         for layer, prog, sources in rows:
             if exclude is not None and all(exclude(m, b) for m, b in sources):
                 continue
             self.by_key[layer_key(layer)][layer.batch] = prog
-            self.by_kind[_kind(layer)].append((layer, prog))
+            inb, outb, wb = _bytes(layer)
+            self.by_kind[_kind(layer)].append(((math.log(inb), math.log(outb), math.log(max(wb, 1))), inb, prog))
 
     def program(self, layer):
         byb = self.by_key.get(layer_key(layer))
@@ -190,13 +190,13 @@ class ConvWorkspaces:
         if not cands:
             return Program(), False
         inb, outb, wb = _bytes(layer)
-
-        def distance(c):
-            ci, co, cw = _bytes(c[0])
-            return abs(math.log(ci / inb)) + abs(math.log(co / outb)) + abs(math.log(max(cw, 1) / max(wb, 1)))
-
-        near, prog = min(cands, key=distance)
-        return prog.scaled(inb / _bytes(near)[0]), False
+        here = (math.log(inb), math.log(outb), math.log(max(wb, 1)))
+        # The closest in log bytes, ties broken by the program so that the choice does not hang
+        # on rounding; scaled to this layer's input. (The median of the 3 or 5 closest did worse
+        # on models left out of the table: docs/ESTIMATOR.md.)
+        _, near_inb, prog = min(cands, key=lambda c: (round(sum(abs(a - b) for a, b in zip(c[0], here)), 9),
+                                                      c[2].text()))
+        return prog.scaled(inb / near_inb), False
 
 
 _DEFAULT = None
