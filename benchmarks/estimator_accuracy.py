@@ -20,7 +20,7 @@ without it).
 
 The raw estimates (the trace, the workspaces and the allocator model, before the calibrated
 terms) are cached in docs/results/memory_estimates.csv, keyed by configuration, torch version
-and workspace table, since tracing 154 configurations takes several minutes on two cores.
+and the workspace table and code, since tracing 154 configurations takes minutes on two cores.
 """
 
 import argparse
@@ -56,9 +56,14 @@ def key(r):
 
 
 def table_id():
-    from coloader import workspaces
+    """What the cached figures depend on besides torch: the workspace table and the code that
+    traces, places the workspaces and replays."""
+    from coloader import estimate, memtrace, workspaces
 
-    return hashlib.sha256(workspaces.TABLE.read_bytes()).hexdigest()[:12]
+    h = hashlib.sha256(workspaces.TABLE.read_bytes())
+    for module in (estimate, memtrace, workspaces):
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()[:12]
 
 
 def raw_estimates(rows, refresh):

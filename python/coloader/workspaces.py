@@ -34,7 +34,8 @@ CUBLAS_WORKSPACE = 32 * MiB  # per cuBLAS handle: forward's thread and autograd'
 CUBLASLT_WORKSPACE = 1 * MiB  # at the first addmm
 # Operators whose kernels come from cuBLAS (their first call in forward and in backward each
 # allocates a handle's workspace).
-CUBLAS_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv"})
+CUBLAS_OPS = frozenset({"mm", "addmm", "addmm_", "bmm", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "matmul", "mv",
+                        "addmv", "addmv_", "dot", "vdot", "addr", "addr_"})
 CONV_OPS = frozenset({"convolution", "convolution_backward"})
 TABLE = Path(__file__).with_name("conv_workspaces_h200.csv.gz")
 SOURCE = "H200, torch 2.11+cu130, cuDNN of that build (docs/results/allocations/)"
@@ -77,26 +78,38 @@ def conv_layer(name, args):
 
 
 def _bytes(layer):
-    """(input, output, weight) bytes of a layer (2-D convolutions; others by their numbers)."""
+    """(input, output, weight) bytes of a layer, of any number of spatial dimensions; a
+    transposed convolution's output as its forward makes it (output_padding, at most stride - 1
+    per side, left out)."""
     e = 4 if layer.dtype == "float32" else 8 if layer.dtype == "float64" else 2
     n = layer.batch
     inb = n * math.prod(layer.input) * e
     wb = math.prod(layer.weight) * e
+    out_channels = layer.weight[1] * layer.groups if layer.transposed else layer.weight[0]
     spatial = 1
     for i, size in enumerate(layer.input[1:]):
         k, s = layer.weight[2 + i], layer.stride[i % len(layer.stride)]
         p, d = layer.padding[i % len(layer.padding)], layer.dilation[i % len(layer.dilation)]
-        spatial *= max(1, (size + 2 * p - d * (k - 1) - 1) // s + 1)
-    return inb, n * layer.weight[0] * spatial * e, wb
+        if layer.transposed:
+            spatial *= max(1, (size - 1) * s - 2 * p + d * (k - 1) + 1)
+        else:
+            spatial *= max(1, (size + 2 * p - d * (k - 1) - 1) // s + 1)
+    return inb, n * out_channels * spatial * e, wb
 
 
-def _kind(layer):
-    """Which measured layers may stand in for an unmeasured one: same pass, element size,
-    kernel, stride, grouping and outputs asked for."""
+def _family(layer):
+    """Which measured layers may stand in for an unmeasured one at all: the same pass, element
+    size and grouping (a transposed, 1-D or 3-D convolution, which the table lacks, takes these)."""
     c = layer.input[0] if layer.input else 0
     grouping = "dense" if layer.groups == 1 else "depthwise" if layer.groups == c else "grouped"
     dtype = "bfloat16" if layer.dtype == "float16" else layer.dtype
-    return (layer.pass_, dtype, layer.weight[2:], layer.stride, grouping, layer.mask, layer.transposed)
+    return (layer.pass_, dtype, grouping)
+
+
+def _kind(layer):
+    """... and which are alike: the family's, with the same kernel, stride, outputs asked for,
+    and transposition."""
+    return _family(layer) + (layer.weight[2:], layer.stride, layer.mask, layer.transposed)
 
 
 class Program(tuple):
@@ -157,8 +170,9 @@ def write_table(rows, path):
                     "mask": "".join("1" if m else "0" for m in layer.mask) if layer.mask is not None else "-",
                     "program": prog.text(), "sources": ";".join(f"{m}/{b}" for m, b in sorted(sources))})
     out.sort(key=lambda r: tuple(str(r[k]) for k in FIELDS))
-    # mtime 0: the same table makes the same bytes
-    with gzip.GzipFile(path, "wb", mtime=0) as gz, io.TextIOWrapper(gz, encoding="utf-8", newline="") as f:
+    # No name and mtime 0 in the gzip header: the same table makes the same bytes, wherever written.
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) as gz, \
+            io.TextIOWrapper(gz, encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         w.writeheader()
         w.writerows(out)
@@ -171,13 +185,16 @@ class ConvWorkspaces:
     def __init__(self, rows=None, exclude=None):
         rows = read_table() if rows is None else rows
         self.by_key = defaultdict(dict)  # layer key -> {batch: Program}
-        self.by_kind = defaultdict(list)  # kind -> [(log input, output, weight bytes), input bytes, Program]
+        # _kind(layer) and _family(layer) -> [((log input, output, weight bytes), input bytes, Program)]
+        self.alike = defaultdict(list)
         for layer, prog, sources in rows:
             if exclude is not None and all(exclude(m, b) for m, b in sources):
                 continue
             self.by_key[layer_key(layer)][layer.batch] = prog
             inb, outb, wb = _bytes(layer)
-            self.by_kind[_kind(layer)].append(((math.log(inb), math.log(outb), math.log(max(wb, 1))), inb, prog))
+            entry = ((math.log(inb), math.log(outb), math.log(max(wb, 1))), inb, prog)
+            self.alike[_kind(layer)].append(entry)
+            self.alike[_family(layer)].append(entry)
 
     def program(self, layer):
         byb = self.by_key.get(layer_key(layer))
@@ -186,7 +203,7 @@ class ConvWorkspaces:
                 return byb[layer.batch], True
             b0 = min(byb, key=lambda b: (abs(b - layer.batch), -b))  # the nearest batch, larger on a tie
             return byb[b0].scaled(layer.batch / b0), True
-        cands = self.by_kind.get(_kind(layer))
+        cands = self.alike.get(_kind(layer)) or self.alike.get(_family(layer))
         if not cands:
             return Program(), False
         inb, outb, wb = _bytes(layer)
@@ -257,7 +274,7 @@ def insert(events, windows, table):
             if phase not in handles:
                 handles.add(phase)
                 made.append(CUBLAS_WORKSPACE)
-            if name == "addmm" and not lt:
+            if name in ("addmm", "addmm_") and not lt:
                 lt = True
                 made.append(CUBLASLT_WORKSPACE)
             for n in made:

@@ -103,6 +103,33 @@ def test_an_unmeasured_layer_takes_the_nearest_of_its_kind_and_is_counted():
     assert e.parts["allocator_overhead"] >= (cal["margin"] + cal["margin_unmeasured"] - 1) * e.raw["reserved_peak_mib"]
 
 
+class OddConvolutions(torch.nn.Module):
+    """Layers the table has none of: 1-D, 3-D and transposed convolutions."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv1d(3, 16, 5, padding=2)
+        self.c3 = torch.nn.Conv3d(1, 8, 3, padding=1)
+        self.up = torch.nn.ConvTranspose2d(3, 8, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        a = self.c1(x.flatten(2)).mean()
+        b = self.c3(x[:, :1].unsqueeze(1)).mean()
+        return (self.up(x).mean() + a + b).expand(x.shape[0], 10)
+
+
+def test_layers_of_no_measured_kind_borrow_from_their_family_and_are_counted():
+    spec = zoo.InputSpec("image", image_size=32, channels=3, num_classes=10)
+    tr, _, events, cover = traced(OddConvolutions(), spec, 8)
+    assert cover.convolutions == 6 and cover.unmeasured == 6  # three layers, forward and backward
+    table = ws.ConvWorkspaces()
+    progs = [table.program(w[1]) for w in tr.windows if w[0] in ws.CONV_OPS]
+    assert all(not measured and len(prog) for prog, measured in progs)  # a neighbour's, outputs at least
+    assert sum(prog.workspace_bytes() for prog, _ in progs) > 0
+    up = next(w[1] for w in tr.windows if w[0] == "convolution" and w[1].transposed)
+    assert ws._bytes(up)[1] == 8 * 8 * 63 * 63 * 4  # (32 - 1) x 2 - 2 + 2 + 1 = 63; output_padding left out
+
+
 def test_a_table_without_a_model_does_not_know_its_layers():
     rows = ws.read_table()
     assert any(("torchvision:squeezenet1_1", 64) in sources for _, _, sources in rows)
