@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/transform.h"
+#include "pipeline/assemble/sample_transform.h"
 
 namespace fs = std::filesystem;
 using coloader::SampleTransform;

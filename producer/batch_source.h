@@ -16,9 +16,9 @@
 
 #include "common/protocol.h"
 #include "common/status.h"
-#include "pipeline/gpu_decode.h"
-#include "pipeline/pipeline.h"
-#include "pipeline/transform.h"
+#include "pipeline/decode/gpu_decode.h"
+#include "pipeline/assemble/pool.h"
+#include "pipeline/assemble/sample_transform.h"
 
 namespace coloader {
 

@@ -7,9 +7,9 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/dataset.h"
-#include "pipeline/gpu_decode.h"
-#include "pipeline/sampler.h"
+#include "pipeline/source/dataset.h"
+#include "pipeline/decode/gpu_decode.h"
+#include "pipeline/source/sampler.h"
 #include "producer/batch_source.h"
 #include "producer/options.h"
 #include "producer/slot_layout.h"

@@ -16,7 +16,7 @@
 
 #include "common/protocol.h"
 #include "common/status.h"
-#include "pipeline/normalize.h"
+#include "pipeline/transform/normalize.h"
 
 namespace coloader {
 

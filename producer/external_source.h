@@ -20,7 +20,7 @@
 #include "common/protocol.h"
 #include "common/status.h"
 #include "common/unique_fd.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/assemble/pool.h"
 #include "producer/batch_source.h"
 
 namespace coloader {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "pipeline/augment.h"
-#include "pipeline/gpu_decode.h"
-#include "pipeline/normalize.h"
+#include "pipeline/transform/augment.h"
+#include "pipeline/decode/gpu_decode.h"
+#include "pipeline/transform/normalize.h"
 
 namespace coloader {
 

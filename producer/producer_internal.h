@@ -26,7 +26,7 @@
 #include "common/shm.h"
 #include "common/socket.h"
 #include "common/unique_fd.h"
-#include "pipeline/pipeline.h"
+#include "pipeline/assemble/pool.h"
 #include "producer/batch_source.h"
 #include "producer/device_ring.h"
 #include "producer/producer.h"

@@ -15,7 +15,8 @@ import re
 import sys
 from pathlib import Path
 
-INCLUDE = re.compile(r'^#include "([a-z_]+)/([A-Za-z0-9_]+)\.(?:h|cuh)"', re.M)
+# The folder an include names is its last one: "pipeline/decode/decode.h" is decode/'s.
+INCLUDE = re.compile(r'^#include "(?:[a-z_]+/)*([a-z_]+)/([A-Za-z0-9_]+)\.(?:h|cuh)"', re.M)
 
 
 def unit_of(stem):

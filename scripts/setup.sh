@@ -16,11 +16,11 @@ packages=(build-essential cmake pkg-config libgtest-dev
 packages+=(libcli11-dev)  # tools/: every subcommand's flags, usage and --help (CLI11, header-only)
 packages+=(libyaml-cpp-dev)  # placement/: jobs files in YAML and JSON, with line:column marks
 packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test
-packages+=(libspng-dev)  # PNG decoding (pipeline/decode_png.cc)
-packages+=(libwebp-dev)  # WebP decoding (pipeline/decode_webp.cc)
-packages+=(libcurl4-openssl-dev)  # http(s):// shards (pipeline/shard_fetch.cc: the header; libcurl is dlopened)
-packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode_tiff.cc)
-packages+=(zlib1g-dev)  # .tar.gz shards (pipeline/shard_fetch.cc)
+packages+=(libspng-dev)  # PNG decoding (pipeline/decode/decode_png.cc)
+packages+=(libwebp-dev)  # WebP decoding (pipeline/decode/decode_webp.cc)
+packages+=(libcurl4-openssl-dev)  # http(s):// shards (pipeline/source/shard_fetch.cc: the header; libcurl is dlopened)
+packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode/decode_tiff.cc)
+packages+=(zlib1g-dev)  # .tar.gz shards (pipeline/source/shard_fetch.cc)
 packages+=(python3-venv)  # scripts/build_wheel.sh's build venv and the wheel's fresh-venv test
 packages+=(python3-yaml)  # python/tests/test_kubernetes_example.py parses the Kubernetes sketch
 if [[ "${1:-}" == "--bench" ]]; then

@@ -14,9 +14,10 @@
 #include <optional>
 
 #include "common/unique_fd.h"
-#include "pipeline/dataset.h"
-#include "pipeline/sampler.h"
-#include "pipeline/transform.h"
+#include "pipeline/source/dataset.h"
+#include "pipeline/source/sampler.h"
+#include "pipeline/source/read.h"
+#include "pipeline/source/tar_writer.h"
 #include "tools/cli.h"
 
 namespace coloader::cli {
@@ -25,41 +26,6 @@ namespace {
 
 constexpr const char* kShardSynopsis =
     "coloader shard --data DIR --out 'train-%06d.tar' [--shard-size N] [--seed S | --no-shuffle]";
-
-Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Status::FromErrno(path + ": write failed", errno);
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::OK();
-}
-
-// One ustar member: a 512-byte header, the bytes, zeros to the next 512-byte boundary.
-Status WriteMember(int fd, const std::string& name, const std::vector<uint8_t>& bytes, const std::string& path) {
-  uint8_t h[512] = {};
-  std::memcpy(h, name.data(), std::min<size_t>(name.size(), 99));
-  std::snprintf(reinterpret_cast<char*>(h + 100), 8, "%07o", 0644);
-  std::snprintf(reinterpret_cast<char*>(h + 108), 8, "%07o", 0);
-  std::snprintf(reinterpret_cast<char*>(h + 116), 8, "%07o", 0);
-  std::snprintf(reinterpret_cast<char*>(h + 124), 12, "%011llo", static_cast<unsigned long long>(bytes.size()));
-  std::snprintf(reinterpret_cast<char*>(h + 136), 12, "%011o", 0);
-  h[156] = '0';
-  std::memcpy(h + 257, "ustar", 6);
-  std::memcpy(h + 263, "00", 2);
-  std::memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (uint8_t c : h) sum += c;
-  std::snprintf(reinterpret_cast<char*>(h + 148), 8, "%06o", sum);
-  h[155] = ' ';
-  COLOADER_RETURN_NOT_OK(WriteAll(fd, h, sizeof h, path));
-  COLOADER_RETURN_NOT_OK(WriteAll(fd, bytes.data(), bytes.size(), path));
-  static const uint8_t zeros[512] = {};
-  return WriteAll(fd, zeros, (512 - bytes.size() % 512) % 512, path);
-}
 
 std::string ShardName(const std::string& pattern, uint64_t n) {
   char buf[4096];
@@ -113,8 +79,7 @@ int Shard(const std::vector<std::string>& args) {
   for (size_t i = 0; i < order.size(); ++i) {
     if (i % shard_size == 0) {
       if (fd.valid()) {
-        static const uint8_t end[1024] = {};
-        if (Status st = WriteAll(fd.get(), end, sizeof end, shard_path); !st.ok()) {
+        if (Status st = WriteTarEnd(fd.get(), shard_path); !st.ok()) {
           std::fprintf(stderr, "coloader shard: %s\n", st.message().c_str());
           return 1;
         }
@@ -134,9 +99,9 @@ int Shard(const std::vector<std::string>& args) {
     for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (ext.empty()) ext = ".jpg";
     Status st = ReadWholeFile(s.path, &bytes);
-    if (st.ok()) st = WriteMember(fd.get(), key + ext, bytes, shard_path);
+    if (st.ok()) st = WriteTarMember(fd.get(), key + ext, bytes, shard_path);
     const std::string label = std::to_string(s.label);
-    if (st.ok()) st = WriteMember(fd.get(), std::string(key) + ".cls", std::vector<uint8_t>(label.begin(), label.end()),
+    if (st.ok()) st = WriteTarMember(fd.get(), std::string(key) + ".cls", std::vector<uint8_t>(label.begin(), label.end()),
                                   shard_path);
     if (!st.ok()) {
       std::fprintf(stderr, "coloader shard: %s\n", st.message().c_str());
@@ -144,8 +109,7 @@ int Shard(const std::vector<std::string>& args) {
     }
     if (!quiet && (i + 1) % 10000 == 0) std::fprintf(stderr, "coloader shard: %zu of %zu samples\n", i + 1, order.size());
   }
-  static const uint8_t end[1024] = {};
-  if (Status st = WriteAll(fd.get(), end, sizeof end, shard_path); !st.ok()) {
+  if (Status st = WriteTarEnd(fd.get(), shard_path); !st.ok()) {
     std::fprintf(stderr, "coloader shard: %s\n", st.message().c_str());
     return 1;
   }

@@ -29,11 +29,38 @@ for dir in "${!allowed[@]}"; do
       echo "layers: $file includes from $target/, which $dir/ must not depend on: ${line#*:}"
       fail=1
     fi
-  done < <(grep -HE '^#include "[a-z_]+/' "$src/$dir"/*.{h,cc,cu} 2>/dev/null || true)
+  done < <(grep -rHE --include='*.h' --include='*.cc' --include='*.cu' '^#include "[a-z_]+/' "$src/$dir" || true)
 done
 
-# Inside client/, producer/ and pipeline/, no file includes back up (scripts/include_graph.py draws them).
-if ! python3 "$src/scripts/include_graph.py" --root "$src" --check client producer pipeline; then
+# Inside pipeline/, the stage rooms (pipeline/CMakeLists.txt): what each may include besides
+# itself, common/ and the rooms' shared instruments at pipeline/'s top (stage_times, random,
+# substitution). A room's arrows run to the rooms before it, never back.
+declare -A rooms=(
+  [source]=""
+  [transform]=""
+  [decode]="transform"
+  [assemble]="source decode transform"
+)
+for room in "${!rooms[@]}"; do
+  ok="$room ${rooms[$room]}"
+  while IFS= read -r line; do
+    file=${line%%:*}
+    target=$(sed -E 's/.*#include "pipeline\/([a-z_]+)\/.*/\1/' <<<"$line")
+    if [[ " $ok " != *" $target "* ]]; then
+      echo "layers: $file includes from pipeline/$target/, which pipeline/$room/ must not depend on: ${line#*:}"
+      fail=1
+    fi
+  done < <(grep -HE '^#include "pipeline/[a-z_]+/' "$src/pipeline/$room"/*.{h,cc,cu} 2>/dev/null || true)
+done
+# pipeline/'s top holds only what every room shares: it includes no room.
+if top=$(grep -HE '^#include "pipeline/[a-z_]+/' "$src/pipeline"/*.{h,cc} 2>/dev/null); then
+  echo "layers: pipeline/'s shared files include a stage room: $top"
+  fail=1
+fi
+
+# Inside client/, producer/ and each stage room, no file includes back up (scripts/include_graph.py draws them).
+if ! python3 "$src/scripts/include_graph.py" --root "$src" --check client producer \
+     pipeline pipeline/source pipeline/decode pipeline/transform pipeline/assemble; then
   fail=1
 fi
 
@@ -63,5 +90,5 @@ for bin in "${producers[@]}"; do
   fi
 done
 if ((fail)); then exit 1; fi
-echo "layers: one-way includes in ${!allowed[*]}; $(basename "$lib") loads no decoder;" \
+echo "layers: one-way includes in ${!allowed[*]} and pipeline's rooms ${!rooms[*]}; $(basename "$lib") loads no decoder;" \
   "no GDAL/GDCM/poppler/HDF5 in ${producers[*]##*/}"

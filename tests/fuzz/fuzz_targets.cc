@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "common/protocol.h"
-#include "pipeline/decode.h"
-#include "pipeline/tar_index.h"
-#include "pipeline/transform.h"
+#include "pipeline/decode/decode.h"
+#include "pipeline/source/tar_index.h"
+#include "pipeline/assemble/sample_transform.h"
 
 namespace coloader::fuzz {
 

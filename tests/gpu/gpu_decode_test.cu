@@ -17,10 +17,11 @@
 #include <gtest/gtest.h>
 #include <opencv2/imgproc.hpp>
 
-#include "pipeline/augment_device.h"
-#include "pipeline/gpu_decode.h"
-#include "pipeline/pipeline.h"
-#include "pipeline/transform.h"
+#include "pipeline/transform/augment_device.h"
+#include "pipeline/decode/gpu_decode.h"
+#include "pipeline/assemble/pool.h"
+#include "pipeline/assemble/sample_transform.h"
+#include "pipeline/source/read.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {
@@ -186,34 +187,45 @@ TEST(GpuDecodeStage, MatchesTheCpuPathAndRoutesEveryKindOfFile) {
     auto stage = GpuDecodeStage::Make(o);
     ASSERT_TRUE(stage.ok()) << stage.status().message();
     std::printf("%s: %s\n", v.name, (*stage)->description().c_str());
-    BatchJob job;
-    job.slot = 1;
-    job.gpu.resize(n);
+    // The batch as the pool hands it over: its samples, failures and CPU twin.
+    std::vector<GpuSample> samples(n);
+    std::vector<std::pair<uint32_t, std::string>> failures;
     std::vector<uint8_t> host(sample * n);
     for (size_t i = 0; i < n; ++i) {
-      job.indices.push_back(static_cast<int64_t>(i));
       std::vector<uint8_t> bytes;
       ASSERT_TRUE(ReadWholeFile(paths[i], &bytes).ok());
-      Status st = (*stage)->Prepare(cpu, std::move(bytes), paths[i], seed, 0, i, &job.gpu[i], host.data() + i * sample);
-      if (!st.ok()) job.failures.emplace_back(static_cast<uint32_t>(i), st.message());
+      Status st = (*stage)->Prepare(
+          std::move(bytes), [&](int w, int h) { return cpu.Crop(w, h, seed, 0, i); },
+          [&](const uint8_t* data, size_t size, void* out) { return cpu.RunBytes(data, size, paths[i], seed, 0, i, out); },
+          &samples[i], host.data() + i * sample);
+      if (!st.ok()) failures.emplace_back(static_cast<uint32_t>(i), st.message());
     }
     // The crop boxes: the CPU path's own, from the same seed, on the same image size.
     for (size_t i = 0; i < photos; ++i) {
-      ASSERT_TRUE(job.gpu[i].on_gpu) << paths[i];
+      ASSERT_TRUE(samples[i].on_gpu) << paths[i];
       std::vector<uint8_t> bytes;
       ASSERT_TRUE(ReadWholeFile(paths[i], &bytes).ok());
       Decoder d;
       auto info = d.Peek(bytes.data(), bytes.size(), paths[i]);
       ASSERT_TRUE(info.ok());
       SampleRng rng(seed, 0, i);
-      EXPECT_EQ(job.gpu[i].box, SampleCrop(info->width, info->height, to.augment, rng)) << paths[i];
+      EXPECT_EQ(samples[i].box, SampleCrop(info->width, info->height, to.augment, rng)) << paths[i];
     }
     // Progressive files go to the CPU where the JPEG engines decode (they cannot take them, and
     // the hybrid backend would hold the lane); a GPU without engines decodes them itself.
-    EXPECT_EQ(job.gpu[photos].on_gpu, !(use_hardware && hardware)) << paths[photos];
-    ASSERT_TRUE((*stage)->Finish(0, job, host.data(), paths, cpu, seed).ok());
+    EXPECT_EQ(samples[photos].on_gpu, !(use_hardware && hardware)) << paths[photos];
+    GpuBatch batch;
+    batch.slot = 1;
+    batch.samples = &samples;
+    batch.failures = &failures;
+    batch.host_staging = host.data();
+    batch.cpu = [&](uint32_t pos, const uint8_t* data, size_t size, void* out) {
+      return cpu.RunBytes(data, size, paths[pos], seed, 0, pos, out);
+    };
+    const Result<uint32_t> gpu_decoded = (*stage)->Finish(0, batch);
+    ASSERT_TRUE(gpu_decoded.ok()) << gpu_decoded.status().message();
     // Exactly the CPU path's failures, with its messages.
-    std::map<uint32_t, std::string> failed(job.failures.begin(), job.failures.end());
+    std::map<uint32_t, std::string> failed(failures.begin(), failures.end());
     for (size_t i = 0; i < n; ++i) {
       EXPECT_EQ(failed.count(static_cast<uint32_t>(i)) ? failed[static_cast<uint32_t>(i)] : "", cpu_error[i])
           << paths[i];
@@ -234,9 +246,9 @@ TEST(GpuDecodeStage, MatchesTheCpuPathAndRoutesEveryKindOfFile) {
         worst = std::max(worst, d);
       }
       const double mean = sum / sample;
-      std::printf("  %-60s %-4s mean |diff| %.3f, max %d\n", paths[i].c_str(), job.gpu[i].on_gpu ? "gpu" : "cpu",
+      std::printf("  %-60s %-4s mean |diff| %.3f, max %d\n", paths[i].c_str(), samples[i].on_gpu ? "gpu" : "cpu",
                   mean, worst);
-      if (job.gpu[i].on_gpu) {
+      if (samples[i].on_gpu) {
         EXPECT_LE(mean, 2.0) << paths[i];
       } else {
         EXPECT_EQ(worst, 0) << paths[i];  // the CPU path's own bytes
@@ -248,8 +260,8 @@ TEST(GpuDecodeStage, MatchesTheCpuPathAndRoutesEveryKindOfFile) {
                 (unsigned long long)c.hybrid, (unsigned long long)c.cpu);
     EXPECT_EQ(c.hardware + c.hybrid + c.cpu, good);
     EXPECT_GE(c.cpu, use_hardware && hardware ? 3u : 2u);  // CMYK, PNG (and progressive)
-    EXPECT_TRUE(job.gpu[photos + 2].on_gpu) << paths[photos + 2];  // grayscale: on the GPU
-    EXPECT_EQ(job.gpu_decoded, c.hardware + c.hybrid);
+    EXPECT_TRUE(samples[photos + 2].on_gpu) << paths[photos + 2];  // grayscale: on the GPU
+    EXPECT_EQ(*gpu_decoded, c.hardware + c.hybrid);
     if (use_hardware && hardware) EXPECT_GE(c.hardware, photos);
     if (!use_hardware) EXPECT_EQ(c.hardware, 0u);
   }

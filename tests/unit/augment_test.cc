@@ -1,6 +1,6 @@
 // SampleRng, the crop geometry (RandomResizedCrop / Resize+CenterCrop with torchvision's
 // meanings) and ResizeCrop's pixels.
-#include "pipeline/augment.h"
+#include "pipeline/transform/augment.h"
 
 #include <gtest/gtest.h>
 

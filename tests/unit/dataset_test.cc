@@ -1,6 +1,6 @@
 // Dataset::Open over real temporary trees and file lists. File contents are never read by
 // Open, so every image here is an empty file.
-#include "pipeline/dataset.h"
+#include "pipeline/source/dataset.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/decode.h"
+#include "pipeline/decode/decode.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {

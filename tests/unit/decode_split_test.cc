@@ -4,7 +4,7 @@
 // lane busy for the whole cycle is saturated; otherwise it waits the rest. The model is what the
 // GPU measured (docs/GPU_DECODE.md): engines at ~8.9k images/s for an MPS client, a worker at
 // ~600 images/s decoding, ~30k reading and routing.
-#include "pipeline/decode_split.h"
+#include "pipeline/decode/decode_split.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // here with TurboJPEG and by hand; the Pillow-made fixtures under tests/data/
 // (scripts/make_test_fixtures.py) cover what TurboJPEG cannot write: Adobe CMYK as Pillow
 // writes it. decode_formats_test.cc compares every other format against Pillow's pixels.
-#include "pipeline/decode.h"
+#include "pipeline/decode/decode.h"
 
 #include <gtest/gtest.h>
 #include <turbojpeg.h>
@@ -17,7 +17,7 @@
 #include <opencv2/core.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "pipeline/transform.h"
+#include "pipeline/assemble/sample_transform.h"
 #include "tests/support/test_support.h"
 
 #ifndef COLOADER_SOURCE_DIR

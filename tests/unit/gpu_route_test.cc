@@ -5,7 +5,7 @@
 
 #include <utility>
 
-#include "pipeline/gpu_decode.h"
+#include "pipeline/decode/gpu_decode.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "pipeline/normalize.h"
+#include "pipeline/transform/normalize.h"
 
 namespace coloader {
 namespace {

@@ -1,9 +1,9 @@
-// Pipeline (pipeline/pipeline.h): the producer's worker pool. Over real JPEGs (made with
+// Pipeline (pipeline/assemble/pool.h): the producer's worker pool. Over real JPEGs (made with
 // TurboJPEG by MakeImageFolder, plus broken files), every sample of a submitted job must land
 // at its place in the slot exactly as SampleTransform makes it alone; jobs come back through
 // the eventfd in completion order; bad files are recorded and compacted away; and a pool
 // destroyed with work queued stops without hanging or leaking.
-#include "pipeline/pipeline.h"
+#include "pipeline/assemble/pool.h"
 
 #include <malloc.h>
 #include <poll.h>

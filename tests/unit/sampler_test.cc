@@ -1,5 +1,5 @@
 // Sampler: seeded per-epoch permutations and torch DistributedSampler sharding.
-#include "pipeline/sampler.h"
+#include "pipeline/source/sampler.h"
 
 #include <gtest/gtest.h>
 

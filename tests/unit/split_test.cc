@@ -4,7 +4,7 @@
 // DataLoader ceil(T/b) or floor(T/b) batches. Checked exhaustively over small sizes, whole
 // epochs and ranges that begin mid-epoch.
 #include "common/split.h"
-#include "pipeline/sampler.h"
+#include "pipeline/source/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -203,7 +203,7 @@ namespace coloader {
 namespace {
 
 // The global rule (docs/DISTRIBUTED.md): node n of N serves its DistributedSampler share of
-// one global permutation (pipeline/sampler.h, --rank n --world-size N); the L ranks on the node
+// one global permutation (pipeline/source/sampler.h, --rank n --world-size N); the L ranks on the node
 // split that share. Over all nodes and ranks: every sample at least once, every global rank
 // the same number of samples and batches, and the repeats are only the padding of the two
 // levels (fewer than N at the node level, fewer than L per node).

@@ -1,6 +1,6 @@
 // WebDataset shards: the tar reader against archives GNU tar writes in each of its formats,
 // shard patterns, grouping by key, and `coloader shard` read back byte for byte.
-#include "pipeline/webdataset.h"
+#include "pipeline/source/webdataset.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -13,10 +13,11 @@
 #include <set>
 #include <thread>
 
-#include "pipeline/dataset.h"
-#include "pipeline/shard_cache.h"
-#include "pipeline/tar_index.h"
-#include "pipeline/transform.h"
+#include "pipeline/source/dataset.h"
+#include "pipeline/source/read.h"
+#include "pipeline/source/shard_cache.h"
+#include "pipeline/source/tar_index.h"
+#include "pipeline/assemble/sample_transform.h"
 #include "tests/support/test_support.h"
 
 namespace coloader {

@@ -1,0 +1,57 @@
+#include "pipeline/assemble/sample_transform.h"
+
+#include "pipeline/source/read.h"
+
+namespace coloader {
+
+SampleTransform::SampleTransform(TransformOptions opts) : opts_(std::move(opts)) {
+  hwc_.create(opts_.augment.size, opts_.augment.size, CV_8UC3);
+}
+
+size_t SampleTransform::sample_bytes() const {
+  const size_t s = static_cast<size_t>(opts_.augment.size);
+  return s * s * 3 * DTypeSize(opts_.output);
+}
+
+CropBox SampleTransform::Crop(int width, int height, uint64_t seed, uint64_t epoch, uint64_t index) const {
+  SampleRng rng(seed, epoch, index);
+  return SampleCrop(width, height, opts_.augment, rng);
+}
+
+Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  COLOADER_RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
+  return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
+}
+
+Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
+                                 uint64_t epoch, uint64_t index, void* dst) {
+  COLOADER_ASSIGN_OR_RETURN(ImageInfo info, decoder_.Peek(data, size, path));
+  SampleRng rng(seed, epoch, index);
+  const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
+  const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
+  ++scale_hist_[denom];
+  const int s = opts_.augment.size;
+  const bool direct = opts_.output == DType::kUInt8 && opts_.layout == TensorLayout::kNHWC;
+  cv::Mat out = direct ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;  // direct: the slot itself, no copy after the resize
+  bool done = false;
+  if (info.kind == ImageKind::kJpeg && opts_.crop_decode) {
+    // The crop's rectangle in the scaled image (libjpeg's ceil(full / d) pixels a side).
+    const int sw = (info.width + denom - 1) / denom, sh = (info.height + denom - 1) / denom;
+    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box);
+    if (rect.area() < int64_t{sw} * sh) {
+      if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
+        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box.flip, out);
+        ++region_decodes_;
+        done = true;
+      }
+    }
+  }
+  if (!done) {
+    COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
+    ResizeCrop(decoded, info.width, info.height, box, out);
+  }
+  if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  return Status::OK();
+}
+
+}  // namespace coloader

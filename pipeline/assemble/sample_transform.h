@@ -1,0 +1,63 @@
+// One sample, from file bytes to its place in the output batch: peek, choose the crop,
+// choose the DCT scale, decode, crop+resize+flip, normalise/lay out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+#include "common/status.h"
+#include "pipeline/transform/augment.h"
+#include "pipeline/source/sample.h"
+#include "pipeline/decode/decode.h"
+#include "pipeline/transform/normalize.h"
+
+namespace coloader {
+
+struct TransformOptions {
+  AugmentOptions augment;
+  DType output = DType::kFloat32;
+  TensorLayout layout = TensorLayout::kNCHW;
+  NormalizeParams normalize;
+  bool dct_scaling = true;
+  // JPEG: decode only the rows and columns the crop needs (Decoder::DecodeJpegRegion); the
+  // same pixels as decoding the whole image, for less work when the crop is small.
+  bool crop_decode = true;
+};
+
+// Per worker thread: owns a Decoder and scratch buffers. Not thread-safe.
+class SampleTransform {
+ public:
+  explicit SampleTransform(TransformOptions opts);
+
+  // Bytes of one output sample (size * size * 3 * element size).
+  size_t sample_bytes() const;
+
+  // The box of a width x height image that the sample (seed, epoch, index) crops: what
+  // RunBytes crops, for a decoder that crops elsewhere (the GPU stage).
+  CropBox Crop(int width, int height, uint64_t seed, uint64_t epoch, uint64_t index) const;
+
+  // Reads `path` and writes the transformed sample to `dst` (sample_bytes() bytes).
+  // The random draws come from SampleRng(seed, epoch, index). Errors name the path.
+  Status Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst);
+  // The same, from bytes already in memory.
+  Status RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
+                  uint64_t epoch, uint64_t index, void* dst);
+
+  // How many decodes used each DCT scale denominator (index 1, 2, 4, 8), for the benchmark.
+  const uint64_t* scale_histogram() const { return scale_hist_; }
+  // How many JPEG decodes were of the crop's region only.
+  uint64_t region_decodes() const { return region_decodes_; }
+
+ private:
+  TransformOptions opts_;
+  Decoder decoder_;
+  std::vector<uint8_t> file_buf_;
+  cv::Mat hwc_;  // size x size x 3 uint8 scratch
+  uint64_t scale_hist_[9] = {};
+  uint64_t region_decodes_ = 0;
+};
+
+}  // namespace coloader
