@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/protocol.h"
 #include "pipeline/transform/augment.h"
+#include "pipeline/transform/recipe.h"
 #include "pipeline/decode/gpu_decode.h"
 #include "pipeline/transform/normalize.h"
 
@@ -28,6 +30,8 @@ struct DatasetOptions {
   uint64_t seed = 0;
   bool shuffle = true;
   AugmentMode augment = AugmentMode::kTrain;
+  // `--transform FILE`: the recipe (its size is image_size); unset: --augment's named recipe.
+  std::shared_ptr<const Recipe> recipe;
   DType output = DType::kFloat32;  // bfloat16 and float16 need a device
   TensorLayout layout = TensorLayout::kNCHW;
   bool dct_scaling = true;

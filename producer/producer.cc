@@ -183,8 +183,9 @@ Status Producer::Impl::Setup() {
   r.staging = staging;
   r.base = shm.data();
   TransformOptions& to = r.transform;
-  to.augment.mode = opts.dataset.augment;
-  to.augment.size = opts.dataset.image_size;
+  const Recipe recipe =
+      opts.dataset.recipe ? *opts.dataset.recipe : NamedRecipe(opts.dataset.augment, opts.dataset.image_size);
+  ApplyRecipe(recipe, &to);
   to.output = staging.dtype == DType::kUInt8 ? DType::kUInt8 : DType::kFloat32;
   to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
   to.dct_scaling = opts.dataset.dct_scaling;
@@ -192,6 +193,7 @@ Status Producer::Impl::Setup() {
   COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize));
   r.gpu.name = opts.name;
   r.gpu.mode = opts.dataset.decode;
+  COLOADER_RETURN_NOT_OK(CheckRecipeFits(recipe, &r.gpu.mode));
   r.gpu.devices = opts.devices;
   r.gpu.stage.num_slots = table.num_slots;
   r.gpu.stage.batch_size = table.batch_size;
@@ -202,6 +204,22 @@ Status Producer::Impl::Setup() {
   COLOADER_ASSIGN_OR_RETURN(stop_fd, EventFd::Make());
   COLOADER_RETURN_NOT_OK(Bind());
   progress_tty = ::isatty(STDERR_FILENO);
+  return Status::OK();
+}
+
+Status Producer::Impl::CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const {
+  if (opts.dataset.recipe) LogLine("[coloader %s] recipe: %s\n", opts.name.c_str(), recipe.Describe().c_str());
+  if (recipe.erase.p > 0 && !opts.devices.empty())
+    return Status::Invalid("RandomErasing works on the normalised tensor, which --device makes on the GPU, and its "
+                           "GPU twin is not written yet: serve this recipe without --device (the host path), or "
+                           "drop RandomErasing from the recipe and apply torchvision's to the CUDA batch in the job");
+  if (recipe.cpu_only_ops.empty() || *decode == DecodeMode::kCpu) return Status::OK();
+  if (*decode == DecodeMode::kGpu)
+    return Status::Invalid("--decode gpu: the recipe's " + recipe.cpu_only_ops +
+                           " have no GPU twin yet: use --decode cpu (or auto, which decodes such a recipe on the CPU)");
+  LogLine("[coloader %s] decode: cpu (--decode auto: the recipe's %s have no GPU twin yet)\n", opts.name.c_str(),
+          recipe.cpu_only_ops.c_str());
+  *decode = DecodeMode::kCpu;
   return Status::OK();
 }
 

@@ -170,6 +170,9 @@ struct Producer::Impl {
   Status Setup();
   // Setup's steps, in order.
   Status MakeSource();
+  // Whether the recipe runs where the options ask (its log line; --decode auto falls back to the CPU for
+  // ops with no GPU twin, --decode gpu and RandomErasing with --device are refused).
+  Status CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const;
   Status ClaimName();
   Status CreateRing(const SlotLayouts& layouts);
   Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize);

@@ -174,7 +174,7 @@ std::string Producer::Impl::ComputeDataKey() const {
   };
   source->MixDataKey(mix);
   mix(std::to_string(opts.dataset.image_size));
-  mix(std::to_string(static_cast<int>(opts.dataset.augment)));
+  mix(opts.dataset.recipe ? opts.dataset.recipe->Describe() : std::to_string(static_cast<int>(opts.dataset.augment)));
   mix(DTypeName(opts.dataset.output));
   mix(TensorLayoutName(opts.dataset.layout));
   mix(opts.dataset.shuffle ? "shuffle" : "sequential");

@@ -97,7 +97,7 @@ constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [o
 // The flags that are not ProducerOptions fields as they are written.
 struct ServeFlags {
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
-              gpu_wait = "block", cpu_share, resume, resume_key;
+              gpu_wait = "block", cpu_share, resume, resume_key, transform;
   bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
 };
 
@@ -119,8 +119,13 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--forever", &o.forever, "serve epochs until stopped")->excludes(epochs);
   cmd.Add("--seed", &o.dataset.seed, "the permutation and augmentation are functions of (seed, epoch, index)");
   cmd.Add("--no-shuffle", &f.no_shuffle, "serve every epoch in dataset order");
-  cmd.Add("--augment", &f.augment, "RandomResizedCrop + flip; Resize + CenterCrop; plain resize")
+  CLI::Option* augment = cmd.Add("--augment", &f.augment, "the named recipes: RandomResizedCrop + flip; Resize + "
+                                                         "CenterCrop; plain resize (each then ImageNet's Normalize)")
       ->check(CLI::IsMember({"train", "eval", "none"}));
+  cmd.Add("--transform", &f.transform, "the recipe, torchvision's ops with their arguments: recipe.yaml or .json "
+                                       "(a .py Compose through `python -m coloader serve`); it sets the image size")
+      ->type_name("FILE")
+      ->excludes(augment);
   cmd.Add("--output", &f.output, "raw pixels or ImageNet-normalised floats (the 16-bit types need --device)")
       ->check(CLI::IsMember({"uint8", "float32", "bfloat16", "float16"}));
   cmd.Add("--layout", &f.layout, "default: nhwc for uint8, nchw otherwise")->check(CLI::IsMember({"nchw", "nhwc"}));
@@ -185,10 +190,18 @@ Result<std::vector<int>> ParseDevices(const std::string& device) {
 }
 
 // The flags into `o`; a usage error says what is wrong.
-Status ApplyServeFlags(const ServeFlags& f, bool seed_given, ProducerOptions& o) {
+Status ApplyServeFlags(const ServeFlags& f, bool seed_given, bool size_given, ProducerOptions& o) {
   if (o.dataset.data.empty()) return Status::Invalid("--data is required (an ImageFolder directory or a file list)");
   if (o.name.empty()) return Status::Invalid("--name is required (consumers connect by it)");
   COLOADER_ASSIGN_OR_RETURN(o.dataset.augment, ParseAugmentMode(f.augment));
+  if (!f.transform.empty()) {
+    COLOADER_ASSIGN_OR_RETURN(Recipe recipe, ReadRecipeFile(f.transform));
+    if (size_given && recipe.geometry.size != o.dataset.image_size)
+      return Status::Invalid("--image-size " + std::to_string(o.dataset.image_size) + " disagrees with the recipe's " +
+                             std::to_string(recipe.geometry.size) + " (" + f.transform + "): drop --image-size");
+    o.dataset.image_size = recipe.geometry.size;
+    o.dataset.recipe = std::make_shared<const Recipe>(std::move(recipe));
+  }
   COLOADER_ASSIGN_OR_RETURN(o.dataset.decode, ParseDecodeMode(f.decode));
   if (!f.cpu_share.empty()) {
     if (o.dataset.decode == DecodeMode::kCpu)
@@ -273,7 +286,7 @@ int Serve(const std::vector<std::string>& args) {
               "consumers (README.md has the semantics).");
   AddServeFlags(cmd, o, f);
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
-  if (Status st = ApplyServeFlags(f, cmd.Given("--seed"), o); !st.ok()) return cmd.UsageError(st.message());
+  if (Status st = ApplyServeFlags(f, cmd.Given("--seed"), cmd.Given("--image-size"), o); !st.ok()) return cmd.UsageError(st.message());
   return RunProducer(o, f.gpu_wait);
 }
 

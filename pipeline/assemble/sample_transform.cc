@@ -13,6 +13,13 @@ size_t SampleTransform::sample_bytes() const {
   return s * s * 3 * DTypeSize(opts_.output);
 }
 
+void ApplyRecipe(const Recipe& recipe, TransformOptions* opts) {
+  opts->augment = recipe.geometry;
+  opts->pixel_ops = recipe.pixel_ops;
+  opts->normalize = recipe.normalize;
+  opts->erase = recipe.erase;
+}
+
 CropBox SampleTransform::Crop(int width, int height, uint64_t seed, uint64_t epoch, uint64_t index) const {
   SampleRng rng(seed, epoch, index);
   return SampleCrop(width, height, opts_.augment, rng);
@@ -40,7 +47,8 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
     const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box);
     if (rect.area() < int64_t{sw} * sh) {
       if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
-        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box.flip, out);
+        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box, out,
+                         opts_.augment.interpolation);
         ++region_decodes_;
         done = true;
       }
@@ -48,9 +56,12 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
   }
   if (!done) {
     COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
-    ResizeCrop(decoded, info.width, info.height, box, out);
+    ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation);
   }
+  // The recipe's pixel ops, then the tensor: each draws from the same stream, after the box.
+  for (const auto& op : opts_.pixel_ops) op->Apply(out, rng);
   if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  if (opts_.erase.p > 0) EraseSample(dst, s, opts_.output, opts_.layout, opts_.erase, SampleErase(s, opts_.erase, rng), rng);
   return Status::OK();
 }
 

@@ -13,11 +13,14 @@
 #include "pipeline/source/sample.h"
 #include "pipeline/decode/decode.h"
 #include "pipeline/transform/normalize.h"
+#include "pipeline/transform/recipe.h"
 
 namespace coloader {
 
 struct TransformOptions {
-  AugmentOptions augment;
+  AugmentOptions augment;  // the recipe's geometry (phase 1)
+  std::vector<std::shared_ptr<const PixelOp>> pixel_ops;  // phase 2, in order
+  EraseOptions erase;      // phase 3's last op (with normalize)
   DType output = DType::kFloat32;
   TensorLayout layout = TensorLayout::kNCHW;
   NormalizeParams normalize;
@@ -26,6 +29,10 @@ struct TransformOptions {
   // same pixels as decoding the whole image, for less work when the crop is small.
   bool crop_decode = true;
 };
+
+// The options a recipe gives (its geometry, pixel ops, normalisation and erasing); the output
+// dtype, layout and decoding choices stay the caller's.
+void ApplyRecipe(const Recipe& recipe, TransformOptions* opts);
 
 // Per worker thread: owns a Decoder and scratch buffers. Not thread-safe.
 class SampleTransform {

@@ -23,6 +23,25 @@ const char* AugmentModeName(AugmentMode mode) {
   return "?";
 }
 
+Result<Interpolation> ParseInterpolation(const std::string& s) {
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l.rfind("interpolationmode.", 0) == 0) l = l.substr(18);
+  if (l == "bilinear") return Interpolation::kBilinear;
+  if (l == "bicubic") return Interpolation::kBicubic;
+  if (l == "nearest" || l == "nearest_exact") return Interpolation::kNearest;
+  return Status::Invalid("interpolation must be bilinear, bicubic or nearest, got '" + s + "'");
+}
+
+const char* InterpolationName(Interpolation i) {
+  switch (i) {
+    case Interpolation::kNearest: return "nearest";
+    case Interpolation::kBilinear: return "bilinear";
+    case Interpolation::kBicubic: return "bicubic";
+  }
+  return "?";
+}
+
 namespace {
 
 // Python's round() takes halves to even, as std::nearbyint does in the default rounding mode.
@@ -96,6 +115,7 @@ CropBox SampleTrainCrop(int width, int height, const AugmentOptions& o, SampleRn
     box.y = (height - box.height) / 2;
   }
   box.flip = rng.Uniform(0.0, 1.0) < o.flip_probability;
+  if (o.vflip_probability > 0) box.vflip = rng.Uniform(0.0, 1.0) < o.vflip_probability;
   return box;
 }
 
@@ -127,15 +147,18 @@ CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
 }
 
 CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rng) {
-  switch (o.mode) {
-    case AugmentMode::kTrain: return SampleTrainCrop(width, height, o, rng);
-    case AugmentMode::kEval: return EvalCrop(width, height, o);
-    case AugmentMode::kNone: break;
+  if (o.mode == AugmentMode::kTrain) return SampleTrainCrop(width, height, o, rng);
+  CropBox box;
+  if (o.mode == AugmentMode::kEval) {
+    box = EvalCrop(width, height, o);
+  } else {
+    box.width = width;
+    box.height = height;
   }
-  CropBox whole;
-  whole.width = width;
-  whole.height = height;
-  return whole;
+  // A recipe's flips after Resize + CenterCrop or a plain Resize (--augment eval and none have none).
+  if (o.flip_probability > 0) box.flip = rng.Uniform(0.0, 1.0) < o.flip_probability;
+  if (o.vflip_probability > 0) box.vflip = rng.Uniform(0.0, 1.0) < o.vflip_probability;
+  return box;
 }
 
 cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box) {
@@ -164,19 +187,39 @@ cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_hei
   return cv::Rect(x0, y0, x1 - x0, y1 - y0);
 }
 
-void ResizeCropPixels(const cv::Mat& roi, bool flip, cv::Mat& dst) {
+void ResizeCropPixels(const cv::Mat& roi, const CropBox& box, cv::Mat& dst, Interpolation interpolation) {
   // Shrinking by 2x or more: area interpolation, antialiased like PIL's resize. Below 2x,
   // bilinear already reads every source pixel (its 2x2 footprint covers them), so it aliases
   // no more than area averaging would, at a third of the cost; it is also what enlarging uses.
   const bool shrinking = roi.cols >= 2 * dst.cols && roi.rows >= 2 * dst.rows;
   cv::Mat out = dst;  // shares dst's memory: cv::resize writes in place when size and type match
-  cv::resize(roi, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
-  if (flip) cv::flip(out, out, 1);
+  switch (interpolation) {
+    case Interpolation::kBilinear:
+      cv::resize(roi, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
+      break;
+    case Interpolation::kBicubic:
+      if (shrinking) {
+        // Area-average down to twice the output (the antialiasing), then bicubic.
+        cv::Mat half;
+        cv::resize(roi, half, cv::Size(2 * dst.cols, 2 * dst.rows), 0, 0, cv::INTER_AREA);
+        cv::resize(half, out, dst.size(), 0, 0, cv::INTER_CUBIC);
+      } else {
+        cv::resize(roi, out, dst.size(), 0, 0, cv::INTER_CUBIC);
+      }
+      break;
+    case Interpolation::kNearest: cv::resize(roi, out, dst.size(), 0, 0, cv::INTER_NEAREST_EXACT); break;
+  }
+  if (box.flip && box.vflip) {
+    cv::flip(out, out, -1);
+  } else if (box.flip || box.vflip) {
+    cv::flip(out, out, box.flip ? 1 : 0);
+  }
   if (out.data != dst.data) out.copyTo(dst);
 }
 
-void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst) {
-  ResizeCropPixels(src(ScaledCropRect(src.cols, src.rows, full_width, full_height, box)), box.flip, dst);
+void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst,
+                Interpolation interpolation) {
+  ResizeCropPixels(src(ScaledCropRect(src.cols, src.rows, full_width, full_height, box)), box, dst, interpolation);
 }
 
 }  // namespace coloader

@@ -19,6 +19,13 @@ namespace coloader {
 
 enum class AugmentMode { kTrain, kEval, kNone };
 
+// How the box is resized to the output. Bilinear shrinks of 2x or more average areas
+// (antialiased, as PIL and torchvision's antialias=True); bicubic does the same down to twice
+// the output, then bicubic; nearest samples as torchvision's nearest-exact.
+enum class Interpolation { kNearest, kBilinear, kBicubic };
+Result<Interpolation> ParseInterpolation(const std::string& s);  // torchvision's names, any case
+const char* InterpolationName(Interpolation i);
+
 Result<AugmentMode> ParseAugmentMode(const std::string& s);  // "train" | "eval" | "none"
 const char* AugmentModeName(AugmentMode mode);
 
@@ -29,7 +36,9 @@ struct AugmentOptions {
   double scale_max = 1.0;
   double ratio_min = 3.0 / 4.0;  // RandomResizedCrop ratio: width / height
   double ratio_max = 4.0 / 3.0;
-  double flip_probability = 0.5;
+  double flip_probability = 0.5;   // RandomHorizontalFlip(p)
+  double vflip_probability = 0.0;  // RandomVerticalFlip(p)
+  Interpolation interpolation = Interpolation::kBilinear;
   double eval_resize_ratio = 256.0 / 224.0;  // eval: shorter side -> size * this, then center crop
 };
 
@@ -52,8 +61,9 @@ class SampleRng {
 struct CropBox {
   int x = 0, y = 0, width = 0, height = 0;
   bool flip = false;
+  bool vflip = false;
   bool operator==(const CropBox& o) const {
-    return x == o.x && y == o.y && width == o.width && height == o.height && flip == o.flip;
+    return x == o.x && y == o.y && width == o.width && height == o.height && flip == o.flip && vflip == o.vflip;
   }
 };
 
@@ -64,7 +74,7 @@ CropBox SampleTrainCrop(int width, int height, const AugmentOptions& opts, Sampl
 // Resize(round(size * eval_resize_ratio)) on the shorter side + CenterCrop(size), expressed
 // as the box of the source that ends up in the output.
 CropBox EvalCrop(int width, int height, const AugmentOptions& opts);
-// The box for any mode (kNone: the whole image, no flip).
+// The box for any mode (kNone: the whole image), then the flips the options ask for.
 CropBox SampleCrop(int width, int height, const AugmentOptions& opts, SampleRng& rng);
 
 // Crops `box` (in the coordinates of an image of full_width x full_height) out of `src`,
@@ -72,11 +82,12 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& opts, SampleRng&
 // flips it if asked. Downscaling uses area interpolation (antialiased, as PIL), upscaling
 // bilinear. `dst` must be a preallocated out_size x out_size CV_8UC3 (it may wrap slot memory).
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box,
-                cv::Mat& dst);
+                cv::Mat& dst, Interpolation interpolation = Interpolation::kBilinear);
 // Its two halves: where the box falls in an image decoded at src_cols x src_rows (full size
 // or DCT-scaled), and the resize (and flip) of those pixels into dst. A decoder that decodes
 // only that rectangle (Decoder::DecodeJpegRegion) hands its pixels to the second.
 cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box);
-void ResizeCropPixels(const cv::Mat& roi, bool flip, cv::Mat& dst);
+void ResizeCropPixels(const cv::Mat& roi, const CropBox& box, cv::Mat& dst,
+                      Interpolation interpolation = Interpolation::kBilinear);
 
 }  // namespace coloader

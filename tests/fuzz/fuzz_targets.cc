@@ -78,6 +78,7 @@ std::string DecodeOne(const uint8_t* data, size_t size) {
       [] {
         TransformOptions o;
         o.augment.mode = AugmentMode::kEval;
+        o.augment.flip_probability = 0;
         o.augment.size = 12;
         o.output = DType::kFloat32;
         o.layout = TensorLayout::kNCHW;

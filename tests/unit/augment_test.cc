@@ -2,6 +2,8 @@
 // meanings) and ResizeCrop's pixels.
 #include "pipeline/transform/augment.h"
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -282,9 +284,24 @@ TEST(SampleCropTest, DispatchesOnMode) {
   o.mode = AugmentMode::kTrain;
   EXPECT_EQ(SampleCrop(500, 375, o, a), SampleTrainCrop(500, 375, o, b));
   o.mode = AugmentMode::kEval;
+  o.flip_probability = 0;  // --augment eval and none flip nothing; a recipe may ask them to
   EXPECT_EQ(SampleCrop(500, 375, o, a), EvalCrop(500, 375, o));
   o.mode = AugmentMode::kNone;
   EXPECT_EQ(SampleCrop(500, 375, o, a), Box(0, 0, 500, 375));
+}
+
+TEST(SampleCropTest, ARecipesFlipsApplyAfterResizeAndCenterCropToo) {
+  AugmentOptions o;
+  o.mode = AugmentMode::kEval;
+  o.flip_probability = 1;
+  o.vflip_probability = 1;
+  SampleRng rng(1, 2, 3);
+  const CropBox box = SampleCrop(500, 375, o, rng);
+  EXPECT_TRUE(box.flip);
+  EXPECT_TRUE(box.vflip);
+  CropBox plain = EvalCrop(500, 375, o);
+  EXPECT_EQ(std::make_tuple(box.x, box.y, box.width, box.height),
+            std::make_tuple(plain.x, plain.y, plain.width, plain.height));
 }
 
 // A smooth gradient at full resolution: red grows with x, green with y, blue is constant.

@@ -1,0 +1,37 @@
+// The pure kernels behind the recipe's pixel ops (pixel_ops.h), on uint8 RGB images (HxWx3,
+// interleaved), each computing what torchvision's tensor kernel of the same name computes on a
+// uint8 CHW tensor: the same float32 arithmetic, the same truncation or rounding back to uint8.
+// tests/unit/color_test.cc checks the properties; python/tests/test_recipes.py checks each
+// against torchvision on the same images.
+#pragma once
+
+#include <opencv2/core.hpp>
+
+namespace coloader::color {
+
+// ratio * a + (1 - ratio) * b, clamped to [0, 255], truncated (torchvision's _blend).
+void BlendWithImage(cv::Mat& rgb, const cv::Mat& other, double ratio);
+void BlendWithValue(cv::Mat& rgb, float value, double ratio);
+
+void AdjustBrightness(cv::Mat& rgb, double factor);  // blend with black
+void AdjustContrast(cv::Mat& rgb, double factor);    // blend with the mean of the grayscale image
+void AdjustSaturation(cv::Mat& rgb, double factor);  // blend with the grayscale image
+void AdjustHue(cv::Mat& rgb, double shift);          // shift in [-0.5, 0.5] of the hue circle, through HSV
+void AdjustSharpness(cv::Mat& rgb, double factor);   // blend with a 3x3 smoothing, the border kept
+void Grayscale(cv::Mat& rgb);                        // 0.2989 r + 0.587 g + 0.114 b into all three channels
+void Posterize(cv::Mat& rgb, int bits);              // keep the top `bits` bits
+void Solarize(cv::Mat& rgb, double threshold);       // invert the values >= threshold
+void AutoContrast(cv::Mat& rgb);                     // stretch each channel to [0, 255]
+void Equalize(cv::Mat& rgb);                         // each channel's histogram equalised
+void Invert(cv::Mat& rgb);
+// Gaussian blur with a kx x ky kernel of standard deviation sigma, reflect padding, rounded.
+void GaussianBlur(cv::Mat& rgb, int kx, int ky, double sigma);
+
+// An affine warp with nearest-neighbour sampling, as torchvision's affine/rotate on a tensor:
+// angle in degrees (counter-clockwise for rotate's sign), translate in pixels, shear in degrees
+// (x, y), about `center` (pixels from the top-left; nullptr: the image's centre); uncovered
+// pixels take `fill`.
+void AffineNearest(cv::Mat& rgb, double angle, double tx, double ty, double shear_x, double shear_y,
+                   const double* center, const float fill[3]);
+
+}  // namespace coloader::color

@@ -1,0 +1,55 @@
+// The recipe's pixel ops (phase 2 of recipe.h): each is a small class that draws its random
+// parameters from the sample's SampleRng and hands them to a pure kernel of color.h, as
+// torchvision's transforms call their functional kernels. They work in place on a uint8 RGB
+// image (HxWx3, the output size), after the geometry and before normalisation.
+//
+// The automatic augmentations express their policies as data (op, magnitude bins) over one set
+// of kernels: TrivialAugmentWide, RandAugment and AutoAugment's ImageNet policy, with
+// torchvision's op lists, magnitude ranges and draws.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <opencv2/core.hpp>
+
+#include "common/status.h"
+#include "pipeline/transform/augment.h"
+
+namespace coloader {
+
+class PixelOp {
+ public:
+  virtual ~PixelOp() = default;
+  // Draws this sample's parameters from `rng` and applies the op to `rgb` in place. Thread-safe
+  // (the op holds only its arguments).
+  virtual void Apply(cv::Mat& rgb, SampleRng& rng) const = 0;
+};
+
+// ColorJitter(brightness, contrast, saturation, hue): each factor drawn uniformly from
+// [max(0, 1 - x), 1 + x] (hue from [-h, h]), the four applied in a random order.
+std::shared_ptr<const PixelOp> MakeColorJitter(double brightness, double contrast, double saturation, double hue);
+// RandomGrayscale(p): with probability p, ITU-R 601-2 luma into all three channels.
+std::shared_ptr<const PixelOp> MakeRandomGrayscale(double p);
+// GaussianBlur(kernel_size, sigma): sigma drawn uniformly from [lo, hi], reflect padding.
+std::shared_ptr<const PixelOp> MakeGaussianBlur(int kernel_x, int kernel_y, double sigma_lo, double sigma_hi);
+
+// The automatic augmentations. `fill` is the value of pixels that a geometric op uncovers.
+enum class AutoAugmentKind { kTrivialAugmentWide, kRandAugment, kAutoAugmentImageNet };
+struct AutoAugmentOptions {
+  AutoAugmentKind kind = AutoAugmentKind::kTrivialAugmentWide;
+  int num_ops = 2;              // RandAugment
+  int magnitude = 9;            // RandAugment: the bin every op uses
+  int num_magnitude_bins = 31;  // TrivialAugmentWide, RandAugment
+  Interpolation interpolation = Interpolation::kNearest;
+  float fill[3] = {0, 0, 0};
+};
+std::shared_ptr<const PixelOp> MakeAutoAugment(const AutoAugmentOptions& o);
+
+// One op of the automatic augmentations at a given magnitude (signed where the op is), for the
+// fidelity tests against torchvision's _apply_op. Names as torchvision's ("ShearX", "Color").
+// Unknown names: InvalidArgument.
+Status ApplyAugmentOp(cv::Mat& rgb, const std::string& name, double magnitude, Interpolation interpolation,
+                      const float fill[3]);
+
+}  // namespace coloader

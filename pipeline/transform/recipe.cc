@@ -1,0 +1,433 @@
+#include "pipeline/transform/recipe.h"
+
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "common/json_reader.h"
+
+namespace coloader {
+
+namespace {
+
+constexpr const char* kAnyway =
+    "; to train with this recipe anyway, serve your own DataLoader through coloader.Producer (README: "
+    "'Any DataLoader')";
+
+// Phases in the order a recipe must state them.
+enum class Phase { kGeometry, kPixels, kTensor, kErased };
+
+std::string Num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// One op's arguments: read by name, every one the op has not read is an error at the end.
+class Args {
+ public:
+  Args(const JsonValue& op, std::string name) : op_(op), name_(std::move(name)) {}
+
+  Status Error(const JsonValue& at, const std::string& what) const {
+    return at.ErrorAt(name_ + ": " + what);
+  }
+  const JsonValue* Get(const std::string& key) {
+    read_.insert(key);
+    const JsonValue* v = op_.Find(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+  Result<double> Number(const std::string& key, double fallback, double lo, double hi) {
+    const JsonValue* v = Get(key);
+    if (!v) return fallback;
+    if (!v->is_number()) return Error(*v, "'" + key + "' must be a number");
+    if (!(v->number() >= lo && v->number() <= hi))
+      return Error(*v, "'" + key + "' must be in [" + Num(lo) + ", " + Num(hi) + "], got " + Num(v->number()));
+    return v->number();
+  }
+  Result<int> Int(const std::string& key, int fallback, int lo, int hi) {
+    COLOADER_ASSIGN_OR_RETURN(const double d, Number(key, fallback, lo, hi));
+    if (d != std::floor(d)) return Error(*Get(key), "'" + key + "' must be a whole number");
+    return static_cast<int>(d);
+  }
+  // A pair [lo, hi] (or one number x when `symmetric`: [-x, x]... see callers), lo <= hi.
+  Result<std::pair<double, double>> Pair(const std::string& key, std::pair<double, double> fallback) {
+    const JsonValue* v = Get(key);
+    if (!v) return fallback;
+    if (!v->is_array() || v->items().size() != 2 || !v->items()[0].is_number() || !v->items()[1].is_number())
+      return Error(*v, "'" + key + "' must be a pair of numbers [lo, hi]");
+    const double lo = v->items()[0].number(), hi = v->items()[1].number();
+    if (!(lo <= hi) || lo < 0) return Error(*v, "'" + key + "' must have 0 <= lo <= hi, got [" + Num(lo) + ", " + Num(hi) + "]");
+    return std::make_pair(lo, hi);
+  }
+  // A square size: an int, [s] or [s, s].
+  Result<int> Size(const std::string& key, bool required) {
+    const JsonValue* v = Get(key);
+    if (!v) {
+      if (required) return op_.ErrorAt(name_ + ": needs '" + key + "'");
+      return 0;
+    }
+    std::vector<double> sides;
+    if (v->is_number()) sides = {v->number()};
+    if (v->is_array())
+      for (const JsonValue& i : v->items()) sides.push_back(i.is_number() ? i.number() : -1);
+    if (sides.empty() || sides.size() > 2) return Error(*v, "'" + key + "' must be an int, [s] or [s, s]");
+    for (double s : sides)
+      if (!(s >= 1 && s <= 16384 && s == std::floor(s)))
+        return Error(*v, "'" + key + "' must be whole numbers of pixels in [1, 16384]");
+    if (sides.size() == 2 && sides[0] != sides[1])
+      return Error(*v, "'" + key + "' (" + Num(sides[0]) + ", " + Num(sides[1]) +
+                           ") is not square: coloader's native recipes make square images (size or [s, s])" + kAnyway);
+    size_list_ = v->is_array();
+    return static_cast<int>(sides[0]);
+  }
+  bool size_was_list() const { return size_list_; }
+  Result<Interpolation> Interp(Interpolation fallback) {
+    const JsonValue* v = Get("interpolation");
+    if (!v) return fallback;
+    if (!v->is_string()) return Error(*v, "'interpolation' must be a name (bilinear, bicubic, nearest)");
+    Result<Interpolation> i = ParseInterpolation(v->string());
+    if (!i.ok()) return Error(*v, i.status().message());
+    return i;
+  }
+  // fill: a number or three, on the 0..255 scale.
+  Status Fill(float out[3]) {
+    const JsonValue* v = Get("fill");
+    if (!v) return Status::OK();
+    std::vector<double> f;
+    if (v->is_number()) f = {v->number(), v->number(), v->number()};
+    if (v->is_array())
+      for (const JsonValue& i : v->items()) f.push_back(i.is_number() ? i.number() : -1);
+    if (f.size() == 1) f = {f[0], f[0], f[0]};
+    if (f.size() != 3) return Error(*v, "'fill' must be a number or three (R, G, B on 0..255)");
+    for (int c = 0; c < 3; ++c) {
+      if (!(f[c] >= 0 && f[c] <= 255)) return Error(*v, "'fill' values must be in [0, 255]");
+      out[c] = static_cast<float>(f[c]);
+    }
+    return Status::OK();
+  }
+  // Every member the op did not read: an argument coloader does not know.
+  Status CheckAllRead() const {
+    for (const auto& [key, value] : op_.members()) {
+      if (key == "op" || read_.count(key)) continue;
+      return value.ErrorAt(name_ + ": has no argument '" + key + "' that coloader honours" + kAnyway);
+    }
+    return Status::OK();
+  }
+
+ private:
+  const JsonValue& op_;
+  std::string name_;
+  std::set<std::string> read_;
+  bool size_list_ = false;
+};
+
+Result<std::vector<float>> Triple(Args& a, const std::string& key, std::vector<float> fallback, bool positive) {
+  const JsonValue* v = a.Get(key);
+  if (!v) return fallback;
+  std::vector<float> out;
+  if (v->is_number()) out = {static_cast<float>(v->number())};
+  if (v->is_array())
+    for (const JsonValue& i : v->items()) {
+      if (!i.is_number()) return a.Error(i, "'" + key + "' must be numbers");
+      out.push_back(static_cast<float>(i.number()));
+    }
+  if (out.size() == 1) out = {out[0], out[0], out[0]};
+  if (out.size() != 3) return a.Error(*v, "'" + key + "' must be one number or three (R, G, B)");
+  for (float f : out)
+    if (positive && !(f > 0)) return a.Error(*v, "'" + key + "' must be positive");
+  return out;
+}
+
+struct Parser {
+  Recipe r;
+  Phase phase = Phase::kGeometry;
+  bool have_box = false;      // RandomResizedCrop, or Resize (then CenterCrop when an int)
+  bool need_center = false;   // Resize(int) seen: a CenterCrop must follow
+  int resize_shorter = 0;
+  std::vector<std::string> cpu_only;
+
+  Status Op(const JsonValue& op) {
+    if (!op.is_object()) return op.ErrorAt("each op must be an object with 'op' naming it, e.g. {op: Normalize, mean: [...]}");
+    const JsonValue* name_v = op.Find("op");
+    if (!name_v || !name_v->is_string()) return op.ErrorAt("each op needs 'op': its torchvision name");
+    const std::string name = name_v->string();
+    Args a(op, name);
+    auto order = [&](Phase need, const std::string& what) -> Status {
+      if (phase > need) return op.ErrorAt(name + ": " + what);
+      phase = need;
+      return Status::OK();
+    };
+    std::ostringstream line;
+    line << name;
+    bool record = true;
+    if (name == "RandomResizedCrop") {
+      if (have_box) return op.ErrorAt(name + ": the recipe has its crop already (one RandomResizedCrop or Resize)");
+      COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops and ToTensor/Normalize"));
+      COLOADER_ASSIGN_OR_RETURN(const int size, a.Size("size", true));
+      COLOADER_ASSIGN_OR_RETURN(const auto scale, a.Pair("scale", {0.08, 1.0}));
+      COLOADER_ASSIGN_OR_RETURN(const auto ratio, a.Pair("ratio", {3.0 / 4.0, 4.0 / 3.0}));
+      if (scale.second > 1 || scale.second <= 0) return op.ErrorAt(name + ": 'scale' must lie in (0, 1]");
+      if (ratio.first <= 0) return op.ErrorAt(name + ": 'ratio' must be positive");
+      COLOADER_ASSIGN_OR_RETURN(r.geometry.interpolation, a.Interp(Interpolation::kBilinear));
+      COLOADER_RETURN_NOT_OK(Antialias(a));
+      r.geometry.mode = AugmentMode::kTrain;
+      r.geometry.size = size;
+      r.geometry.scale_min = scale.first, r.geometry.scale_max = scale.second;
+      r.geometry.ratio_min = ratio.first, r.geometry.ratio_max = ratio.second;
+      have_box = true;
+      line << "(size=" << size << ", scale=(" << scale.first << ", " << scale.second << "), ratio=(" << ratio.first
+           << ", " << ratio.second << "), interpolation=" << InterpolationName(r.geometry.interpolation) << ")";
+    } else if (name == "Resize") {
+      if (have_box) return op.ErrorAt(name + ": the recipe has its crop already (one RandomResizedCrop or Resize)");
+      COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops and ToTensor/Normalize"));
+      COLOADER_ASSIGN_OR_RETURN(const int size, a.Size("size", true));
+      if (const JsonValue* m = a.Get("max_size")) return a.Error(*m, "'max_size' is not supported natively" + std::string(kAnyway));
+      COLOADER_ASSIGN_OR_RETURN(r.geometry.interpolation, a.Interp(Interpolation::kBilinear));
+      COLOADER_RETURN_NOT_OK(Antialias(a));
+      if (a.size_was_list()) {
+        r.geometry.mode = AugmentMode::kNone;  // the whole image to size x size
+        r.geometry.size = size;
+      } else {
+        need_center = true;  // the shorter side to `size`: a CenterCrop makes it square
+        resize_shorter = size;
+      }
+      have_box = true;
+      line << "(size=" << (a.size_was_list() ? "[" + std::to_string(size) + ", " + std::to_string(size) + "]"
+                                             : std::to_string(size))
+           << ", interpolation=" << InterpolationName(r.geometry.interpolation) << ")";
+    } else if (name == "CenterCrop") {
+      if (!need_center)
+        return op.ErrorAt(name + ": natively, CenterCrop follows Resize(int) (the eval recipe: Resize(256), "
+                                 "CenterCrop(224))" + std::string(kAnyway));
+      COLOADER_ASSIGN_OR_RETURN(const int size, a.Size("size", true));
+      if (size > resize_shorter)
+        return op.ErrorAt(name + ": size " + std::to_string(size) + " is larger than the Resize's " +
+                          std::to_string(resize_shorter) + " (torchvision would pad)" + kAnyway);
+      r.geometry.mode = AugmentMode::kEval;
+      r.geometry.size = size;
+      r.geometry.eval_resize_ratio = static_cast<double>(resize_shorter) / size;
+      need_center = false;
+      line << "(size=" << size << ")";
+    } else if (name == "RandomHorizontalFlip" || name == "RandomVerticalFlip") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops (coloader flips as it resizes)"));
+      COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.5, 0, 1));
+      (name == "RandomHorizontalFlip" ? r.geometry.flip_probability : r.geometry.vflip_probability) = p;
+      if (name == "RandomVerticalFlip" && p > 0) cpu_only.push_back(name);
+      line << "(p=" << p << ")";
+    } else if (name == "ColorJitter") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
+      double f[4];
+      const char* keys[4] = {"brightness", "contrast", "saturation", "hue"};
+      for (int i = 0; i < 4; ++i) {
+        const JsonValue* v = a.Get(keys[i]);
+        if (v && !v->is_number())
+          return a.Error(*v, std::string("'") + keys[i] + "' must be one number x (the factor drawn from [max(0, 1 - x), 1 + x]); a (min, max) pair is not supported natively" + kAnyway);
+        COLOADER_ASSIGN_OR_RETURN(f[i], a.Number(keys[i], 0, 0, i == 3 ? 0.5 : 1e6));
+      }
+      r.pixel_ops.push_back(MakeColorJitter(f[0], f[1], f[2], f[3]));
+      cpu_only.push_back(name);
+      line << "(brightness=" << f[0] << ", contrast=" << f[1] << ", saturation=" << f[2] << ", hue=" << f[3] << ")";
+    } else if (name == "RandomGrayscale") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
+      COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.1, 0, 1));
+      r.pixel_ops.push_back(MakeRandomGrayscale(p));
+      cpu_only.push_back(name);
+      line << "(p=" << p << ")";
+    } else if (name == "GaussianBlur") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize (natively it blurs the uint8 image)"));
+      const JsonValue* k = a.Get("kernel_size");
+      std::vector<double> ks;
+      if (k && k->is_number()) ks = {k->number(), k->number()};
+      if (k && k->is_array())
+        for (const JsonValue& i : k->items()) ks.push_back(i.is_number() ? i.number() : 0);
+      if (ks.size() == 1) ks = {ks[0], ks[0]};
+      if (!k) return op.ErrorAt(name + ": needs 'kernel_size'");
+      if (ks.size() != 2 || ks[0] < 1 || ks[1] < 1 || std::fmod(ks[0], 2) != 1 || std::fmod(ks[1], 2) != 1 || ks[0] > 255 || ks[1] > 255)
+        return a.Error(*k, "'kernel_size' must be odd positive integers (one or [kx, ky])");
+      std::pair<double, double> sigma{0.1, 2.0};
+      const JsonValue* sv = a.Get("sigma");
+      if (sv && sv->is_number()) {
+        if (!(sv->number() > 0)) return a.Error(*sv, "'sigma' must be positive");
+        sigma = {sv->number(), sv->number()};
+      } else if (sv) {
+        COLOADER_ASSIGN_OR_RETURN(sigma, a.Pair("sigma", sigma));
+        if (!(sigma.first > 0)) return a.Error(*sv, "'sigma' must be positive");
+      }
+      r.pixel_ops.push_back(MakeGaussianBlur(static_cast<int>(ks[0]), static_cast<int>(ks[1]), sigma.first, sigma.second));
+      cpu_only.push_back(name);
+      line << "(kernel_size=(" << ks[0] << ", " << ks[1] << "), sigma=(" << sigma.first << ", " << sigma.second << "))";
+    } else if (name == "TrivialAugmentWide" || name == "RandAugment" || name == "AutoAugment") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
+      AutoAugmentOptions o;
+      o.kind = name == "TrivialAugmentWide" ? AutoAugmentKind::kTrivialAugmentWide
+               : name == "RandAugment"      ? AutoAugmentKind::kRandAugment
+                                            : AutoAugmentKind::kAutoAugmentImageNet;
+      if (o.kind != AutoAugmentKind::kAutoAugmentImageNet) {
+        COLOADER_ASSIGN_OR_RETURN(o.num_magnitude_bins, a.Int("num_magnitude_bins", 31, 2, 1000));
+      }
+      if (o.kind == AutoAugmentKind::kRandAugment) {
+        COLOADER_ASSIGN_OR_RETURN(o.num_ops, a.Int("num_ops", 2, 0, 16));
+        COLOADER_ASSIGN_OR_RETURN(o.magnitude, a.Int("magnitude", 9, 0, o.num_magnitude_bins - 1));
+      }
+      if (o.kind == AutoAugmentKind::kAutoAugmentImageNet) {
+        if (const JsonValue* p = a.Get("policy")) {
+          std::string s = p->is_string() ? p->string() : "";
+          for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+          if (s.rfind("autoaugmentpolicy.", 0) == 0) s = s.substr(18);
+          if (s != "imagenet")
+            return a.Error(*p, "'policy' must be imagenet (the CIFAR10 and SVHN policies have no native twin)" +
+                                   std::string(kAnyway));
+        }
+      }
+      COLOADER_ASSIGN_OR_RETURN(o.interpolation, a.Interp(Interpolation::kNearest));
+      if (o.interpolation != Interpolation::kNearest)
+        return op.ErrorAt(name + ": natively its rotations and shears sample the nearest pixel (interpolation "
+                                 "nearest, torchvision's default)" + std::string(kAnyway));
+      COLOADER_RETURN_NOT_OK(a.Fill(o.fill));
+      r.pixel_ops.push_back(MakeAutoAugment(o));
+      cpu_only.push_back(name);
+      if (o.kind == AutoAugmentKind::kTrivialAugmentWide) line << "(num_magnitude_bins=" << o.num_magnitude_bins << ")";
+      if (o.kind == AutoAugmentKind::kRandAugment)
+        line << "(num_ops=" << o.num_ops << ", magnitude=" << o.magnitude << ", num_magnitude_bins=" << o.num_magnitude_bins << ")";
+      if (o.kind == AutoAugmentKind::kAutoAugmentImageNet) line << "(policy=imagenet)";
+    } else if (name == "ToTensor" || name == "PILToTensor" || name == "ConvertImageDtype" || name == "ToImage" ||
+               name == "ToDtype" || name == "ToImageTensor" || name == "ConvertDtype") {
+      // The output dtype is --output's; the conversion is implied.
+      COLOADER_RETURN_NOT_OK(order(Phase::kTensor, "comes after Normalize"));
+      a.Get("dtype");
+      a.Get("scale");
+      record = false;
+    } else if (name == "Normalize") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kTensor, "must come before RandomErasing"));
+      COLOADER_ASSIGN_OR_RETURN(const std::vector<float> mean, Triple(a, "mean", {}, false));
+      COLOADER_ASSIGN_OR_RETURN(const std::vector<float> std, Triple(a, "std", {}, true));
+      if (mean.empty() || std.empty()) return op.ErrorAt(name + ": needs 'mean' and 'std'");
+      a.Get("inplace");
+      for (int c = 0; c < 3; ++c) {
+        r.normalize.mean[c] = mean[static_cast<size_t>(c)] * 255.f;
+        r.normalize.std[c] = std[static_cast<size_t>(c)] * 255.f;
+      }
+      phase = Phase::kTensor;
+      normalized = true;
+      line << "(mean=(" << mean[0] << ", " << mean[1] << ", " << mean[2] << "), std=(" << std[0] << ", " << std[1]
+           << ", " << std[2] << "))";
+    } else if (name == "RandomErasing") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kErased, "comes last"));
+      EraseOptions& e = r.erase;
+      COLOADER_ASSIGN_OR_RETURN(e.p, a.Number("p", 0.5, 0, 1));
+      COLOADER_ASSIGN_OR_RETURN(const auto scale, a.Pair("scale", {0.02, 0.33}));
+      COLOADER_ASSIGN_OR_RETURN(const auto ratio, a.Pair("ratio", {0.3, 3.3}));
+      if (scale.second > 1) return op.ErrorAt(name + ": 'scale' must lie in [0, 1]");
+      if (!(ratio.first > 0)) return op.ErrorAt(name + ": 'ratio' must be positive");
+      e.scale_min = scale.first, e.scale_max = scale.second, e.ratio_min = ratio.first, e.ratio_max = ratio.second;
+      const JsonValue* v = a.Get("value");
+      if (v && v->is_string()) {
+        if (v->string() != "random") return a.Error(*v, "'value' must be a number, three numbers or \"random\"");
+        e.random_value = true;
+      } else if (v) {
+        COLOADER_ASSIGN_OR_RETURN(const std::vector<float> val, Triple(a, "value", {0, 0, 0}, false));
+        for (int c = 0; c < 3; ++c) e.value[c] = val[static_cast<size_t>(c)];
+      }
+      a.Get("inplace");
+      cpu_only.push_back(name);
+      line << "(p=" << e.p << ", scale=(" << scale.first << ", " << scale.second << "), ratio=(" << ratio.first << ", "
+           << ratio.second << "), value=" << (e.random_value ? "random" : Num(e.value[0])) << ")";
+    } else {
+      return name_v->ErrorAt("'" + name + "' has no native twin in coloader (it has: RandomResizedCrop, Resize, "
+                             "CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, "
+                             "GaussianBlur, TrivialAugmentWide, RandAugment, AutoAugment, ToTensor, Normalize, "
+                             "RandomErasing)" + std::string(kAnyway));
+    }
+    COLOADER_RETURN_NOT_OK(a.CheckAllRead());
+    if (record) r.ops.push_back(line.str());
+    return Status::OK();
+  }
+
+  Status Antialias(Args& a) {
+    const JsonValue* v = a.Get("antialias");
+    if (v && !(v->type() == JsonValue::Type::kBool && v->bool_value()))
+      return a.Error(*v, "'antialias' false is not supported natively: coloader always antialiases shrinks" +
+                             std::string(kAnyway));
+    return Status::OK();
+  }
+
+  bool normalized = false;
+};
+
+}  // namespace
+
+std::string Recipe::Describe() const {
+  std::string out;
+  for (const std::string& op : ops) out += (out.empty() ? "" : ", ") + op;
+  return out;
+}
+
+Recipe NamedRecipe(AugmentMode mode, int size) {
+  Recipe r;
+  r.geometry.mode = mode;
+  r.geometry.size = size;
+  r.geometry.flip_probability = mode == AugmentMode::kTrain ? 0.5 : 0.0;
+  const std::string s = std::to_string(size);
+  switch (mode) {
+    case AugmentMode::kTrain:
+      r.ops = {"RandomResizedCrop(size=" + s + ", scale=(0.08, 1), ratio=(0.75, 1.33333), interpolation=bilinear)",
+               "RandomHorizontalFlip(p=0.5)"};
+      break;
+    case AugmentMode::kEval:
+      r.ops = {"Resize(size=" + std::to_string(std::lround(size * r.geometry.eval_resize_ratio)) +
+                   ", interpolation=bilinear)",
+               "CenterCrop(size=" + s + ")"};
+      break;
+    case AugmentMode::kNone: r.ops = {"Resize(size=[" + s + ", " + s + "], interpolation=bilinear)"}; break;
+  }
+  r.ops.push_back("Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))");
+  return r;
+}
+
+Result<Recipe> ParseRecipe(const JsonValue& doc) {
+  const JsonValue* list = &doc;
+  if (doc.is_object()) {
+    list = doc.Find("ops");
+    if (!list) return doc.ErrorAt("a recipe is a list of ops, or an object with the list under 'ops'");
+  }
+  if (!list->is_array() || list->items().empty())
+    return list->ErrorAt("a recipe is a non-empty list of ops, e.g. [{op: RandomResizedCrop, size: 224}, ...]");
+  Parser p;
+  for (const JsonValue& op : list->items()) COLOADER_RETURN_NOT_OK(p.Op(op));
+  if (!p.have_box)
+    return list->ErrorAt("the recipe states no output size: begin it with RandomResizedCrop(size) or Resize(size) "
+                         "(and CenterCrop(size) after Resize(int)), as every batch needs one shape");
+  if (p.need_center)
+    return list->ErrorAt("Resize(int) makes images of different shapes: follow it with CenterCrop(size), or give "
+                         "Resize a square size [s, s]");
+  if (p.r.geometry.interpolation != Interpolation::kBilinear)
+    p.cpu_only.push_back(std::string("interpolation=") + InterpolationName(p.r.geometry.interpolation));
+  if (!p.normalized) {
+    // ToTensor's x / 255.
+    for (int c = 0; c < 3; ++c) p.r.normalize.mean[c] = 0.f, p.r.normalize.std[c] = 255.f;
+  }
+  for (const std::string& n : p.cpu_only) {
+    if (p.r.cpu_only_ops.find(n) != std::string::npos) continue;
+    p.r.cpu_only_ops += (p.r.cpu_only_ops.empty() ? "" : ", ") + n;
+  }
+  return std::move(p.r);
+}
+
+Result<Recipe> ReadRecipeFile(const std::string& path) {
+  auto ends = [&](const char* s) {
+    const std::string e(s);
+    return path.size() >= e.size() && path.compare(path.size() - e.size(), e.size(), e) == 0;
+  };
+  if (ends(".py"))
+    return Status::Invalid("--transform " + path + ": a Python recipe is translated by the Python package: run "
+                           "`python -m coloader serve --transform " + path + " ...` (or the wheel's `coloader` "
+                           "command), or write the ops as JSON/YAML (coloader.transforms.translate prints them)");
+  if (!ends(".json") && !ends(".yaml") && !ends(".yml"))
+    return Status::Invalid("--transform " + path + ": a recipe file ends in .json, .yaml, .yml (or .py, through "
+                           "`python -m coloader serve`)");
+  COLOADER_ASSIGN_OR_RETURN(const JsonValue doc, ReadJsonOrYamlFile(path));
+  return ParseRecipe(doc);
+}
+
+}  // namespace coloader
