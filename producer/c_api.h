@@ -83,6 +83,22 @@ COLOADER_C_EXPORT int coloader_producer_finish(coloader_producer* p, int32_t tim
  * COLOADER_E_TIMEOUT when timeout_ms passed first and the run was stopped (freed all the same). */
 COLOADER_C_EXPORT int coloader_producer_close(coloader_producer* p, int32_t timeout_ms);
 
+/* Recipes (`serve --transform`), for inspecting them and testing them against torchvision on the
+ * same pixels. `recipe` is the recipe's JSON text (a list of ops, as a recipe file holds it).
+ * coloader_recipe_image_size gives the output's side; coloader_recipe_apply runs the recipe on one
+ * image already decoded (`rgb`: height x width x 3 uint8), with the random draws of sample
+ * (seed, epoch, index), into `out`: size x size x 3, NHWC, uint8 (the pixels before the tensor
+ * ops) or float32 (normalised, erased), as `out_dtype` (COLOADER_UINT8 or _FLOAT32) says. */
+COLOADER_C_EXPORT int coloader_recipe_image_size(const char* recipe, int32_t* size);
+COLOADER_C_EXPORT int coloader_recipe_apply(const char* recipe, const uint8_t* rgb, int32_t height, int32_t width,
+                                            uint64_t seed, uint64_t epoch, uint64_t index, int32_t out_dtype,
+                                            void* out);
+/* One op of the automatic augmentations ("ShearX", "Color", "Posterize", ... as torchvision's
+ * _apply_op names them) at a fixed magnitude, in place on `rgb` (height x width x 3 uint8); fill:
+ * three values on 0..255, or NULL for black. */
+COLOADER_C_EXPORT int coloader_augment_op(const char* name, double magnitude, uint8_t* rgb, int32_t height,
+                                          int32_t width, const float* fill);
+
 COLOADER_C_EXPORT const char* coloader_producer_last_error(void);
 /* sizeof the named struct as this library was built ("producer_options"), 0 if unknown. */
 COLOADER_C_EXPORT size_t coloader_producer_struct_size(const char* name);

@@ -37,18 +37,16 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
   const CropBox box = SampleCrop(info.width, info.height, opts_.augment, rng);
   const int denom = info.kind == ImageKind::kJpeg ? ChooseScaleDenom(box, opts_.augment.size, opts_.dct_scaling) : 1;
   ++scale_hist_[denom];
-  const int s = opts_.augment.size;
-  const bool direct = opts_.output == DType::kUInt8 && opts_.layout == TensorLayout::kNHWC;
-  cv::Mat out = direct ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;  // direct: the slot itself, no copy after the resize
+  cv::Mat out = Staging(dst);
   bool done = false;
   if (info.kind == ImageKind::kJpeg && opts_.crop_decode) {
     // The crop's rectangle in the scaled image (libjpeg's ceil(full / d) pixels a side).
     const int sw = (info.width + denom - 1) / denom, sh = (info.height + denom - 1) / denom;
-    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box);
+    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box, opts_.augment.size);
     if (rect.area() < int64_t{sw} * sh) {
       if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
-        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), box, out,
-                         opts_.augment.interpolation);
+        ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), rect, sw, sh,
+                         info.width, info.height, box, out, opts_.augment.interpolation);
         ++region_decodes_;
         done = true;
       }
@@ -58,11 +56,32 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
     COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
     ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation);
   }
-  // The recipe's pixel ops, then the tensor: each draws from the same stream, after the box.
-  for (const auto& op : opts_.pixel_ops) op->Apply(out, rng);
-  if (!direct) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
-  if (opts_.erase.p > 0) EraseSample(dst, s, opts_.output, opts_.layout, opts_.erase, SampleErase(s, opts_.erase, rng), rng);
+  Finish(out, rng, dst);
   return Status::OK();
+}
+
+Status SampleTransform::RunDecoded(const cv::Mat& rgb, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  if (rgb.type() != CV_8UC3 || rgb.empty()) return Status::Invalid("an image to transform is H x W x 3 uint8");
+  SampleRng rng(seed, epoch, index);
+  const CropBox box = SampleCrop(rgb.cols, rgb.rows, opts_.augment, rng);
+  cv::Mat out = Staging(dst);
+  ResizeCrop(rgb, rgb.cols, rgb.rows, box, out, opts_.augment.interpolation);
+  Finish(out, rng, dst);
+  return Status::OK();
+}
+
+cv::Mat SampleTransform::Staging(void* dst) {
+  // uint8 NHWC output: the slot itself, no copy after the resize.
+  const int s = opts_.augment.size;
+  return direct() ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;
+}
+
+void SampleTransform::Finish(cv::Mat& out, SampleRng& rng, void* dst) {
+  // The recipe's pixel ops, then the tensor: each draws from the sample's stream, after the box.
+  for (const auto& op : opts_.pixel_ops) op->Apply(out, rng);
+  const int s = opts_.augment.size;
+  if (!direct()) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
+  if (opts_.erase.p > 0) EraseSample(dst, s, opts_.output, opts_.layout, opts_.erase, SampleErase(s, opts_.erase, rng), rng);
 }
 
 }  // namespace coloader

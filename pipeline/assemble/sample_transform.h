@@ -53,12 +53,22 @@ class SampleTransform {
   Status RunBytes(const uint8_t* data, size_t size, const std::string& path, uint64_t seed,
                   uint64_t epoch, uint64_t index, void* dst);
 
+  // The same on an image already decoded (H x W x 3 uint8 RGB): the recipe alone, for
+  // inspecting it and testing it against torchvision on the same pixels.
+  Status RunDecoded(const cv::Mat& rgb, uint64_t seed, uint64_t epoch, uint64_t index, void* dst);
+
   // How many decodes used each DCT scale denominator (index 1, 2, 4, 8), for the benchmark.
   const uint64_t* scale_histogram() const { return scale_hist_; }
   // How many JPEG decodes were of the crop's region only.
   uint64_t region_decodes() const { return region_decodes_; }
 
  private:
+  bool direct() const { return opts_.output == DType::kUInt8 && opts_.layout == TensorLayout::kNHWC; }
+  // Where the resize writes: `dst` itself (direct), else the scratch image.
+  cv::Mat Staging(void* dst);
+  // After the resize into `out`: the pixel ops, the tensor (normalised, laid out) and erasing.
+  void Finish(cv::Mat& out, SampleRng& rng, void* dst);
+
   TransformOptions opts_;
   Decoder decoder_;
   std::vector<uint8_t> file_buf_;

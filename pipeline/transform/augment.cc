@@ -5,6 +5,8 @@
 
 #include <opencv2/imgproc.hpp>
 
+#include "pipeline/transform/resample.h"
+
 namespace coloader {
 
 Result<AugmentMode> ParseAugmentMode(const std::string& s) {
@@ -23,24 +25,6 @@ const char* AugmentModeName(AugmentMode mode) {
   return "?";
 }
 
-Result<Interpolation> ParseInterpolation(const std::string& s) {
-  std::string l;
-  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (l.rfind("interpolationmode.", 0) == 0) l = l.substr(18);
-  if (l == "bilinear") return Interpolation::kBilinear;
-  if (l == "bicubic") return Interpolation::kBicubic;
-  if (l == "nearest" || l == "nearest_exact") return Interpolation::kNearest;
-  return Status::Invalid("interpolation must be bilinear, bicubic or nearest, got '" + s + "'");
-}
-
-const char* InterpolationName(Interpolation i) {
-  switch (i) {
-    case Interpolation::kNearest: return "nearest";
-    case Interpolation::kBilinear: return "bilinear";
-    case Interpolation::kBicubic: return "bicubic";
-  }
-  return "?";
-}
 
 namespace {
 
@@ -114,6 +98,7 @@ CropBox SampleTrainCrop(int width, int height, const AugmentOptions& o, SampleRn
     box.x = (width - box.width) / 2;
     box.y = (height - box.height) / 2;
   }
+  box.exact_x = box.x, box.exact_y = box.y, box.exact_width = box.width, box.exact_height = box.height;
   box.flip = rng.Uniform(0.0, 1.0) < o.flip_probability;
   if (o.vflip_probability > 0) box.vflip = rng.Uniform(0.0, 1.0) < o.vflip_probability;
   return box;
@@ -143,6 +128,10 @@ CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
   box.y = std::clamp(static_cast<int>(std::lround(top * fy)), 0, height - 1);
   box.width = std::clamp(static_cast<int>(std::lround(crop_w * fx)), 1, width - box.x);
   box.height = std::clamp(static_cast<int>(std::lround(crop_h * fy)), 1, height - box.y);
+  // The resize sees the whole image: the crop's pixels are those of the resized image, whose
+  // pixel centres map back between source pixels.
+  box.exact_x = left * fx, box.exact_y = top * fy, box.exact_width = crop_w * fx, box.exact_height = crop_h * fy;
+  box.crop_first = false;
   return box;
 }
 
@@ -154,6 +143,7 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rn
   } else {
     box.width = width;
     box.height = height;
+    box.exact_width = width, box.exact_height = height;
   }
   // A recipe's flips after Resize + CenterCrop or a plain Resize (--augment eval and none have none).
   if (o.flip_probability > 0) box.flip = rng.Uniform(0.0, 1.0) < o.flip_probability;
@@ -161,25 +151,41 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rn
   return box;
 }
 
-cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box) {
-  // The box is in full-resolution coordinates; the source may be the image decoded at 1/2,
-  // 1/4, 1/8. libjpeg's scaled pixel x covers full pixels [x * d, (x + 1) * d) and the scaled
-  // size is ceil(full / d), the last pixel standing for a partial block. So when the source
-  // has exactly that size the map is 1 / d; src_cols / full_width would drift by up to half a
-  // scaled pixel (4 full pixels at 1/8) towards the right and bottom edges. Any other size:
-  // the plain ratio.
-  double sx = static_cast<double>(src_cols) / full_width;
-  double sy = static_cast<double>(src_rows) / full_height;
+namespace {
+
+// The factors from full-resolution pixels to an image decoded at src_cols x src_rows. libjpeg's
+// scaled pixel x covers full pixels [x * d, (x + 1) * d) and the scaled size is ceil(full / d),
+// the last pixel standing for a partial block. So when the source has exactly that size the map
+// is 1 / d; src_cols / full_width would drift by up to half a scaled pixel (4 full pixels at
+// 1/8) towards the right and bottom edges. Any other size: the plain ratio.
+std::pair<double, double> ScaleFactors(int src_cols, int src_rows, int full_width, int full_height) {
   for (int d : {1, 2, 4, 8}) {
-    if ((full_width + d - 1) / d == src_cols && (full_height + d - 1) / d == src_rows) {
-      sx = sy = 1.0 / d;
-      break;
-    }
+    if ((full_width + d - 1) / d == src_cols && (full_height + d - 1) / d == src_rows) return {1.0 / d, 1.0 / d};
   }
-  // Nearest whole scaled pixels: at most half a scaled pixel off on each edge, either way.
-  int x0 = static_cast<int>(std::lround(box.x * sx)), y0 = static_cast<int>(std::lround(box.y * sy));
-  int x1 = static_cast<int>(std::lround((box.x + box.width) * sx));
-  int y1 = static_cast<int>(std::lround((box.y + box.height) * sy));
+  return {static_cast<double>(src_cols) / full_width, static_cast<double>(src_rows) / full_height};
+}
+
+}  // namespace
+
+cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box,
+                        int out_size) {
+  const auto [sx, sy] = ScaleFactors(src_cols, src_rows, full_width, full_height);
+  int x0, y0, x1, y1;
+  if (box.crop_first || out_size <= 0) {
+    // Nearest whole scaled pixels: at most half a scaled pixel off on each edge, either way.
+    x0 = static_cast<int>(std::lround(box.x * sx)), y0 = static_cast<int>(std::lround(box.y * sy));
+    x1 = static_cast<int>(std::lround((box.x + box.width) * sx));
+    y1 = static_cast<int>(std::lround((box.y + box.height) * sy));
+  } else {
+    // The exact box and the filter's reach around it (bicubic's support of 2 output pixels,
+    // widened by the shrink), so the taps read what a resize of the whole image would.
+    const cv::Rect2d e = box.Exact();
+    const double reach_x = 2.0 * std::max(1.0, e.width * sx / out_size) + 1;
+    const double reach_y = 2.0 * std::max(1.0, e.height * sy / out_size) + 1;
+    x0 = static_cast<int>(std::floor(e.x * sx - reach_x)), y0 = static_cast<int>(std::floor(e.y * sy - reach_y));
+    x1 = static_cast<int>(std::ceil((e.x + e.width) * sx + reach_x));
+    y1 = static_cast<int>(std::ceil((e.y + e.height) * sy + reach_y));
+  }
   x0 = std::clamp(x0, 0, src_cols - 1);
   y0 = std::clamp(y0, 0, src_rows - 1);
   x1 = std::clamp(x1, x0 + 1, src_cols);
@@ -187,28 +193,14 @@ cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_hei
   return cv::Rect(x0, y0, x1 - x0, y1 - y0);
 }
 
-void ResizeCropPixels(const cv::Mat& roi, const CropBox& box, cv::Mat& dst, Interpolation interpolation) {
-  // Shrinking by 2x or more: area interpolation, antialiased like PIL's resize. Below 2x,
-  // bilinear already reads every source pixel (its 2x2 footprint covers them), so it aliases
-  // no more than area averaging would, at a third of the cost; it is also what enlarging uses.
-  const bool shrinking = roi.cols >= 2 * dst.cols && roi.rows >= 2 * dst.rows;
-  cv::Mat out = dst;  // shares dst's memory: cv::resize writes in place when size and type match
-  switch (interpolation) {
-    case Interpolation::kBilinear:
-      cv::resize(roi, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
-      break;
-    case Interpolation::kBicubic:
-      if (shrinking) {
-        // Area-average down to twice the output (the antialiasing), then bicubic.
-        cv::Mat half;
-        cv::resize(roi, half, cv::Size(2 * dst.cols, 2 * dst.rows), 0, 0, cv::INTER_AREA);
-        cv::resize(half, out, dst.size(), 0, 0, cv::INTER_CUBIC);
-      } else {
-        cv::resize(roi, out, dst.size(), 0, 0, cv::INTER_CUBIC);
-      }
-      break;
-    case Interpolation::kNearest: cv::resize(roi, out, dst.size(), 0, 0, cv::INTER_NEAREST_EXACT); break;
-  }
+void ResizeCropPixels(const cv::Mat& pixels, const cv::Rect& where, int src_cols, int src_rows, int full_width,
+                      int full_height, const CropBox& box, cv::Mat& dst, Interpolation interpolation) {
+  const auto [sx, sy] = ScaleFactors(src_cols, src_rows, full_width, full_height);
+  // The exact box in `pixels`' coordinates (after a crop at full size: all of them).
+  const cv::Rect2d b = box.Exact();
+  const cv::Rect2d e(b.x * sx - where.x, b.y * sy - where.y, b.width * sx, b.height * sy);
+  cv::Mat out = dst;  // shares dst's memory
+  ResampleBox(pixels, e.x, e.y, e.width, e.height, interpolation, out);
   if (box.flip && box.vflip) {
     cv::flip(out, out, -1);
   } else if (box.flip || box.vflip) {
@@ -219,7 +211,26 @@ void ResizeCropPixels(const cv::Mat& roi, const CropBox& box, cv::Mat& dst, Inte
 
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst,
                 Interpolation interpolation) {
-  ResizeCropPixels(src(ScaledCropRect(src.cols, src.rows, full_width, full_height, box)), box, dst, interpolation);
+  const cv::Rect where = ScaledCropRect(src.cols, src.rows, full_width, full_height, box, dst.cols);
+  ResizeCropPixels(src(where), where, src.cols, src.rows, full_width, full_height, box, dst, interpolation);
+}
+
+ResizeCropTask TaskFor(const CropBox& box, int full_width, int full_height, int out_size, Interpolation interpolation) {
+  const cv::Rect region = ScaledCropRect(full_width, full_height, full_width, full_height, box, out_size);
+  const cv::Rect2d exact = box.Exact();
+  ResizeCropTask t;
+  t.x = region.x;
+  t.y = region.y;
+  t.width = region.width;
+  t.height = region.height;
+  t.box_x = static_cast<float>(exact.x - region.x);
+  t.box_y = static_cast<float>(exact.y - region.y);
+  t.box_width = static_cast<float>(exact.width);
+  t.box_height = static_cast<float>(exact.height);
+  t.flip = box.flip ? 1 : 0;
+  t.vflip = box.vflip ? 1 : 0;
+  t.filter = FilterCode(interpolation);
+  return t;
 }
 
 }  // namespace coloader

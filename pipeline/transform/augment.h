@@ -14,17 +14,13 @@
 
 #include "pipeline/random.h"
 #include "common/status.h"
+#include "pipeline/transform/augment_device.h"
+#include "pipeline/transform/resample.h"
 
 namespace coloader {
 
 enum class AugmentMode { kTrain, kEval, kNone };
 
-// How the box is resized to the output. Bilinear shrinks of 2x or more average areas
-// (antialiased, as PIL and torchvision's antialias=True); bicubic does the same down to twice
-// the output, then bicubic; nearest samples as torchvision's nearest-exact.
-enum class Interpolation { kNearest, kBilinear, kBicubic };
-Result<Interpolation> ParseInterpolation(const std::string& s);  // torchvision's names, any case
-const char* InterpolationName(Interpolation i);
 
 Result<AugmentMode> ParseAugmentMode(const std::string& s);  // "train" | "eval" | "none"
 const char* AugmentModeName(AugmentMode mode);
@@ -57,13 +53,25 @@ class SampleRng {
   Xoshiro256StarStar gen_;
 };
 
-// A crop box in source-image pixel coordinates plus the flip decision.
+// A crop box in source-image pixel coordinates plus the flip decisions. (x, y, width, height)
+// is the box in whole pixels (what a region decode and the DCT scale are chosen by); the exact
+// box, fractional, is what the resize maps onto the output (Resize then CenterCrop lands
+// between pixels); `crop_first` says whether the resize reads only the box's pixels
+// (RandomResizedCrop: torchvision crops, then resizes) or the image around it too (Resize then
+// CenterCrop: the resize sees the whole image).
 struct CropBox {
   int x = 0, y = 0, width = 0, height = 0;
   bool flip = false;
   bool vflip = false;
+  double exact_x = 0, exact_y = 0, exact_width = 0, exact_height = 0;  // 0 width: the whole-pixel box
+  bool crop_first = true;
+  // The same whole-pixel box and flips (the exact box follows from the draw that made them).
   bool operator==(const CropBox& o) const {
     return x == o.x && y == o.y && width == o.width && height == o.height && flip == o.flip && vflip == o.vflip;
+  }
+  // The exact box (the whole-pixel one where none is set).
+  cv::Rect2d Exact() const {
+    return exact_width > 0 ? cv::Rect2d(exact_x, exact_y, exact_width, exact_height) : cv::Rect2d(x, y, width, height);
   }
 };
 
@@ -78,16 +86,25 @@ CropBox EvalCrop(int width, int height, const AugmentOptions& opts);
 CropBox SampleCrop(int width, int height, const AugmentOptions& opts, SampleRng& rng);
 
 // Crops `box` (in the coordinates of an image of full_width x full_height) out of `src`,
-// which may be that image downscaled (DCT scaling), resizes it to out_size x out_size and
-// flips it if asked. Downscaling uses area interpolation (antialiased, as PIL), upscaling
-// bilinear. `dst` must be a preallocated out_size x out_size CV_8UC3 (it may wrap slot memory).
+// which may be that image downscaled (DCT scaling), resizes it to dst's size as torchvision
+// does (resample.h: antialiased bilinear or bicubic, or nearest) and flips it if asked. `dst`
+// must be a preallocated CV_8UC3 of the output's size (it may wrap slot memory).
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box,
                 cv::Mat& dst, Interpolation interpolation = Interpolation::kBilinear);
-// Its two halves: where the box falls in an image decoded at src_cols x src_rows (full size
-// or DCT-scaled), and the resize (and flip) of those pixels into dst. A decoder that decodes
-// only that rectangle (Decoder::DecodeJpegRegion) hands its pixels to the second.
-cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box);
-void ResizeCropPixels(const cv::Mat& roi, const CropBox& box, cv::Mat& dst,
+// Its two halves: the pixels of an image decoded at src_cols x src_rows (full size or
+// DCT-scaled) that the resize of the box to out_size reads (the box's, or with the filter's
+// reach around it when !crop_first), and the resize (and flips) of those pixels into dst. A
+// decoder that decodes only that rectangle (Decoder::DecodeJpegRegion) hands its pixels to the
+// second, with the rectangle, so it can place the exact box in them.
+cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_height, const CropBox& box,
+                        int out_size = 0);
+void ResizeCropPixels(const cv::Mat& pixels, const cv::Rect& where, int src_cols, int src_rows, int full_width,
+                      int full_height, const CropBox& box, cv::Mat& dst,
                       Interpolation interpolation = Interpolation::kBilinear);
+
+// The GPU twin's task for `box` of a decoded full_width x full_height image (augment_device.h):
+// the region ResizeCrop reads and the exact box in it, the flips, the filter. The caller sets
+// src, pitch and dst_index.
+ResizeCropTask TaskFor(const CropBox& box, int full_width, int full_height, int out_size, Interpolation interpolation);
 
 }  // namespace coloader

@@ -8,16 +8,19 @@
 
 namespace coloader {
 
-// The GPU variant of ResizeCrop (augment.cu), over a batch. Each task crops a box out of one
-// decoded full-size RGB image in device memory, resizes it to out_size x out_size (area
-// averaging when shrinking by 2x or more in both axes, bilinear otherwise: the CPU path's
-// rule and OpenCV's sampling grid) and flips it if asked, into uint8 NHWC at
+// The GPU variant of ResizeCrop (augment.cu), over a batch. Each task resizes the exact box
+// (box_x, box_y, box_width, box_height: fractional, relative to the region's top-left) of one
+// decoded RGB image in device memory to out_size x out_size with the CPU's weights
+// (resample_weights.h: antialiased bilinear or bicubic, or nearest), reading only the region's
+// pixels (x, y, width, height in the image), flips it if asked, into uint8 NHWC at
 // dst + dst_index * out_size * out_size * 3.
 struct ResizeCropTask {
   const uint8_t* src = nullptr;  // device, interleaved RGB
   int32_t pitch = 0;             // bytes per row
-  int32_t x = 0, y = 0, width = 0, height = 0;
-  int32_t flip = 0;
+  int32_t x = 0, y = 0, width = 0, height = 0;  // the region the taps may read
+  float box_x = 0, box_y = 0, box_width = 0, box_height = 0;  // the exact box, in the region
+  int32_t flip = 0, vflip = 0;
+  int32_t filter = 1;  // resample_weights.h's codes: 0 nearest, 1 bilinear, 2 bicubic
   uint32_t dst_index = 0;
 };
 // `tasks` is in device memory; `stream` is a cudaStream_t.

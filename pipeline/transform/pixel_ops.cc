@@ -13,25 +13,24 @@ namespace {
 
 class ColorJitter : public PixelOp {
  public:
-  ColorJitter(double b, double c, double s, double h) : b_(b), c_(c), s_(s), h_(h) {}
+  ColorJitter(JitterRange b, JitterRange c, JitterRange s, JitterRange h) : r_{b, c, s, h} {}
   void Apply(cv::Mat& rgb, SampleRng& rng) const override {
     // torchvision's get_params: a random order of the four, then each factor that is set.
     std::array<int, 4> order = {0, 1, 2, 3};
     for (int i = 3; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
-    const double fb = b_ > 0 ? rng.Uniform(std::max(0.0, 1 - b_), 1 + b_) : 1;
-    const double fc = c_ > 0 ? rng.Uniform(std::max(0.0, 1 - c_), 1 + c_) : 1;
-    const double fs = s_ > 0 ? rng.Uniform(std::max(0.0, 1 - s_), 1 + s_) : 1;
-    const double fh = h_ > 0 ? rng.Uniform(-h_, h_) : 0;
+    double f[4];
+    for (int i = 0; i < 4; ++i) f[i] = r_[i].set ? rng.Uniform(r_[i].lo, r_[i].hi) : 0;
     for (int op : order) {
-      if (op == 0 && b_ > 0) color::AdjustBrightness(rgb, fb);
-      if (op == 1 && c_ > 0) color::AdjustContrast(rgb, fc);
-      if (op == 2 && s_ > 0) color::AdjustSaturation(rgb, fs);
-      if (op == 3 && h_ > 0) color::AdjustHue(rgb, fh);
+      if (!r_[op].set) continue;
+      if (op == 0) color::AdjustBrightness(rgb, f[0]);
+      if (op == 1) color::AdjustContrast(rgb, f[1]);
+      if (op == 2) color::AdjustSaturation(rgb, f[2]);
+      if (op == 3) color::AdjustHue(rgb, f[3]);
     }
   }
 
  private:
-  double b_, c_, s_, h_;
+  JitterRange r_[4];
 };
 
 class RandomGrayscale : public PixelOp {
@@ -211,7 +210,8 @@ class AutoAugmentOp : public PixelOp {
 
 }  // namespace
 
-std::shared_ptr<const PixelOp> MakeColorJitter(double brightness, double contrast, double saturation, double hue) {
+std::shared_ptr<const PixelOp> MakeColorJitter(JitterRange brightness, JitterRange contrast, JitterRange saturation,
+                                               JitterRange hue) {
   return std::make_shared<ColorJitter>(brightness, contrast, saturation, hue);
 }
 std::shared_ptr<const PixelOp> MakeRandomGrayscale(double p) { return std::make_shared<RandomGrayscale>(p); }

@@ -26,9 +26,15 @@ class PixelOp {
   virtual void Apply(cv::Mat& rgb, SampleRng& rng) const = 0;
 };
 
-// ColorJitter(brightness, contrast, saturation, hue): each factor drawn uniformly from
-// [max(0, 1 - x), 1 + x] (hue from [-h, h]), the four applied in a random order.
-std::shared_ptr<const PixelOp> MakeColorJitter(double brightness, double contrast, double saturation, double hue);
+// ColorJitter(brightness, contrast, saturation, hue): each factor that is set drawn uniformly
+// from its range (torchvision's x means [max(0, 1 - x), 1 + x], hue's [-x, x]), the four
+// applied in a random order.
+struct JitterRange {
+  double lo = 0, hi = 0;
+  bool set = false;
+};
+std::shared_ptr<const PixelOp> MakeColorJitter(JitterRange brightness, JitterRange contrast, JitterRange saturation,
+                                               JitterRange hue);
 // RandomGrayscale(p): with probability p, ITU-R 601-2 luma into all three channels.
 std::shared_ptr<const PixelOp> MakeRandomGrayscale(double p);
 // GaussianBlur(kernel_size, sigma): sigma drawn uniformly from [lo, hi], reflect padding.

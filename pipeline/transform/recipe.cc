@@ -78,7 +78,7 @@ class Args {
     if (sides.size() == 2 && sides[0] != sides[1])
       return Error(*v, "'" + key + "' (" + Num(sides[0]) + ", " + Num(sides[1]) +
                            ") is not square: coloader's native recipes make square images (size or [s, s])" + kAnyway);
-    size_list_ = v->is_array();
+    size_list_ = sides.size() == 2;  // [s] is an int's meaning: the shorter side
     return static_cast<int>(sides[0]);
   }
   bool size_was_list() const { return size_list_; }
@@ -213,21 +213,36 @@ struct Parser {
       COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops (coloader flips as it resizes)"));
       COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.5, 0, 1));
       (name == "RandomHorizontalFlip" ? r.geometry.flip_probability : r.geometry.vflip_probability) = p;
-      if (name == "RandomVerticalFlip" && p > 0) cpu_only.push_back(name);
       line << "(p=" << p << ")";
     } else if (name == "ColorJitter") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
-      double f[4];
+      // Each a number x (the factor from [max(0, 1 - x), 1 + x], hue's shift from [-x, x]) or a
+      // range [lo, hi]; absent or 0: left alone.
+      JitterRange f[4];
       const char* keys[4] = {"brightness", "contrast", "saturation", "hue"};
       for (int i = 0; i < 4; ++i) {
+        const bool hue = i == 3;
         const JsonValue* v = a.Get(keys[i]);
-        if (v && !v->is_number())
-          return a.Error(*v, std::string("'") + keys[i] + "' must be one number x (the factor drawn from [max(0, 1 - x), 1 + x]); a (min, max) pair is not supported natively" + kAnyway);
-        COLOADER_ASSIGN_OR_RETURN(f[i], a.Number(keys[i], 0, 0, i == 3 ? 0.5 : 1e6));
+        if (!v) continue;
+        if (v->is_number()) {
+          const double x = v->number();
+          if (!(x >= 0 && x <= (hue ? 0.5 : 1e6))) return a.Error(*v, std::string("'") + keys[i] + "' must be in [0, " + (hue ? "0.5" : "inf") + "]");
+          f[i] = hue ? JitterRange{-x, x, x > 0} : JitterRange{std::max(0.0, 1 - x), 1 + x, x > 0};
+          continue;
+        }
+        if (!v->is_array() || v->items().size() != 2 || !v->items()[0].is_number() || !v->items()[1].is_number())
+          return a.Error(*v, std::string("'") + keys[i] + "' must be a number or a range [lo, hi]");
+        const double lo = v->items()[0].number(), hi = v->items()[1].number();
+        if (!(lo <= hi) || (hue ? (lo < -0.5 || hi > 0.5) : lo < 0))
+          return a.Error(*v, std::string("'") + keys[i] + "' must be a range lo <= hi" + (hue ? " inside [-0.5, 0.5]" : " of non-negative factors"));
+        f[i] = JitterRange{lo, hi, true};
       }
       r.pixel_ops.push_back(MakeColorJitter(f[0], f[1], f[2], f[3]));
       cpu_only.push_back(name);
-      line << "(brightness=" << f[0] << ", contrast=" << f[1] << ", saturation=" << f[2] << ", hue=" << f[3] << ")";
+      line << "(";
+      for (int i = 0; i < 4; ++i)
+        line << (i ? ", " : "") << keys[i] << "=" << (f[i].set ? "(" + Num(f[i].lo) + ", " + Num(f[i].hi) + ")" : "None");
+      line << ")";
     } else if (name == "RandomGrayscale") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
       COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.1, 0, 1));
@@ -394,6 +409,7 @@ Result<Recipe> ParseRecipe(const JsonValue& doc) {
   if (!list->is_array() || list->items().empty())
     return list->ErrorAt("a recipe is a non-empty list of ops, e.g. [{op: RandomResizedCrop, size: 224}, ...]");
   Parser p;
+  p.r.geometry.flip_probability = 0;  // flips only where the recipe states them
   for (const JsonValue& op : list->items()) COLOADER_RETURN_NOT_OK(p.Op(op));
   if (!p.have_box)
     return list->ErrorAt("the recipe states no output size: begin it with RandomResizedCrop(size) or Resize(size) "
@@ -401,8 +417,6 @@ Result<Recipe> ParseRecipe(const JsonValue& doc) {
   if (p.need_center)
     return list->ErrorAt("Resize(int) makes images of different shapes: follow it with CenterCrop(size), or give "
                          "Resize a square size [s, s]");
-  if (p.r.geometry.interpolation != Interpolation::kBilinear)
-    p.cpu_only.push_back(std::string("interpolation=") + InterpolationName(p.r.geometry.interpolation));
   if (!p.normalized) {
     // ToTensor's x / 255.
     for (int c = 0; c < 3; ++c) p.r.normalize.mean[c] = 0.f, p.r.normalize.std[c] = 255.f;
@@ -423,9 +437,8 @@ Result<Recipe> ReadRecipeFile(const std::string& path) {
     return Status::Invalid("--transform " + path + ": a Python recipe is translated by the Python package: run "
                            "`python -m coloader serve --transform " + path + " ...` (or the wheel's `coloader` "
                            "command), or write the ops as JSON/YAML (coloader.transforms.translate prints them)");
-  if (!ends(".json") && !ends(".yaml") && !ends(".yml"))
-    return Status::Invalid("--transform " + path + ": a recipe file ends in .json, .yaml, .yml (or .py, through "
-                           "`python -m coloader serve`)");
+  // .yaml and .yml are YAML, anything else JSON (the Python launcher hands a translated .py over
+  // as /proc/self/fd/N).
   COLOADER_ASSIGN_OR_RETURN(const JsonValue doc, ReadJsonOrYamlFile(path));
   return ParseRecipe(doc);
 }

@@ -12,7 +12,8 @@ for any other location on sys.path this launcher hands the path over in _COLOADE
 an internal variable (the binary adds it to its candidates after the CUDA installs; users set
 COLOADER_NVJPEG_LIBRARY instead, which wins over everything).
 
-`serve --resume CKPT --resume-key KEY` reads a torch checkpoint here (the binary reads JSON
+`serve --transform recipe.py` runs the file here and hands the binary the translation of the
+Compose it binds to `transform` (coloader.transforms). `serve --resume CKPT --resume-key KEY` reads a torch checkpoint here (the binary reads JSON
 only) and hands the binary the Loader state found under KEY; see resume_from_checkpoint.
 """
 
@@ -74,7 +75,8 @@ def main(argv=None):
         os.environ["_COLOADER_NVJPEG_WHEEL"] = str(nvjpeg)
     try:
         args = resume_from_checkpoint(args)
-    except ValueError as e:
+        args = recipe_from_python(args)
+    except ValueError as e:  # UnsupportedOp too
         sys.stderr.write("coloader serve: %s\n" % e)
         return 2
     os.execv(str(path), [str(path)] + args)
@@ -135,6 +137,35 @@ def resume_from_checkpoint(args):
     out = list(args)
     out[state_value] = ("--resume=" if state_flag == state_value else "") + "/dev/fd/%d" % read
     return [a for i, a in enumerate(out) if i not in (key_flag, key_value)]
+
+
+def _to_binary(value):
+    """`value` (a small JSON text) as a path the binary reads: the read end of a pipe that it
+    inherits, so that nothing is left behind."""
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as f:  # a few KB at most: the pipe holds it
+        f.write(value)
+    os.set_inheritable(read, True)
+    return "/dev/fd/%d" % read
+
+
+def recipe_from_python(args):
+    """`serve --transform recipe.py`: the file binds `transform` to a torchvision Compose; its
+    native recipe (coloader.transforms.translate) goes to the binary as JSON. Other arguments
+    pass unchanged."""
+    if not args or args[0] != "serve":
+        return args
+    flag, value_at, path = _option(args, "--transform")
+    if path is None or not path.endswith(".py"):
+        return args
+    if not os.path.isfile(path):
+        raise ValueError("--transform %s: no such file" % path)
+    from . import transforms
+
+    recipe = transforms.to_json(transforms.load_python(path))
+    out = list(args)
+    out[value_at] = ("--transform=" if flag == value_at else "") + _to_binary(recipe)
+    return out
 
 
 if __name__ == "__main__":

@@ -322,6 +322,12 @@ def _declare_producer(lib):
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
         "coloader_producer_finish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
+        "coloader_recipe_image_size": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)]),
+        "coloader_recipe_apply": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,
+                                                 ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32,
+                                                 ctypes.c_void_p]),
+        "coloader_augment_op": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_double, ctypes.c_void_p, ctypes.c_int32,
+                                               ctypes.c_int32, ctypes.c_void_p]),
     }
     _set_prototypes(lib, protos)
     _check_sizes(lib.coloader_producer_struct_size, {"producer_options": ProducerOptions, "field": Field})

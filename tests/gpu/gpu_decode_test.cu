@@ -75,29 +75,37 @@ TEST(GpuResizeCrop, MatchesTheCpuResizeCropWithinOneLevel) {
   ASSERT_EQ(cudaMalloc(&d_dst, sample * boxes.size()), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_tasks, sizeof(ResizeCropTask) * boxes.size()), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_src, src.data, src.total() * 3, cudaMemcpyHostToDevice), cudaSuccess);
-  std::vector<ResizeCropTask> tasks(boxes.size());
-  for (size_t i = 0; i < boxes.size(); ++i)
-    tasks[i] = ResizeCropTask{d_src, w * 3, boxes[i].x, boxes[i].y, boxes[i].width, boxes[i].height,
-                              boxes[i].flip ? 1 : 0, static_cast<uint32_t>(i)};
-  ASSERT_EQ(cudaMemcpy(d_tasks, tasks.data(), sizeof(ResizeCropTask) * tasks.size(), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  ASSERT_TRUE(ResizeCropBatchOnDevice(d_tasks, static_cast<uint32_t>(tasks.size()), size, d_dst, nullptr).ok());
-  std::vector<uint8_t> gpu(sample * boxes.size());
-  ASSERT_EQ(cudaMemcpy(gpu.data(), d_dst, gpu.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  int worst = 0;
-  uint64_t differing = 0;
-  for (size_t i = 0; i < boxes.size(); ++i) {
-    cv::Mat cpu(size, size, CV_8UC3);
-    ResizeCrop(src, w, h, boxes[i], cpu);
-    for (size_t k = 0; k < sample; ++k) {
-      const int d = std::abs(int(cpu.data[k]) - int(gpu[i * sample + k]));
-      worst = std::max(worst, d);
-      differing += d != 0;
+  // Every interpolation, the flips both ways on every other box.
+  for (const Interpolation interp : {Interpolation::kBilinear, Interpolation::kBicubic, Interpolation::kNearest}) {
+    std::vector<ResizeCropTask> tasks(boxes.size());
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      boxes[i].vflip = i % 2 == 1;
+      tasks[i] = TaskFor(boxes[i], w, h, size, interp);
+      tasks[i].src = d_src;
+      tasks[i].pitch = w * 3;
+      tasks[i].dst_index = static_cast<uint32_t>(i);
     }
+    ASSERT_EQ(cudaMemcpy(d_tasks, tasks.data(), sizeof(ResizeCropTask) * tasks.size(), cudaMemcpyHostToDevice),
+              cudaSuccess);
+    ASSERT_TRUE(ResizeCropBatchOnDevice(d_tasks, static_cast<uint32_t>(tasks.size()), size, d_dst, nullptr).ok());
+    std::vector<uint8_t> gpu(sample * boxes.size());
+    ASSERT_EQ(cudaMemcpy(gpu.data(), d_dst, gpu.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    int worst = 0;
+    uint64_t differing = 0;
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      cv::Mat cpu(size, size, CV_8UC3);
+      ResizeCrop(src, w, h, boxes[i], cpu, interp);
+      for (size_t k = 0; k < sample; ++k) {
+        const int d = std::abs(int(cpu.data[k]) - int(gpu[i * sample + k]));
+        worst = std::max(worst, d);
+        differing += d != 0;
+      }
+    }
+    std::printf("GPU ResizeCrop vs CPU, %s: %zu boxes (%d shrinking 2x+, %d not), max diff %d, %.4f%% of values "
+                "differ\n", InterpolationName(interp), boxes.size(), area, bilinear, worst,
+                100.0 * differing / (sample * boxes.size()));
+    EXPECT_LE(worst, 1) << InterpolationName(interp);
   }
-  std::printf("GPU ResizeCrop vs CPU: %zu boxes (%d area, %d bilinear), max diff %d, %.4f%% of values differ\n",
-              boxes.size(), area, bilinear, worst, 100.0 * differing / (sample * boxes.size()));
-  EXPECT_LE(worst, 1);
   cudaFree(d_src);
   cudaFree(d_dst);
   cudaFree(d_tasks);

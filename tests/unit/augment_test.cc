@@ -267,6 +267,14 @@ TEST(EvalCropTest, MatchesTorchvisionResizeCenterCrop) {
   // A square: 256x256, crop at 16: x = y = 14, w = h = 196.
   EXPECT_EQ(EvalCrop(224, 224, o), Box(14, 14, 196, 196));
   EXPECT_EQ(EvalCrop(256, 256, o), Box(16, 16, 224, 224));
+  // The exact box, which the resize maps onto the output: torchvision's resized pixels between
+  // source pixels, and the resize reads the image around the crop.
+  const CropBox e = EvalCrop(500, 375, o);
+  EXPECT_NEAR(e.exact_x, 58 * 500.0 / 341, 1e-9);
+  EXPECT_NEAR(e.exact_y, 16 * 375.0 / 256, 1e-9);
+  EXPECT_NEAR(e.exact_width, 224 * 500.0 / 341, 1e-9);
+  EXPECT_NEAR(e.exact_height, 224 * 375.0 / 256, 1e-9);
+  EXPECT_FALSE(e.crop_first);
 }
 
 TEST(EvalCropTest, BoxesStayInsideAndNeverFlip) {

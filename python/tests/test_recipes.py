@@ -1,0 +1,331 @@
+"""Recipes (issue 36): a job's torchvision transforms, translated and run natively.
+
+- Fidelity, op by op, against torchvision itself on the same decoded pixels: every automatic-
+  augmentation op at fixed magnitudes (coloader.transforms.augment_op against torchvision's
+  _apply_op), every deterministic recipe (resize in each interpolation, Resize + CenterCrop,
+  flips, grayscale, jitter at a fixed factor, blur, normalisation) through coloader.transforms.apply.
+  The bound is the issue's: mean |diff| <= 1 level of 255 against torchvision's tensor kernels
+  and against PIL's.
+- Random ops by their distributions: the native op and torchvision's, each run on one image
+  over many draws, give the same distribution of a per-image statistic (two-sample
+  Kolmogorov-Smirnov at alpha = 0.001).
+- Translation and errors: translate() of the reference recipes, ops and arguments with no twin
+  named, the recipe file checks of `serve --transform`.
+- End to end: `python -m coloader serve --transform recipe.py` with a real producer and a
+  Loader; the batches are the native recipe of the same files, bit for bit.
+"""
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from support import BINARY, PYTHON_DIR, Producer, needs_build, torch  # noqa: F401 (torch: skips without it)
+
+import coloader
+import coloader.transforms as ct
+
+T = pytest.importorskip("torchvision.transforms")
+from torchvision.transforms import InterpolationMode, autoaugment  # noqa: E402
+from PIL import Image  # noqa: E402
+
+pytestmark = needs_build
+
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+@pytest.fixture(scope="module")
+def photos():
+    """Real photographs (Debian's mate-backgrounds) at ImageNet-like sizes, else a textured image."""
+    from pathlib import Path
+
+    found = sorted(Path("/usr/share/backgrounds/mate").glob("*/*.jpg"))[:3]
+    images = [np.asarray(Image.open(p).convert("RGB").resize((500, 375), Image.BILINEAR)) for p in found]
+    if not images:
+        rng = np.random.default_rng(0)
+        y, x = np.mgrid[0:375, 0:500]
+        base = np.stack([x * 255 // 500, y * 255 // 375, (x + y) * 127 // 875], -1)
+        images = [np.clip(base + rng.integers(-40, 40, base.shape), 0, 255).astype(np.uint8)]
+    return images
+
+
+def tv_tensor(transform, image):
+    """torchvision's tensor kernels on a uint8 CHW tensor, back to HWC."""
+    for t in getattr(transform, "transforms", [transform]):
+        if hasattr(t, "antialias"):
+            t.antialias = True  # PIL's behaviour, and v2's default
+    x = torch.from_numpy(image.copy()).permute(2, 0, 1).contiguous()
+    return transform(x).permute(1, 2, 0).numpy()
+
+
+def tv_pil(transform, image):
+    return np.asarray(transform(Image.fromarray(image)))
+
+
+def mean_abs(a, b):
+    return float(np.abs(a.astype(np.int32) - b.astype(np.int32)).mean())
+
+
+AUGMENT_OPS = [
+    ("Identity", [0.0]), ("ShearX", [0.3, -0.2, 0.99]), ("ShearY", [0.3, -0.5]),
+    ("TranslateX", [10.0, -32.0]), ("TranslateY", [12.0, -20.0]), ("Rotate", [30.0, -135.0, 7.5]),
+    ("Brightness", [0.5, -0.9]), ("Color", [0.9, -0.5]), ("Contrast", [0.5, -0.9]),
+    ("Sharpness", [0.9, -0.9]), ("Posterize", [4, 2]), ("Solarize", [128.0, 0.0]),
+    ("AutoContrast", [0.0]), ("Equalize", [0.0]), ("Invert", [0.0]),
+]
+
+
+@pytest.mark.parametrize("name,magnitudes", AUGMENT_OPS, ids=[n for n, _ in AUGMENT_OPS])
+def test_each_augment_op_matches_torchvision_at_fixed_magnitudes(photos, name, magnitudes):
+    for magnitude in magnitudes:
+        for fill in (None, [128.0, 64.0, 32.0]):
+            for image in photos:
+                ours = ct.augment_op(name, magnitude, image, fill=fill)
+                x = torch.from_numpy(image.copy()).permute(2, 0, 1).contiguous()
+                theirs = autoaugment._apply_op(x, name, magnitude, InterpolationMode.NEAREST, fill)
+                theirs = theirs.permute(1, 2, 0).numpy()
+                assert mean_abs(ours, theirs) <= 1.0, (name, magnitude, fill)
+
+
+DETERMINISTIC = [
+    ("Resize((96, 96))", [{"op": "Resize", "size": [96, 96]}], lambda: T.Resize((96, 96))),
+    ("Resize((400, 400)) enlarging", [{"op": "Resize", "size": [400, 400]}], lambda: T.Resize((400, 400))),
+    ("Resize(256) + CenterCrop(224)", [{"op": "Resize", "size": 256}, {"op": "CenterCrop", "size": 224}],
+     lambda: T.Compose([T.Resize(256), T.CenterCrop(224)])),
+    ("bicubic Resize(96) + CenterCrop(96)",
+     [{"op": "Resize", "size": 96, "interpolation": "bicubic"}, {"op": "CenterCrop", "size": 96}],
+     lambda: T.Compose([T.Resize(96, InterpolationMode.BICUBIC), T.CenterCrop(96)])),
+    ("bicubic Resize(300) + CenterCrop(300)",
+     [{"op": "Resize", "size": 300, "interpolation": "bicubic"}, {"op": "CenterCrop", "size": 300}],
+     lambda: T.Compose([T.Resize(300, InterpolationMode.BICUBIC), T.CenterCrop(300)])),
+    ("flips", [{"op": "Resize", "size": [96, 96]}, {"op": "RandomHorizontalFlip", "p": 1},
+               {"op": "RandomVerticalFlip", "p": 1}],
+     lambda: T.Compose([T.Resize((96, 96)), T.RandomHorizontalFlip(1), T.RandomVerticalFlip(1)])),
+    ("grayscale", [{"op": "Resize", "size": [96, 96]}, {"op": "RandomGrayscale", "p": 1}],
+     lambda: T.Compose([T.Resize((96, 96)), T.RandomGrayscale(1)])),
+    ("hue +0.2", [{"op": "Resize", "size": [96, 96]}, {"op": "ColorJitter", "hue": [0.2, 0.2]}],
+     lambda: T.Compose([T.Resize((96, 96)), T.ColorJitter(hue=(0.2, 0.2))])),
+    ("hue -0.4", [{"op": "Resize", "size": [96, 96]}, {"op": "ColorJitter", "hue": [-0.4, -0.4]}],
+     lambda: T.Compose([T.Resize((96, 96)), T.ColorJitter(hue=(-0.4, -0.4))])),
+    ("saturation 1.7", [{"op": "Resize", "size": [96, 96]}, {"op": "ColorJitter", "saturation": [1.7, 1.7]}],
+     lambda: T.Compose([T.Resize((96, 96)), T.ColorJitter(saturation=(1.7, 1.7))])),
+    ("contrast 0.6", [{"op": "Resize", "size": [96, 96]}, {"op": "ColorJitter", "contrast": [0.6, 0.6]}],
+     lambda: T.Compose([T.Resize((96, 96)), T.ColorJitter(contrast=(0.6, 0.6))])),
+    ("brightness 1.3", [{"op": "Resize", "size": [96, 96]}, {"op": "ColorJitter", "brightness": [1.3, 1.3]}],
+     lambda: T.Compose([T.Resize((96, 96)), T.ColorJitter(brightness=(1.3, 1.3))])),
+    ("GaussianBlur(5, 1.5)", [{"op": "Resize", "size": [96, 96]}, {"op": "GaussianBlur", "kernel_size": 5,
+                                                                   "sigma": 1.5}],
+     lambda: T.Compose([T.Resize((96, 96)), T.GaussianBlur(5, 1.5)])),
+]
+
+
+@pytest.mark.parametrize("name,recipe,make", DETERMINISTIC, ids=[d[0] for d in DETERMINISTIC])
+def test_deterministic_recipes_match_torchvision(photos, name, recipe, make):
+    for image in photos:
+        ours = ct.apply(recipe, image)
+        assert mean_abs(ours, tv_tensor(make(), image)) <= 1.0, "%s against torchvision's tensor kernels" % name
+        assert mean_abs(ours, tv_pil(make(), image)) <= 1.0, "%s against torchvision on PIL images" % name
+
+
+def test_nearest_resize_matches_pil(photos):
+    recipe = [{"op": "Resize", "size": 96, "interpolation": "nearest"}, {"op": "CenterCrop", "size": 96}]
+    make = T.Compose([T.Resize(96, InterpolationMode.NEAREST), T.CenterCrop(96)])
+    for image in photos:
+        assert mean_abs(ct.apply(recipe, image), tv_pil(make, image)) <= 1.0
+
+
+def test_normalize_matches_torchvision_in_float(photos):
+    recipe = [{"op": "Resize", "size": [64, 64]}, {"op": "ToTensor"}, {"op": "Normalize", "mean": MEAN, "std": STD}]
+    make = T.Compose([T.Resize((64, 64)), T.ToTensor(), T.Normalize(MEAN, STD)])
+    for image in photos:
+        ours = ct.apply(recipe, image, output="float32")
+        theirs = make(Image.fromarray(image)).permute(1, 2, 0).numpy()
+        # One level of a uint8 pixel is 1 / (255 * std) in normalised units.
+        assert float(np.abs(ours - theirs).mean()) <= 1 / (255 * min(STD))
+    # Without Normalize the float tensor is ToTensor's x / 255.
+    plain = ct.apply([{"op": "Resize", "size": [64, 64]}, {"op": "ToTensor"}], photos[0], output="float32")
+    pixels = ct.apply([{"op": "Resize", "size": [64, 64]}], photos[0])
+    np.testing.assert_allclose(plain, pixels / 255.0, atol=1e-6)
+
+
+def ks_statistic(a, b):
+    """The two-sample Kolmogorov-Smirnov statistic: the largest gap between the empirical CDFs."""
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(np.max(np.abs(np.searchsorted(a, grid, side="right") / len(a)
+                               - np.searchsorted(b, grid, side="right") / len(b))))
+
+
+def same_distribution(ours, theirs, label):
+    """Two-sample KS at alpha = 0.001 (c = 1.95)."""
+    n, m = len(ours), len(theirs)
+    d = ks_statistic(np.asarray(ours), np.asarray(theirs))
+    critical = 1.95 * np.sqrt((n + m) / (n * m))
+    assert d <= critical, "%s: KS statistic %.4f > %.4f: the native op's draws differ from torchvision's" % (
+        label, d, critical)
+
+
+RANDOM = [
+    ("TrivialAugmentWide", {"op": "TrivialAugmentWide"}, lambda: T.TrivialAugmentWide()),
+    ("RandAugment", {"op": "RandAugment", "num_ops": 2, "magnitude": 9}, lambda: T.RandAugment(2, 9)),
+    ("AutoAugment", {"op": "AutoAugment", "policy": "imagenet"}, lambda: T.AutoAugment()),
+    ("ColorJitter", {"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1},
+     lambda: T.ColorJitter(0.4, 0.4, 0.4, 0.1)),
+    ("RandomGrayscale", {"op": "RandomGrayscale", "p": 0.3}, lambda: T.RandomGrayscale(0.3)),
+    ("GaussianBlur", {"op": "GaussianBlur", "kernel_size": 9, "sigma": [0.1, 3.0]}, lambda: T.GaussianBlur(9, (0.1, 3.0))),
+]
+
+
+def statistics(image):
+    """Per-image statistics that every op of these moves: mean, spread, and the colour balance;
+    rounded, so that equal images give equal figures whatever their memory layout (ties matter:
+    identity draws are frequent)."""
+    f = np.ascontiguousarray(image, dtype=np.float64)
+    return round(f.mean(), 6), round(f.std(), 6), round((f[..., 0] - f[..., 2]).mean(), 6)
+
+
+@pytest.mark.parametrize("name,op,make", RANDOM, ids=[r[0] for r in RANDOM])
+def test_random_ops_draw_as_torchvision_does(photos, name, op, make):
+    image = np.asarray(Image.fromarray(photos[0]).resize((48, 48), Image.BILINEAR))
+    recipe = json.dumps([{"op": "Resize", "size": [48, 48]}, op])
+    draws = 1500
+    ours = [statistics(ct.apply(recipe, image, seed=5, index=i)) for i in range(draws)]
+    torch.manual_seed(0)
+    t = make()
+    x = torch.from_numpy(image.copy()).permute(2, 0, 1).contiguous()
+    theirs = [statistics(t(x).permute(1, 2, 0).numpy()) for _ in range(draws)]
+    for k, what in enumerate(("mean", "spread", "red - blue")):
+        same_distribution([s[k] for s in ours], [s[k] for s in theirs], "%s, %s" % (name, what))
+
+
+def test_random_resized_crop_and_erasing_draw_as_torchvision_does(photos):
+    # Boxes read back from a coordinate image: red encodes x, green y (to 1/255 of the side).
+    h, w = 255, 255
+    y, x = np.mgrid[0:h, 0:w]
+    coords = np.stack([x, y, np.zeros_like(x)], -1).astype(np.uint8)
+    recipe = json.dumps([{"op": "RandomResizedCrop", "size": 32, "scale": [0.2, 0.9], "ratio": [0.6, 1.6],
+                          "interpolation": "nearest"}])
+    t = T.RandomResizedCrop(32, scale=(0.2, 0.9), ratio=(0.6, 1.6), interpolation=InterpolationMode.NEAREST)
+    torch.manual_seed(0)
+    xt = torch.from_numpy(coords).permute(2, 0, 1).contiguous()
+
+    def box(out):
+        return (int(out[..., 0].max()) - int(out[..., 0].min()), int(out[..., 1].max()) - int(out[..., 1].min()))
+
+    ours = [box(ct.apply(recipe, coords, index=i)) for i in range(1500)]
+    theirs = [box(t(xt).permute(1, 2, 0).numpy()) for _ in range(1500)]
+    same_distribution([a * b for a, b in ours], [a * b for a, b in theirs], "RandomResizedCrop area")
+    same_distribution([a / max(b, 1) for a, b in ours], [a / max(b, 1) for a, b in theirs], "RandomResizedCrop aspect")
+    # RandomErasing on the normalised tensor: the share of the image erased.
+    image = photos[0]
+    recipe = json.dumps([{"op": "Resize", "size": [32, 32]}, {"op": "ToTensor"},
+                         {"op": "RandomErasing", "p": 0.7, "value": 0}])
+    base = ct.apply([{"op": "Resize", "size": [32, 32]}, {"op": "ToTensor"}], image, output="float32")
+    ours = [float(np.mean(np.all(ct.apply(recipe, image, index=i, output="float32") != base, axis=-1)))
+            for i in range(1500)]
+    e = T.RandomErasing(0.7, value=0)
+    tb = torch.from_numpy(base).permute(2, 0, 1).contiguous()
+    theirs = [float((e(tb.clone()) != tb).all(0).float().mean()) for _ in range(1500)]
+    same_distribution(ours, theirs, "RandomErasing's erased share")
+
+
+def test_same_sample_same_draws_and_epochs_differ(photos):
+    recipe = [{"op": "RandomResizedCrop", "size": 64}, {"op": "TrivialAugmentWide"}]
+    a = ct.apply(recipe, photos[0], seed=3, epoch=1, index=7)
+    assert np.array_equal(a, ct.apply(recipe, photos[0], seed=3, epoch=1, index=7))
+    assert not np.array_equal(a, ct.apply(recipe, photos[0], seed=3, epoch=2, index=7))
+
+
+def test_translate_the_reference_recipes():
+    reference = T.Compose([T.RandomResizedCrop(176), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
+                           T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD),
+                           T.RandomErasing(0.1)])
+    ops = ct.translate(reference)
+    assert [o["op"] for o in ops] == ["RandomResizedCrop", "RandomHorizontalFlip", "TrivialAugmentWide",
+                                      "PILToTensor", "ConvertImageDtype", "Normalize", "RandomErasing"]
+    assert ops[0]["size"] == [176, 176] and ops[0]["interpolation"] == "bilinear"
+    assert ops[6]["p"] == 0.1 and ops[6]["value"] == 0.0
+    assert ct.image_size(reference) == 176
+    timm_like = T.Compose([T.RandomResizedCrop(224, interpolation=InterpolationMode.BICUBIC),
+                           T.RandomHorizontalFlip(), T.RandAugment(2, 9), T.ToTensor(), T.Normalize(MEAN, STD),
+                           T.RandomErasing(0.25, value="random")])
+    ops = ct.translate(timm_like)
+    assert ops[0]["interpolation"] == "bicubic" and ops[2] == {"op": "RandAugment", "num_ops": 2, "magnitude": 9,
+                                                                "num_magnitude_bins": 31,
+                                                                "interpolation": "nearest"}
+    assert ops[-1]["value"] == "random"
+    evaluation = T.Compose([T.Resize(232), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+    assert ct.image_size(evaluation) == 224
+
+
+def test_ops_without_a_twin_are_named_with_what_to_do():
+    with pytest.raises(ct.UnsupportedOp, match="Lambda has no native twin.*coloader.Producer"):
+        ct.translate(T.Compose([T.Resize((8, 8)), T.Lambda(lambda x: x)]))
+    with pytest.raises(ct.UnsupportedOp, match="'RandomPerspective' has no native twin"):
+        ct.translate([T.RandomPerspective()])
+    with pytest.raises(ct.UnsupportedOp, match="max_size"):
+        ct.translate([T.Resize(256, max_size=300)])
+    # Arguments the native twin cannot honour: refused by the library, naming the op and argument.
+    image = np.zeros((16, 16, 3), np.uint8)
+    with pytest.raises(coloader.InvalidArgument, match="Resize.*not square"):
+        ct.apply([{"op": "Resize", "size": [8, 12]}], image)
+    with pytest.raises(coloader.InvalidArgument, match="TrivialAugmentWide.*interpolation nearest"):
+        ct.apply([{"op": "Resize", "size": [8, 8]}, {"op": "TrivialAugmentWide", "interpolation": "bilinear"}], image)
+    with pytest.raises(coloader.InvalidArgument, match="ColorJitter: has no argument 'gamma'"):
+        ct.apply([{"op": "Resize", "size": [8, 8]}, {"op": "ColorJitter", "gamma": 2}], image)
+    with pytest.raises(coloader.InvalidArgument, match="Normalize.*RandomErasing|comes last"):
+        ct.apply([{"op": "Resize", "size": [8, 8]}, {"op": "RandomErasing"}, {"op": "Normalize", "mean": MEAN,
+                                                                             "std": STD}], image)
+    with pytest.raises(coloader.InvalidArgument, match="CenterCrop"):
+        ct.apply([{"op": "Resize", "size": 8}], image)
+
+
+def test_serve_refuses_bad_recipes_naming_the_file_and_op(tmp_path, dataset):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {op: RandomResizedCrop, size: 32}\n- {op: Posterize, bits: 2}\n")
+    run = subprocess.run([str(BINARY), "serve", "--data", str(dataset), "--name", "bad-recipe", "--transform",
+                          str(bad)], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+    assert "bad.yaml:2:" in run.stderr and "'Posterize' has no native twin" in run.stderr
+    script = tmp_path / "recipe.py"
+    script.write_text("transform = None\n")
+    run = subprocess.run([str(BINARY), "serve", "--data", str(dataset), "--name", "py-recipe", "--transform",
+                          str(script)], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0 and "python -m coloader serve --transform" in run.stderr
+    run = subprocess.run([str(BINARY), "serve", "--data", str(dataset), "--name", "size-clash", "--image-size", "64",
+                          "--transform", str(tmp_path / "ok.json")], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+
+
+def test_a_python_recipe_is_served_natively_end_to_end(tmp_path, dataset, env):
+    """python -m coloader serve --transform recipe.py: the batches a Loader gets are the native recipe
+    of the same files (decoded without DCT scaling), bit for bit, in order."""
+    script = tmp_path / "recipe.py"
+    script.write_text(
+        "import torchvision.transforms as T\n"
+        "transform = T.Compose([T.Resize(40), T.CenterCrop(32), T.RandomHorizontalFlip(),\n"
+        "                       T.ColorJitter(0.3, 0.3), T.PILToTensor()])\n")
+    namespace = {}
+    exec(script.read_text(), namespace)
+    recipe = ct.to_json(namespace["transform"])
+    p = Producer(dataset, "--transform", str(script), "--output", "uint8", "--no-shuffle", "--no-dct-scaling",
+                 "--seed", "9", epochs=1, via_python=True)
+    assert any("recipe: Resize(size=40" in line for line in p.lines)
+    # ImageFolder's order (torchvision's): classes sorted, files sorted in each.
+    files = sorted(dataset.glob("*/*.jpg"), key=lambda f: (f.parent.name, f.name))
+    seen = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = coloader.Loader(p.name, batch_size=16, timeout=10, layout="nhwc")
+        for images, _ in loader:
+            assert tuple(images.shape[1:]) == (32, 32, 3)
+            for k, index in enumerate(loader.indices.tolist()):
+                decoded = np.asarray(Image.open(files[index]).convert("RGB"))
+                expected = ct.apply(recipe, decoded, seed=9, epoch=0, index=index)
+                assert np.array_equal(images[k].numpy(), expected), files[index]
+            seen += images.shape[0]
+    assert seen == len(files)
