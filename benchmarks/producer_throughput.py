@@ -24,9 +24,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESNET50_IMAGES_PER_S = 4000
 
 
-def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", whole=False):
+def run(binary, data, device, workers, batch, epochs, env, name, decode="cpu", whole=False, extra=()):
     serve = [binary, "serve", "--data", data, "--name", name, "--batch-size", str(batch), "--epochs", str(epochs),
-             "--workers", str(workers), "--window", "8", "--quiet", "--decode", decode]
+             "--workers", str(workers), "--window", "8", "--quiet", "--decode", decode, *extra]
     serve += ["--no-crop-decode"] if whole else []
     consume = [binary, "consume", "--name", name, "--json"]
     if device:

@@ -81,6 +81,11 @@ class BatchSource {
     (void)job;
     return -1;
   }
+  // The boxes the device ring erases after normalising, one per position (nullptr: none).
+  virtual const std::vector<EraseBox>* EraseBoxes(const BatchJob& job) const {
+    (void)job;
+    return nullptr;
+  }
   // The run is over (finished, stopped, failed, or its consumers left): whoever waits on the
   // source hears `why`.
   virtual void Stop(const Status& why) { (void)why; }

@@ -41,6 +41,7 @@ class DatasetSource : public BatchSource {
   bool Resubmit(std::unique_ptr<BatchJob>& job) override { return pipeline_->Resubmit(job); }
   const uint8_t* DeviceStaging(const BatchJob& job) const override { return pipeline_->DeviceStaging(job); }
   int DecodeDevice(const BatchJob& job) const override { return pipeline_->DecodeDevice(job); }
+  const std::vector<EraseBox>* EraseBoxes(const BatchJob& job) const override { return pipeline_->EraseBoxes(job); }
 
  private:
   explicit DatasetSource(ProducerOptions opts) : opts_(std::move(opts)) {}

@@ -21,6 +21,7 @@ struct DeviceRing::Impl {
   std::vector<CudaHostRegistration> host_registered;  // the shared memory cudaHostRegister pinned
   CudaDeviceMemory<uint8_t> device_base;  // every slot, one allocation, one IPC handle
   CudaDeviceMemory<uint8_t> staging;      // one uint8 batch: uploads are serialised on `stream`
+  CudaDeviceMemory<EraseTask> erase_tasks;  // one batch's RandomErasing boxes (serialised likewise)
   uint64_t slot_bytes = 0, labels_offset = 0, data_offset = 0, alloc_bytes = 0;
   CudaStream stream;
   std::vector<CudaEvent> events;
@@ -63,6 +64,8 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   r.alloc_bytes = r.slot_bytes * o.num_slots;
   CUDA_RETURN_NOT_OK(CudaMalloc(&r.device_base, r.alloc_bytes));
   if (o.fields.empty()) CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
+  if (o.fields.empty() && o.erase.p > 0)
+    CUDA_RETURN_NOT_OK(CudaMalloc(&r.erase_tasks, uint64_t{o.batch_size} * sizeof(EraseTask)));
   CUDA_RETURN_NOT_OK(CudaStreamCreate(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
   if (o.register_host) {
@@ -103,7 +106,8 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   return Result<std::unique_ptr<DeviceRing>>(std::move(ring));
 }
 
-Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged, int staged_device) {
+Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged, int staged_device,
+                          const std::vector<EraseBox>* erase) {
   Impl& r = *impl_;
   ScopedStage timer(Stage::kUploadEnqueue, count);
   CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
@@ -139,6 +143,21 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
                                          cudaMemcpyHostToDevice, r.stream.get()));
       COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging.get(), count, r.opts.height, r.opts.width, r.opts.dtype,
                                            r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream.get()));
+    }
+  }
+  if (erase != nullptr && r.erase_tasks) {
+    // RandomErasing, in the normalised tensor: the boxes the workers drew. The copy is from
+    // pageable memory, so `tasks` may go when it returns; the kernel follows on the stream.
+    std::vector<EraseTask> tasks;
+    for (uint32_t i = 0; i < count && i < erase->size(); ++i)
+      if ((*erase)[i].erase) tasks.push_back(TaskOf((*erase)[i], i));
+    if (!tasks.empty()) {
+      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.erase_tasks.get(), tasks.data(), tasks.size() * sizeof(EraseTask),
+                                         cudaMemcpyHostToDevice, r.stream.get()));
+      COLOADER_RETURN_NOT_OK(EraseBatchOnDevice(r.erase_tasks.get(), static_cast<uint32_t>(tasks.size()),
+                                                static_cast<int>(r.opts.width), r.opts.dtype, r.opts.layout,
+                                                FillOf(r.opts.erase), r.device_slot(slot) + r.data_offset,
+                                                r.stream.get()));
     }
   }
   CUDA_RETURN_NOT_OK(cudaEventRecord(r.events[slot].get(), r.stream.get()));

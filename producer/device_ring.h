@@ -16,6 +16,7 @@
 
 #include "common/protocol.h"
 #include "common/status.h"
+#include "pipeline/transform/erase.h"
 #include "pipeline/transform/normalize.h"
 
 namespace coloader {
@@ -28,6 +29,7 @@ struct DeviceRingOptions {
   DType dtype = DType::kFloat32;
   TensorLayout layout = TensorLayout::kNCHW;
   NormalizeParams normalize;
+  EraseOptions erase;  // RandomErasing after normalising (p 0: none)
   // A caller-fed producer's fields: each slot's are copied from the host slot's data area as
   // they are (no staging, no conversion), laid out alike (FieldOffsets).
   std::vector<FieldSpec> fields;
@@ -63,7 +65,9 @@ class DeviceRing {
   // slot's event. Returns at once. With `device_staged` (--decode gpu) the uint8 NHWC samples
   // are already in device memory on GPU `staged_device`, complete: they are converted from
   // there (copied over first when that is another GPU) instead of from the host staging.
-  Status Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged = nullptr, int staged_device = -1);
+  // With `erase`, the samples' boxes are then erased in the normalised tensor.
+  Status Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged = nullptr, int staged_device = -1,
+                const std::vector<EraseBox>* erase = nullptr);
   // Copies the slot's finished tensor back to the host slot's output area and waits: the
   // path for consumers that cannot map device memory. Nothing to do for fields: the host slot
   // holds what was uploaded.

@@ -190,7 +190,8 @@ Status Producer::Impl::Setup() {
   to.layout = staging.layout == TensorLayout::kNHWC ? TensorLayout::kNHWC : TensorLayout::kNCHW;
   to.dct_scaling = opts.dataset.dct_scaling;
   to.crop_decode = opts.dataset.crop_decode;
-  COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize));
+  to.erase_on_device = !opts.devices.empty();
+  COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize, to.erase));
   r.gpu.name = opts.name;
   r.gpu.mode = opts.dataset.decode;
   COLOADER_RETURN_NOT_OK(CheckRecipeFits(recipe, &r.gpu.mode));
@@ -209,10 +210,6 @@ Status Producer::Impl::Setup() {
 
 Status Producer::Impl::CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const {
   if (opts.dataset.recipe) LogLine("[coloader %s] recipe: %s\n", opts.name.c_str(), recipe.Describe().c_str());
-  if (recipe.erase.p > 0 && !opts.devices.empty())
-    return Status::Invalid("RandomErasing works on the normalised tensor, which --device makes on the GPU, and its "
-                           "GPU twin is not written yet: serve this recipe without --device (the host path), or "
-                           "drop RandomErasing from the recipe and apply torchvision's to the CUDA batch in the job");
   if (recipe.cpu_only_ops.empty() || *decode == DecodeMode::kCpu) return Status::OK();
   if (*decode == DecodeMode::kGpu)
     return Status::Invalid("--decode gpu: the recipe's " + recipe.cpu_only_ops +
@@ -279,7 +276,8 @@ Status Producer::Impl::CreateRing(const SlotLayouts& layouts) {
   return Status::OK();
 }
 
-Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize) {
+Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize,
+                                       const EraseOptions& erase) {
   for (size_t i = 0; i < opts.devices.size(); ++i) {
     DeviceRingOptions d;
     d.device = opts.devices[i];
@@ -291,6 +289,7 @@ Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const Normali
     d.dtype = table.dtype;
     d.layout = table.layout;
     d.normalize = normalize;
+    d.erase = erase;
     d.fields = table.fields;
     d.host_base = shm.data();
     d.host_bytes = shm.size();

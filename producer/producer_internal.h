@@ -171,11 +171,11 @@ struct Producer::Impl {
   // Setup's steps, in order.
   Status MakeSource();
   // Whether the recipe runs where the options ask (its log line; --decode auto falls back to the CPU for
-  // ops with no GPU twin, --decode gpu and RandomErasing with --device are refused).
+  // ops with no GPU twin, --decode gpu refuses them).
   Status CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const;
   Status ClaimName();
   Status CreateRing(const SlotLayouts& layouts);
-  Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize);
+  Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize, const EraseOptions& erase);
   Status Bind();
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;

@@ -77,6 +77,7 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
   in_flight_.fetch_add(1);
   // Streamed shards: what this batch reads is fetched while the batches before it decode.
   dataset_->WillRead(job->indices);
+  if (opts_.erase.p > 0 && opts_.erase_on_device) job->erase.assign(n, EraseBox{});
   if (!gpu_.empty()) {
     BatchJob::GpuPart& g = job->gpu;
     g.samples.assign(n, GpuSample{});
@@ -132,6 +133,7 @@ void Pipeline::WorkerLoop(int worker) {
     auto* lbl_out = reinterpret_cast<int64_t*>(job->slot_base + layout_.labels_offset);
     idx_out[pos] = index;
     lbl_out[pos] = sample.label;
+    if (!job->erase.empty()) job->erase[pos] = transform.EraseFor(seed_, job->epoch, static_cast<uint64_t>(index));
     Status st;
     uint8_t* dst = job->slot_base + layout_.data_offset + pos * sample_bytes;
     const bool cpu_share = !gpu_.empty() && pos >= job->gpu.cpu_from;
@@ -290,6 +292,7 @@ uint32_t Pipeline::FillFailed(BatchJob& job) const {
     if (!r) return 0;  // nothing of this batch decoded
     idx[i] = idx[*r];
     lbl[i] = lbl[*r];
+    if (!job.erase.empty()) job.erase[i] = job.erase[*r];
     if (gpu_.empty()) std::memcpy(data + i * sample_bytes, data + *r * sample_bytes, sample_bytes);
   }
   return n;

@@ -47,6 +47,9 @@ struct BatchJob {
     uint32_t decoded = 0;            // samples the GPU decoded (set by its lane)
     std::atomic<uint64_t> cpu_ns{0}, other_ns{0};  // workers' wall time on the CPU's share, on the rest
   } gpu;
+  // With RandomErasing on the device path: each position's box, for the device ring to erase
+  // after normalising (empty otherwise).
+  std::vector<EraseBox> erase;
   Status fatal;                // the GPU failed on this batch (not a file): the run stops
   uint32_t substitutions = 0;  // times none of its samples decoded and it went round again
 };
@@ -95,6 +98,8 @@ class Pipeline {
     return gpu_.empty() ? nullptr : gpu_[job.gpu.decoder]->device_staging(job.slot);
   }
   int DecodeDevice(const BatchJob& job) const { return gpu_.empty() ? -1 : gpu_[job.gpu.decoder]->device(); }
+  // With RandomErasing on the device path: each position's box (nullptr otherwise).
+  const std::vector<EraseBox>* EraseBoxes(const BatchJob& job) const { return job.erase.empty() ? nullptr : &job.erase; }
 
   // With GPU stages: what the CPU workers decode of each batch now, per decoding GPU ("cpu 22%
   // of each batch (...)"), for the progress line and `coloader status`; "" without.

@@ -25,6 +25,10 @@ CropBox SampleTransform::Crop(int width, int height, uint64_t seed, uint64_t epo
   return SampleCrop(width, height, opts_.augment, rng);
 }
 
+EraseBox SampleTransform::EraseFor(uint64_t seed, uint64_t epoch, uint64_t index) const {
+  return erases() ? DrawErase(opts_.augment.size, opts_.erase, seed, epoch, index) : EraseBox{};
+}
+
 Status SampleTransform::Run(const std::string& path, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
   COLOADER_RETURN_NOT_OK(ReadWholeFile(path, &file_buf_));
   return RunBytes(file_buf_.data(), file_buf_.size(), path, seed, epoch, index, dst);
@@ -56,7 +60,7 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
     COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
     ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation);
   }
-  Finish(out, rng, dst);
+  Finish(out, rng, seed, epoch, index, dst);
   return Status::OK();
 }
 
@@ -66,7 +70,7 @@ Status SampleTransform::RunDecoded(const cv::Mat& rgb, uint64_t seed, uint64_t e
   const CropBox box = SampleCrop(rgb.cols, rgb.rows, opts_.augment, rng);
   cv::Mat out = Staging(dst);
   ResizeCrop(rgb, rgb.cols, rgb.rows, box, out, opts_.augment.interpolation);
-  Finish(out, rng, dst);
+  Finish(out, rng, seed, epoch, index, dst);
   return Status::OK();
 }
 
@@ -76,12 +80,13 @@ cv::Mat SampleTransform::Staging(void* dst) {
   return direct() ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;
 }
 
-void SampleTransform::Finish(cv::Mat& out, SampleRng& rng, void* dst) {
+void SampleTransform::Finish(cv::Mat& out, SampleRng& rng, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
   // The recipe's pixel ops, then the tensor: each draws from the sample's stream, after the box.
   for (const auto& op : opts_.pixel_ops) op->Apply(out, rng);
   const int s = opts_.augment.size;
   if (!direct()) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
-  if (opts_.erase.p > 0) EraseSample(dst, s, opts_.output, opts_.layout, opts_.erase, SampleErase(s, opts_.erase, rng), rng);
+  if (erases() && !opts_.erase_on_device)
+    EraseSample(dst, s, opts_.output, opts_.layout, opts_.erase, EraseFor(seed, epoch, index));
 }
 
 }  // namespace coloader

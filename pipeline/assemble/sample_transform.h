@@ -21,6 +21,9 @@ struct TransformOptions {
   AugmentOptions augment;  // the recipe's geometry (phase 1)
   std::vector<std::shared_ptr<const PixelOp>> pixel_ops;  // phase 2, in order
   EraseOptions erase;      // phase 3's last op (with normalize)
+  // The output here is the device ring's uint8 staging: erasing happens there after
+  // normalising (the pool hands it each sample's EraseFor), not in this chain.
+  bool erase_on_device = false;
   DType output = DType::kFloat32;
   TensorLayout layout = TensorLayout::kNCHW;
   NormalizeParams normalize;
@@ -45,6 +48,9 @@ class SampleTransform {
   // The box of a width x height image that the sample (seed, epoch, index) crops: what
   // RunBytes crops, for a decoder that crops elsewhere (the GPU stage).
   CropBox Crop(int width, int height, uint64_t seed, uint64_t epoch, uint64_t index) const;
+  // The box RandomErasing erases in the sample (seed, epoch, index) (none without erasing).
+  EraseBox EraseFor(uint64_t seed, uint64_t epoch, uint64_t index) const;
+  bool erases() const { return opts_.erase.p > 0; }
 
   // Reads `path` and writes the transformed sample to `dst` (sample_bytes() bytes).
   // The random draws come from SampleRng(seed, epoch, index). Errors name the path.
@@ -67,7 +73,7 @@ class SampleTransform {
   // Where the resize writes: `dst` itself (direct), else the scratch image.
   cv::Mat Staging(void* dst);
   // After the resize into `out`: the pixel ops, the tensor (normalised, laid out) and erasing.
-  void Finish(cv::Mat& out, SampleRng& rng, void* dst);
+  void Finish(cv::Mat& out, SampleRng& rng, uint64_t seed, uint64_t epoch, uint64_t index, void* dst);
 
   TransformOptions opts_;
   Decoder decoder_;

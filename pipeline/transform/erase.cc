@@ -25,27 +25,41 @@ EraseBox SampleErase(int size, const EraseOptions& o, SampleRng& rng) {
   return box;
 }
 
-namespace {
-
-// A standard normal draw (Box-Muller), for value="random".
-float Normal(SampleRng& rng) {
-  const double u1 = 1.0 - rng.Uniform(0, 1), u2 = rng.Uniform(0, 1);
-  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+EraseBox DrawErase(int size, const EraseOptions& o, uint64_t seed, uint64_t epoch, uint64_t index) {
+  // Its own stream: the seed salted, so the box does not depend on what the ops before it drew.
+  SampleRng rng(seed ^ 0xE7A5E5A17C0FFEEull, epoch, index);
+  EraseBox box = SampleErase(size, o, rng);
+  box.noise_key = rng.NextU64();
+  return box;
 }
 
-}  // namespace
+EraseFill FillOf(const EraseOptions& o) {
+  EraseFill f;
+  f.random = o.random_value ? 1 : 0;
+  for (int c = 0; c < 3; ++c) f.value[c] = o.value[c];
+  return f;
+}
 
-void EraseSample(void* dst, int size, DType type, TensorLayout layout, const EraseOptions& o, const EraseBox& box,
-                 SampleRng& rng) {
+EraseTask TaskOf(const EraseBox& box, uint32_t index) {
+  EraseTask t;
+  if (box.erase) t.top = box.top, t.left = box.left, t.height = box.height, t.width = box.width;
+  t.noise_key = box.noise_key;
+  t.index = index;
+  return t;
+}
+
+void EraseSample(void* dst, int size, DType type, TensorLayout layout, const EraseOptions& o, const EraseBox& box) {
   if (!box.erase) return;
   const size_t plane = static_cast<size_t>(size) * size;
-  // torchvision fills the (C, h, w) block channel by channel, row by row.
+  // torchvision fills the (C, h, w) block channel by channel, row by row; EraseNoise numbers the
+  // elements the same way.
   for (int c = 0; c < 3; ++c) {
     for (int y = box.top; y < box.top + box.height; ++y) {
       for (int x = box.left; x < box.left + box.width; ++x) {
         const size_t pixel = static_cast<size_t>(y) * size + x;
         const size_t at = layout == TensorLayout::kNCHW ? c * plane + pixel : 3 * pixel + c;
-        const float v = o.random_value ? Normal(rng) : o.value[c];
+        const auto element = static_cast<uint32_t>((c * box.height + (y - box.top)) * box.width + (x - box.left));
+        const float v = o.random_value ? EraseNoise(box.noise_key, element) : o.value[c];
         if (type == DType::kFloat32) {
           static_cast<float*>(dst)[at] = v;
         } else {

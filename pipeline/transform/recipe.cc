@@ -345,7 +345,6 @@ struct Parser {
         for (int c = 0; c < 3; ++c) e.value[c] = val[static_cast<size_t>(c)];
       }
       a.Get("inplace");
-      cpu_only.push_back(name);
       line << "(p=" << e.p << ", scale=(" << scale.first << ", " << scale.second << "), ratio=(" << ratio.first << ", "
            << ratio.second << "), value=" << (e.random_value ? "random" : Num(e.value[0])) << ")";
     } else {

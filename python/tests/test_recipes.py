@@ -329,3 +329,60 @@ def test_a_python_recipe_is_served_natively_end_to_end(tmp_path, dataset, env):
                 assert np.array_equal(images[k].numpy(), expected), files[index]
             seen += images.shape[0]
     assert seen == len(files)
+
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")
+
+
+def device_batches_against_cpu_twin(dataset, recipe_ops, tmp_path, *serve_args):
+    """Serves `recipe_ops` with a device ring; each sample a device Loader gets, against the CPU
+    twin (coloader.transforms.apply) on the same file decoded by PIL. Returns the largest
+    mean |diff| of a sample, in the normalised units."""
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps(recipe_ops))
+    p = Producer(dataset, "--transform", str(recipe), "--device", "cuda:0", "--output", "float32", "--no-shuffle",
+                 "--no-dct-scaling", "--seed", "9", *serve_args, epochs=1)
+    files = sorted(dataset.glob("*/*.jpg"), key=lambda f: (f.parent.name, f.name))
+    worst, seen, erased = 0.0, 0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loader = coloader.Loader(p.name, batch_size=16, timeout=10, device="cuda")
+        for images, _ in loader:
+            assert images.is_cuda
+            for k, index in enumerate(loader.indices.tolist()):
+                decoded = np.asarray(Image.open(files[index]).convert("RGB"))
+                expected = torch.from_numpy(ct.apply(json.dumps(recipe_ops), decoded, seed=9, index=index,
+                                                     output="float32")).permute(2, 0, 1)
+                got = images[k].float().cpu()
+                worst = max(worst, float((got - expected).abs().mean()))
+                erased += int((expected == 0).all(0).sum() > 0)
+            seen += images.shape[0]
+    assert seen == len(files) and p.wait() == 0
+    return worst, erased
+
+
+@gpu
+@pytest.mark.gpu
+def test_the_reference_recipe_on_the_device_is_its_cpu_twin(tmp_path, dataset, env):
+    """RandomResizedCrop + flip + TrivialAugmentWide (CPU workers) + Normalize and RandomErasing (the
+    device ring's kernel, after normalising): the device batches equal the CPU twin's."""
+    ops = [{"op": "RandomResizedCrop", "size": 32}, {"op": "RandomHorizontalFlip"}, {"op": "TrivialAugmentWide"},
+           {"op": "ToTensor"}, {"op": "Normalize", "mean": MEAN, "std": STD},
+           {"op": "RandomErasing", "p": 0.5, "value": 0}]
+    worst, erased = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
+    assert worst <= 1e-5 and erased > 10
+    ops[-1] = {"op": "RandomErasing", "p": 0.5, "value": "random"}
+    worst, _ = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
+    assert worst <= 1e-4
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_decoding_resizes_and_flips_as_the_cpu_twin(tmp_path, dataset, env):
+    """--decode gpu: nvJPEG decodes, the GPU kernel resizes (bicubic here) and flips both ways, the ring
+    erases; against the CPU twin on PIL's decode: within a level of 255 on average."""
+    ops = [{"op": "RandomResizedCrop", "size": 32, "interpolation": "bicubic"},
+           {"op": "RandomHorizontalFlip"}, {"op": "RandomVerticalFlip"},
+           {"op": "Normalize", "mean": MEAN, "std": STD}, {"op": "RandomErasing", "p": 0.5}]
+    worst, erased = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "gpu")
+    assert worst <= 1 / (255 * min(STD)) and erased > 10

@@ -10,7 +10,8 @@
 #                  (benchmarks/run_collocated.sh --tiny) with the wheel's binary
 #   contract       the same install, then the job contract on the device path: gpu_test, the
 #                  Python GPU and contract suites, and what a job's own batches cost
-#                  (benchmarks/isolation_cost.py)
+#                  (benchmarks/isolation_cost.py); CONTRACT=...,recipes adds what a recipe
+#                  costs the producer (benchmarks/recipes.py)
 #
 # 1. `pip install --no-deps --no-index --target` the wheel into a fresh folder (the GPU machine has
 #    no package registry; its Python is not ours to modify); without pip, the wheel (a zip) is
@@ -162,6 +163,13 @@ elif [[ $what == contract ]]; then
   if [[ ,$steps, == *,gpu_test,* ]]; then
     echo "== gpu_test (with the wheel's coloader: $COLOADER_BINARY)"
     .device/bin/gpu_test 2>&1 | tee "$out/gpu_test.log" | grep -E '^\[ +(FAILED|PASSED|  OK) |tests? ran|Failure' || true
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,recipes,* ]]; then
+    echo "== what a recipe costs the producer: plain against torchvision's reference, native and Python-fed (benchmarks/recipes.py)"
+    nvidia-smi --query-gpu=name --format=csv,noheader >"$out/recipes.log"
+    python3 benchmarks/recipes.py --data "$data" --device cuda:0 --binary "$COLOADER_BINARY" \
+      --epochs "${RECIPES_EPOCHS:-3}" 2>&1 | tee -a "$out/recipes.log" | grep -v '^{' | tail -12
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   if [[ ,$steps, == *,pytest,* ]]; then
