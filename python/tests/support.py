@@ -55,7 +55,8 @@ class Producer:
     via_python, started as the package's `coloader` command does it (python -m coloader), which
     reads torch checkpoints for --resume."""
 
-    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4, via_python=False):
+    def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4, via_python=False,
+                 start_timeout=STEP_TIMEOUT):
         self.name = "pytest-%d-%d" % (os.getpid(), next(_names))
         epoch_args = ["--forever"] if epochs is None else ["--epochs", str(epochs)]
         command = [sys.executable, "-m", "coloader"] if via_python else [str(BINARY)]
@@ -69,7 +70,7 @@ class Producer:
         self._serving = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        if not self._serving.wait(STEP_TIMEOUT) or self.proc.poll() is not None:
+        if not self._serving.wait(start_timeout) or self.proc.poll() is not None:
             self.stop()
             raise AssertionError("producer did not start serving:\n" + "".join(self.lines))
 

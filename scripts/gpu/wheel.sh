@@ -168,7 +168,10 @@ elif [[ $what == contract ]]; then
   if [[ ,$steps, == *,recipes,* ]]; then
     echo "== what a recipe costs the producer: plain against torchvision's reference, native and Python-fed (benchmarks/recipes.py)"
     nvidia-smi --query-gpu=name --format=csv,noheader >"$out/recipes.log"
-    python3 benchmarks/recipes.py --data "$data" --device cuda:0 --binary "$COLOADER_BINARY" \
+    rdata=/tmp/coloader-recipes-data
+    [[ -d $rdata ]] || python3 scripts/make_dataset.py --source .device/photos --out "$rdata" \
+      --images "${RECIPES_IMAGES:-4000}" --classes 10 >/dev/null 2>&1
+    python3 benchmarks/recipes.py --data "$rdata" --device cuda:0 --binary "$COLOADER_BINARY" \
       --epochs "${RECIPES_EPOCHS:-3}" 2>&1 | tee -a "$out/recipes.log" | grep -v '^{' | tail -12
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
