@@ -46,11 +46,11 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
   if (info.kind == ImageKind::kJpeg && opts_.crop_decode) {
     // The crop's rectangle in the scaled image (libjpeg's ceil(full / d) pixels a side).
     const int sw = (info.width + denom - 1) / denom, sh = (info.height + denom - 1) / denom;
-    const cv::Rect rect = ScaledCropRect(sw, sh, info.width, info.height, box, opts_.augment.size);
+    const cv::Rect rect = RegionFor(sw, sh, info.width, info.height, box, opts_.augment);
     if (rect.area() < int64_t{sw} * sh) {
       if (auto region = decoder_.DecodeJpegRegion(data, size, denom, rect)) {
         ResizeCropPixels(region->rgb(cv::Rect(rect.x - region->x, 0, rect.width, rect.height)), rect, sw, sh,
-                         info.width, info.height, box, out, opts_.augment.interpolation);
+                         info.width, info.height, box, out, opts_.augment.interpolation, opts_.augment.exact_resize);
         ++region_decodes_;
         done = true;
       }
@@ -58,7 +58,7 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
   }
   if (!done) {
     COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
-    ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation);
+    ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation, opts_.augment.exact_resize);
   }
   Finish(out, rng, seed, epoch, index, dst);
   return Status::OK();
@@ -69,7 +69,7 @@ Status SampleTransform::RunDecoded(const cv::Mat& rgb, uint64_t seed, uint64_t e
   SampleRng rng(seed, epoch, index);
   const CropBox box = SampleCrop(rgb.cols, rgb.rows, opts_.augment, rng);
   cv::Mat out = Staging(dst);
-  ResizeCrop(rgb, rgb.cols, rgb.rows, box, out, opts_.augment.interpolation);
+  ResizeCrop(rgb, rgb.cols, rgb.rows, box, out, opts_.augment.interpolation, opts_.augment.exact_resize);
   Finish(out, rng, seed, epoch, index, dst);
   return Status::OK();
 }

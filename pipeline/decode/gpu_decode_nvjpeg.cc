@@ -423,7 +423,7 @@ void DecodeSamples(GpuDecodeStage::Impl::Lane& l, GpuBatch& batch, Routes& route
 // replacement's, as the pool does on the host. Returns the samples placed.
 Result<uint32_t> AssembleSlot(GpuDecodeStage::Impl::Lane& l, const std::vector<GpuSample>& samples,
                               const Routes& routes, const uint8_t* host_staging, uint8_t* dst, uint64_t sample_bytes,
-                              int out_size, Interpolation interpolation, uint64_t cpu_count, const std::vector<bool>& failed) {
+                              int out_size, Interpolation interpolation, bool exact, uint64_t cpu_count, const std::vector<bool>& failed) {
   const uint32_t n = static_cast<uint32_t>(samples.size());
   uint32_t tasks = 0, out = 0;
   {
@@ -433,7 +433,7 @@ Result<uint32_t> AssembleSlot(GpuDecodeStage::Impl::Lane& l, const std::vector<G
       const GpuSample& g = samples[i];
       if (g.on_gpu) {
         ResizeCropTask& t = l.tasks_host.get()[tasks++];
-        t = TaskFor(g.box, g.width, g.height, out_size, interpolation);
+        t = TaskFor(g.box, g.width, g.height, out_size, interpolation, exact);
         t.src = l.arena.get() + routes.offset[i];
         t.pitch = g.width * 3;
         t.dst_index = i;
@@ -484,7 +484,7 @@ Result<uint32_t> GpuDecodeStage::Finish(int lane_index, GpuBatch& batch) {
   uint8_t* dst = r.staging.get() + batch.slot * r.slot_bytes;
   COLOADER_ASSIGN_OR_RETURN(const uint32_t out, AssembleSlot(l, samples, routes, batch.host_staging, dst, sample_bytes,
                                                              r.opts.augment.size,
-                                                             r.opts.augment.interpolation, cpu_count,
+                                                             r.opts.augment.interpolation, r.opts.augment.exact_resize, cpu_count,
                                                              failed));
   // The producer publishes once this returns: the slot's device staging must be complete.
   // This wait sleeps (serve sets cudaDeviceScheduleBlockingSync; phase 1 measured 0.2 µs of

@@ -194,7 +194,18 @@ cv::Rect ScaledCropRect(int src_cols, int src_rows, int full_width, int full_hei
 }
 
 void ResizeCropPixels(const cv::Mat& pixels, const cv::Rect& where, int src_cols, int src_rows, int full_width,
-                      int full_height, const CropBox& box, cv::Mat& dst, Interpolation interpolation) {
+                      int full_height, const CropBox& box, cv::Mat& dst, Interpolation interpolation, bool exact) {
+  if (!exact && interpolation == Interpolation::kBilinear) {
+    // The fast resize: the whole-pixel box's pixels (`pixels`, as ScaledCropRect without reach
+    // gives them), area-averaged when shrinking by 2x or more (antialiased), else bilinear,
+    // which below a 2x shrink already reads every source pixel.
+    const bool shrinking = pixels.cols >= 2 * dst.cols && pixels.rows >= 2 * dst.rows;
+    cv::Mat out = dst;  // shares dst's memory: cv::resize writes in place when size and type match
+    cv::resize(pixels, out, dst.size(), 0, 0, shrinking ? cv::INTER_AREA : cv::INTER_LINEAR);
+    if (box.flip || box.vflip) cv::flip(out, out, box.flip && box.vflip ? -1 : box.flip ? 1 : 0);
+    if (out.data != dst.data) out.copyTo(dst);
+    return;
+  }
   const auto [sx, sy] = ScaleFactors(src_cols, src_rows, full_width, full_height);
   // The exact box in `pixels`' coordinates (after a crop at full size: all of them).
   const cv::Rect2d b = box.Exact();
@@ -210,26 +221,29 @@ void ResizeCropPixels(const cv::Mat& pixels, const cv::Rect& where, int src_cols
 }
 
 void ResizeCrop(const cv::Mat& src, int full_width, int full_height, const CropBox& box, cv::Mat& dst,
-                Interpolation interpolation) {
-  const cv::Rect where = ScaledCropRect(src.cols, src.rows, full_width, full_height, box, dst.cols);
-  ResizeCropPixels(src(where), where, src.cols, src.rows, full_width, full_height, box, dst, interpolation);
+                Interpolation interpolation, bool exact) {
+  const bool fast = !exact && interpolation == Interpolation::kBilinear;
+  const cv::Rect where = ScaledCropRect(src.cols, src.rows, full_width, full_height, box, fast ? 0 : dst.cols);
+  ResizeCropPixels(src(where), where, src.cols, src.rows, full_width, full_height, box, dst, interpolation, exact);
 }
 
-ResizeCropTask TaskFor(const CropBox& box, int full_width, int full_height, int out_size, Interpolation interpolation) {
-  const cv::Rect region = ScaledCropRect(full_width, full_height, full_width, full_height, box, out_size);
-  const cv::Rect2d exact = box.Exact();
+ResizeCropTask TaskFor(const CropBox& box, int full_width, int full_height, int out_size, Interpolation interpolation,
+                       bool exact) {
+  const bool fast = !exact && interpolation == Interpolation::kBilinear;
+  const cv::Rect region = ScaledCropRect(full_width, full_height, full_width, full_height, box, fast ? 0 : out_size);
+  const cv::Rect2d e = box.Exact();
   ResizeCropTask t;
   t.x = region.x;
   t.y = region.y;
   t.width = region.width;
   t.height = region.height;
-  t.box_x = static_cast<float>(exact.x - region.x);
-  t.box_y = static_cast<float>(exact.y - region.y);
-  t.box_width = static_cast<float>(exact.width);
-  t.box_height = static_cast<float>(exact.height);
+  t.box_x = static_cast<float>(e.x - region.x);
+  t.box_y = static_cast<float>(e.y - region.y);
+  t.box_width = static_cast<float>(e.width);
+  t.box_height = static_cast<float>(e.height);
   t.flip = box.flip ? 1 : 0;
   t.vflip = box.vflip ? 1 : 0;
-  t.filter = FilterCode(interpolation);
+  t.filter = fast ? 3 : FilterCode(interpolation);
   return t;
 }
 

@@ -20,7 +20,8 @@ struct ResizeCropTask {
   int32_t x = 0, y = 0, width = 0, height = 0;  // the region the taps may read
   float box_x = 0, box_y = 0, box_width = 0, box_height = 0;  // the exact box, in the region
   int32_t flip = 0, vflip = 0;
-  int32_t filter = 1;  // resample_weights.h's codes: 0 nearest, 1 bilinear, 2 bicubic
+  int32_t filter = 1;  // resample_weights.h's codes: 0 nearest, 1 bilinear, 2 bicubic; 3 the fast
+                       // resize (OpenCV's area/bilinear over the whole-pixel box x, y, width, height)
   uint32_t dst_index = 0;
 };
 // `tasks` is in device memory; `stream` is a cudaStream_t.

@@ -381,6 +381,7 @@ Recipe NamedRecipe(AugmentMode mode, int size) {
   Recipe r;
   r.geometry.mode = mode;
   r.geometry.size = size;
+  r.geometry.exact_resize = false;  // the named recipes keep OpenCV's fast resize
   r.geometry.flip_probability = mode == AugmentMode::kTrain ? 0.5 : 0.0;
   const std::string s = std::to_string(size);
   switch (mode) {
