@@ -414,3 +414,12 @@ def test_gpu_decoding_resizes_and_flips_as_the_cpu_twin(tmp_path, photo_folder, 
     level = 1 / (255 * min(STD))
     print("--decode gpu against the CPU twin: mean |diff| %.2f levels, worst sample %.2f" % (mean / level, worst / level))
     assert mean <= level and worst <= 4 * level and erased > 5
+
+
+def test_the_example_recipes_are_native():
+    """examples/recipes/: each recipe reads, with the size it states."""
+    yaml = pytest.importorskip("yaml")
+    examples = PYTHON_DIR.parent / "examples" / "recipes"
+    assert ct.image_size(ct.load_python(examples / "reference.py")) == 176
+    sizes = {p.name: ct.image_size(json.dumps(yaml.safe_load(p.read_text()))) for p in examples.glob("*.yaml")}
+    assert sizes == {"timm_like.yaml": 224, "eval.yaml": 224}
