@@ -63,8 +63,11 @@ AxisTaps ComputeTaps(int filter, int in_size, float in0, float len, int out) {
 }
 
 // The two passes' inner loops, built for AVX2 and FMA where the processor has them (chosen at
-// load time: one binary for every x86-64) and for the baseline otherwise.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// load time: one binary for every x86-64) and for the baseline otherwise. Not under the
+// sanitizers: their runtimes are not up yet when the loader runs the clones' ifunc resolvers
+// (a TSan build's tests crashed at start).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define COLOADER_SIMD_CLONES __attribute__((target_clones("arch=haswell", "default")))
 #else
 #define COLOADER_SIMD_CLONES
