@@ -210,6 +210,9 @@ Status Producer::Impl::Setup() {
 
 Status Producer::Impl::CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const {
   if (opts.dataset.recipe) LogLine("[coloader %s] recipe: %s\n", opts.name.c_str(), recipe.Describe().c_str());
+  if (recipe.erase.p > 0 && opts.dataset.output == DType::kUInt8)
+    return Status::Invalid("RandomErasing writes its value in the normalised tensor's units: it needs a float --output "
+                           "(float32, bfloat16, float16), not uint8");
   if (recipe.cpu_only_ops.empty() || *decode == DecodeMode::kCpu) return Status::OK();
   if (*decode == DecodeMode::kGpu)
     return Status::Invalid("--decode gpu: the recipe's " + recipe.cpu_only_ops +

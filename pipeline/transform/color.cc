@@ -236,7 +236,7 @@ void AffineNearest(cv::Mat& rgb, double angle, double tx, double ty, double shea
       const float gy = (mf[3] * ox + mf[4] * oy + mf[5]) / (0.5f * h);
       const float ix = ((gx + 1.f) * w - 1.f) * 0.5f, iy = ((gy + 1.f) * h - 1.f) * 0.5f;
       const float rx = std::nearbyint(ix), ry = std::nearbyint(iy);
-      if (rx < 0 || ry < 0 || rx > w - 1 || ry > h - 1) {
+      if (!(rx >= 0 && ry >= 0 && rx <= w - 1 && ry <= h - 1)) {  // NaN too
         dst[0] = fill_u8[0], dst[1] = fill_u8[1], dst[2] = fill_u8[2];
       } else {
         const uint8_t* s = rgb.ptr<uint8_t>(static_cast<int>(ry)) + 3 * static_cast<int>(rx);

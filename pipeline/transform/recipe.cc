@@ -146,6 +146,7 @@ struct Parser {
   bool need_center = false;   // Resize(int) seen: a CenterCrop must follow
   int resize_shorter = 0;
   std::vector<std::string> cpu_only;
+  std::set<std::string> once;  // the ops a recipe may state once
 
   Status Op(const JsonValue& op) {
     if (!op.is_object()) return op.ErrorAt("each op must be an object with 'op' naming it, e.g. {op: Normalize, mean: [...]}");
@@ -161,6 +162,11 @@ struct Parser {
     std::ostringstream line;
     line << name;
     bool record = true;
+    // An op that would compose with itself in torchvision (two flips cancel, two Normalizes
+    // apply in turn) is refused rather than overwritten.
+    if ((name == "RandomHorizontalFlip" || name == "RandomVerticalFlip" || name == "Normalize" ||
+         name == "RandomErasing") && !once.insert(name).second)
+      return op.ErrorAt(name + ": the recipe has it already; coloader runs each of these once (combine them into one)");
     if (name == "RandomResizedCrop") {
       if (have_box) return op.ErrorAt(name + ": the recipe has its crop already (one RandomResizedCrop or Resize)");
       COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops and ToTensor/Normalize"));
@@ -284,6 +290,9 @@ struct Parser {
       if (o.kind == AutoAugmentKind::kRandAugment) {
         COLOADER_ASSIGN_OR_RETURN(o.num_ops, a.Int("num_ops", 2, 0, 16));
         COLOADER_ASSIGN_OR_RETURN(o.magnitude, a.Int("magnitude", 9, 0, o.num_magnitude_bins - 1));
+        if (o.magnitude > o.num_magnitude_bins - 1)
+          return op.ErrorAt(name + ": 'magnitude' " + std::to_string(o.magnitude) + " is past the last of " +
+                            std::to_string(o.num_magnitude_bins) + " magnitude bins");
       }
       if (o.kind == AutoAugmentKind::kAutoAugmentImageNet) {
         if (const JsonValue* p = a.Get("policy")) {
@@ -311,7 +320,13 @@ struct Parser {
       // The output dtype is --output's; the conversion is implied.
       COLOADER_RETURN_NOT_OK(order(Phase::kTensor, "comes after Normalize"));
       a.Get("dtype");
-      a.Get("scale");
+      if (name == "ToDtype") {
+        // v2's ToDtype scales to [0, 1] only with scale=True; unscaled floats are not native.
+        const JsonValue* scale = a.Get("scale");
+        if (!scale || scale->type() != JsonValue::Type::kBool || !scale->bool_value())
+          return op.ErrorAt(name + ": natively the float tensor is scaled to [0, 1] (ToDtype(..., scale=True)); "
+                                   "without scale the floats stay 0..255" + std::string(kAnyway));
+      }
       record = false;
     } else if (name == "Normalize") {
       COLOADER_RETURN_NOT_OK(order(Phase::kTensor, "must come before RandomErasing"));

@@ -150,6 +150,10 @@ void ResampleBox(const cv::Mat& src, double x, double y, double width, double he
       }
     }
   }
+  // A huge source (a 32k-pixel-wide PNG) leaves no lasting scratch behind in the worker.
+  constexpr size_t kKeep = size_t{16} << 20;  // floats
+  if (rows_buf.capacity() > kKeep) std::vector<float>().swap(rows_buf);
+  if (planes.capacity() > kKeep) std::vector<float>().swap(planes);
   for (int y0 = 0; y0 < out_h; y0 += kTile) {
     for (int x0 = 0; x0 < out_w; x0 += kTile) {
       for (int yy = y0; yy < std::min(out_h, y0 + kTile); ++yy) {

@@ -37,8 +37,7 @@ _ANYWAY = ("; to train with this recipe anyway, serve your own DataLoader throug
            "(README: 'Any DataLoader')")
 
 # torchvision's names for the ops coloader runs natively, v1 and v2 alike.
-_IMPLIED = {"ToTensor", "PILToTensor", "ConvertImageDtype", "ToImage", "ToImageTensor", "ToDtype", "ConvertDtype",
-            "ToPureTensor"}
+_IMPLIED = {"ToTensor", "PILToTensor", "ConvertImageDtype", "ToImage", "ToImageTensor", "ToDtype", "ConvertDtype"}
 
 
 class UnsupportedOp(ValueError):
@@ -95,7 +94,10 @@ def _op(t):
             if dtype is not None and "float" not in str(dtype):
                 raise UnsupportedOp("%s(dtype=%s): natively the tensor is float (or the uint8 pixels with "
                                     "--output uint8); set the output with serve --output%s" % (name, dtype, _ANYWAY))
-        return {"op": name}
+        out = {"op": name}
+        if name == "ToDtype":
+            out["scale"] = bool(getattr(t, "scale", False))
+        return out
     if name == "RandomResizedCrop":
         _antialias(name, getattr(t, "antialias", None))
         return {"op": name, "size": _size(t.size), "scale": _floats(t.scale), "ratio": _floats(t.ratio),

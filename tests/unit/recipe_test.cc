@@ -118,6 +118,10 @@ TEST(RecipeTest, EveryRefusalNamesWhereWhatAndWhatToDo) {
       {"[]", "non-empty list of ops"},
       {"- [RandomResizedCrop, 32]\n", "each op must be an object"},
       {"- {size: 32}\n", "needs 'op'"},
+      {"- {op: RandomResizedCrop, size: 32}\n- {op: RandomHorizontalFlip}\n- {op: RandomHorizontalFlip}\n",
+       "has it already"},
+      {"- {op: RandomResizedCrop, size: 32}\n- {op: ToDtype, dtype: float32}\n", "scale=True"},
+      {"- {op: RandomResizedCrop, size: 32}\n- {op: RandAugment, num_magnitude_bins: 5}\n", "past the last of 5"},
   };
   for (const Case& c : cases) {
     const std::string error = ErrorOf(c.yaml);
