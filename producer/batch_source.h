@@ -86,6 +86,11 @@ class BatchSource {
     (void)job;
     return nullptr;
   }
+  // The programs the device ring runs on the uint8 batch before normalising (nullptr: none).
+  virtual const std::vector<PixelProgram>* PixelPrograms(const BatchJob& job) const {
+    (void)job;
+    return nullptr;
+  }
   // The run is over (finished, stopped, failed, or its consumers left): whoever waits on the
   // source hears `why`.
   virtual void Stop(const Status& why) { (void)why; }

@@ -42,6 +42,9 @@ class DatasetSource : public BatchSource {
   const uint8_t* DeviceStaging(const BatchJob& job) const override { return pipeline_->DeviceStaging(job); }
   int DecodeDevice(const BatchJob& job) const override { return pipeline_->DecodeDevice(job); }
   const std::vector<EraseBox>* EraseBoxes(const BatchJob& job) const override { return pipeline_->EraseBoxes(job); }
+  const std::vector<PixelProgram>* PixelPrograms(const BatchJob& job) const override {
+    return pipeline_->PixelPrograms(job);
+  }
 
  private:
   explicit DatasetSource(ProducerOptions opts) : opts_(std::move(opts)) {}

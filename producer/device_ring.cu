@@ -6,6 +6,7 @@
 #include "common/align.h"
 #include "common/cuda_internal.h"
 #include "pipeline/stage_times.h"
+#include "pipeline/transform/pixel_ops_device.h"
 #include "producer/device_ring.h"
 
 namespace coloader {
@@ -22,6 +23,11 @@ struct DeviceRing::Impl {
   CudaDeviceMemory<uint8_t> device_base;  // every slot, one allocation, one IPC handle
   CudaDeviceMemory<uint8_t> staging;      // one uint8 batch: uploads are serialised on `stream`
   CudaDeviceMemory<EraseTask> erase_tasks;  // one batch's RandomErasing boxes (serialised likewise)
+  // With pixel ops: a second uint8 batch (their steps alternate between it and `staging`), one
+  // batch's programs and their statistics.
+  CudaDeviceMemory<uint8_t> pixel_scratch;
+  CudaDeviceMemory<PixelProgram> pixel_programs;
+  CudaDeviceMemory<PixelStats> pixel_stats;
   uint64_t slot_bytes = 0, labels_offset = 0, data_offset = 0, alloc_bytes = 0;
   CudaStream stream;
   std::vector<CudaEvent> events;
@@ -66,6 +72,11 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   if (o.fields.empty()) CUDA_RETURN_NOT_OK(CudaMalloc(&r.staging, uint64_t{o.batch_size} * r.staged_sample_bytes()));
   if (o.fields.empty() && o.erase.p > 0)
     CUDA_RETURN_NOT_OK(CudaMalloc(&r.erase_tasks, uint64_t{o.batch_size} * sizeof(EraseTask)));
+  if (o.fields.empty() && o.pixel_ops) {
+    CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_scratch, uint64_t{o.batch_size} * r.staged_sample_bytes()));
+    CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_programs, uint64_t{o.batch_size} * sizeof(PixelProgram)));
+    CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_stats, uint64_t{o.batch_size} * sizeof(PixelStats)));
+  }
   CUDA_RETURN_NOT_OK(CudaStreamCreate(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
   if (o.register_host) {
@@ -107,7 +118,7 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
 }
 
 Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged, int staged_device,
-                          const std::vector<EraseBox>* erase) {
+                          const std::vector<EraseBox>* erase, const std::vector<PixelProgram>* pixel) {
   Impl& r = *impl_;
   ScopedStage timer(Stage::kUploadEnqueue, count);
   CUDA_RETURN_NOT_OK(cudaSetDevice(r.opts.device));
@@ -125,24 +136,35 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
                                            uint64_t{count} * r.opts.fields[f].sample_bytes(), cudaMemcpyHostToDevice,
                                            r.stream.get()));
       }
-    } else if (device_staged != nullptr) {
-      // Decoded and augmented on a GPU: convert from there, no host copy in between.
-      const uint8_t* src = device_staged;
-      if (staged_device != r.opts.device) {
-        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging.get(), r.opts.device, device_staged, staged_device, staged, r.stream.get()));
-        src = r.staging.get();
-      }
-      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
-                                           r.opts.normalize, dev + r.data_offset, r.stream.get()));
-    } else if (r.opts.dtype == DType::kUInt8 && r.opts.layout == TensorLayout::kNHWC) {
+    } else if (device_staged == nullptr && pixel == nullptr && r.opts.dtype == DType::kUInt8 &&
+               r.opts.layout == TensorLayout::kNHWC) {
       // Already in its final form: one copy straight into the slot.
       CUDA_RETURN_NOT_OK(cudaMemcpyAsync(dev + r.data_offset, host + r.opts.host_staging_offset, staged,
                                          cudaMemcpyHostToDevice, r.stream.get()));
     } else {
-      CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging.get(), host + r.opts.host_staging_offset, staged,
-                                         cudaMemcpyHostToDevice, r.stream.get()));
-      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(r.staging.get(), count, r.opts.height, r.opts.width, r.opts.dtype,
-                                           r.opts.layout, r.opts.normalize, dev + r.data_offset, r.stream.get()));
+      // The uint8 batch on this GPU: decoded and augmented on it (no host copy in between), on
+      // another GPU (copied over), or by the CPU workers (uploaded).
+      const uint8_t* src = device_staged;
+      if (src == nullptr) {
+        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.staging.get(), host + r.opts.host_staging_offset, staged,
+                                           cudaMemcpyHostToDevice, r.stream.get()));
+        src = r.staging.get();
+      } else if (staged_device != r.opts.device) {
+        CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging.get(), r.opts.device, device_staged, staged_device, staged, r.stream.get()));
+        src = r.staging.get();
+      }
+      if (pixel != nullptr && r.pixel_programs) {
+        // The recipe's pixel ops, each sample's drawn program. The copy is from pageable memory,
+        // so `pixel` may go when this returns.
+        const uint32_t n = std::min<uint32_t>(count, static_cast<uint32_t>(pixel->size()));
+        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.pixel_programs.get(), pixel->data(), n * sizeof(PixelProgram),
+                                           cudaMemcpyHostToDevice, r.stream.get()));
+        COLOADER_ASSIGN_OR_RETURN(src, PixelOpsBatchOnDevice(r.pixel_programs.get(), pixel->data(), n,
+                                                             static_cast<int>(r.opts.width), src, r.staging.get(),
+                                                             r.pixel_scratch.get(), r.pixel_stats.get(), r.stream.get()));
+      }
+      COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
+                                                    r.opts.normalize, dev + r.data_offset, r.stream.get()));
     }
   }
   if (erase != nullptr && r.erase_tasks) {

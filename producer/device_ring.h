@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "pipeline/transform/erase.h"
 #include "pipeline/transform/normalize.h"
+#include "pipeline/transform/pixel_program.h"
 
 namespace coloader {
 
@@ -30,6 +31,7 @@ struct DeviceRingOptions {
   TensorLayout layout = TensorLayout::kNCHW;
   NormalizeParams normalize;
   EraseOptions erase;  // RandomErasing after normalising (p 0: none)
+  bool pixel_ops = false;  // the recipe has pixel ops: Upload runs their programs before normalising
   // A caller-fed producer's fields: each slot's are copied from the host slot's data area as
   // they are (no staging, no conversion), laid out alike (FieldOffsets).
   std::vector<FieldSpec> fields;
@@ -65,9 +67,10 @@ class DeviceRing {
   // slot's event. Returns at once. With `device_staged` (--decode gpu) the uint8 NHWC samples
   // are already in device memory on GPU `staged_device`, complete: they are converted from
   // there (copied over first when that is another GPU) instead of from the host staging.
-  // With `erase`, the samples' boxes are then erased in the normalised tensor.
+  // With `pixel`, each sample's program runs on the uint8 batch first (pixel_ops_device.h);
+  // with `erase`, the samples' boxes are erased in the normalised tensor last.
   Status Upload(uint32_t slot, uint32_t count, const uint8_t* device_staged = nullptr, int staged_device = -1,
-                const std::vector<EraseBox>* erase = nullptr);
+                const std::vector<EraseBox>* erase = nullptr, const std::vector<PixelProgram>* pixel = nullptr);
   // Copies the slot's finished tensor back to the host slot's output area and waits: the
   // path for consumers that cannot map device memory. Nothing to do for fields: the host slot
   // holds what was uploaded.

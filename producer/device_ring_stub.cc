@@ -12,7 +12,8 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
   return Status::Invalid("--device cuda:" + std::to_string(o.device) +
                          ": this coloader was built without CUDA (configure with -DCOLOADER_WITH_CUDA=ON where nvcc is installed)");
 }
-Status DeviceRing::Upload(uint32_t, uint32_t, const uint8_t*, int, const std::vector<EraseBox>*) { return Status::Internal("built without CUDA"); }
+Status DeviceRing::Upload(uint32_t, uint32_t, const uint8_t*, int, const std::vector<EraseBox>*,
+                          const std::vector<PixelProgram>*) { return Status::Internal("built without CUDA"); }
 Status DeviceRing::DownloadToHost(uint32_t, uint32_t) { return Status::Internal("built without CUDA"); }
 Status DeviceRing::WaitIdle(uint32_t) { return Status::Internal("built without CUDA"); }
 Status SetGpuWait(int, bool) { return Status::OK(); }  // DeviceRing::Make reports the missing CUDA

@@ -191,10 +191,11 @@ Status Producer::Impl::Setup() {
   to.dct_scaling = opts.dataset.dct_scaling;
   to.crop_decode = opts.dataset.crop_decode;
   to.erase_on_device = !opts.devices.empty();
-  COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize, to.erase));
+  to.pixel_ops_on_device = !opts.devices.empty();  // the pixel ops' GPU twins (pixel_ops_device.h)
+  COLOADER_RETURN_NOT_OK(MakeDeviceRings(layouts, to.normalize, to.erase, !to.pixel_ops.empty()));
   r.gpu.name = opts.name;
   r.gpu.mode = opts.dataset.decode;
-  COLOADER_RETURN_NOT_OK(CheckRecipeFits(recipe, &r.gpu.mode));
+  COLOADER_RETURN_NOT_OK(CheckRecipeFits(recipe));
   r.gpu.devices = opts.devices;
   r.gpu.stage.num_slots = table.num_slots;
   r.gpu.stage.batch_size = table.batch_size;
@@ -208,18 +209,11 @@ Status Producer::Impl::Setup() {
   return Status::OK();
 }
 
-Status Producer::Impl::CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const {
+Status Producer::Impl::CheckRecipeFits(const Recipe& recipe) const {
   if (opts.dataset.recipe) LogLine("[coloader %s] recipe: %s\n", opts.name.c_str(), recipe.Describe().c_str());
   if (recipe.erase.p > 0 && opts.dataset.output == DType::kUInt8)
     return Status::Invalid("RandomErasing writes its value in the normalised tensor's units: it needs a float --output "
                            "(float32, bfloat16, float16), not uint8");
-  if (recipe.cpu_only_ops.empty() || *decode == DecodeMode::kCpu) return Status::OK();
-  if (*decode == DecodeMode::kGpu)
-    return Status::Invalid("--decode gpu: the recipe's " + recipe.cpu_only_ops +
-                           " have no GPU twin yet: use --decode cpu (or auto, which decodes such a recipe on the CPU)");
-  LogLine("[coloader %s] decode: cpu (--decode auto: the recipe's %s have no GPU twin yet)\n", opts.name.c_str(),
-          recipe.cpu_only_ops.c_str());
-  *decode = DecodeMode::kCpu;
   return Status::OK();
 }
 
@@ -280,7 +274,7 @@ Status Producer::Impl::CreateRing(const SlotLayouts& layouts) {
 }
 
 Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize,
-                                       const EraseOptions& erase) {
+                                       const EraseOptions& erase, bool pixel_ops) {
   for (size_t i = 0; i < opts.devices.size(); ++i) {
     DeviceRingOptions d;
     d.device = opts.devices[i];
@@ -293,6 +287,7 @@ Status Producer::Impl::MakeDeviceRings(const SlotLayouts& layouts, const Normali
     d.layout = table.layout;
     d.normalize = normalize;
     d.erase = erase;
+    d.pixel_ops = pixel_ops;
     d.fields = table.fields;
     d.host_base = shm.data();
     d.host_bytes = shm.size();

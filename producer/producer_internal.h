@@ -170,12 +170,12 @@ struct Producer::Impl {
   Status Setup();
   // Setup's steps, in order.
   Status MakeSource();
-  // Whether the recipe runs where the options ask (its log line; --decode auto falls back to the CPU for
-  // ops with no GPU twin, --decode gpu refuses them).
-  Status CheckRecipeFits(const Recipe& recipe, DecodeMode* decode) const;
+  // Whether the recipe fits the options (its log line; RandomErasing needs a float output).
+  Status CheckRecipeFits(const Recipe& recipe) const;
   Status ClaimName();
   Status CreateRing(const SlotLayouts& layouts);
-  Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize, const EraseOptions& erase);
+  Status MakeDeviceRings(const SlotLayouts& layouts, const NormalizeParams& normalize, const EraseOptions& erase,
+                         bool pixel_ops);
   Status Bind();
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;

@@ -162,7 +162,7 @@ void Producer::Impl::PublishReady() {
       for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
         if (in_use[i])
           st = device_rings[i]->Upload(job->slot, count, source->DeviceStaging(*job), source->DecodeDevice(*job),
-                                       source->EraseBoxes(*job));
+                                       source->EraseBoxes(*job), source->PixelPrograms(*job));
       if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
       if (!st.ok()) {
         fatal = st;

@@ -21,7 +21,7 @@ targets=${COLOADER_BUNDLE_TARGETS:-}
 tests_only=
 if [[ ${1:-} == --tests-only ]]; then
   tests_only=1
-  targets="gpu_test gpu_decode_test integration_test"
+  targets="gpu_test gpu_decode_test pixel_ops_test integration_test"
 fi
 if [[ -z ${SKIP_BUILD:-} ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
@@ -34,6 +34,7 @@ mkdir -p "$dest/bin" "$dest/lib" "$dest/photos" "$dest/data"
 if [[ -z $targets || -n $tests_only ]]; then
   cp build/tests/gpu_test build/tests/integration_test build/tests/formats_test "$dest/bin/"
   [[ -f build/tests/gpu_decode_test ]] && cp build/tests/gpu_decode_test "$dest/bin/"
+  [[ -f build/tests/pixel_ops_test ]] && cp build/tests/pixel_ops_test "$dest/bin/"
   cp -r tests/data/* "$dest/data/"  # fixtures for the GPU decode tests (COLOADER_TEST_DATA)
 fi
 if [[ -z $tests_only ]]; then

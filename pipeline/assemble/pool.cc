@@ -78,6 +78,7 @@ void Pipeline::Submit(std::unique_ptr<BatchJob> job) {
   // Streamed shards: what this batch reads is fetched while the batches before it decode.
   dataset_->WillRead(job->indices);
   if (opts_.erase.p > 0 && opts_.erase_on_device) job->erase.assign(n, EraseBox{});
+  if (!opts_.pixel_ops.empty() && opts_.pixel_ops_on_device) job->pixel.assign(n, PixelProgram{});
   if (!gpu_.empty()) {
     BatchJob::GpuPart& g = job->gpu;
     g.samples.assign(n, GpuSample{});
@@ -134,6 +135,7 @@ void Pipeline::WorkerLoop(int worker) {
     idx_out[pos] = index;
     lbl_out[pos] = sample.label;
     if (!job->erase.empty()) job->erase[pos] = transform.EraseFor(seed_, job->epoch, static_cast<uint64_t>(index));
+    if (!job->pixel.empty()) job->pixel[pos] = transform.PixelFor(seed_, job->epoch, static_cast<uint64_t>(index));
     Status st;
     uint8_t* dst = job->slot_base + layout_.data_offset + pos * sample_bytes;
     const bool cpu_share = !gpu_.empty() && pos >= job->gpu.cpu_from;
@@ -293,6 +295,7 @@ uint32_t Pipeline::FillFailed(BatchJob& job) const {
     idx[i] = idx[*r];
     lbl[i] = lbl[*r];
     if (!job.erase.empty()) job.erase[i] = job.erase[*r];
+    if (!job.pixel.empty()) job.pixel[i] = job.pixel[*r];
     if (gpu_.empty()) std::memcpy(data + i * sample_bytes, data + *r * sample_bytes, sample_bytes);
   }
   return n;

@@ -50,6 +50,9 @@ struct BatchJob {
   // With RandomErasing on the device path: each position's box, for the device ring to erase
   // after normalising (empty otherwise).
   std::vector<EraseBox> erase;
+  // With pixel ops on the device path: each position's program, for the device ring to run on
+  // the uint8 batch before normalising (empty otherwise).
+  std::vector<PixelProgram> pixel;
   Status fatal;                // the GPU failed on this batch (not a file): the run stops
   uint32_t substitutions = 0;  // times none of its samples decoded and it went round again
 };
@@ -100,6 +103,10 @@ class Pipeline {
   int DecodeDevice(const BatchJob& job) const { return gpu_.empty() ? -1 : gpu_[job.gpu.decoder]->device(); }
   // With RandomErasing on the device path: each position's box (nullptr otherwise).
   const std::vector<EraseBox>* EraseBoxes(const BatchJob& job) const { return job.erase.empty() ? nullptr : &job.erase; }
+  // With pixel ops on the device path: each position's program (nullptr otherwise).
+  const std::vector<PixelProgram>* PixelPrograms(const BatchJob& job) const {
+    return job.pixel.empty() ? nullptr : &job.pixel;
+  }
 
   // With GPU stages: what the CPU workers decode of each batch now, per decoding GPU ("cpu 22%
   // of each batch (...)"), for the progress line and `coloader status`; "" without.

@@ -60,7 +60,7 @@ Status SampleTransform::RunBytes(const uint8_t* data, size_t size, const std::st
     COLOADER_ASSIGN_OR_RETURN(cv::Mat decoded, decoder_.DecodeRgb(data, size, denom, path));
     ResizeCrop(decoded, info.width, info.height, box, out, opts_.augment.interpolation, opts_.augment.exact_resize);
   }
-  Finish(out, rng, seed, epoch, index, dst);
+  Finish(out, seed, epoch, index, dst);
   return Status::OK();
 }
 
@@ -70,7 +70,7 @@ Status SampleTransform::RunDecoded(const cv::Mat& rgb, uint64_t seed, uint64_t e
   const CropBox box = SampleCrop(rgb.cols, rgb.rows, opts_.augment, rng);
   cv::Mat out = Staging(dst);
   ResizeCrop(rgb, rgb.cols, rgb.rows, box, out, opts_.augment.interpolation, opts_.augment.exact_resize);
-  Finish(out, rng, seed, epoch, index, dst);
+  Finish(out, seed, epoch, index, dst);
   return Status::OK();
 }
 
@@ -80,9 +80,13 @@ cv::Mat SampleTransform::Staging(void* dst) {
   return direct() ? cv::Mat(s, s, CV_8UC3, dst) : hwc_;
 }
 
-void SampleTransform::Finish(cv::Mat& out, SampleRng& rng, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
-  // The recipe's pixel ops, then the tensor: each draws from the sample's stream, after the box.
-  for (const auto& op : opts_.pixel_ops) op->Apply(out, rng);
+PixelProgram SampleTransform::PixelFor(uint64_t seed, uint64_t epoch, uint64_t index) const {
+  return DrawPixelProgram(opts_.pixel_ops, opts_.augment.size, seed, epoch, index);
+}
+
+void SampleTransform::Finish(cv::Mat& out, uint64_t seed, uint64_t epoch, uint64_t index, void* dst) {
+  // The recipe's pixel ops (unless the device ring runs them), then the tensor.
+  if (!opts_.pixel_ops.empty() && !opts_.pixel_ops_on_device) RunPixelProgram(out, PixelFor(seed, epoch, index));
   const int s = opts_.augment.size;
   if (!direct()) WriteSample(hwc_.data, s, s, opts_.output, opts_.layout, opts_.normalize, dst);
   if (erases() && !opts_.erase_on_device)

@@ -19,7 +19,10 @@ namespace coloader {
 
 struct TransformOptions {
   AugmentOptions augment;  // the recipe's geometry (phase 1)
-  std::vector<std::shared_ptr<const PixelOp>> pixel_ops;  // phase 2, in order
+  PixelOps pixel_ops;      // phase 2, in order
+  // The output here is the device ring's uint8 staging: the pixel ops run there, on the GPU
+  // (the pool hands it each sample's PixelFor), not in this chain.
+  bool pixel_ops_on_device = false;
   EraseOptions erase;      // phase 3's last op (with normalize)
   // The output here is the device ring's uint8 staging: erasing happens there after
   // normalising (the pool hands it each sample's EraseFor), not in this chain.
@@ -51,6 +54,8 @@ class SampleTransform {
   // The box RandomErasing erases in the sample (seed, epoch, index) (none without erasing).
   EraseBox EraseFor(uint64_t seed, uint64_t epoch, uint64_t index) const;
   bool erases() const { return opts_.erase.p > 0; }
+  // The steps of the recipe's pixel ops for the sample (seed, epoch, index) (none without them).
+  PixelProgram PixelFor(uint64_t seed, uint64_t epoch, uint64_t index) const;
 
   // Reads `path` and writes the transformed sample to `dst` (sample_bytes() bytes).
   // The random draws come from SampleRng(seed, epoch, index). Errors name the path.
@@ -73,7 +78,7 @@ class SampleTransform {
   // Where the resize writes: `dst` itself (direct), else the scratch image.
   cv::Mat Staging(void* dst);
   // After the resize into `out`: the pixel ops, the tensor (normalised, laid out) and erasing.
-  void Finish(cv::Mat& out, SampleRng& rng, uint64_t seed, uint64_t epoch, uint64_t index, void* dst);
+  void Finish(cv::Mat& out, uint64_t seed, uint64_t epoch, uint64_t index, void* dst);
 
   TransformOptions opts_;
   Decoder decoder_;

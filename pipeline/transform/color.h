@@ -13,6 +13,8 @@ namespace coloader::color {
 void BlendWithImage(cv::Mat& rgb, const cv::Mat& other, double ratio);
 void BlendWithValue(cv::Mat& rgb, float value, double ratio);
 
+float GrayMean(const cv::Mat& rgb);                  // the mean of the uint8 grayscale image, in float32
+
 void AdjustBrightness(cv::Mat& rgb, double factor);  // blend with black
 void AdjustContrast(cv::Mat& rgb, double factor);    // blend with the mean of the grayscale image
 void AdjustSaturation(cv::Mat& rgb, double factor);  // blend with the grayscale image
@@ -27,11 +29,15 @@ void Invert(cv::Mat& rgb);
 // Gaussian blur with a kx x ky kernel of standard deviation sigma, reflect padding, rounded.
 void GaussianBlur(cv::Mat& rgb, int kx, int ky, double sigma);
 
-// An affine warp with nearest-neighbour sampling, as torchvision's affine/rotate on a tensor:
-// angle in degrees (counter-clockwise for rotate's sign), translate in pixels, shear in degrees
-// (x, y), about `center` (pixels from the top-left; nullptr: the image's centre); uncovered
-// pixels take `fill`.
-void AffineNearest(cv::Mat& rgb, double angle, double tx, double ty, double shear_x, double shear_y,
-                   const double* center, const float fill[3]);
+// torchvision's inverse affine map (_get_inverse_affine_matrix, then affine's shift to the
+// image's centre) of a width x height image: angle in degrees (counter-clockwise for rotate's
+// sign), translate in pixels, shear in degrees (x, y), about `center` (pixels from the
+// top-left; nullptr: the image's centre). `m` maps an output pixel's centre, relative to the
+// image's centre, to the source: x' = m[0] x + m[1] y + m[2], y' = m[3] x + m[4] y + m[5].
+void AffineMatrix(int width, int height, double angle, double tx, double ty, double shear_x, double shear_y,
+                  const double* center, double m[6]);
+// The warp with nearest-neighbour sampling, as torchvision's affine/rotate on a tensor
+// (_gen_affine_grid and grid_sample in float32); uncovered pixels take `fill`.
+void AffineNearest(cv::Mat& rgb, const double m[6], const uint8_t fill[3]);
 
 }  // namespace coloader::color

@@ -4,30 +4,44 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 
 #include "pipeline/transform/color.h"
+#include "pipeline/transform/pixel_math.h"
 
 namespace coloader {
 
 namespace {
 
+PixelStep Step(PixelKind kind, double f0 = 0) {
+  PixelStep s;
+  s.kind = kind;
+  s.f[0] = f0;
+  return s;
+}
+
+void Append(PixelProgram* program, const PixelStep& s) {
+  // The recipe bounds the steps of its ops (Recipe's kMaxPixelSteps check): a full program here
+  // is a bug, not an input.
+  if (!program->Add(s)) std::abort();
+}
+
 class ColorJitter : public PixelOp {
  public:
   ColorJitter(JitterRange b, JitterRange c, JitterRange s, JitterRange h) : r_{b, c, s, h} {}
-  void Apply(cv::Mat& rgb, SampleRng& rng) const override {
+  void Draw(SampleRng& rng, int, int, PixelProgram* program) const override {
     // torchvision's get_params: a random order of the four, then each factor that is set.
     std::array<int, 4> order = {0, 1, 2, 3};
     for (int i = 3; i > 0; --i) std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.UniformInt(0, i))]);
     double f[4];
     for (int i = 0; i < 4; ++i) f[i] = r_[i].set ? rng.Uniform(r_[i].lo, r_[i].hi) : 0;
-    for (int op : order) {
-      if (!r_[op].set) continue;
-      if (op == 0) color::AdjustBrightness(rgb, f[0]);
-      if (op == 1) color::AdjustContrast(rgb, f[1]);
-      if (op == 2) color::AdjustSaturation(rgb, f[2]);
-      if (op == 3) color::AdjustHue(rgb, f[3]);
-    }
+    constexpr PixelKind kinds[4] = {PixelKind::kBrightness, PixelKind::kContrast, PixelKind::kSaturation,
+                                    PixelKind::kHue};
+    for (int op : order)
+      if (r_[op].set) Append(program, Step(kinds[op], f[op]));
   }
+  int max_steps() const override { return 4; }
 
  private:
   JitterRange r_[4];
@@ -36,9 +50,10 @@ class ColorJitter : public PixelOp {
 class RandomGrayscale : public PixelOp {
  public:
   explicit RandomGrayscale(double p) : p_(p) {}
-  void Apply(cv::Mat& rgb, SampleRng& rng) const override {
-    if (rng.Uniform(0, 1) < p_) color::Grayscale(rgb);
+  void Draw(SampleRng& rng, int, int, PixelProgram* program) const override {
+    if (rng.Uniform(0, 1) < p_) Append(program, Step(PixelKind::kGrayscale));
   }
+  int max_steps() const override { return 1; }
 
  private:
   double p_;
@@ -47,9 +62,12 @@ class RandomGrayscale : public PixelOp {
 class GaussianBlurOp : public PixelOp {
  public:
   GaussianBlurOp(int kx, int ky, double lo, double hi) : kx_(kx), ky_(ky), lo_(lo), hi_(hi) {}
-  void Apply(cv::Mat& rgb, SampleRng& rng) const override {
-    color::GaussianBlur(rgb, kx_, ky_, lo_ == hi_ ? lo_ : rng.Uniform(lo_, hi_));
+  void Draw(SampleRng& rng, int, int, PixelProgram* program) const override {
+    PixelStep s = Step(PixelKind::kBlur, lo_ == hi_ ? lo_ : rng.Uniform(lo_, hi_));
+    s.i[0] = kx_, s.i[1] = ky_;
+    Append(program, s);
   }
+  int max_steps() const override { return 1; }
 
  private:
   int kx_, ky_;
@@ -99,32 +117,44 @@ double Magnitude(AugOp op, int bin, int bins, int width, int height, bool wide) 
   }
 }
 
-void ApplyOp(cv::Mat& rgb, AugOp op, double magnitude, const float fill[3]) {
+PixelStep AffineStep(int w, int h, double angle, double tx, double ty, double shear_x, double shear_y,
+                     const double* center, const float fill[3]) {
+  PixelStep s = Step(PixelKind::kAffine);
+  color::AffineMatrix(w, h, angle, tx, ty, shear_x, shear_y, center, s.f);
+  for (int c = 0; c < 3; ++c) s.i[c] = pixel::Truncate(fill[c]);
+  return s;
+}
+
+// The step of one op at `magnitude` on a w x h image, as torchvision's _apply_op calls its
+// kernels; Identity: none.
+std::optional<PixelStep> StepFor(AugOp op, double magnitude, const float fill[3], int w, int h) {
+  const double origin[2] = {0, 0};
   switch (op) {
-    case AugOp::kIdentity: break;
-    case AugOp::kShearX: {
-      const double center[2] = {0, 0};
-      color::AffineNearest(rgb, 0, 0, 0, std::atan(magnitude) * 180.0 / M_PI, 0, center, fill);
-      break;
+    case AugOp::kIdentity: return std::nullopt;
+    case AugOp::kShearX: return AffineStep(w, h, 0, 0, 0, std::atan(magnitude) * 180.0 / M_PI, 0, origin, fill);
+    case AugOp::kShearY: return AffineStep(w, h, 0, 0, 0, 0, std::atan(magnitude) * 180.0 / M_PI, origin, fill);
+    case AugOp::kTranslateX: return AffineStep(w, h, 0, std::trunc(magnitude), 0, 0, 0, nullptr, fill);
+    case AugOp::kTranslateY: return AffineStep(w, h, 0, 0, std::trunc(magnitude), 0, 0, nullptr, fill);
+    case AugOp::kRotate: return AffineStep(w, h, -magnitude, 0, 0, 0, 0, nullptr, fill);
+    case AugOp::kBrightness: return Step(PixelKind::kBrightness, 1.0 + magnitude);
+    case AugOp::kColor: return Step(PixelKind::kSaturation, 1.0 + magnitude);
+    case AugOp::kContrast: return Step(PixelKind::kContrast, 1.0 + magnitude);
+    case AugOp::kSharpness: return Step(PixelKind::kSharpness, 1.0 + magnitude);
+    case AugOp::kPosterize: {
+      PixelStep s = Step(PixelKind::kPosterize);
+      s.i[0] = static_cast<int32_t>(magnitude);
+      return s;
     }
-    case AugOp::kShearY: {
-      const double center[2] = {0, 0};
-      color::AffineNearest(rgb, 0, 0, 0, 0, std::atan(magnitude) * 180.0 / M_PI, center, fill);
-      break;
-    }
-    case AugOp::kTranslateX: color::AffineNearest(rgb, 0, std::trunc(magnitude), 0, 0, 0, nullptr, fill); break;
-    case AugOp::kTranslateY: color::AffineNearest(rgb, 0, 0, std::trunc(magnitude), 0, 0, nullptr, fill); break;
-    case AugOp::kRotate: color::AffineNearest(rgb, -magnitude, 0, 0, 0, 0, nullptr, fill); break;
-    case AugOp::kBrightness: color::AdjustBrightness(rgb, 1.0 + magnitude); break;
-    case AugOp::kColor: color::AdjustSaturation(rgb, 1.0 + magnitude); break;
-    case AugOp::kContrast: color::AdjustContrast(rgb, 1.0 + magnitude); break;
-    case AugOp::kSharpness: color::AdjustSharpness(rgb, 1.0 + magnitude); break;
-    case AugOp::kPosterize: color::Posterize(rgb, static_cast<int>(magnitude)); break;
-    case AugOp::kSolarize: color::Solarize(rgb, magnitude); break;
-    case AugOp::kAutoContrast: color::AutoContrast(rgb); break;
-    case AugOp::kEqualize: color::Equalize(rgb); break;
-    case AugOp::kInvert: color::Invert(rgb); break;
+    case AugOp::kSolarize: return Step(PixelKind::kSolarize, magnitude);
+    case AugOp::kAutoContrast: return Step(PixelKind::kAutoContrast);
+    case AugOp::kEqualize: return Step(PixelKind::kEqualize);
+    case AugOp::kInvert: return Step(PixelKind::kInvert);
   }
+  return std::nullopt;
+}
+
+void AppendOp(PixelProgram* program, AugOp op, double magnitude, const float fill[3], int w, int h) {
+  if (const std::optional<PixelStep> s = StepFor(op, magnitude, fill, w, h)) Append(program, *s);
 }
 
 // AutoAugment's ImageNet policy: 25 pairs of (op, probability, magnitude bin or -1), from the
@@ -165,7 +195,7 @@ constexpr PolicyStep kImageNetPolicy[25][2] = {
 class AutoAugmentOp : public PixelOp {
  public:
   explicit AutoAugmentOp(const AutoAugmentOptions& o) : o_(o) {}
-  void Apply(cv::Mat& rgb, SampleRng& rng) const override {
+  void Draw(SampleRng& rng, int w, int h, PixelProgram* program) const override {
     switch (o_.kind) {
       case AutoAugmentKind::kTrivialAugmentWide: {
         // One of the 14 ops (no Invert), a magnitude bin uniform over all bins, a sign.
@@ -173,19 +203,19 @@ class AutoAugmentOp : public PixelOp {
         double m = 0;
         if (HasMagnitudes(op))
           m = Magnitude(op, static_cast<int>(rng.UniformInt(0, o_.num_magnitude_bins - 1)), o_.num_magnitude_bins,
-                        rgb.cols, rgb.rows, true);
+                        w, h, true);
         if (Signed(op) && rng.UniformInt(0, 1) == 1) m = -m;
-        ApplyOp(rgb, op, m, o_.fill);
+        AppendOp(program, op, m, o_.fill, w, h);
         break;
       }
       case AutoAugmentKind::kRandAugment:
         for (int i = 0; i < o_.num_ops; ++i) {
           const auto op = static_cast<AugOp>(rng.UniformInt(0, 13));
           double m = HasMagnitudes(op)
-                         ? Magnitude(op, o_.magnitude, o_.num_magnitude_bins, rgb.cols, rgb.rows, false)
+                         ? Magnitude(op, o_.magnitude, o_.num_magnitude_bins, w, h, false)
                          : 0;
           if (Signed(op) && rng.UniformInt(0, 1) == 1) m = -m;
-          ApplyOp(rgb, op, m, o_.fill);
+          AppendOp(program, op, m, o_.fill, w, h);
         }
         break;
       case AutoAugmentKind::kAutoAugmentImageNet: {
@@ -195,13 +225,17 @@ class AutoAugmentOp : public PixelOp {
         for (int i = 0; i < 2; ++i) {
           const PolicyStep& s = pair[i];
           if (probs[i] > s.p) continue;  // torchvision applies when probs[i] <= p
-          double m = s.bin >= 0 ? Magnitude(s.op, s.bin, 10, rgb.cols, rgb.rows, false) : 0;
+          double m = s.bin >= 0 ? Magnitude(s.op, s.bin, 10, w, h, false) : 0;
           if (Signed(s.op) && negative[i]) m = -m;
-          ApplyOp(rgb, s.op, m, o_.fill);
+          AppendOp(program, s.op, m, o_.fill, w, h);
         }
         break;
       }
     }
+  }
+
+  int max_steps() const override {
+    return o_.kind == AutoAugmentKind::kRandAugment ? o_.num_ops : o_.kind == AutoAugmentKind::kAutoAugmentImageNet ? 2 : 1;
   }
 
  private:
@@ -220,17 +254,58 @@ std::shared_ptr<const PixelOp> MakeGaussianBlur(int kernel_x, int kernel_y, doub
 }
 std::shared_ptr<const PixelOp> MakeAutoAugment(const AutoAugmentOptions& o) { return std::make_shared<AutoAugmentOp>(o); }
 
-Status ApplyAugmentOp(cv::Mat& rgb, const std::string& name, double magnitude, Interpolation interpolation,
-                      const float fill[3]) {
+PixelProgram DrawPixelProgram(const PixelOps& ops, int size, uint64_t seed, uint64_t epoch, uint64_t index) {
+  PixelProgram program;
+  if (ops.empty()) return program;
+  SampleRng rng(seed ^ 0x91C5E1A9D0E5A17Bull, epoch, index);
+  for (const auto& op : ops) op->Draw(rng, size, size, &program);
+  return program;
+}
+
+void RunPixelProgram(cv::Mat& rgb, const PixelProgram& program) {
+  for (int k = 0; k < program.count; ++k) {
+    const PixelStep& s = program.steps[k];
+    switch (s.kind) {
+      case PixelKind::kBrightness: color::AdjustBrightness(rgb, s.f[0]); break;
+      case PixelKind::kContrast: color::AdjustContrast(rgb, s.f[0]); break;
+      case PixelKind::kSaturation: color::AdjustSaturation(rgb, s.f[0]); break;
+      case PixelKind::kHue: color::AdjustHue(rgb, s.f[0]); break;
+      case PixelKind::kSharpness: color::AdjustSharpness(rgb, s.f[0]); break;
+      case PixelKind::kGrayscale: color::Grayscale(rgb); break;
+      case PixelKind::kPosterize: color::Posterize(rgb, s.i[0]); break;
+      case PixelKind::kSolarize: color::Solarize(rgb, s.f[0]); break;
+      case PixelKind::kAutoContrast: color::AutoContrast(rgb); break;
+      case PixelKind::kEqualize: color::Equalize(rgb); break;
+      case PixelKind::kInvert: color::Invert(rgb); break;
+      case PixelKind::kBlur: color::GaussianBlur(rgb, s.i[0], s.i[1], s.f[0]); break;
+      case PixelKind::kAffine: {
+        const uint8_t fill[3] = {static_cast<uint8_t>(s.i[0]), static_cast<uint8_t>(s.i[1]), static_cast<uint8_t>(s.i[2])};
+        color::AffineNearest(rgb, s.f, fill);
+        break;
+      }
+    }
+  }
+}
+
+Result<PixelStep> AugmentOpStep(const std::string& name, double magnitude, Interpolation interpolation,
+                                const float fill[3], int width, int height) {
   if (interpolation != Interpolation::kNearest)
     return Status::Invalid("the automatic augmentations' geometric ops run with interpolation=nearest only");
   for (size_t i = 0; i < std::size(kAugOpNames); ++i) {
-    if (name == kAugOpNames[i]) {
-      ApplyOp(rgb, static_cast<AugOp>(i), magnitude, fill);
-      return Status::OK();
-    }
+    if (name != kAugOpNames[i]) continue;
+    // Identity: a program of no steps, as a brightness of factor 1 would be.
+    return StepFor(static_cast<AugOp>(i), magnitude, fill, width, height).value_or(Step(PixelKind::kBrightness, 1.0));
   }
   return Status::Invalid("no augmentation op named '" + name + "'");
+}
+
+Status ApplyAugmentOp(cv::Mat& rgb, const std::string& name, double magnitude, Interpolation interpolation,
+                      const float fill[3]) {
+  COLOADER_ASSIGN_OR_RETURN(const PixelStep step, AugmentOpStep(name, magnitude, interpolation, fill, rgb.cols, rgb.rows));
+  PixelProgram program;
+  program.Add(step);
+  RunPixelProgram(rgb, program);
+  return Status::OK();
 }
 
 }  // namespace coloader

@@ -145,7 +145,6 @@ struct Parser {
   bool have_box = false;      // RandomResizedCrop, or Resize (then CenterCrop when an int)
   bool need_center = false;   // Resize(int) seen: a CenterCrop must follow
   int resize_shorter = 0;
-  std::vector<std::string> cpu_only;
   std::set<std::string> once;  // the ops a recipe may state once
 
   Status Op(const JsonValue& op) {
@@ -244,7 +243,6 @@ struct Parser {
         f[i] = JitterRange{lo, hi, true};
       }
       r.pixel_ops.push_back(MakeColorJitter(f[0], f[1], f[2], f[3]));
-      cpu_only.push_back(name);
       line << "(";
       for (int i = 0; i < 4; ++i)
         line << (i ? ", " : "") << keys[i] << "=" << (f[i].set ? "(" + Num(f[i].lo) + ", " + Num(f[i].hi) + ")" : "None");
@@ -253,7 +251,6 @@ struct Parser {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
       COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.1, 0, 1));
       r.pixel_ops.push_back(MakeRandomGrayscale(p));
-      cpu_only.push_back(name);
       line << "(p=" << p << ")";
     } else if (name == "GaussianBlur") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize (natively it blurs the uint8 image)"));
@@ -276,7 +273,6 @@ struct Parser {
         if (!(sigma.first > 0)) return a.Error(*sv, "'sigma' must be positive");
       }
       r.pixel_ops.push_back(MakeGaussianBlur(static_cast<int>(ks[0]), static_cast<int>(ks[1]), sigma.first, sigma.second));
-      cpu_only.push_back(name);
       line << "(kernel_size=(" << ks[0] << ", " << ks[1] << "), sigma=(" << sigma.first << ", " << sigma.second << "))";
     } else if (name == "TrivialAugmentWide" || name == "RandAugment" || name == "AutoAugment") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
@@ -310,7 +306,6 @@ struct Parser {
                                  "nearest, torchvision's default)" + std::string(kAnyway));
       COLOADER_RETURN_NOT_OK(a.Fill(o.fill));
       r.pixel_ops.push_back(MakeAutoAugment(o));
-      cpu_only.push_back(name);
       if (o.kind == AutoAugmentKind::kTrivialAugmentWide) line << "(num_magnitude_bins=" << o.num_magnitude_bins << ")";
       if (o.kind == AutoAugmentKind::kRandAugment)
         line << "(num_ops=" << o.num_ops << ", magnitude=" << o.magnitude << ", num_magnitude_bins=" << o.num_magnitude_bins << ")";
@@ -436,10 +431,12 @@ Result<Recipe> ParseRecipe(const JsonValue& doc) {
     // ToTensor's x / 255.
     for (int c = 0; c < 3; ++c) p.r.normalize.mean[c] = 0.f, p.r.normalize.std[c] = 255.f;
   }
-  for (const std::string& n : p.cpu_only) {
-    if (p.r.cpu_only_ops.find(n) != std::string::npos) continue;
-    p.r.cpu_only_ops += (p.r.cpu_only_ops.empty() ? "" : ", ") + n;
-  }
+  int steps = 0;
+  for (const auto& op : p.r.pixel_ops) steps += op->max_steps();
+  if (steps > kMaxPixelSteps)
+    return list->ErrorAt("the recipe's pixel ops may apply " + std::to_string(steps) + " kernels to one image; coloader "
+                         "runs at most " + std::to_string(kMaxPixelSteps) + " (fewer RandAugment num_ops, or fewer ops)" +
+                         kAnyway);
   return std::move(p.r);
 }
 

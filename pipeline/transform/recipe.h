@@ -36,7 +36,7 @@ struct Recipe {
   // Resize + CenterCrop, kNone = Resize to size x size), its interpolation, the flips.
   AugmentOptions geometry;
   // Phase 2, in order.
-  std::vector<std::shared_ptr<const PixelOp>> pixel_ops;
+  PixelOps pixel_ops;
   // Phase 3. Without a Normalize, a float output is x / 255 (ToTensor's).
   NormalizeParams normalize;
   EraseOptions erase;
@@ -46,9 +46,6 @@ struct Recipe {
 
   // The whole recipe on one line: what the producer logs and the data key mixes.
   std::string Describe() const;
-  // The ops that have no GPU twin yet, by name ("" when none): --decode gpu refuses them and
-  // auto decodes on the CPU.
-  std::string cpu_only_ops;
 };
 
 // `--augment train|eval|none` at `size`, as the recipes they always were:

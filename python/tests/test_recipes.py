@@ -388,14 +388,20 @@ def device_batches_against_cpu_twin(dataset, recipe_ops, tmp_path, *serve_args):
 @gpu
 @pytest.mark.gpu
 def test_the_reference_recipe_on_the_device_is_its_cpu_twin(tmp_path, dataset, env):
-    """RandomResizedCrop + flip + TrivialAugmentWide (CPU workers) + Normalize and RandomErasing (the
-    device ring's kernel, after normalising): the device batches equal the CPU twin's."""
+    """RandomResizedCrop + flip (CPU workers), TrivialAugmentWide (the device ring's pixel kernels),
+    Normalize and RandomErasing (its kernels after normalising): the device batches equal the CPU
+    twin's. Then every other pixel op with an exact twin, in one recipe."""
     ops = [{"op": "RandomResizedCrop", "size": 32}, {"op": "RandomHorizontalFlip"}, {"op": "TrivialAugmentWide"},
            {"op": "ToTensor"}, {"op": "Normalize", "mean": MEAN, "std": STD},
            {"op": "RandomErasing", "p": 0.5, "value": 0}]
     _, worst, erased = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
     assert worst <= 1e-5 and erased > 10
     ops[-1] = {"op": "RandomErasing", "p": 0.5, "value": "random"}
+    _, worst, _ = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
+    assert worst <= 1e-4
+    ops[2:3] = [{"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1},
+                {"op": "RandomGrayscale", "p": 0.2}, {"op": "RandAugment", "num_ops": 3},
+                {"op": "AutoAugment", "fill": [128, 128, 128]}]
     _, worst, _ = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
     assert worst <= 1e-4
 
@@ -414,6 +420,13 @@ def test_gpu_decoding_resizes_and_flips_as_the_cpu_twin(tmp_path, photo_folder, 
     level = 1 / (255 * min(STD))
     print("--decode gpu against the CPU twin: mean |diff| %.2f levels, worst sample %.2f" % (mean / level, worst / level))
     assert mean <= level and worst <= 4 * level and erased > 5
+    # The smooth pixel ops on the GPU after nvJPEG: a decode's level of difference stays a level.
+    ops[3:3] = [{"op": "ColorJitter", "brightness": 0.3, "saturation": 0.3, "hue": 0.05},
+                {"op": "GaussianBlur", "kernel_size": 5, "sigma": [0.5, 1.5]}]
+    mean, worst, _ = device_batches_against_cpu_twin(photo_folder, ops, tmp_path, "--decode", "gpu")
+    print("--decode gpu, jitter and blur on the GPU: mean |diff| %.2f levels, worst sample %.2f" %
+          (mean / level, worst / level))
+    assert mean <= level and worst <= 4 * level
 
 
 def test_the_example_recipes_are_native():
@@ -422,4 +435,4 @@ def test_the_example_recipes_are_native():
     examples = PYTHON_DIR.parent / "examples" / "recipes"
     assert ct.image_size(ct.load_python(examples / "reference.py")) == 176
     sizes = {p.name: ct.image_size(json.dumps(yaml.safe_load(p.read_text()))) for p in examples.glob("*.yaml")}
-    assert sizes == {"timm_like.yaml": 224, "eval.yaml": 224}
+    assert sizes == {"timm_like.yaml": 224, "eval.yaml": 224, "reference.yaml": 176}

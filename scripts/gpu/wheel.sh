@@ -129,6 +129,9 @@ PY
   done
 fi
 if [[ $what == tests ]]; then
+  echo "== pixel_ops_test (the pixel ops' GPU twin against the CPU twin)"
+  .device/bin/pixel_ops_test 2>&1 | tee "$out/pixel_ops_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure|\[pixel ops\]' || true
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   echo "== gpu_decode_test (nvJPEG + the GPU resize kernel against the CPU path)"
   .device/bin/gpu_decode_test 2>&1 | tee "$out/gpu_decode_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure' || true
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -145,7 +148,7 @@ elif [[ $what == smoke ]]; then
   :  # steps 1-3 only
 elif [[ $what == contract ]]; then
   # CONTRACT names the steps (default all): bench (first: its figures come back even if a suite
-  # overruns the command's limit), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
+  # overruns the command's limit), pixel_ops (pixel_ops_test), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
   # which files).
   steps=${CONTRACT:-bench,gpu_test,pytest}
   if [[ ,$steps, == *,bench,* ]]; then
@@ -153,6 +156,11 @@ elif [[ $what == contract ]]; then
     nvidia-smi --query-gpu=name --format=csv,noheader >"$out/isolation_cost.log"
     python3 benchmarks/isolation_cost.py --data "$data" --batches "${BENCH_BATCHES:-20}" --repeats "${BENCH_REPEATS:-3}" \
       --out "$out/isolation_cost.json" 2>&1 | tee -a "$out/isolation_cost.log" | tail -8
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,pixel_ops,* ]]; then
+    echo "== pixel_ops_test (the pixel ops' GPU twin against the CPU twin)"
+    .device/bin/pixel_ops_test 2>&1 | tee "$out/pixel_ops_test.log" | grep -E '^\[ +(FAILED|PASSED) |tests? ran|Failure|\[pixel ops\]' || true
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   if [[ ,$steps, == *,gpu_decode,* ]]; then
@@ -182,11 +190,22 @@ elif [[ $what == contract ]]; then
       -rfEs 2>&1 | tee "$out/pytest.log" | tail -15
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
+elif [[ $what == recipes-train ]]; then
+  # Issue 36: training under torchvision's reference recipe (examples/recipes/reference.yaml:
+  # RandomResizedCrop(176) + flip + TrivialAugmentWide + Normalize + RandomErasing(0.1)) and under
+  # the plain one (--augment train at 176), ResNet-18 and -50 under MPS at N = 1 and 4, with
+  # --decode auto, beside the synthetic ceiling at the same size, in one command.
+  common=(--split --models resnet18,resnet50 --n 1,4 --repeats 1 --image-size 176 --no-fairness)
+  export COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000}
+  OUT=$out/reference benchmarks/run_collocated.sh "${common[@]}" --setups synthetic,coloader-auto \
+    --coloader-flags "--output float32 --transform $here/examples/recipes/reference.yaml" --deadline 330 || status=1
+  OUT=$out/plain benchmarks/run_collocated.sh "${common[@]}" --setups coloader-auto --coloader-flags "--output float32" \
+    --deadline 170 || status=1
 elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
   COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
 else
-  echo "usage: scripts/gpu.sh wheel|smoke|collocated|contract" >&2
+  echo "usage: scripts/gpu.sh wheel|smoke|collocated|recipes-train|contract" >&2
   exit 2
 fi
 echo "gpu_wheel: status $status"

@@ -51,7 +51,7 @@ TEST(RecipeTest, TheReferenceRecipeReadsAsTorchvisionStatesIt) {
   EXPECT_FLOAT_EQ(r->normalize.std[2], 0.25f * 255.f);
   EXPECT_DOUBLE_EQ(r->erase.p, 0.1);
   EXPECT_TRUE(r->erase.random_value);
-  EXPECT_EQ(r->cpu_only_ops, "TrivialAugmentWide");  // the rest has GPU twins
+  EXPECT_EQ(r->pixel_ops[0]->max_steps(), 1);  // TrivialAugmentWide: one op per image
   EXPECT_EQ(r->ops.size(), 5u);  // the conversions are implied, not listed
   EXPECT_NE(r->Describe().find("RandomErasing(p=0.1"), std::string::npos) << r->Describe();
 }
@@ -122,6 +122,9 @@ TEST(RecipeTest, EveryRefusalNamesWhereWhatAndWhatToDo) {
        "has it already"},
       {"- {op: RandomResizedCrop, size: 32}\n- {op: ToDtype, dtype: float32}\n", "scale=True"},
       {"- {op: RandomResizedCrop, size: 32}\n- {op: RandAugment, num_magnitude_bins: 5}\n", "past the last of 5"},
+      {"- {op: RandomResizedCrop, size: 32}\n- {op: RandAugment, num_ops: 16}\n- {op: ColorJitter, hue: 0.1}\n"
+       "- {op: RandAugment, num_ops: 6}\n",
+       "may apply 26 kernels to one image; coloader runs at most 24"},
   };
   for (const Case& c : cases) {
     const std::string error = ErrorOf(c.yaml);
