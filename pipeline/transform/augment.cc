@@ -104,7 +104,7 @@ CropBox SampleTrainCrop(int width, int height, const AugmentOptions& o, SampleRn
   return box;
 }
 
-CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
+CropBox EvalCrop(int width, int height, const AugmentOptions& o, SampleRng* rng) {
   // torchvision Resize(s) with an int s: the shorter side becomes s, the longer
   // int(s * long / short) (truncated). Users write Resize(256), an integer, so round here:
   // size * (256.0 / 224.0) need not come out exactly 256 in floating point.
@@ -117,8 +117,12 @@ CropBox EvalCrop(int width, int height, const AugmentOptions& o) {
   // CenterCrop(size): top = int(round((H' - size) / 2.0)), with Python's round (halves to
   // even: 500x375 gives left = round(58.5) = 58, not 59).
   const int crop_w = std::min(o.size, resized_w), crop_h = std::min(o.size, resized_h);
-  const int left = RoundHalfEven((resized_w - crop_w) / 2.0);
-  const int top = RoundHalfEven((resized_h - crop_h) / 2.0);
+  int left = RoundHalfEven((resized_w - crop_w) / 2.0);
+  int top = RoundHalfEven((resized_h - crop_h) / 2.0);
+  if (o.eval_random_position && rng != nullptr) {
+    top = static_cast<int>(rng->UniformInt(0, resized_h - crop_h));  // torchvision draws i, then j
+    left = static_cast<int>(rng->UniformInt(0, resized_w - crop_w));
+  }
   // Back to source pixels through each axis's own factor: the truncated long side makes the
   // two factors differ slightly (500 / 341 vs 375 / 256).
   const double fx = static_cast<double>(width) / resized_w;
@@ -139,7 +143,7 @@ CropBox SampleCrop(int width, int height, const AugmentOptions& o, SampleRng& rn
   if (o.mode == AugmentMode::kTrain) return SampleTrainCrop(width, height, o, rng);
   CropBox box;
   if (o.mode == AugmentMode::kEval) {
-    box = EvalCrop(width, height, o);
+    box = EvalCrop(width, height, o, &rng);
   } else {
     box.width = width;
     box.height = height;

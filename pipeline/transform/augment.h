@@ -40,6 +40,9 @@ struct AugmentOptions {
   // of torchvision's bilinear, ~10x less CPU). The named recipes (--augment) take the fast one.
   bool exact_resize = true;
   double eval_resize_ratio = 256.0 / 224.0;  // eval: shorter side -> size * this, then center crop
+  // eval: RandomCrop(size) instead of CenterCrop(size): the window's top and left drawn
+  // uniformly over the resized image, as torchvision's RandomCrop.get_params.
+  bool eval_random_position = false;
 };
 
 // A deterministic per-sample random stream (splitmix64-seeded xoshiro256**). Seeded from
@@ -83,9 +86,10 @@ struct CropBox {
 // 10 attempts at a box of random area fraction and log-uniform aspect ratio, then the
 // fallback centre crop with the ratio clamped. Then the flip draw.
 CropBox SampleTrainCrop(int width, int height, const AugmentOptions& opts, SampleRng& rng);
-// Resize(round(size * eval_resize_ratio)) on the shorter side + CenterCrop(size), expressed
-// as the box of the source that ends up in the output.
-CropBox EvalCrop(int width, int height, const AugmentOptions& opts);
+// Resize(round(size * eval_resize_ratio)) on the shorter side + CenterCrop(size) (or, with
+// eval_random_position, RandomCrop(size) drawing from `rng`), expressed as the box of the source
+// that ends up in the output.
+CropBox EvalCrop(int width, int height, const AugmentOptions& opts, SampleRng* rng = nullptr);
 // The box for any mode (kNone: the whole image), then the flips the options ask for.
 CropBox SampleCrop(int width, int height, const AugmentOptions& opts, SampleRng& rng);
 

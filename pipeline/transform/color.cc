@@ -149,6 +149,20 @@ void GaussianBlur(cv::Mat& rgb, int kx, int ky, double sigma) {
   }
 }
 
+void PadCrop(cv::Mat& rgb, int dx, int dy, int mode, const uint8_t fill[3]) {
+  cv::Mat out(rgb.size(), CV_8UC3);
+  for (int y = 0; y < rgb.rows; ++y) {
+    const int sy = pixel::PadIndex(y + dy, rgb.rows, mode);
+    uint8_t* dst = out.ptr<uint8_t>(y);
+    for (int x = 0; x < rgb.cols; ++x, dst += 3) {
+      const int sx = pixel::PadIndex(x + dx, rgb.cols, mode);
+      const uint8_t* s = sx >= 0 && sy >= 0 ? rgb.ptr<uint8_t>(sy) + 3 * sx : fill;
+      dst[0] = s[0], dst[1] = s[1], dst[2] = s[2];
+    }
+  }
+  out.copyTo(rgb);
+}
+
 void AffineMatrix(int w, int h, double angle, double tx, double ty, double shear_x, double shear_y,
                   const double* center, double m[6]) {
   // About the centre, in coordinates relative to the image's centre.

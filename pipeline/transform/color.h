@@ -29,6 +29,10 @@ void Invert(cv::Mat& rgb);
 // Gaussian blur with a kx x ky kernel of standard deviation sigma, reflect padding, rounded.
 void GaussianBlur(cv::Mat& rgb, int kx, int ky, double sigma);
 
+// RandomCrop's window of the padded image: output pixel (x, y) is source pixel (x + dx, y + dy),
+// the pixels outside the image padded by `mode` (pixel_math.h's PadIndex; 0: `fill`).
+void PadCrop(cv::Mat& rgb, int dx, int dy, int mode, const uint8_t fill[3]);
+
 // torchvision's inverse affine map (_get_inverse_affine_matrix, then affine's shift to the
 // image's centre) of a width x height image: angle in degrees (counter-clockwise for rotate's
 // sign), translate in pixels, shear in degrees (x, y), about `center` (pixels from the

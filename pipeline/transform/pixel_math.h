@@ -131,4 +131,18 @@ COLOADER_PIXEL_HD inline int Reflect(int i, int n) {
   return i;
 }
 
+// Where index i of an axis of n pixels reads after padding (RandomCrop's padding_mode, as
+// torch's pad: reflect without repeating the edge, symmetric with it); -1: the fill.
+COLOADER_PIXEL_HD inline int PadIndex(int i, int n, int mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case 1: return i < 0 ? 0 : n - 1;  // edge
+    case 2: return Reflect(i, n);      // reflect
+    case 3:                            // symmetric
+      while (i < 0 || i >= n) i = i < 0 ? -i - 1 : 2 * n - 1 - i;
+      return i;
+    default: return -1;                // constant
+  }
+}
+
 }  // namespace coloader::pixel

@@ -74,6 +74,30 @@ class GaussianBlurOp : public PixelOp {
   double lo_, hi_;
 };
 
+class RandomCropOp : public PixelOp {
+ public:
+  RandomCropOp(PadSides p, PadMode mode, const float fill[3]) : p_(p), mode_(mode) {
+    for (int c = 0; c < 3; ++c) fill_[c] = pixel::Truncate(fill[c]);
+  }
+  void Draw(SampleRng& rng, int, int, PixelProgram* program) const override {
+    // The padded image is (w + left + right) x (h + top + bottom); the window of w x h starts at
+    // i = randint(0, top + bottom), j = randint(0, left + right), i first.
+    const auto i = rng.UniformInt(0, p_.top + p_.bottom);
+    const auto j = rng.UniformInt(0, p_.left + p_.right);
+    PixelStep s = Step(PixelKind::kPadCrop, static_cast<double>(j - p_.left));
+    s.f[1] = static_cast<double>(i - p_.top);
+    s.f[2] = static_cast<double>(mode_);
+    for (int c = 0; c < 3; ++c) s.i[c] = fill_[c];
+    if (s.f[0] != 0 || s.f[1] != 0) Append(program, s);  // the window on the image itself: a copy
+  }
+  int max_steps() const override { return 1; }
+
+ private:
+  PadSides p_;
+  PadMode mode_;
+  uint8_t fill_[3];
+};
+
 // The ops of the automatic augmentations, as data: each op's magnitudes are `bins` values
 // spread over [0, top] (linspace), or none; signed ones are negated half the time.
 enum class AugOp { kIdentity, kShearX, kShearY, kTranslateX, kTranslateY, kRotate, kBrightness, kColor,
@@ -253,6 +277,9 @@ std::shared_ptr<const PixelOp> MakeGaussianBlur(int kernel_x, int kernel_y, doub
   return std::make_shared<GaussianBlurOp>(kernel_x, kernel_y, sigma_lo, sigma_hi);
 }
 std::shared_ptr<const PixelOp> MakeAutoAugment(const AutoAugmentOptions& o) { return std::make_shared<AutoAugmentOp>(o); }
+std::shared_ptr<const PixelOp> MakeRandomCrop(PadSides padding, PadMode mode, const float fill[3]) {
+  return std::make_shared<RandomCropOp>(padding, mode, fill);
+}
 
 PixelProgram DrawPixelProgram(const PixelOps& ops, int size, uint64_t seed, uint64_t epoch, uint64_t index) {
   PixelProgram program;
@@ -278,9 +305,14 @@ void RunPixelProgram(cv::Mat& rgb, const PixelProgram& program) {
       case PixelKind::kEqualize: color::Equalize(rgb); break;
       case PixelKind::kInvert: color::Invert(rgb); break;
       case PixelKind::kBlur: color::GaussianBlur(rgb, s.i[0], s.i[1], s.f[0]); break;
-      case PixelKind::kAffine: {
+      case PixelKind::kAffine:
+      case PixelKind::kPadCrop: {
         const uint8_t fill[3] = {static_cast<uint8_t>(s.i[0]), static_cast<uint8_t>(s.i[1]), static_cast<uint8_t>(s.i[2])};
-        color::AffineNearest(rgb, s.f, fill);
+        if (s.kind == PixelKind::kAffine) {
+          color::AffineNearest(rgb, s.f, fill);
+        } else {
+          color::PadCrop(rgb, static_cast<int>(s.f[0]), static_cast<int>(s.f[1]), static_cast<int>(s.f[2]), fill);
+        }
         break;
       }
     }

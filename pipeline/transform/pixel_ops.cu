@@ -161,6 +161,18 @@ __global__ void StepKernel(const PixelProgram* __restrict__ programs, uint32_t c
         case PixelKind::kBlur:
           for (int c = 0; c < 3; ++c) v[c] = BlurAt(in_image, size, x, y, c, s.i[0], s.i[1], taps_x, taps_y);
           break;
+        case PixelKind::kPadCrop: {
+          const int mode = static_cast<int>(s.f[2]);
+          const int sx = pixel::PadIndex(x + static_cast<int>(s.f[0]), size, mode);
+          const int sy = pixel::PadIndex(y + static_cast<int>(s.f[1]), size, mode);
+          if (sx >= 0 && sy >= 0) {
+            const uint8_t* from = in_image + 3 * (static_cast<int64_t>(sy) * size + sx);
+            v[0] = from[0], v[1] = from[1], v[2] = from[2];
+          } else {
+            v[0] = static_cast<uint8_t>(s.i[0]), v[1] = static_cast<uint8_t>(s.i[1]), v[2] = static_cast<uint8_t>(s.i[2]);
+          }
+          break;
+        }
         case PixelKind::kAffine: {
           int sx, sy;
           if (pixel::AffineSource(x, y, size, size, m, &sx, &sy)) {

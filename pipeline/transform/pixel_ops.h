@@ -56,6 +56,14 @@ std::shared_ptr<const PixelOp> MakeRandomGrayscale(double p);
 // GaussianBlur(kernel_size, sigma): sigma drawn uniformly from [lo, hi], reflect padding.
 std::shared_ptr<const PixelOp> MakeGaussianBlur(int kernel_x, int kernel_y, double sigma_lo, double sigma_hi);
 
+// RandomCrop(size, padding) on the image the geometry made, of that size: a window of the padded
+// image (left, top, right, bottom pixels of padding by `mode`, `fill` for constant), its
+// position drawn uniformly as torchvision's get_params draws it.
+struct PadSides {
+  int left = 0, top = 0, right = 0, bottom = 0;
+};
+std::shared_ptr<const PixelOp> MakeRandomCrop(PadSides padding, PadMode mode, const float fill[3]);
+
 // The automatic augmentations. `fill` is the value of pixels that a geometric op uncovers.
 enum class AutoAugmentKind { kTrivialAugmentWide, kRandAugment, kAutoAugmentImageNet };
 struct AutoAugmentOptions {

@@ -25,7 +25,12 @@ enum class PixelKind : int32_t {
   kInvert,
   kBlur,          // i[0], i[1]: kernel x, y; f[0]: sigma
   kAffine,        // f[0..5]: the inverse map (color::AffineMatrix); i[0..2]: fill, uint8
+  kPadCrop,       // f[0], f[1]: the window's offset (x, y) from the image's corner; f[2]: PadMode;
+                  // i[0..2]: fill, uint8
 };
+
+// RandomCrop's padding_mode.
+enum class PadMode : int32_t { kConstant, kEdge, kReflect, kSymmetric };
 
 struct PixelStep {
   PixelKind kind = PixelKind::kBrightness;

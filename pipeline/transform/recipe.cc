@@ -145,6 +145,10 @@ struct Parser {
   bool have_box = false;      // RandomResizedCrop, or Resize (then CenterCrop when an int)
   bool need_center = false;   // Resize(int) seen: a CenterCrop must follow
   int resize_shorter = 0;
+  // The pixel ops so far are RandomCrops only, each padded alike left and right (x) or top and
+  // bottom (y): a flip after them is native (below).
+  bool only_crops_since_geometry = true;
+  bool crops_symmetric_x = true, crops_symmetric_y = true;
   std::set<std::string> once;  // the ops a recipe may state once
 
   Status Op(const JsonValue& op) {
@@ -202,20 +206,23 @@ struct Parser {
                                              : std::to_string(size))
            << ", interpolation=" << InterpolationName(r.geometry.interpolation) << ")";
     } else if (name == "CenterCrop") {
+      COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "sets the crop, so it comes before the pixel ops"));
       if (!need_center)
         return op.ErrorAt(name + ": natively, CenterCrop follows Resize(int) (the eval recipe: Resize(256), "
                                  "CenterCrop(224))" + std::string(kAnyway));
       COLOADER_ASSIGN_OR_RETURN(const int size, a.Size("size", true));
-      if (size > resize_shorter)
-        return op.ErrorAt(name + ": size " + std::to_string(size) + " is larger than the Resize's " +
-                          std::to_string(resize_shorter) + " (torchvision would pad)" + kAnyway);
-      r.geometry.mode = AugmentMode::kEval;
-      r.geometry.size = size;
-      r.geometry.eval_resize_ratio = static_cast<double>(resize_shorter) / size;
-      need_center = false;
+      COLOADER_RETURN_NOT_OK(CropAfterResize(op, name, size, false));
       line << "(size=" << size << ")";
+    } else if (name == "RandomCrop") {
+      COLOADER_RETURN_NOT_OK(RandomCrop(op, a, line));
     } else if (name == "RandomHorizontalFlip" || name == "RandomVerticalFlip") {
-      COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops (coloader flips as it resizes)"));
+      // A flip after RandomCrops padded alike on both sides of its axis is native: flipping the
+      // window of a mirror-symmetric padding is the window at the mirrored offset, which is
+      // drawn as often, so coloader flips first (as it resizes) with the same distribution.
+      const bool after_crops = phase == Phase::kPixels && only_crops_since_geometry &&
+                               (name == "RandomHorizontalFlip" ? crops_symmetric_x : crops_symmetric_y);
+      if (!after_crops)
+        COLOADER_RETURN_NOT_OK(order(Phase::kGeometry, "must come before the pixel ops (coloader flips as it resizes)"));
       COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.5, 0, 1));
       (name == "RandomHorizontalFlip" ? r.geometry.flip_probability : r.geometry.vflip_probability) = p;
       line << "(p=" << p << ")";
@@ -243,6 +250,7 @@ struct Parser {
         f[i] = JitterRange{lo, hi, true};
       }
       r.pixel_ops.push_back(MakeColorJitter(f[0], f[1], f[2], f[3]));
+      only_crops_since_geometry = false;
       line << "(";
       for (int i = 0; i < 4; ++i)
         line << (i ? ", " : "") << keys[i] << "=" << (f[i].set ? "(" + Num(f[i].lo) + ", " + Num(f[i].hi) + ")" : "None");
@@ -251,6 +259,7 @@ struct Parser {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
       COLOADER_ASSIGN_OR_RETURN(const double p, a.Number("p", 0.1, 0, 1));
       r.pixel_ops.push_back(MakeRandomGrayscale(p));
+      only_crops_since_geometry = false;
       line << "(p=" << p << ")";
     } else if (name == "GaussianBlur") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize (natively it blurs the uint8 image)"));
@@ -273,6 +282,7 @@ struct Parser {
         if (!(sigma.first > 0)) return a.Error(*sv, "'sigma' must be positive");
       }
       r.pixel_ops.push_back(MakeGaussianBlur(static_cast<int>(ks[0]), static_cast<int>(ks[1]), sigma.first, sigma.second));
+      only_crops_since_geometry = false;
       line << "(kernel_size=(" << ks[0] << ", " << ks[1] << "), sigma=(" << sigma.first << ", " << sigma.second << "))";
     } else if (name == "TrivialAugmentWide" || name == "RandAugment" || name == "AutoAugment") {
       COLOADER_RETURN_NOT_OK(order(Phase::kPixels, "must come before ToTensor/Normalize"));
@@ -306,6 +316,7 @@ struct Parser {
                                  "nearest, torchvision's default)" + std::string(kAnyway));
       COLOADER_RETURN_NOT_OK(a.Fill(o.fill));
       r.pixel_ops.push_back(MakeAutoAugment(o));
+      only_crops_since_geometry = false;
       if (o.kind == AutoAugmentKind::kTrivialAugmentWide) line << "(num_magnitude_bins=" << o.num_magnitude_bins << ")";
       if (o.kind == AutoAugmentKind::kRandAugment)
         line << "(num_ops=" << o.num_ops << ", magnitude=" << o.magnitude << ", num_magnitude_bins=" << o.num_magnitude_bins << ")";
@@ -365,6 +376,85 @@ struct Parser {
     }
     COLOADER_RETURN_NOT_OK(a.CheckAllRead());
     if (record) r.ops.push_back(line.str());
+    return Status::OK();
+  }
+
+  // CenterCrop(size) (or RandomCrop(size) where `random`) after Resize(int): the eval geometry.
+  Status CropAfterResize(const JsonValue& op, const std::string& name, int size, bool random) {
+    if (size > resize_shorter)
+      return op.ErrorAt(name + ": size " + std::to_string(size) + " is larger than the Resize's " +
+                        std::to_string(resize_shorter) + " (torchvision would pad)" + kAnyway);
+    r.geometry.mode = AugmentMode::kEval;
+    r.geometry.size = size;
+    r.geometry.eval_resize_ratio = static_cast<double>(resize_shorter) / size;
+    r.geometry.eval_random_position = random;
+    need_center = false;
+    return Status::OK();
+  }
+
+  // RandomCrop(size, padding, pad_if_needed, fill, padding_mode): after Resize(int), the window
+  // of the resized image (a random CenterCrop: geometry, fused with decoding); after an op that
+  // made the image size x size, a window of the padded image (a pixel op).
+  Status RandomCrop(const JsonValue& op, Args& a, std::ostringstream& line) {
+    const std::string name = "RandomCrop";
+    if (!have_box)
+      return op.ErrorAt(name + ": natively RandomCrop follows the op that sets the image's size: Resize(256) then "
+                               "RandomCrop(224); or, for images already s x s (CIFAR's 32 x 32), Resize([s, s]) then "
+                               "RandomCrop(s, padding=...) (the Resize is then a copy)" + std::string(kAnyway));
+    COLOADER_ASSIGN_OR_RETURN(const int size, a.Size("size", true));
+    PadSides pad;
+    if (const JsonValue* v = a.Get("padding")) {
+      std::vector<double> p;
+      if (v->is_number()) p = {v->number()};
+      if (v->is_array())
+        for (const JsonValue& i : v->items()) p.push_back(i.is_number() ? i.number() : -1);
+      for (double x : p)
+        if (!(x >= 0 && x <= 16384 && x == std::floor(x)))
+          return a.Error(*v, "'padding' must be whole numbers of pixels, at least 0");
+      if (p.size() == 1) p = {p[0], p[0], p[0], p[0]};
+      if (p.size() == 2) p = {p[0], p[1], p[0], p[1]};
+      if (p.size() != 4) return a.Error(*v, "'padding' must be an int, [left/right, top/bottom] or [left, top, right, bottom]");
+      pad = PadSides{static_cast<int>(p[0]), static_cast<int>(p[1]), static_cast<int>(p[2]), static_cast<int>(p[3])};
+    }
+    if (const JsonValue* v = a.Get("pad_if_needed"); v && v->type() != JsonValue::Type::kBool)
+      return a.Error(*v, "'pad_if_needed' must be true or false");
+    float fill[3] = {0, 0, 0};
+    COLOADER_RETURN_NOT_OK(a.Fill(fill));
+    PadMode mode = PadMode::kConstant;
+    constexpr const char* kModes[] = {"constant", "edge", "reflect", "symmetric"};
+    if (const JsonValue* v = a.Get("padding_mode")) {
+      const std::string m = v->is_string() ? v->string() : "";
+      if (m == "constant") mode = PadMode::kConstant;
+      else if (m == "edge") mode = PadMode::kEdge;
+      else if (m == "reflect") mode = PadMode::kReflect;
+      else if (m == "symmetric") mode = PadMode::kSymmetric;
+      else return a.Error(*v, "'padding_mode' must be constant, edge, reflect or symmetric");
+    }
+    const bool padded = pad.left + pad.top + pad.right + pad.bottom > 0;
+    line << "(size=" << size << ", padding=(" << pad.left << ", " << pad.top << ", " << pad.right << ", " << pad.bottom
+         << "), padding_mode=" << kModes[static_cast<int>(mode)] << ", fill=(" << fill[0] << ", " << fill[1] << ", " << fill[2] << "))";
+    if (need_center) {
+      // Resize(int) then RandomCrop(size): the eval geometry at a random position.
+      if (phase > Phase::kGeometry)
+        return op.ErrorAt(name + ": after Resize(int) it sets the crop, so it comes before the pixel ops");
+      if (padded)
+        return op.ErrorAt(name + ": after Resize(int), natively RandomCrop takes no padding" + std::string(kAnyway));
+      return CropAfterResize(op, name, size, true);
+    }
+    if (size != r.geometry.size)
+      return op.ErrorAt(name + ": natively RandomCrop keeps the size the ops before it made (" +
+                        std::to_string(r.geometry.size) + "), got " + std::to_string(size) + std::string(kAnyway));
+    if ((mode == PadMode::kReflect || mode == PadMode::kSymmetric) &&
+        std::max({pad.left, pad.top, pad.right, pad.bottom}) >= size + (mode == PadMode::kSymmetric ? 1 : 0))
+      return op.ErrorAt(name + ": " + (mode == PadMode::kReflect ? "reflect" : "symmetric") +
+                        " padding must be smaller than the image's " + std::to_string(size) + " pixels");
+    if (phase > Phase::kPixels) return op.ErrorAt(name + ": must come before ToTensor/Normalize");
+    phase = Phase::kPixels;
+    if (padded) {
+      r.pixel_ops.push_back(MakeRandomCrop(pad, mode, fill));
+      crops_symmetric_x = crops_symmetric_x && pad.left == pad.right;
+      crops_symmetric_y = crops_symmetric_y && pad.top == pad.bottom;
+    }
     return Status::OK();
   }
 

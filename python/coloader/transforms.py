@@ -73,7 +73,18 @@ def _fill(op, value):
     if value is None:
         return None
     if isinstance(value, dict):
-        raise UnsupportedOp("%s: a fill per input type (%r) is not supported natively%s" % (op, value, _ANYWAY))
+        # transforms.v2 keeps a fill per input type, a defaultdict of one value unless the user
+        # gave a dict; images take the one value.
+        values = list(value.values())
+        factory = getattr(value, "default_factory", None)
+        if factory is not None:
+            values.append(factory())
+        distinct = {repr(v): v for v in values}
+        if len(distinct) != 1:
+            raise UnsupportedOp("%s: a fill per input type (%r) is not supported natively%s" % (op, value, _ANYWAY))
+        value = next(iter(distinct.values()))
+        if value is None:
+            return None
     return _floats(value)
 
 
@@ -109,6 +120,15 @@ def _op(t):
         return {"op": name, "size": _size(t.size), "interpolation": _interp(t.interpolation)}
     if name == "CenterCrop":
         return {"op": name, "size": _size(t.size)}
+    if name == "RandomCrop":
+        out = {"op": name, "size": _size(t.size), "pad_if_needed": bool(t.pad_if_needed),
+               "padding_mode": str(getattr(t.padding_mode, "value", t.padding_mode))}
+        if t.padding is not None:
+            out["padding"] = _size(t.padding)
+        fill = _fill(name, t.fill)
+        if fill is not None:
+            out["fill"] = fill
+        return out
     if name in ("RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"):
         return {"op": name, "p": float(t.p)}
     if name == "ColorJitter":
@@ -145,7 +165,7 @@ def _op(t):
     if name in ("Compose", "Sequential"):
         raise UnsupportedOp("a nested %s: flatten it into the outer Compose" % name)
     what = "a Lambda" if name == "Lambda" else "'%s'" % name
-    raise UnsupportedOp("%s has no native twin in coloader (it has RandomResizedCrop, Resize, CenterCrop, "
+    raise UnsupportedOp("%s has no native twin in coloader (it has RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
                         "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, GaussianBlur, "
                         "TrivialAugmentWide, RandAugment, AutoAugment, ToTensor, Normalize, RandomErasing)%s"
                         % (what, _ANYWAY))

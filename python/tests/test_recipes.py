@@ -233,6 +233,81 @@ def test_random_resized_crop_and_erasing_draw_as_torchvision_does(photos):
     same_distribution(ours, theirs, "RandomErasing's erased share")
 
 
+def window_of(ours, candidates):
+    """The (i, j) of the candidate windows (a dict) that `ours` equals, or None."""
+    found = [ij for ij, window in candidates.items() if np.array_equal(ours, window)]
+    return found[0] if found else None
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "symmetric"])
+def test_random_crop_is_a_window_of_torchvisions_padded_image(photos, mode):
+    """RandomCrop(32, padding, padding_mode, fill) after Resize([32, 32]) (CIFAR's recipe): each
+    sample equals, bit for bit, torchvision's pad-then-crop at one window, and the windows are
+    drawn as torchvision's get_params draws them (top and left uniform, as torch.randint: a
+    chi-square test of each at alpha = 0.001)."""
+    import torchvision.transforms.functional as F
+
+    image = np.asarray(Image.fromarray(photos[0]).resize((32, 32), Image.BILINEAR))
+    left, top, right, bottom = 3, 2, 3, 4
+    recipe = json.dumps([{"op": "Resize", "size": [32, 32]},
+                         {"op": "RandomCrop", "size": 32, "padding": [left, top, right, bottom],
+                          "padding_mode": mode, "fill": 77}])
+    x = torch.from_numpy(image.copy()).permute(2, 0, 1).contiguous()
+    padded = F.pad(x, [left, top, right, bottom], fill=77, padding_mode=mode).permute(1, 2, 0).numpy()
+    candidates = {(i, j): padded[i:i + 32, j:j + 32] for i in range(top + bottom + 1) for j in range(left + right + 1)}
+    draws = [window_of(ct.apply(recipe, image, seed=2, index=k), candidates) for k in range(600)]
+    assert None not in draws, "a RandomCrop output is no window of torchvision's padded image"
+    critical = {6: 22.46, 7: 24.32}  # chi-square at alpha = 0.001 by degrees of freedom
+    for axis, values in ((0, top + bottom + 1), (1, left + right + 1)):
+        counts = np.bincount([d[axis] for d in draws], minlength=values)
+        chi2 = float(((counts - len(draws) / values) ** 2).sum() / (len(draws) / values))
+        assert chi2 < critical[values - 1], "RandomCrop (%s): the %s offsets %s are not uniform (chi-square %.1f)" % (
+            mode, ("top", "left")[axis], counts.tolist(), chi2)
+    assert len(set(draws)) > 0.9 * len(candidates), "some windows are never drawn"
+
+
+def test_resize_then_random_crop_is_a_window_of_torchvisions_resize(photos):
+    """Resize(40) + RandomCrop(32) (the older ImageNet recipe, scaled down): each sample is a 32 x
+    32 window of torchvision's resized image, within the resize's tolerance, at a top and left
+    drawn uniformly."""
+    image = photos[0]
+    resized = tv_tensor(T.Resize(40), image)
+    h, w = resized.shape[:2]
+    recipe = json.dumps([{"op": "Resize", "size": 40}, {"op": "RandomCrop", "size": 32},
+                         {"op": "RandomHorizontalFlip", "p": 0}])
+    tops, lefts = [], []
+    for k in range(150):
+        ours = ct.apply(recipe, image, seed=4, index=k, output="uint8")
+        diffs = {(i, j): mean_abs(ours, resized[i:i + 32, j:j + 32]) for i in range(h - 31) for j in range(w - 31)}
+        (i, j), best = min(diffs.items(), key=lambda kv: kv[1])
+        assert best <= 1.0, "sample %d: no window of torchvision's Resize(40) within a level (best %.2f)" % (k, best)
+        tops.append(i)
+        lefts.append(j)
+    assert max(lefts) - min(lefts) >= (w - 32) // 2 and len(set(lefts)) > 5, "the windows do not move across the image"
+    assert max(tops) == min(tops) == 0 or len(set(tops)) > 1
+
+
+def test_random_crop_twins_and_flip_order():
+    """The recipe checks of RandomCrop: where it may stand and what it takes."""
+    ok = [{"op": "Resize", "size": [32, 32]}, {"op": "RandomCrop", "size": 32, "padding": 4},
+          {"op": "RandomHorizontalFlip"}]
+    assert ct.image_size(json.dumps(ok)) == 32
+    translated = ct.translate(T.Compose([T.Resize((32, 32)), T.RandomCrop(32, padding=4, padding_mode="reflect"),
+                                         T.RandomHorizontalFlip()]))
+    assert translated[1] == {"op": "RandomCrop", "size": [32, 32], "pad_if_needed": False,
+                             "padding_mode": "reflect", "padding": 4, "fill": 0.0}
+    assert ct.image_size(json.dumps(translated)) == 32
+    for recipe, says in [
+        ([{"op": "RandomCrop", "size": 32, "padding": 4}], "follows the op that sets the image's size"),
+        ([{"op": "Resize", "size": 256}, {"op": "RandomCrop", "size": 224, "padding": 4}], "takes no padding"),
+        ([{"op": "Resize", "size": [32, 32]}, {"op": "RandomCrop", "size": 28}], "keeps the size"),
+        ([{"op": "Resize", "size": [32, 32]}, {"op": "RandomCrop", "size": 32, "padding": [4, 0, 2, 0]},
+          {"op": "RandomHorizontalFlip"}], "must come before the pixel ops"),
+    ]:
+        with pytest.raises(Exception, match=says):
+            ct.image_size(json.dumps(recipe))
+
+
 def test_same_sample_same_draws_and_epochs_differ(photos):
     recipe = [{"op": "RandomResizedCrop", "size": 64}, {"op": "TrivialAugmentWide"}]
     a = ct.apply(recipe, photos[0], seed=3, epoch=1, index=7)
@@ -390,7 +465,8 @@ def device_batches_against_cpu_twin(dataset, recipe_ops, tmp_path, *serve_args):
 def test_the_reference_recipe_on_the_device_is_its_cpu_twin(tmp_path, dataset, env):
     """RandomResizedCrop + flip (CPU workers), TrivialAugmentWide (the device ring's pixel kernels),
     Normalize and RandomErasing (its kernels after normalising): the device batches equal the CPU
-    twin's. Then every other pixel op with an exact twin, in one recipe."""
+    twin's. Then every other pixel op with an exact twin (RandomCrop's padded window too), in one
+    recipe."""
     ops = [{"op": "RandomResizedCrop", "size": 32}, {"op": "RandomHorizontalFlip"}, {"op": "TrivialAugmentWide"},
            {"op": "ToTensor"}, {"op": "Normalize", "mean": MEAN, "std": STD},
            {"op": "RandomErasing", "p": 0.5, "value": 0}]
@@ -399,7 +475,8 @@ def test_the_reference_recipe_on_the_device_is_its_cpu_twin(tmp_path, dataset, e
     ops[-1] = {"op": "RandomErasing", "p": 0.5, "value": "random"}
     _, worst, _ = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")
     assert worst <= 1e-4
-    ops[2:3] = [{"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1},
+    ops[2:3] = [{"op": "RandomCrop", "size": 32, "padding": 4, "padding_mode": "reflect"},
+                {"op": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1},
                 {"op": "RandomGrayscale", "p": 0.2}, {"op": "RandAugment", "num_ops": 3},
                 {"op": "AutoAugment", "fill": [128, 128, 128]}]
     _, worst, _ = device_batches_against_cpu_twin(dataset, ops, tmp_path, "--decode", "cpu")

@@ -1,6 +1,6 @@
 // The pixel ops' GPU twin (pixel_ops.cu) against their CPU twin (RunPixelProgram) on the same
 // images and programs: every step kind alone, then whole drawn programs of the recipes' ops
-// (ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment) in one batch,
+// (ColorJitter, RandomGrayscale, TrivialAugmentWide, RandAugment, AutoAugment, RandomCrop) in one batch,
 // whose programs differ in length. The twins share their arithmetic (pixel_math.h), so they
 // must agree bit for bit; GaussianBlur sums in another order on the CPU (OpenCV's separable
 // filter) and is held to one level.
@@ -119,6 +119,15 @@ TEST(GpuPixelOps, EveryStepMatchesItsCpuTwin) {
       ASSERT_TRUE(s.ok());
       steps.emplace_back(std::string(op) + " " + std::to_string(m), *s);
     }
+  for (int mode = 0; mode < 4; ++mode)
+    for (const auto& [dx, dy] : {std::pair<int, int>{-3, 2}, {4, -4}, {0, 1}}) {
+      PixelStep s = StepOf(PixelKind::kPadCrop, dx);
+      s.f[1] = dy, s.f[2] = mode;
+      s.i[0] = 11, s.i[1] = 22, s.i[2] = 33;
+      steps.emplace_back("RandomCrop mode " + std::to_string(mode) + " (" + std::to_string(dx) + ", " +
+                             std::to_string(dy) + ")",
+                         s);
+    }
   PixelStep blur = StepOf(PixelKind::kBlur, 1.3);
   blur.i[0] = 5, blur.i[1] = 9;
   for (int size : {1, 2, 3, 40, 97}) {
@@ -166,16 +175,18 @@ TEST(GpuPixelOps, DrawnProgramsOfEveryRecipeOpMatchInOneBatch) {
   ra.num_ops = 3;
   aa.kind = AutoAugmentKind::kAutoAugmentImageNet;
   aa.fill[0] = aa.fill[1] = aa.fill[2] = 128;
+  const float fill[3] = {5, 6, 7};
   const PixelOps ops = {MakeColorJitter({0.6, 1.4, true}, {0.6, 1.4, true}, {0.6, 1.4, true}, {-0.1, 0.1, true}),
-                        MakeRandomGrayscale(0.3), MakeAutoAugment(ta), MakeAutoAugment(ra), MakeAutoAugment(aa)};
+                        MakeRandomGrayscale(0.3), MakeAutoAugment(ta), MakeAutoAugment(ra), MakeAutoAugment(aa),
+                        MakeRandomCrop({4, 2, 4, 6}, PadMode::kReflect, fill)};
   const int size = 64;
   std::vector<cv::Mat> images;
   std::vector<PixelProgram> programs;
   int steps = 0;
   for (uint64_t i = 0; i < 300; ++i) {
     images.push_back(MakeImage(size, 1000 + i));
-    // Every op alone and all of them, so programs of 0 to 11 steps share the batch.
-    const PixelOps chosen = i % 6 == 5 ? ops : PixelOps{ops[i % 5]};
+    // Every op alone and all of them, so programs of 0 to 12 steps share the batch.
+    const PixelOps chosen = i % 7 == 6 ? ops : PixelOps{ops[i % 6]};
     programs.push_back(DrawPixelProgram(chosen, size, 42, 3, i));
     steps += programs.back().count;
   }

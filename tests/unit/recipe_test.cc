@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -71,6 +73,44 @@ TEST(RecipeTest, TheEvalRecipeIsResizeThenCenterCrop) {
   EXPECT_NE(ErrorOf("- {op: Resize, size: [64]}").find("CenterCrop"), std::string::npos);
 }
 
+TEST(RecipeTest, RandomCropIsACropAfterResizeAndAPaddedWindowAfterAFixedSize) {
+  // The older ImageNet recipe: Resize(256) + RandomCrop(224), the eval geometry at a random place.
+  Result<Recipe> r = Parse("- {op: Resize, size: 256}\n- {op: RandomCrop, size: 224}\n- {op: RandomHorizontalFlip}\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->geometry.mode, AugmentMode::kEval);
+  EXPECT_TRUE(r->geometry.eval_random_position);
+  EXPECT_TRUE(r->pixel_ops.empty());
+  // Its boxes move, stay inside the image and keep the resized scale.
+  std::set<int> lefts;
+  for (uint64_t i = 0; i < 50; ++i) {
+    SampleRng rng(1, 0, i);
+    const CropBox b = SampleCrop(500, 375, r->geometry, rng);
+    lefts.insert(b.x);
+    EXPECT_GE(b.x, 0);
+    EXPECT_LE(b.x + b.width, 500);
+    EXPECT_NEAR(b.exact_width, 224.0 * 375 / 256, 1.0);
+  }
+  EXPECT_GT(lefts.size(), 10u);
+  // CIFAR's: a fixed size, then a window of the padded image (a pixel op), a flip after it.
+  r = Parse("- {op: Resize, size: [32, 32]}\n- {op: RandomCrop, size: 32, padding: 4, padding_mode: reflect}\n"
+            "- {op: RandomHorizontalFlip}\n");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->pixel_ops.size(), 1u);
+  EXPECT_DOUBLE_EQ(r->geometry.flip_probability, 0.5);
+  int moved = 0;
+  for (uint64_t i = 0; i < 100; ++i) {
+    const PixelProgram p = DrawPixelProgram(r->pixel_ops, 32, 1, 0, i);
+    ASSERT_LE(p.count, 1);
+    if (p.count == 0) continue;
+    ++moved;
+    EXPECT_EQ(p.steps[0].kind, PixelKind::kPadCrop);
+    EXPECT_LE(std::abs(p.steps[0].f[0]), 4.0);
+    EXPECT_LE(std::abs(p.steps[0].f[1]), 4.0);
+    EXPECT_EQ(p.steps[0].f[2], static_cast<double>(PadMode::kReflect));
+  }
+  EXPECT_GT(moved, 90);  // the window on the image itself (no step) is 1 in 81
+}
+
 TEST(RecipeTest, NamedRecipesAreTheOldDefaults) {
   const Recipe train = NamedRecipe(AugmentMode::kTrain, 224);
   EXPECT_EQ(train.geometry.mode, AugmentMode::kTrain);
@@ -122,6 +162,19 @@ TEST(RecipeTest, EveryRefusalNamesWhereWhatAndWhatToDo) {
        "has it already"},
       {"- {op: RandomResizedCrop, size: 32}\n- {op: ToDtype, dtype: float32}\n", "scale=True"},
       {"- {op: RandomResizedCrop, size: 32}\n- {op: RandAugment, num_magnitude_bins: 5}\n", "past the last of 5"},
+      {"- {op: RandomCrop, size: 32, padding: 4}\n", "follows the op that sets the image's size"},
+      {"- {op: Resize, size: 256}\n- {op: RandomCrop, size: 224, padding: 4}\n", "takes no padding"},
+      {"- {op: Resize, size: 32}\n- {op: RandomCrop, size: 64}\n", "larger than the Resize's 32"},
+      {"- {op: Resize, size: [32, 32]}\n- {op: RandomCrop, size: 28}\n", "keeps the size the ops before it made (32)"},
+      {"- {op: Resize, size: [8, 8]}\n- {op: RandomCrop, size: 8, padding: 8, padding_mode: reflect}\n",
+       "smaller than the image's 8"},
+      {"- {op: Resize, size: [8, 8]}\n- {op: RandomCrop, size: 8, padding: 2, padding_mode: wrap}\n",
+       "constant, edge, reflect or symmetric"},
+      {"- {op: Resize, size: [8, 8]}\n- {op: RandomCrop, size: 8, padding: [1, 2, 3]}\n", "[left, top, right, bottom]"},
+      {"- {op: Resize, size: [8, 8]}\n- {op: RandomCrop, size: 8, padding: [2, 0, 1, 0]}\n- {op: RandomHorizontalFlip}\n",
+       "must come before the pixel ops"},
+      {"- {op: Resize, size: 256}\n- {op: ColorJitter, hue: 0.1}\n- {op: CenterCrop, size: 224}\n",
+       "comes before the pixel ops"},
       {"- {op: RandomResizedCrop, size: 32}\n- {op: RandAugment, num_ops: 16}\n- {op: ColorJitter, hue: 0.1}\n"
        "- {op: RandAugment, num_ops: 6}\n",
        "may apply 26 kernels to one image; coloader runs at most 24"},
