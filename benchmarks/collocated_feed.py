@@ -42,8 +42,12 @@ def make_dataset(data, image_size=224):
             image, target = super().__getitem__(index)
             return image, target + LABEL_STRIDE * index
 
-    transform = t.Compose([t.RandomResizedCrop(image_size), t.RandomHorizontalFlip(), t.ToTensor(),
-                           t.Normalize(MEAN, STD)])
+    # COLLOCATED_RECIPE=reference: torchvision's ResNet-50 recipe (TrivialAugmentWide and
+    # RandomErasing(0.1) around the plain one), as examples/recipes/reference.py states it.
+    reference = os.environ.get("COLLOCATED_RECIPE", "plain") == "reference"
+    transform = t.Compose([t.RandomResizedCrop(image_size), t.RandomHorizontalFlip()]
+                          + ([t.TrivialAugmentWide()] if reference else [])
+                          + [t.ToTensor(), t.Normalize(MEAN, STD)] + ([t.RandomErasing(0.1)] if reference else []))
     dataset = IndexedImageFolder(data, transform=transform)
     if len(dataset.classes) > LABEL_STRIDE:
         sys.exit(f"collocated: {data} has {len(dataset.classes)} classes; at most {LABEL_STRIDE} are supported")

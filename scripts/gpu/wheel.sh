@@ -195,11 +195,13 @@ elif [[ $what == recipes-train ]]; then
   # RandomResizedCrop(176) + flip + TrivialAugmentWide + Normalize + RandomErasing(0.1)) and under
   # the plain one (--augment train at 176) with --decode auto, each run beside the synthetic
   # ceiling at the same size (measured twice: a ceiling that moved voids the comparison), in one
-  # command. RECIPES_TRAIN_MODELS, RECIPES_TRAIN_N, RECIPES_TRAIN_REPEATS choose the matrix.
+  # command; per-job DataLoaders run the same recipe's Compose (COLLOCATED_RECIPE). RECIPES_TRAIN_MODELS,
+  # RECIPES_TRAIN_N, RECIPES_TRAIN_REPEATS, RECIPES_TRAIN_SETUPS choose the matrix.
   common=(--split --models "${RECIPES_TRAIN_MODELS:-resnet18,resnet50}" --n "${RECIPES_TRAIN_N:-1,4}"
-          --repeats "${RECIPES_TRAIN_REPEATS:-1}" --image-size 176 --no-fairness --setups synthetic,coloader-auto)
+          --repeats "${RECIPES_TRAIN_REPEATS:-1}" --image-size 176 --no-fairness
+          --setups "${RECIPES_TRAIN_SETUPS:-synthetic,coloader-auto}")
   export COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000}
-  OUT=$out/reference benchmarks/run_collocated.sh "${common[@]}" \
+  OUT=$out/reference benchmarks/run_collocated.sh "${common[@]}" --job-env COLLOCATED_RECIPE=reference \
     --coloader-flags "--output float32 --transform $here/examples/recipes/reference.yaml" --deadline 270 || status=1
   OUT=$out/plain benchmarks/run_collocated.sh "${common[@]}" --coloader-flags "--output float32" --deadline 270 || status=1
   # What the device tool brings back is a few files: the tables and the logs.
