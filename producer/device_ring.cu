@@ -1,5 +1,6 @@
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -24,10 +25,14 @@ struct DeviceRing::Impl {
   CudaDeviceMemory<uint8_t> staging;      // one uint8 batch: uploads are serialised on `stream`
   CudaDeviceMemory<EraseTask> erase_tasks;  // one batch's RandomErasing boxes (serialised likewise)
   // With pixel ops: a second uint8 batch (their steps alternate between it and `staging`), one
-  // batch's programs and their statistics.
+  // batch's programs and their statistics, GaussianBlur's float rows (made at the first batch
+  // that blurs), and each slot's programs in pinned memory (copied from there asynchronously; a
+  // slot's are rewritten only after WaitIdle(slot), as its staging is).
   CudaDeviceMemory<uint8_t> pixel_scratch;
   CudaDeviceMemory<PixelProgram> pixel_programs;
   CudaDeviceMemory<PixelStats> pixel_stats;
+  CudaDeviceMemory<float> pixel_blur_rows;
+  CudaPinnedMemory<PixelProgram> pixel_programs_host;
   uint64_t slot_bytes = 0, labels_offset = 0, data_offset = 0, alloc_bytes = 0;
   CudaStream stream;
   std::vector<CudaEvent> events;
@@ -76,6 +81,7 @@ Result<std::unique_ptr<DeviceRing>> DeviceRing::Make(const DeviceRingOptions& o)
     CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_scratch, uint64_t{o.batch_size} * r.staged_sample_bytes()));
     CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_programs, uint64_t{o.batch_size} * sizeof(PixelProgram)));
     CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_stats, uint64_t{o.batch_size} * sizeof(PixelStats)));
+    CUDA_RETURN_NOT_OK(CudaMallocHost(&r.pixel_programs_host, uint64_t{o.num_slots} * o.batch_size * sizeof(PixelProgram)));
   }
   CUDA_RETURN_NOT_OK(CudaStreamCreate(&r.stream, cudaStreamNonBlocking));
   // The shared memory becomes pinned, so uploads are true asynchronous DMA from the slot.
@@ -153,15 +159,23 @@ Status DeviceRing::Upload(uint32_t slot, uint32_t count, const uint8_t* device_s
         CUDA_RETURN_NOT_OK(cudaMemcpyPeerAsync(r.staging.get(), r.opts.device, device_staged, staged_device, staged, r.stream.get()));
         src = r.staging.get();
       }
-      if (pixel != nullptr && r.pixel_programs) {
-        // The recipe's pixel ops, each sample's drawn program. The copy is from pageable memory,
-        // so `pixel` may go when this returns.
-        const uint32_t n = std::min<uint32_t>(count, static_cast<uint32_t>(pixel->size()));
-        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.pixel_programs.get(), pixel->data(), n * sizeof(PixelProgram),
+      if (pixel != nullptr) {
+        // The recipe's pixel ops, each sample's drawn program, through the slot's pinned copy (so
+        // the copy is asynchronous and `pixel` may go when this returns). Images are square
+        // (width == height), as every recipe makes them.
+        if (!r.pixel_programs || pixel->size() < count)
+          return Status::Internal("device ring: pixel programs for " + std::to_string(pixel->size()) + " of " +
+                                  std::to_string(count) + " samples, or for a ring made without pixel ops");
+        PixelProgram* programs = r.pixel_programs_host.get() + uint64_t{slot} * r.opts.batch_size;
+        std::copy(pixel->begin(), pixel->begin() + count, programs);
+        if (!r.pixel_blur_rows && PixelProgramsBlur(programs, count))
+          CUDA_RETURN_NOT_OK(CudaMalloc(&r.pixel_blur_rows, uint64_t{r.opts.batch_size} * r.staged_sample_bytes() * sizeof(float)));
+        CUDA_RETURN_NOT_OK(cudaMemcpyAsync(r.pixel_programs.get(), programs, count * sizeof(PixelProgram),
                                            cudaMemcpyHostToDevice, r.stream.get()));
-        COLOADER_ASSIGN_OR_RETURN(src, PixelOpsBatchOnDevice(r.pixel_programs.get(), pixel->data(), n,
+        COLOADER_ASSIGN_OR_RETURN(src, PixelOpsBatchOnDevice(r.pixel_programs.get(), programs, count,
                                                              static_cast<int>(r.opts.width), src, r.staging.get(),
-                                                             r.pixel_scratch.get(), r.pixel_stats.get(), r.stream.get()));
+                                                             r.pixel_scratch.get(), r.pixel_stats.get(),
+                                                             r.pixel_blur_rows.get(), r.stream.get()));
       }
       COLOADER_RETURN_NOT_OK(NormalizeBatchOnDevice(src, count, r.opts.height, r.opts.width, r.opts.dtype, r.opts.layout,
                                                     r.opts.normalize, dev + r.data_offset, r.stream.get()));

@@ -26,24 +26,28 @@ __device__ __forceinline__ uint8_t FromFloat<uint8_t>(float v) {
 }
 
 template <typename T>
-__global__ void EraseKernel(const EraseTask* __restrict__ tasks, int size, int nchw, EraseFill fill, T* __restrict__ dst) {
-  const EraseTask t = tasks[blockIdx.y];
-  const int area = t.height * t.width;
-  const uint64_t plane = static_cast<uint64_t>(size) * size;
-  T* image = dst + static_cast<uint64_t>(t.index) * plane * 3;
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < 3 * area; e += gridDim.x * blockDim.x) {
-    const int c = e / area, rest = e % area;
-    const int y = t.top + rest / t.width, x = t.left + rest % t.width;
-    const uint64_t pixel = static_cast<uint64_t>(y) * size + x;
-    const float v = fill.random ? EraseNoise(t.noise_key, static_cast<uint32_t>(e)) : fill.value[c];
-    image[nchw ? c * plane + pixel : 3 * pixel + c] = FromFloat<T>(v);
+__global__ void EraseKernel(const EraseTask* __restrict__ tasks, uint32_t count, int size, int nchw, EraseFill fill,
+                            T* __restrict__ dst) {
+  // Grid rows stride over the boxes: a grid has at most 65535 rows, a batch may have more boxes.
+  for (uint32_t k = blockIdx.y; k < count; k += gridDim.y) {
+    const EraseTask t = tasks[k];
+    const int area = t.height * t.width;
+    const uint64_t plane = static_cast<uint64_t>(size) * size;
+    T* image = dst + static_cast<uint64_t>(t.index) * plane * 3;
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < 3 * area; e += gridDim.x * blockDim.x) {
+      const int c = e / area, rest = e % area;
+      const int y = t.top + rest / t.width, x = t.left + rest % t.width;
+      const uint64_t pixel = static_cast<uint64_t>(y) * size + x;
+      const float v = fill.random ? EraseNoise(t.noise_key, static_cast<uint32_t>(e)) : fill.value[c];
+      image[nchw ? c * plane + pixel : 3 * pixel + c] = FromFloat<T>(v);
+    }
   }
 }
 
 template <typename T>
 void Launch(const EraseTask* tasks, uint32_t count, int size, int nchw, EraseFill fill, void* dst, cudaStream_t s) {
-  const dim3 grid(64, count);
-  EraseKernel<T><<<grid, 256, 0, s>>>(tasks, size, nchw, fill, static_cast<T*>(dst));
+  const dim3 grid(64, count < 65535 ? count : 65535);
+  EraseKernel<T><<<grid, 256, 0, s>>>(tasks, count, size, nchw, fill, static_cast<T*>(dst));
 }
 
 }  // namespace

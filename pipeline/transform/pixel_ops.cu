@@ -2,7 +2,8 @@
 // programs, one grid row per sample, each thread a pixel's three values, with the CPU twin's
 // arithmetic (pixel_math.h; this file is compiled with -fmad=false so that no product and sum
 // fuse where the CPU rounds them apart). Ops that need the whole image first (contrast's mean,
-// autocontrast's extremes, equalize's histogram) get a statistics pass before their step.
+// autocontrast's extremes, equalize's histogram) get a statistics pass before their step;
+// GaussianBlur a first pass that sums the rows into float, as the CPU's separable filter does.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -71,26 +72,47 @@ __global__ void StatsKernel(const PixelProgram* __restrict__ programs, uint32_t 
   }
 }
 
-// gaussian_blur at (x, y), channel c: each row's horizontal sum, then the vertical one, as the
-// CPU's separable filter orders them (reflect padding).
-__device__ __forceinline__ uint8_t BlurAt(const uint8_t* image, int size, int x, int y, int c, int kx, int ky,
-                                          const float* taps_x, const float* taps_y) {
-  float acc = 0.f;
-  for (int j = 0; j < ky; ++j) {
-    const uint8_t* row = image + static_cast<int64_t>(pixel::Reflect(y + j - ky / 2, size)) * size * 3;
-    float h = 0.f;
-    for (int k = 0; k < kx; ++k) h += taps_x[k] * row[3 * pixel::Reflect(x + k - kx / 2, size) + c];
-    acc += taps_y[j] * h;
+// gaussian_blur's first pass, for the samples whose step `step` blurs: each row's horizontal
+// sums (reflect padding) into `rows`, in float, as the CPU's separable filter keeps them.
+__global__ void BlurRowsKernel(const PixelProgram* __restrict__ programs, uint32_t count, int step, int size,
+                               const uint8_t* __restrict__ src, float* __restrict__ rows) {
+  __shared__ float taps[kMaxTaps];
+  const int pixels = size * size;
+  for (uint32_t n = blockIdx.y; n < count; n += gridDim.y) {
+    const PixelStep* s = StepOf(programs, n, step);
+    if (s == nullptr || s->kind != PixelKind::kBlur) continue;  // the same for the whole block
+    const int kx = s->i[0];
+    if (threadIdx.x == 0) pixel::GaussianTaps(kx, static_cast<float>(s->f[0]), taps);
+    __syncthreads();
+    const uint8_t* image = src + static_cast<uint64_t>(n) * pixels * 3;
+    float* out = rows + static_cast<uint64_t>(n) * pixels * 3;
+    for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < pixels; p += gridDim.x * blockDim.x) {
+      const int x = p % size;
+      const uint8_t* row = image + static_cast<int64_t>(p / size) * size * 3;
+      for (int c = 0; c < 3; ++c) {
+        float h = 0.f;
+        for (int k = 0; k < kx; ++k) h += taps[k] * row[3 * pixel::Reflect(x + k - kx / 2, size) + c];
+        out[3 * p + c] = h;
+      }
+    }
+    __syncthreads();  // the taps are redrawn for the next sample
   }
+}
+
+// Its second pass at (x, y), channel c: the vertical sum of the rows' sums, rounded.
+__device__ __forceinline__ uint8_t BlurColumnAt(const float* rows, int size, int x, int y, int c, int ky,
+                                                const float* taps_y) {
+  float acc = 0.f;
+  for (int j = 0; j < ky; ++j) acc += taps_y[j] * rows[(static_cast<int64_t>(pixel::Reflect(y + j - ky / 2, size)) * size + x) * 3 + c];
   return pixel::RoundToU8(acc);
 }
 
 __global__ void StepKernel(const PixelProgram* __restrict__ programs, uint32_t count, int step, int size,
                            const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
-                           const PixelStats* __restrict__ stats) {
+                           const PixelStats* __restrict__ stats, const float* __restrict__ blur_rows) {
   __shared__ uint8_t lut[3][256];
   __shared__ bool lut_used[3];
-  __shared__ float taps_x[kMaxTaps], taps_y[kMaxTaps];
+  __shared__ float taps_y[kMaxTaps];
   const int pixels = size * size;
   for (uint32_t n = blockIdx.y; n < count; n += gridDim.y) {
     const PixelStep* sp = StepOf(programs, n, step);
@@ -104,8 +126,7 @@ __global__ void StepKernel(const PixelProgram* __restrict__ programs, uint32_t c
     const PixelStep s = *sp;
     if (s.kind == PixelKind::kEqualize && threadIdx.x < 3)
       lut_used[threadIdx.x] = pixel::EqualizeLut(stats[n].hist[threadIdx.x], lut[threadIdx.x]);
-    if (s.kind == PixelKind::kBlur && threadIdx.x == 0) pixel::GaussianTaps(s.i[0], static_cast<float>(s.f[0]), taps_x);
-    if (s.kind == PixelKind::kBlur && threadIdx.x == 1) pixel::GaussianTaps(s.i[1], static_cast<float>(s.f[0]), taps_y);
+    if (s.kind == PixelKind::kBlur && threadIdx.x == 0) pixel::GaussianTaps(s.i[1], static_cast<float>(s.f[0]), taps_y);
     __syncthreads();
     const float r = static_cast<float>(s.f[0]), q = static_cast<float>(1.0 - s.f[0]);
     float mean = 0.f;
@@ -158,9 +179,11 @@ __global__ void StepKernel(const PixelProgram* __restrict__ programs, uint32_t c
         case PixelKind::kInvert:
           for (int c = 0; c < 3; ++c) v[c] = static_cast<uint8_t>(255 - in[c]);
           break;
-        case PixelKind::kBlur:
-          for (int c = 0; c < 3; ++c) v[c] = BlurAt(in_image, size, x, y, c, s.i[0], s.i[1], taps_x, taps_y);
+        case PixelKind::kBlur: {
+          const float* rows = blur_rows + static_cast<uint64_t>(n) * pixels * 3;
+          for (int c = 0; c < 3; ++c) v[c] = BlurColumnAt(rows, size, x, y, c, s.i[1], taps_y);
           break;
+        }
         case PixelKind::kPadCrop: {
           const int mode = static_cast<int>(s.f[2]);
           const int sx = pixel::PadIndex(x + static_cast<int>(s.f[0]), size, mode);
@@ -193,9 +216,16 @@ __global__ void StepKernel(const PixelProgram* __restrict__ programs, uint32_t c
 
 }  // namespace
 
+bool PixelProgramsBlur(const PixelProgram* programs, uint32_t count) {
+  for (uint32_t n = 0; n < count; ++n)
+    for (int k = 0; k < programs[n].count; ++k)
+      if (programs[n].steps[k].kind == PixelKind::kBlur) return true;
+  return false;
+}
+
 Result<const uint8_t*> PixelOpsBatchOnDevice(const PixelProgram* programs, const PixelProgram* host_programs,
                                              uint32_t count, int size, const uint8_t* src, uint8_t* a, uint8_t* b,
-                                             PixelStats* stats, void* stream_ptr) {
+                                             PixelStats* stats, float* blur_rows, void* stream_ptr) {
   auto stream = static_cast<cudaStream_t>(stream_ptr);
   int steps = 0;
   for (uint32_t n = 0; n < count; ++n) steps = std::max(steps, static_cast<int>(host_programs[n].count));
@@ -206,15 +236,23 @@ Result<const uint8_t*> PixelOpsBatchOnDevice(const PixelProgram* programs, const
   uint8_t* buffers[2] = {a, b};
   int next = src == a ? 1 : 0;
   for (int step = 0; step < steps; ++step) {
-    bool stats_needed = false;
-    for (uint32_t n = 0; n < count && !stats_needed; ++n)
-      stats_needed = step < host_programs[n].count && NeedsStats(host_programs[n].steps[step].kind);
+    bool stats_needed = false, blur = false;
+    for (uint32_t n = 0; n < count; ++n) {
+      if (step >= host_programs[n].count) continue;
+      stats_needed = stats_needed || NeedsStats(host_programs[n].steps[step].kind);
+      blur = blur || host_programs[n].steps[step].kind == PixelKind::kBlur;
+    }
     if (stats_needed) {
       CUDA_RETURN_NOT_OK(cudaMemsetAsync(stats, 0, sizeof(PixelStats) * count, stream));
       StatsKernel<<<grid, kThreads, 0, stream>>>(programs, count, step, size, current, stats);
       CUDA_RETURN_NOT_OK(cudaGetLastError());
     }
-    StepKernel<<<grid, kThreads, 0, stream>>>(programs, count, step, size, current, buffers[next], stats);
+    if (blur) {
+      if (blur_rows == nullptr) return Status::Internal("pixel ops: a GaussianBlur step without its float scratch");
+      BlurRowsKernel<<<grid, kThreads, 0, stream>>>(programs, count, step, size, current, blur_rows);
+      CUDA_RETURN_NOT_OK(cudaGetLastError());
+    }
+    StepKernel<<<grid, kThreads, 0, stream>>>(programs, count, step, size, current, buffers[next], stats, blur_rows);
     CUDA_RETURN_NOT_OK(cudaGetLastError());
     current = buffers[next];
     next ^= 1;

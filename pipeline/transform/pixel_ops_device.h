@@ -20,14 +20,19 @@ struct PixelStats {
   uint32_t hist[3][256];
 };
 
+// Whether any of `count` programs blurs: PixelOpsBatchOnDevice then needs a float scratch batch.
+bool PixelProgramsBlur(const PixelProgram* programs, uint32_t count);
+
 // Runs `count` programs (`programs` in device memory, `host_programs` the same on the host, for
 // the step counts) on a batch of size x size x 3 uint8 images at `src`, on `stream` (a
 // cudaStream_t). Step k of every sample runs in one kernel (and one statistics pass first where
 // a sample's step needs it), reading the previous step's images and writing the other of `a`
-// and `b` (each one batch; `src` may be either). Returns the buffer holding the result: `src`
-// when no sample has a step. `stats` holds `count` PixelStats. Defined only in CUDA builds.
+// and `b` (each one batch; `src` may be either). GaussianBlur runs as two passes, the rows into
+// `blur_rows` (count x size x size x 3 floats; needed only where PixelProgramsBlur). Returns the
+// buffer holding the result: `src` when no sample has a step. `stats` holds `count` PixelStats.
+// Defined only in CUDA builds.
 Result<const uint8_t*> PixelOpsBatchOnDevice(const PixelProgram* programs, const PixelProgram* host_programs,
                                              uint32_t count, int size, const uint8_t* src, uint8_t* a, uint8_t* b,
-                                             PixelStats* stats, void* stream);
+                                             PixelStats* stats, float* blur_rows, void* stream);
 
 }  // namespace coloader

@@ -247,6 +247,9 @@ struct Parser {
         const double lo = v->items()[0].number(), hi = v->items()[1].number();
         if (!(lo <= hi) || (hue ? (lo < -0.5 || hi > 0.5) : lo < 0))
           return a.Error(*v, std::string("'") + keys[i] + "' must be a range lo <= hi" + (hue ? " inside [-0.5, 0.5]" : " of non-negative factors"));
+        // torchvision leaves a factor whose range is its identity alone ([1, 1], hue [0, 0]): no
+        // round trip through HSV that could move a value by a level.
+        if (lo == hi && lo == (hue ? 0.0 : 1.0)) continue;
         f[i] = JitterRange{lo, hi, true};
       }
       r.pixel_ops.push_back(MakeColorJitter(f[0], f[1], f[2], f[3]));
@@ -317,10 +320,14 @@ struct Parser {
       COLOADER_RETURN_NOT_OK(a.Fill(o.fill));
       r.pixel_ops.push_back(MakeAutoAugment(o));
       only_crops_since_geometry = false;
-      if (o.kind == AutoAugmentKind::kTrivialAugmentWide) line << "(num_magnitude_bins=" << o.num_magnitude_bins << ")";
+      // The fill too: the line is part of the producer's data key, and a different fill is other data.
+      const std::string fill = "fill=(" + Num(o.fill[0]) + ", " + Num(o.fill[1]) + ", " + Num(o.fill[2]) + ")";
+      if (o.kind == AutoAugmentKind::kTrivialAugmentWide)
+        line << "(num_magnitude_bins=" << o.num_magnitude_bins << ", " << fill << ")";
       if (o.kind == AutoAugmentKind::kRandAugment)
-        line << "(num_ops=" << o.num_ops << ", magnitude=" << o.magnitude << ", num_magnitude_bins=" << o.num_magnitude_bins << ")";
-      if (o.kind == AutoAugmentKind::kAutoAugmentImageNet) line << "(policy=imagenet)";
+        line << "(num_ops=" << o.num_ops << ", magnitude=" << o.magnitude << ", num_magnitude_bins=" << o.num_magnitude_bins
+             << ", " << fill << ")";
+      if (o.kind == AutoAugmentKind::kAutoAugmentImageNet) line << "(policy=imagenet, " << fill << ")";
     } else if (name == "ToTensor" || name == "PILToTensor" || name == "ConvertImageDtype" || name == "ToImage" ||
                name == "ToDtype" || name == "ToImageTensor" || name == "ConvertDtype") {
       // The output dtype is --output's; the conversion is implied.
@@ -367,10 +374,12 @@ struct Parser {
       }
       a.Get("inplace");
       line << "(p=" << e.p << ", scale=(" << scale.first << ", " << scale.second << "), ratio=(" << ratio.first << ", "
-           << ratio.second << "), value=" << (e.random_value ? "random" : Num(e.value[0])) << ")";
+           << ratio.second << "), value="
+           << (e.random_value ? "random" : "(" + Num(e.value[0]) + ", " + Num(e.value[1]) + ", " + Num(e.value[2]) + ")")
+           << ")";
     } else {
       return name_v->ErrorAt("'" + name + "' has no native twin in coloader (it has: RandomResizedCrop, Resize, "
-                             "CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, "
+                             "CenterCrop, RandomCrop, RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, RandomGrayscale, "
                              "GaussianBlur, TrivialAugmentWide, RandAugment, AutoAugment, ToTensor, Normalize, "
                              "RandomErasing)" + std::string(kAnyway));
     }

@@ -124,7 +124,13 @@ def _op(t):
         out = {"op": name, "size": _size(t.size), "pad_if_needed": bool(t.pad_if_needed),
                "padding_mode": str(getattr(t.padding_mode, "value", t.padding_mode))}
         if t.padding is not None:
-            out["padding"] = _size(t.padding)
+            padding = _size(t.padding)
+            if type(t).__module__.startswith("torchvision.transforms.v2") and isinstance(padding, list) \
+                    and len(padding) == 4:
+                # v2 keeps its padding parsed as [left, right, top, bottom]; the recipe's is v1's
+                # [left, top, right, bottom].
+                padding = [padding[0], padding[2], padding[1], padding[3]]
+            out["padding"] = padding
         fill = _fill(name, t.fill)
         if fill is not None:
             out["fill"] = fill

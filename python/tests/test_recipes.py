@@ -297,6 +297,14 @@ def test_random_crop_twins_and_flip_order():
     assert translated[1] == {"op": "RandomCrop", "size": [32, 32], "pad_if_needed": False,
                              "padding_mode": "reflect", "padding": 4, "fill": 0.0}
     assert ct.image_size(json.dumps(translated)) == 32
+    # transforms.v2 keeps its padding parsed in another order ([left, right, top, bottom]).
+    for module in ("torchvision.transforms", "torchvision.transforms.v2"):
+        try:
+            tv = __import__(module, fromlist=["RandomCrop"])
+        except ImportError:
+            continue
+        crop = ct.translate(tv.Compose([tv.Resize((32, 32)), tv.RandomCrop(32, padding=[4, 1, 2, 3])]))[1]
+        assert crop["padding"] == [4, 1, 2, 3], module
     for recipe, says in [
         ([{"op": "RandomCrop", "size": 32, "padding": 4}], "follows the op that sets the image's size"),
         ([{"op": "Resize", "size": 256}, {"op": "RandomCrop", "size": 224, "padding": 4}], "takes no padding"),
@@ -306,6 +314,15 @@ def test_random_crop_twins_and_flip_order():
     ]:
         with pytest.raises(Exception, match=says):
             ct.image_size(json.dumps(recipe))
+
+
+def test_identity_jitter_ranges_leave_the_image_alone(photos):
+    """ColorJitter(brightness=(1, 1), hue=(0, 0)): torchvision drops a factor whose range is its
+    identity, so the native op does too (a hue round trip through HSV moves values by a level)."""
+    plain = ct.apply([{"op": "Resize", "size": [48, 48]}], photos[0])
+    jitter = ct.apply([{"op": "Resize", "size": [48, 48]},
+                       {"op": "ColorJitter", "brightness": [1, 1], "hue": [0, 0]}], photos[0], index=3)
+    assert np.array_equal(plain, jitter)
 
 
 def test_same_sample_same_draws_and_epochs_differ(photos):
