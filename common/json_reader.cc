@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <unordered_set>
 
@@ -83,6 +82,54 @@ const char* JsonTypeName(JsonValue::Type t) {
 namespace {
 
 constexpr int kMaxDepth = 64;
+
+// The number grammars, scanned in one pass (std::regex recursed once per character: a number of
+// 40,000 digits overflowed the stack).
+size_t Digits(const std::string& s, size_t i) {
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i;
+}
+// [eE][-+]?[0-9]+ at i, or nothing: the index after it, npos where it is malformed.
+size_t Exponent(const std::string& s, size_t i) {
+  if (i == s.size() || (s[i] != 'e' && s[i] != 'E')) return i;
+  ++i;
+  if (i < s.size() && (s[i] == '-' || s[i] == '+')) ++i;
+  const size_t end = Digits(s, i);
+  return end > i ? end : std::string::npos;
+}
+// JSON: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?
+bool IsJsonNumber(const std::string& s) {
+  size_t i = s.size() > 0 && s[0] == '-' ? 1 : 0;
+  if (i == s.size() || s[i] < '0' || s[i] > '9') return false;
+  i = s[i] == '0' ? i + 1 : Digits(s, i);
+  if (i < s.size() && s[i] == '.') {
+    const size_t end = Digits(s, i + 1);
+    if (end == i + 1) return false;
+    i = end;
+  }
+  return Exponent(s, i) == s.size();
+}
+// YAML 1.2 core: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool IsYamlNumber(const std::string& s) {
+  size_t i = s.size() > 0 && (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i < s.size() && s[i] == '.') {
+    const size_t end = Digits(s, i + 1);
+    if (end == i + 1) return false;
+    i = end;
+  } else {
+    const size_t end = Digits(s, i);
+    if (end == i) return false;
+    i = end;
+    if (i < s.size() && s[i] == '.') i = Digits(s, i + 1);
+  }
+  return Exponent(s, i) == s.size();
+}
+
+// A value quoted in a message: a hostile one may be megabytes long, so long ones show their
+// start and length.
+std::string Abbreviated(const std::string& s) {
+  return s.size() <= 40 ? s : s.substr(0, 20) + "... (" + std::to_string(s.size()) + " characters)";
+}
 // Aliases let a few lines of YAML name a tree of billions of values ("billion laughs"); the
 // tree is built here, so its size is bounded here. Jobs files have hundreds.
 constexpr size_t kMaxValues = 1000000;
@@ -292,7 +339,7 @@ class Converter {
 
   // What a value that JSON does not allow is told, by the character it starts with.
   static std::string NotJson(char at, const std::string& text) {
-    const std::string got = text.empty() ? (at ? std::string(1, at) : std::string("end of input")) : text;
+    const std::string got = text.empty() ? (at ? std::string(1, at) : std::string("end of input")) : Abbreviated(text);
     if (at == '\'') return "strings must be in double quotes in JSON, got '" + got + "'";
     if (at == '&' || at == '*') return "anchors and aliases are YAML, not JSON";
     if (at == '?' || at == '|' || at == '>') return "block-style YAML is not JSON (write {...} and [...], or name the file .yaml)";
@@ -316,28 +363,28 @@ class Converter {
     if (syntax_ == Syntax::kJson) {
       if (text_.compare(static_cast<size_t>(std::max(0, m.pos)), s.size(), s) != 0) return ErrorAt(m, NotJson(at, s));
       if (s == "true" || s == "false") return JsonValue::Bool(s == "true");
-      static const std::regex json_number(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?)");
-      if (std::regex_match(s, json_number)) return Number(s, m);
+      if (IsJsonNumber(s)) return Number(s, m);
       if (s.find_first_of(" \t\r\n") != std::string::npos) {
         // yaml-cpp reads `[1 2]` as the one plain scalar "1 2".
-        return ErrorAt(m, "expected ',' between values (or a string in double quotes), got '" + s + "'");
+        return ErrorAt(m, "expected ',' between values (or a string in double quotes), got '" + Abbreviated(s) + "'");
       }
       if (!s.empty() && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) {
-        return ErrorAt(m, "'" + s + "' is not a JSON number (no leading zeros, digits after '.' and in the exponent)");
+        return ErrorAt(m, "'" + Abbreviated(s) + "' is not a JSON number (no leading zeros, digits after '.' and in the exponent)");
       }
       return ErrorAt(m, NotJson(at, s));
     }
     if (s == "true" || s == "True" || s == "TRUE") return JsonValue::Bool(true);
     if (s == "false" || s == "False" || s == "FALSE") return JsonValue::Bool(false);
-    static const std::regex yaml_number(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");  // YAML 1.2 core
-    if (std::regex_match(s, yaml_number)) return Number(s, m);
+    if (IsYamlNumber(s)) return Number(s, m);
     return JsonValue::String(s);
   }
 
   Result<JsonValue> Number(const std::string& s, const YAML::Mark& m) const {
     errno = 0;
     const double d = std::strtod(s.c_str(), nullptr);
-    if (errno == ERANGE && std::isinf(d)) return ErrorAt(m, "number " + s + " is out of range");
+    if (errno == ERANGE && std::isinf(d)) {
+      return ErrorAt(m, "number " + Abbreviated(s) + " is out of range");
+    }
     return JsonValue::Number(d);
   }
 

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${FUZZ_SECONDS:-60}
 targets=("$@")
-((${#targets[@]})) || targets=(protocol decode tar)
+((${#targets[@]})) || targets=(protocol decode tar json)
 
 scripts/setup-hardening.sh
 start=$SECONDS

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/json_reader.h"
 #include "common/protocol.h"
 #include "pipeline/decode/decode.h"
 #include "pipeline/source/tar_index.h"
@@ -128,6 +129,17 @@ std::string TarOne(const uint8_t* data, size_t size) {
     if (m.offset > size || m.size > size - m.offset)
       return "member '" + m.name + "' at " + std::to_string(m.offset) + "+" + std::to_string(m.size) +
              " lies outside the " + std::to_string(size) + " bytes";
+  }
+  return "";
+}
+
+std::string JsonOne(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  for (const bool yaml : {false, true}) {
+    Result<JsonValue> v = yaml ? ParseYaml(text, "fuzz.yaml") : ParseJson(text, "fuzz.json");
+    if (!v.ok() && v.status().message().size() > 1024)
+      return std::string(yaml ? "ParseYaml" : "ParseJson") + "'s error is " +
+             std::to_string(v.status().message().size()) + " characters long";
   }
   return "";
 }

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Input {
-  std::string target;  // "protocol", "decode" or "tar"
+  std::string target;  // "protocol", "decode", "tar" or "json"
   std::string path;
 };
 
@@ -36,6 +36,7 @@ std::vector<Input> Inputs() {
       {"decode", root / "tests/fuzz/corpus/decode"},       {"decode", root / "tests/fuzz/regressions/decode"},
       {"decode", root / "tests/data"},
       {"tar", root / "tests/fuzz/corpus/tar"},
+      {"json", root / "tests/fuzz/corpus/json"},          {"json", root / "tests/fuzz/regressions/json"},
   };
   std::vector<Input> inputs;
   for (const auto& [target, dir] : dirs) {
@@ -64,6 +65,7 @@ TEST_P(FuzzRegressionTest, ReplaysWithoutCrashOrBrokenProperty) {
   ASSERT_FALSE(bytes.empty() && fs::file_size(input.path) != 0) << "cannot read " << input.path;
   const std::string broken = input.target == "protocol" ? fuzz::ProtocolOne(bytes.data(), bytes.size())
                              : input.target == "tar"    ? fuzz::TarOne(bytes.data(), bytes.size())
+                             : input.target == "json"   ? fuzz::JsonOne(bytes.data(), bytes.size())
                                                         : fuzz::DecodeOne(bytes.data(), bytes.size());
   EXPECT_EQ(broken, "") << input.path;
 }

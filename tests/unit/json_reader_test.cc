@@ -116,6 +116,33 @@ TEST(JsonReader, DeepNestingIsAnErrorNotACrash) {
       << ours.status().message();
 }
 
+TEST(JsonReader, LongNumbersAreReadWithoutRecursion) {
+  // Issue 38: std::regex recursed once per character, so a 40,000-digit number (in a jobs file,
+  // a resume state, one sample's KEY.json) overflowed the stack. A million digits now read as any
+  // number does: out of range, or the value.
+  const std::string digits(1000000, '7');
+  Result<JsonValue> json = ParseJson("{\"n\": " + digits + "}", "f.json");
+  ASSERT_FALSE(json.ok());
+  EXPECT_NE(json.status().message().find("f.json:1:7: number 7777"), std::string::npos) << json.status().message();
+  EXPECT_NE(json.status().message().find("... (1000000 characters) is out of range"), std::string::npos);
+  EXPECT_LT(json.status().message().size(), 200u);
+  Result<JsonValue> yaml = ParseYaml("n: 0." + digits + "\n", "f.yaml");
+  ASSERT_TRUE(yaml.ok()) << yaml.status().message();
+  EXPECT_NEAR(yaml->Find("n")->number(), 7.0 / 9.0, 1e-12);
+  Result<JsonValue> text = ParseYaml("n: 1" + digits + "x\n");  // not a number: a string
+  ASSERT_TRUE(text.ok());
+  EXPECT_TRUE(text->Find("n")->is_string());
+  // The grammar itself, both syntaxes.
+  for (const char* ok : {"0", "-0", "12", "-3.25", "1e9", "1E-9", "2.5e+3"})
+    EXPECT_TRUE(ParseJson(ok).ok() && ParseJson(ok)->is_number()) << ok;
+  for (const char* bad : {"01", "1.", ".5", "+1", "1e", "--1", "1.2.3", "0x10"})
+    EXPECT_FALSE(ParseJson(bad).ok()) << bad;
+  for (const char* yes : {"+1", ".5", "1.", "01", "-2.5E3"})
+    EXPECT_TRUE(ParseYaml(std::string("v: ") + yes)->Find("v")->is_number()) << yes;
+  for (const char* no : {"1e", ".", "1.2.3", "0x10", "1_000"})
+    EXPECT_TRUE(ParseYaml(std::string("v: ") + no)->Find("v")->is_string()) << no;
+}
+
 TEST(JsonReader, FieldsNameTheFieldAndTheProblem) {
   ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(R"({"n": 3, "s": "x", "l": ["a", true], "b": true,
                                                    "argv": ["--epochs", 2, "--lr", 0.1, "--n", 1e6]})",
