@@ -31,6 +31,15 @@ Status Socket::Bind(const std::string& endpoint) {
   }
 }
 
+Status Socket::Unbind(const std::string& endpoint) {
+  try {
+    sock_.unbind(endpoint);
+    return Status::OK();
+  } catch (const zmq::error_t& e) {
+    return Failure("cannot unbind " + endpoint, e);
+  }
+}
+
 Status Socket::Connect(const std::string& endpoint) {
   try {
     sock_.connect(endpoint);

@@ -43,6 +43,7 @@ class Socket {
   Result<std::string> LastEndpoint();
 
   Status Bind(const std::string& endpoint);
+  Status Unbind(const std::string& endpoint);  // stops accepting there; its connections stay
   Status Connect(const std::string& endpoint);
 
   // One frame: copied from `data`, or the message itself (no copy). kAgain when dontwait is

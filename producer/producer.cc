@@ -370,10 +370,12 @@ Status Producer::Impl::Loop() {
     for (const auto& [id, s] : sessions)
       if (s.watch.valid() && s.exited_ns == 0) items.push_back({nullptr, s.watch.fd(), ZMQ_POLLIN, 0});
     if (zap) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+    if (descriptor_guard) items.push_back({descriptor_guard->monitor(), 0, ZMQ_POLLIN, 0});
     const long timeout_ms = std::min<long>(opts.heartbeat_ms, 250);
     COLOADER_RETURN_NOT_OK(Poll(items, std::chrono::milliseconds(timeout_ms)).status());
     COLOADER_RETURN_NOT_OK(ReadMessages());
     if (zap) COLOADER_RETURN_NOT_OK(zap->HandlePending());
+    if (descriptor_guard) COLOADER_RETURN_NOT_OK(descriptor_guard->Check(router));
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
     DetachStalled(now);

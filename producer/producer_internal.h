@@ -28,6 +28,7 @@
 #include "common/unique_fd.h"
 #include "pipeline/assemble/pool.h"
 #include "producer/batch_source.h"
+#include "producer/descriptor_guard.h"
 #include "producer/device_ring.h"
 #include "producer/producer.h"
 #include "producer/ring.h"
@@ -119,6 +120,7 @@ struct Producer::Impl {
   Socket router;  // opened by Bind()
   std::unique_ptr<ZapHandler> zap;  // with a tcp:// endpoint: who may connect
   std::string tcp_bound;
+  std::unique_ptr<DescriptorGuard> descriptor_guard;  // with a tcp:// endpoint: floods stay below the limit
   EventFd stop_fd;  // Stop() signals it; the loop polls it
   std::atomic<bool> stop_requested{false};
   std::atomic<const char*> stop_why{"a request"};  // what asked (Stop's argument)

@@ -11,6 +11,10 @@
 
 namespace coloader {
 
+namespace {
+constexpr int kTcpHandshakeMs = 5000;
+}  // namespace
+
 Status Producer::Impl::BindTcp() {
   // libzmq copies a socket's options into each endpoint when it is bound: the ipc endpoint
   // above has neither CURVE nor a ZAP domain; this one has both (or ZAP alone, insecure).
@@ -29,8 +33,14 @@ Status Producer::Impl::BindTcp() {
     COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::curve_server, 1));
     COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::curve_secretkey, pair.secret_key));
   }
+  // A connection that has not finished its handshake (CURVE and the ZAP check) within this goes:
+  // a peer without a key holds a descriptor for at most that long (libzmq's default is 30 s).
+  COLOADER_RETURN_NOT_OK(router.Set(zmq::sockopt::handshake_ivl, kTcpHandshakeMs));
   COLOADER_RETURN_NOT_OK(router.Bind(opts.tcp_endpoint));
   COLOADER_ASSIGN_OR_RETURN(tcp_bound, router.LastEndpoint());
+  COLOADER_ASSIGN_OR_RETURN(descriptor_guard, DescriptorGuard::Make(ctx, router, tcp_bound, [name](const std::string& line) {
+                              LogLine("[coloader %s] %s\n", name.c_str(), line.c_str());
+                            }));
   return Status::OK();
 }
 

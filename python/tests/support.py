@@ -56,7 +56,7 @@ class Producer:
     reads torch checkpoints for --resume."""
 
     def __init__(self, data, *args, batch_size=PRODUCER_BATCH, epochs=2, window=4, via_python=False,
-                 start_timeout=STEP_TIMEOUT):
+                 start_timeout=STEP_TIMEOUT, max_open_files=None):
         self.name = "pytest-%d-%d" % (os.getpid(), next(_names))
         epoch_args = ["--forever"] if epochs is None else ["--epochs", str(epochs)]
         command = [sys.executable, "-m", "coloader"] if via_python else [str(BINARY)]
@@ -65,7 +65,12 @@ class Producer:
                "--quiet", "--image-size", "32", "--workers", "2",
                "--heartbeat-ms", "100", "--heartbeat-timeout-ms", "1500", *args]
         env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), COLOADER_BINARY=str(BINARY))
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+        def limit():  # the child's own descriptor limit (`ulimit -n`), soft and hard
+            import resource
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max_open_files, max_open_files))
+
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env,
+                                     preexec_fn=limit if max_open_files else None)
         self.lines = []
         self._serving = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -1,0 +1,85 @@
+"""Floods (issue 38): peers that hold the producer's resources without a key. Real producer
+processes with a small descriptor limit (`ulimit -n`), real sockets on loopback."""
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from support import BINARY, NUM_IMAGES, STEP_TIMEOUT, Producer, needs_build, run_epoch
+
+import coloader
+
+pytestmark = needs_build
+
+
+def open_descriptors(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def tcp_endpoint(p):
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while time.monotonic() < deadline:
+        for line in p.lines:
+            if "also serving on tcp://" in line:
+                return line.split("also serving on ")[1].split()[0]
+        time.sleep(0.01)
+    raise AssertionError("no tcp:// line:\n" + "".join(p.lines))
+
+
+def resident_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_a_flood_of_keyless_tcp_connections_cannot_take_the_producer_down(dataset, env, tmp_path):
+    """600 raw TCP connections (no key, no handshake) to a CURVE endpoint of a producer limited to
+    256 descriptors: it stays up and within its limit, says so, serves a local consumer an exact
+    epoch during the flood, gives back its descriptors and memory after it, and a keyed remote
+    consumer reads an exact epoch once it accepts again."""
+    for who in ("server", "client"):
+        subprocess.run([str(BINARY), "keygen", "--out", str(tmp_path / who)], check=True, capture_output=True)
+    (tmp_path / "authorized").write_text((tmp_path / "client.pub").read_text())
+    p = Producer(dataset, "--tcp", "tcp://127.0.0.1:*", "--curve-key", str(tmp_path / "server.key"),
+                 "--authorized-keys", str(tmp_path / "authorized"), epochs=None, max_open_files=256)
+    try:
+        endpoint = tcp_endpoint(p)
+        host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+        with coloader.Loader(p.name, batch_size=10, timeout=STEP_TIMEOUT) as loader:
+            _, indices, _ = run_epoch(loader)  # the ring's pages in use: the baseline
+        baseline, baseline_rss = open_descriptors(p.proc.pid), resident_kib(p.proc.pid)
+        flood, peak = [], baseline
+        for _ in range(600):
+            try:
+                flood.append(socket.create_connection((host, int(port)), timeout=1))
+            except OSError:
+                pass  # refused: the producer stopped accepting
+            if len(flood) % 50 == 0 and p.proc.poll() is None:
+                peak = max(peak, open_descriptors(p.proc.pid))
+        assert p.proc.poll() is None, "the producer died under the flood:\n" + "".join(p.lines[-20:])
+        assert peak < 256
+        with coloader.Loader(p.name, batch_size=10, timeout=STEP_TIMEOUT) as loader:
+            run_epoch(loader)  # joining a running producer: the rest of its epoch (issue 39)
+            _, indices, _ = run_epoch(loader)
+            assert sorted(indices) == list(range(NUM_IMAGES))
+        assert p.proc.poll() is None
+        assert any("no new ones accepted" in line for line in p.lines), "".join(p.lines[-20:])
+        for s in flood:
+            s.close()
+        deadline = time.monotonic() + 20
+        while not any("accepting tcp:// connections again" in line for line in p.lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after, after_rss = open_descriptors(p.proc.pid), resident_kib(p.proc.pid)
+        assert after <= baseline + 8, "descriptors: %d before, %d at most in the flood, %d after" % (baseline, peak, after)
+        assert after_rss <= 1.2 * baseline_rss, "RSS: %d KiB before the flood, %d after" % (baseline_rss, after_rss)
+        with coloader.Loader(endpoint=endpoint, batch_size=10, timeout=STEP_TIMEOUT,
+                             curve_key=tmp_path / "client.key", server_key=tmp_path / "server.pub") as loader:
+            run_epoch(loader)
+            _, indices, _ = run_epoch(loader)
+            assert sorted(indices) == list(range(NUM_IMAGES))
+        print("descriptors: %d before the flood, %d at most during, %d after; RSS %d -> %d KiB"
+              % (baseline, peak, after, baseline_rss, after_rss))
+    finally:
+        p.stop()
