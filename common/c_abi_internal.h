@@ -52,7 +52,8 @@ inline int CodeFor(StatusCode code) {
     case StatusCode::kInvalidArgument:
     case StatusCode::kAlreadyExists: return COLOADER_E_INVALID;
     case StatusCode::kNotFound: return COLOADER_E_NOT_FOUND;
-    case StatusCode::kIOError: return COLOADER_E_IO;
+    case StatusCode::kIOError:
+    case StatusCode::kUnavailable: return COLOADER_E_IO;
     case StatusCode::kProtocolError: return COLOADER_E_PROTOCOL;
     case StatusCode::kTimeout: return COLOADER_E_TIMEOUT;
     case StatusCode::kDisconnected:

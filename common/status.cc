@@ -20,6 +20,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAgain: return "again";
     case StatusCode::kEnded: return "ended";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kUnavailable: return "resource unavailable";
   }
   return "unknown";
 }

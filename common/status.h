@@ -26,6 +26,7 @@ enum class StatusCode {
   kAgain,            // not an error: a bounded wait ended before anything came; call again
   kEnded,            // not an error: the run is over early (a producer whose consumers all left)
   kInternal,
+  kUnavailable,      // the machine, not the input: out of descriptors or memory, a failing device
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -49,6 +50,7 @@ class [[nodiscard]] Status {
   static Status Again() { return {StatusCode::kAgain, "nothing yet"}; }
   static Status Ended(std::string msg) { return {StatusCode::kEnded, std::move(msg)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   // errno-based I/O error: "<what>: <strerror(errno)>".
   static Status FromErrno(const std::string& what, int err);
 

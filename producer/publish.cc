@@ -141,10 +141,20 @@ void Producer::Impl::PublishReady() {
         ring.Abandon(job->slot);
         return;
       }
+      const std::string example = job->failures.front().second;
       count = source->FillFailed(*job);
       // Nothing of it decoded: it comes back in its place in the sequence with other files,
       // so that it keeps its size too (a group's ranks stay in step even with batches of 1).
       if (count == 0 && source->Resubmit(job)) return;
+      if (count == 0) {
+        // Neither its files nor any of their substitutes decoded: the data is unreadable, and an
+        // empty batch would report whole epochs of nothing.
+        fatal = Status::Invalid("no file of batch " + std::to_string(job->seq) + " (epoch " + std::to_string(job->epoch) +
+                                ") nor any of its substitutes decoded (" + std::to_string(job->substitutions) +
+                                " tries), e.g. " + example + ": the data set looks unreadable; check --data");
+        ring.Abandon(job->slot);
+        return;
+      }
     }
     ++next_publish_seq;
 

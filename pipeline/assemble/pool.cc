@@ -171,7 +171,13 @@ void Pipeline::WorkerLoop(int worker) {
     if (!gpu_.empty()) (cpu_share ? job->gpu.cpu_ns : job->gpu.other_ns).fetch_add(StageTimes::WallNs() - start_ns);
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(job->failures_mu);
-      job->failures.emplace_back(pos, st.message());
+      // The machine's fault (out of descriptors or memory, a failing device) is no bad file:
+      // the run stops with it rather than skip good data and report whole epochs.
+      if (st.code() == StatusCode::kUnavailable) {
+        if (job->fatal.ok()) job->fatal = st;
+      } else {
+        job->failures.emplace_back(pos, st.message());
+      }
     }
     if (job->remaining.fetch_sub(1) == 1) {
       // Last sample of the batch: on to a GPU lane, or back to the producer thread.

@@ -53,7 +53,7 @@ struct BatchJob {
   // With pixel ops on the device path: each position's program, for the device ring to run on
   // the uint8 batch before normalising (empty otherwise).
   std::vector<PixelProgram> pixel;
-  Status fatal;                // the GPU failed on this batch (not a file): the run stops
+  Status fatal;                // the GPU or the machine failed on this batch (not a file): the run stops
   uint32_t substitutions = 0;  // times none of its samples decoded and it went round again
 };
 

@@ -276,6 +276,22 @@ TEST_F(IntegrationTest, CorruptFilesAreSkippedAndCountedOrFailTheRun) {
   }
 }
 
+TEST_F(IntegrationTest, AnUnreadableDataSetIsAnErrorNotEpochsOfNothing) {
+  // Issue 38: every file undecodable gave five empty epochs, "partial": false, and exit 0.
+  const std::string data = tmp_.path() + "/allbad";
+  for (int c = 0; c < 2; ++c) {
+    std::filesystem::create_directories(data + "/class" + std::to_string(c));
+    for (int i = 0; i < 12; ++i)
+      testing::WriteFile(data + "/class" + std::to_string(c) + "/img" + std::to_string(i) + ".jpg", "not an image");
+  }
+  auto producer = Serve("p", {"--batch-size", "4", "--epochs", "5"}, data);
+  auto consumer = Consume("p");
+  EXPECT_EQ(producer->Wait(), 1) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("the data set looks unreadable"), std::string::npos) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("img"), std::string::npos) << producer->Stderr();  // names a file
+  EXPECT_EQ(consumer->Wait(), 1) << consumer->Stderr();
+}
+
 // Sends raw frames to the producer's socket as a hostile or outdated peer would.
 class RawPeer {
  public:

@@ -1,8 +1,10 @@
 // Dataset::Open over real temporary trees and file lists. File contents are never read by
 // Open, so every image here is an empty file.
 #include "pipeline/source/dataset.h"
+#include "pipeline/source/read.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -352,6 +354,41 @@ TEST_F(DatasetTest, FileListRelativeToCurrentDirectoryWhenListHasNoFolder) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].path, "a.jpg");
   EXPECT_EQ(r->source(), "list.txt");
+}
+
+}  // namespace
+}  // namespace coloader
+
+namespace coloader {
+namespace {
+
+TEST(ReadWholeFileTest, OutOfDescriptorsIsTheMachinesFaultNotABadFile) {
+  // Issue 38: during a flood every image was "skipped bad file: ... Too many open files". With
+  // no descriptor left, the read is tried again for a while, then fails as kUnavailable (the run
+  // stops), never as the file's error; a missing file stays the file's.
+  const std::string path = testing::TempDir() + "/read_whole_file_test.bin";
+  {
+    std::ofstream(path) << "bytes";
+  }
+  std::vector<uint8_t> bytes;
+  ASSERT_TRUE(ReadWholeFile(path, &bytes).ok());
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // The lowest free descriptor is the next open's: allow none above what is open now.
+  const int next = ::dup(0);
+  ASSERT_GE(next, 0);
+  ::close(next);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(next);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &tight), 0);
+  const Status st = ReadWholeFile(path, &bytes);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("not the file's"), std::string::npos) << st.message();
+  EXPECT_TRUE(MachineFault(EMFILE) && MachineFault(EIO) && !MachineFault(ENOENT));
+  const Status missing = ReadWholeFile(path + ".missing", &bytes);
+  EXPECT_EQ(missing.code(), StatusCode::kIOError) << missing.ToString();
+  std::remove(path.c_str());
 }
 
 }  // namespace
