@@ -13,6 +13,12 @@
 // that a flood that never stops costs a few reconnections a minute, not a flapping endpoint. The
 // ipc:// endpoint and the workers' files keep the room between the high mark and the limit.
 // Connections that have not finished their handshake go after 5 s (ZMQ_HANDSHAKE_IVL, tcp.cc).
+//
+// The guard reacts after libzmq's accepts (libzmq offers no cap on them): on a loaded machine a
+// fast flood can reach the limit for a moment before the endpoint is unbound. libzmq's tcp
+// listener survives that (it drops the connection); a local consumer connecting in that moment
+// would meet libzmq's ipc abort, so the room above the high mark is generous (a quarter of the
+// limit) to make the moment rare, not impossible.
 #pragma once
 
 #include <cstdint>
