@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_set>
@@ -425,11 +426,23 @@ Result<JsonValue> ParseYaml(const std::string& text, const std::string& source) 
 }
 
 Result<std::string> ReadTextFile(const std::string& path) {
+  // A jobs file, recipe or state is kilobytes: a directory, a device or a huge file is a mistake
+  // to name, not something to read until memory runs out (`plan /dev/zero` grew to 3.5 GB).
+  constexpr size_t kMaxBytes = size_t{64} << 20;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return Status::Invalid(path + " is a directory: name the JSON or YAML file in it");
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot open " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, static_cast<size_t>(in.gcount()));
+    if (text.size() > kMaxBytes)
+      return Status::Invalid(path + " is larger than 64 MiB (a jobs file, recipe or state is a few KB): is it the "
+                             "right file?");
+  }
+  return text;
 }
 
 Result<JsonValue> ReadJsonFile(const std::string& path) {

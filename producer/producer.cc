@@ -110,7 +110,15 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
     return Status::Invalid("--epochs must be at least 1 (or use --forever)");
   if (opts.min_consumers < 1)
     return Status::Invalid("--min-consumers must be at least 1");
-  if (opts.heartbeat_ms < 10 || opts.heartbeat_timeout_ms < 2 * opts.heartbeat_ms)
+  // In 64 bits: 2 * 2147483648 wrapped to 0 in 32 and passed, detaching healthy consumers.
+  constexpr uint32_t kHour = 3'600'000;
+  if (opts.heartbeat_ms < 10 || opts.heartbeat_ms > kHour)
+    return Status::Invalid("--heartbeat-ms must be between 10 and 3600000 (an hour), got " +
+                           std::to_string(opts.heartbeat_ms));
+  if (opts.heartbeat_timeout_ms > 2 * kHour)
+    return Status::Invalid("--heartbeat-timeout-ms must be at most 7200000 (two hours), got " +
+                           std::to_string(opts.heartbeat_timeout_ms));
+  if (uint64_t{opts.heartbeat_timeout_ms} < 2 * uint64_t{opts.heartbeat_ms})
     return Status::Invalid("--heartbeat-timeout-ms must be at least twice --heartbeat-ms (got " +
                            std::to_string(opts.heartbeat_timeout_ms) + " and " +
                            std::to_string(opts.heartbeat_ms) + ")");

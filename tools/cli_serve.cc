@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -49,7 +50,15 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
       return required ? Status::Invalid("--resume " + path + ": no \"" + key + "\" (is it a Loader's state_dict()?)")
                       : Status::OK();
     }
-    if (!f->is_number() || f->number() < 0) return Status::Invalid("--resume " + path + ": \"" + key + "\" must be a number >= 0");
+    // Whole and exact in a double (a JSON number): 1e30 or 2^64 wrapped to 0, 0.5 was truncated.
+    constexpr double kMaxExact = 9007199254740992.0;  // 2^53
+    if (!f->is_number() || !(f->number() >= 0 && f->number() <= kMaxExact) || f->number() != std::floor(f->number()))
+    {
+      char shown[40];
+      std::snprintf(shown, sizeof(shown), "%.17g", f->is_number() ? f->number() : 0.0);
+      return Status::Invalid(f->Position() + ": --resume: \"" + key + "\" must be a whole number in [0, 2^53], got " +
+                             (f->is_number() ? std::string(shown) : "a " + std::string(JsonTypeName(f->type()))));
+    }
     *out = static_cast<uint64_t>(f->number());
     return Status::OK();
   };

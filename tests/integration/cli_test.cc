@@ -88,6 +88,21 @@ TEST(Cli, BadValuesNameTheFlagAndTheValue) {
   }
 }
 
+TEST(Cli, HeartbeatsPastTheirRangeAreRefusedNotWrapped) {
+  // Issue 38: --heartbeat-ms 2147483648 passed the timeout check by overflow (2 x 2^31 is 0 in
+  // 32 bits) and the producer then detached healthy consumers.
+  for (const auto& [args, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--heartbeat-ms", "2147483648"}, "--heartbeat-ms must be between 10 and 3600000 (an hour), got 2147483648"},
+           {{"--heartbeat-timeout-ms", "4294967295"}, "--heartbeat-timeout-ms must be at most 7200000"},
+           {{"--heartbeat-ms", "1000", "--heartbeat-timeout-ms", "1500"}, "at least twice --heartbeat-ms"}}) {
+    std::vector<std::string> cmd = {"serve", "--data", "/nonexistent", "--name", "hb"};
+    cmd.insert(cmd.end(), args.begin(), args.end());
+    Child c(Coloader(cmd));
+    EXPECT_NE(c.Wait(), 0) << want;
+    EXPECT_NE(c.Stderr().find(want), std::string::npos) << c.Stderr();
+  }
+}
+
 // A jobs file's bad decode is refused by plan, launch and simulate alike, before any planning,
 // naming the file, the pipeline, the field and the value.
 TEST(Cli, ABadDecodeInAJobsFileNamesThePipelineAndTheValue) {

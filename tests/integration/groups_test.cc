@@ -381,6 +381,15 @@ TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
        "has seen 500 samples of epoch 1, but a rank's share of it is 52"},
       {R"({"epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8})", "no \"data_key\""},
       {"[1, 2]", "expected a JSON object"},
+      // Issue 38: 1e30 and 2^64 resumed at epoch 0; 0.5 was truncated.
+      {with_key(R"("epoch": 1e30, "samples_seen_in_epoch": 16, "batch_size": 8)"),
+       "\"epoch\" must be a whole number in [0, 2^53], got 1.0000000000000000e+30"},
+      {with_key(R"("epoch": 18446744073709551616, "samples_seen_in_epoch": 16, "batch_size": 8)"),
+       "\"epoch\" must be a whole number in [0, 2^53]"},
+      {with_key(R"("epoch": 0.5, "samples_seen_in_epoch": 16, "batch_size": 8)"),
+       "\"epoch\" must be a whole number in [0, 2^53], got 0.5"},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 1e30)"),
+       "\"seed\" must be a whole number"},
   };
   for (const Case& c : cases) {
     auto serve = serve_with(c.json);

@@ -143,6 +143,17 @@ TEST(JsonReader, LongNumbersAreReadWithoutRecursion) {
     EXPECT_TRUE(ParseYaml(std::string("v: ") + no)->Find("v")->is_string()) << no;
 }
 
+TEST(JsonReader, DirectoriesAndEndlessFilesAreNamedNotRead) {
+  // Issue 38: `plan` on a directory said "the file is empty"; on /dev/zero it grew to 3.5 GB.
+  Result<JsonValue> dir = ReadJsonOrYamlFile(::testing::TempDir());
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("is a directory"), std::string::npos) << dir.status().message();
+  Result<JsonValue> endless = ReadJsonFile("/dev/zero");
+  ASSERT_FALSE(endless.ok());
+  EXPECT_NE(endless.status().message().find("/dev/zero is larger than 64 MiB"), std::string::npos)
+      << endless.status().message();
+}
+
 TEST(JsonReader, FieldsNameTheFieldAndTheProblem) {
   ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(R"({"n": 3, "s": "x", "l": ["a", true], "b": true,
                                                    "argv": ["--epochs", 2, "--lr", 0.1, "--n", 1e6]})",
