@@ -108,6 +108,7 @@ struct ServeFlags {
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
               gpu_wait = "block", cpu_share, resume, resume_key, transform;
   bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
+  double alone_timeout_s = -1;  // unset: 600 s for --epochs runs, never for --forever
 };
 
 void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
@@ -159,6 +160,11 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--stall-timeout-ms", &o.stall_timeout_ms,
           "a consumer that holds the others back this long (stopped reading, or kept batches it cannot copy) is "
           "detached; 0: never");
+  cmd.Add("--alone-timeout", &f.alone_timeout_s,
+          "once the first epoch has begun, end the run (exit 1, saying how far it got) when no consumer has been "
+          "attached this many seconds; 0: wait for consumers forever (default: 600 with --epochs, 0 with --forever)")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.0, 7 * 86400.0));
   cmd.Add("--no-dct-scaling", &f.no_dct, "decode JPEGs at full size even when the crop is small");
   cmd.Add("--no-crop-decode", &f.no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
   cmd.Add("--quiet", &f.quiet, "no progress line");
@@ -237,6 +243,10 @@ Status ApplyServeFlags(const ServeFlags& f, bool seed_given, bool size_given, Pr
   o.dataset.dct_scaling = !f.no_dct;
   o.dataset.crop_decode = !f.no_crop_decode;
   o.dataset.on_bad_file = f.on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;
+  // A run of --epochs whose consumers all crashed would otherwise wait for them forever (and a
+  // launch script's `wait` with it).
+  o.alone_timeout_ms = static_cast<uint32_t>(f.alone_timeout_s < 0 ? (o.forever ? 0 : 600) * 1000.0
+                                                                    : f.alone_timeout_s * 1000.0);
   if (f.quiet) o.progress_interval_ms = 0;
   return Status::OK();
 }

@@ -292,6 +292,17 @@ TEST_F(IntegrationTest, AnUnreadableDataSetIsAnErrorNotEpochsOfNothing) {
   EXPECT_EQ(consumer->Wait(), 1) << consumer->Stderr();
 }
 
+TEST_F(IntegrationTest, AProducerWhoseConsumersAllLeftEndsAfterItsAloneTimeout) {
+  // Issue 38: with every consumer gone, `serve --epochs` waited at 0 images/s for ever (and a
+  // launch script's `wait` with it). It now ends after --alone-timeout, exit 1, saying so.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "50", "--alone-timeout", "1"});
+  auto consumer = Consume("p", {"--epochs", "1"});
+  ASSERT_EQ(consumer->Wait(), 0) << consumer->Stderr();
+  EXPECT_EQ(producer->Wait(20000), 1) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("every consumer left and none came back for 1 s"), std::string::npos)
+      << producer->Stderr();
+}
+
 // Sends raw frames to the producer's socket as a hostile or outdated peer would.
 class RawPeer {
  public:
