@@ -26,8 +26,8 @@ std::string DecodeOne(const uint8_t* data, size_t size);
 // IndexTarBytes: it must return, and every member it lists must lie inside the input.
 std::string TarOne(const uint8_t* data, size_t size);
 
-// ParseJson and ParseYaml (jobs files, recipes, resume states, a sample's KEY.json): each must
-// return, and an error's message stay short (a hostile value is quoted by its start and length).
+// ParseJson (resume states, a sample's KEY.json, JSON jobs files and recipes): it must return, and
+// an error's message stay short (a hostile value is quoted by its start and length).
 std::string JsonOne(const uint8_t* data, size_t size);
 
 }  // namespace coloader::fuzz

@@ -1,5 +1,5 @@
-// libFuzzer target: the JSON/YAML reader (ParseJson, ParseYaml). Any byte string must come back
-// as a value or an error Status with a short message.
+// libFuzzer target: the JSON reader (ParseJson). Any byte string must come back as a value or an
+// error Status with a short message.
 //   build-fuzz/tests/fuzz/json_fuzz tests/fuzz/corpus/json   (scripts/fuzz.sh)
 #include <cstdio>
 #include <cstdlib>
