@@ -174,8 +174,32 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
   int line = 1, column = 1, string_line = 0, string_column = 0;
   bool in_string = false;
   char last = '\0';  // the last character outside strings that is not white space
+  // The open brackets, checked here: yaml-cpp 0.7 exhausts its memory on some unbalanced flow
+  // collections (a '}' closing the document early, found by the json fuzz target).
+  struct Open {
+    char bracket;
+    int line, column;
+  };
+  std::vector<Open> open;
+  bool ended = false;  // the top-level collection has closed: only white space may follow
   for (size_t i = 0; i < text.size();) {
     const char c = text[i];
+    if (!in_string && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
+      if (ended && c != '#')
+        return FailAt(source, line, column, "content after the end of the document (an extra '}' or ']' before it?)");
+      if (c == '{' || c == '[') {
+        open.push_back({c, line, column});
+      } else if (c == '}' || c == ']') {
+        const char opener = c == '}' ? '{' : '[';
+        if (open.empty()) return FailAt(source, line, column, std::string("'") + c + "' closes nothing");
+        if (open.back().bracket != opener)
+          return FailAt(source, line, column,
+                        std::string("'") + c + "' closes the '" + open.back().bracket + "' opened at " +
+                            std::to_string(open.back().line) + ":" + std::to_string(open.back().column));
+        open.pop_back();
+        ended = open.empty();
+      }
+    }
     if (in_string && c == '\\' && i + 1 < text.size()) {
       const char e = text[i + 1];
       if (e != 'u') {
@@ -243,6 +267,11 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
     return FailAt(source, line, column,
                   "unterminated string (it opens at " + std::to_string(string_line) + ":" + std::to_string(string_column) + ")");
   }
+  // Deeper than the reader's bound: its own error (with the converter's position) says so.
+  if (!open.empty() && open.size() <= 64)
+    return FailAt(source, open.back().line, open.back().column,
+                  std::string("'") + open.back().bracket + "' is never closed (a missing ',' or '" +
+                      (open.back().bracket == '{' ? '}' : ']') + "'?)");
   return Status::OK();
 }
 
