@@ -198,6 +198,11 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
                             std::to_string(open.back().line) + ":" + std::to_string(open.back().column));
         open.pop_back();
         ended = open.empty();
+      } else if (c == ',') {
+        // yaml-cpp 0.7 never returns from a document that is a lone ','.
+        if (open.empty()) return FailAt(source, line, column, "',' outside any [...] or {...}");
+        if (last == '[' || last == '{' || last == ',' || last == ':')
+          return FailAt(source, line, column, "expected a value before ','");
       }
     }
     if (in_string && c == '\\' && i + 1 < text.size()) {

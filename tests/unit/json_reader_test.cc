@@ -154,6 +154,23 @@ TEST(JsonReader, DirectoriesAndEndlessFilesAreNamedNotRead) {
       << endless.status().message();
 }
 
+TEST(JsonReader, UnbalancedDocumentsAreRefusedBeforeYamlCppReadsThem) {
+  // Found by the json fuzz target: yaml-cpp 0.7 exhausts memory, or never returns, on these.
+  const std::pair<const char*, const char*> cases[] = {
+      {",", "f.json:1:1: ',' outside any [...] or {...}"},
+      {"{\"a\": 1}, \"b\"", "f.json:1:9: content after the end of the document"},
+      {"{\"a\": [1, 2}", "f.json:1:12: '}' closes the '[' opened at 1:7"},
+      {"]", "f.json:1:1: ']' closes nothing"},
+      {"[1, , 2]", "f.json:1:5: expected a value before ','"},
+      {"{\"a\": [1]", "f.json:1:1: '{' is never closed"},
+  };
+  for (const auto& [text, says] : cases) {
+    Result<JsonValue> r = ParseJson(text, "f.json");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(says), std::string::npos) << text << " -> " << r.status().message();
+  }
+}
+
 TEST(JsonReader, FieldsNameTheFieldAndTheProblem) {
   ASSERT_OK_AND_ASSIGN(JsonValue v, ParseJson(R"({"n": 3, "s": "x", "l": ["a", true], "b": true,
                                                    "argv": ["--epochs", 2, "--lr", 0.1, "--n", 1e6]})",
