@@ -100,7 +100,11 @@ Result<int64_t> ReadLabel(const ReadMember& read, const TarMember& m, const std:
   while (b < e && std::isspace(static_cast<unsigned char>(*b))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(e[-1]))) --e;
   int64_t v = 0;
-  if (b == e || std::from_chars(b, e, v).ptr != e || v < 0)
+  const std::from_chars_result r = std::from_chars(b, e, v);
+  if (r.ec == std::errc::result_out_of_range)  // v is left 0: never a label
+    return Status::Invalid(where + ": class label " + std::string(b, e) + " is out of range (0 to " +
+                           std::to_string(INT64_MAX) + ")");
+  if (b == e || r.ec != std::errc() || r.ptr != e || v < 0)
     return Status::Invalid(where + ": '" + std::string(b, e) + "' is not a class label (a non-negative integer)");
   return v;
 }
@@ -156,6 +160,8 @@ namespace {
 
 struct Tally {
   uint64_t without_image = 0, without_label = 0;
+  uint64_t repeated = 0;        // samples cut where a key's member came again
+  std::string first_repeated;   // the first such member, for the note
 };
 
 // The samples of one indexed shard, in archive order: consecutive members with one key make a
@@ -172,10 +178,18 @@ void GroupSamples(const std::string& shard, uint32_t shard_no, const TarIndex& i
     const TarMember* cls = nullptr;  // KEY.cls, or KEY.json with --label-field
     int best = -1;
     size_t j = i;
+    std::vector<std::string> exts;  // the members taken so far: one of them again begins another sample
     for (; j < m.size() && m[j].name.size() > key.size() && m[j].name.compare(0, key.size(), key) == 0 &&
            m[j].name[key.size()] == '.';
          ++j) {
       const std::string ext = m[j].name.substr(key.size() + 1);
+      if (std::find(exts.begin(), exts.end(), ext) != exts.end()) {
+        // Two samples under one key, one after the other (shards concatenated, a writer's
+        // bug): each keeps its own members, not the first's image with the second's label.
+        if (tally->repeated++ == 0) tally->first_repeated = shard + "[" + m[j].name + "]";
+        break;
+      }
+      exts.push_back(ext);
       const int rank = ImageRank(ext);
       if (rank >= 0 && (best < 0 || rank < best)) {
         best = rank;
@@ -276,6 +290,9 @@ Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Samp
   if (tally.without_image)
     notes->push_back(std::to_string(tally.without_image) + " key(s) without an image member (" +
                      "jpg, jpeg, png, webp, ppm, bmp, pgm, tif, tiff) are left out");
+  if (tally.repeated)
+    notes->push_back(std::to_string(tally.repeated) + " time(s) a key's member came again right after its sample (first: " +
+                     tally.first_repeated + "): each repeat is read as a sample of its own, with its own label");
   if (tally.without_label)
     notes->push_back(std::to_string(tally.without_label) + " sample(s) without a " +
                      (listing.label_field.empty() ? std::string(".cls") : ".json") + " member have label -1");

@@ -223,6 +223,37 @@ TEST(ShardSamples, KeysGroupMembersAndWhatCannotBeServedIsSaid) {
   EXPECT_NE(said.find("1 sample(s) without a .cls member"), std::string::npos) << said;
 }
 
+// Labels are checked, not wrapped: a .cls past int64 is refused (from_chars leaves 0 then, which
+// was taken as label 0). A key whose members come twice in a row (two shards concatenated, a
+// writer that repeats a key) makes two samples, each with its own label, and the note says so.
+TEST(ShardSamples, LabelsOutOfRangeAndRepeatedKeysAreNeitherWrappedNorMixed) {
+  testing::TempDir tmp;
+  const std::string a = tmp.path() + "/a", b = tmp.path() + "/b";
+  WriteFile(a + "/k1.jpg", Bytes(100, 13));
+  WriteFile(a + "/k1.cls", "1");
+  WriteFile(a + "/big.jpg", Bytes(100, 14));
+  WriteFile(a + "/big.cls", "99999999999999999999");
+  WriteFile(b + "/k1.jpg", Bytes(200, 15));
+  WriteFile(b + "/k1.cls", "2");
+  const std::string tar = tmp.path() + "/s.tar";
+  ASSERT_EQ(std::system(("tar -cf " + tar + " -C " + a + " k1.jpg k1.cls && tar -rf " + tar + " -C " + b +
+                         " k1.jpg k1.cls && tar -rf " + tar + " -C " + a + " big.jpg big.cls").c_str()), 0);
+  std::vector<Sample> samples;
+  std::vector<std::string> notes;
+  ASSERT_OK(ListShardSamples({tar}, &samples, &notes));
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].size, 100u);
+  EXPECT_EQ(samples[0].label, 1);
+  EXPECT_EQ(samples[1].size, 200u);  // the second k1's image, with the second k1's label
+  EXPECT_EQ(samples[1].label, 2);
+  std::string said;
+  for (const std::string& n : notes) said += n + "\n";
+  EXPECT_NE(said.find("[big.cls]: class label 99999999999999999999 is out of range (0 to 9223372036854775807); "
+                      "sample 'big' is skipped"), std::string::npos) << said;
+  EXPECT_NE(said.find("1 time(s) a key's member came again right after its sample (first: " + tar + "[k1.jpg])"),
+            std::string::npos) << said;
+}
+
 TEST(ShardSamples, ALabelFieldTakesTheLabelFromTheJsonMember) {
   testing::TempDir tmp;
   const std::string src = tmp.path() + "/src";
