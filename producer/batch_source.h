@@ -50,6 +50,9 @@ class BatchSource {
   virtual void Start(uint64_t epoch, uint64_t position) = 0;
   // True once it fills no more slots: every epoch handed out, or the caller finished.
   virtual bool exhausted() const = 0;
+  // Why the source stopped before its epochs were done (the caller's own data failed), once it
+  // is exhausted: the run then ends as stopped, with this as the consumers' reason. OK otherwise.
+  virtual Status failure() const { return Status::OK(); }
   // Fills `slot` (its memory at `base`) as batch number `seq`; TakeCompleted gives it back.
   virtual void Fill(uint32_t slot, uint8_t* base, uint64_t seq) = 0;
   // Slots given to Fill that come back unfilled (the caller finished first), the newest last.

@@ -125,6 +125,16 @@ int coloader_producer_end_epoch(coloader_producer* p) {
   });
 }
 
+int coloader_producer_fail(coloader_producer* p, const char* why) {
+  constexpr const char* kWhat = "coloader_producer_fail";
+  return Guard(kWhat, [&]() -> int {
+    if (p == nullptr) return NullArgument(kWhat, "producer");
+    const std::string reason = why != nullptr && *why ? why : "its caller gave no reason";
+    p->producer->external_source()->Fail("the producer's data failed: " + reason);
+    return COLOADER_OK;
+  });
+}
+
 int coloader_producer_finish(coloader_producer* p, int32_t timeout_ms) {
   constexpr const char* kWhat = "coloader_producer_finish";
   return Guard(kWhat, [&]() -> int {

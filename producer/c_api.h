@@ -72,6 +72,11 @@ COLOADER_C_EXPORT int coloader_producer_publish(coloader_producer* p, const void
                                                 const int64_t* indices);
 /* Ends the current epoch: its last published batch is marked last-in-epoch. */
 COLOADER_C_EXPORT int coloader_producer_end_epoch(coloader_producer* p);
+/* The caller's data failed (its DataLoader raised, a batch broke the schema): no more batches;
+ * what was published is served, the epoch under way stays cut, and every consumer ends with
+ * COLOADER_E_DISCONNECTED naming `why` (e.g. "its DataLoader raised ValueError: ..."). Then
+ * finish and close as after the last batch; close returns 0. */
+COLOADER_C_EXPORT int coloader_producer_fail(coloader_producer* p, const char* why);
 /* No more batches: waits at most timeout_ms (0: not at all) for the run to end (the consumers
  * released every batch, or all left): 0 when it has, COLOADER_AGAIN when not yet (call again,
  * or close). A caller that must stay responsive to signals waits here in short steps before

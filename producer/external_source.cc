@@ -137,6 +137,20 @@ Status ExternalSource::EndEpoch() {
   return Status::OK();
 }
 
+Status ExternalSource::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void ExternalSource::Fail(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok() && !finished_) failure_ = Status::Cancelled(why);
+  }
+  if (held_) Complete(std::move(held_));  // served, but not as its epoch's last: the epoch was cut
+  Finish();
+}
+
 void ExternalSource::Finish() {
   // A batch still held back ends its epoch: nothing follows it.
   if (held_) {

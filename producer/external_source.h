@@ -40,7 +40,8 @@ class ExternalSource : public BatchSource {
   void MixDataKey(const std::function<void(const std::string&)>& mix) const override;
   bool resumable() const override { return false; }
   void Start(uint64_t, uint64_t) override {}
-  bool exhausted() const override;  // Finish() was called
+  bool exhausted() const override;  // Finish() or Fail() was called
+  Status failure() const override;   // Fail()'s reason
   // Grants the caller the slot: it counts as on its way until the caller's batch is published.
   void Fill(uint32_t slot, uint8_t* base, uint64_t seq) override;
   std::vector<uint32_t> TakeReturned() override;  // slots granted, then given back by Finish
@@ -58,6 +59,10 @@ class ExternalSource : public BatchSource {
   Status Publish(const void* const* fields, uint32_t count, const int64_t* indices);
   Status EndEpoch();
   void Finish();
+  // The caller's data failed (its DataLoader raised): what was published is served, the epoch
+  // under way stays cut (its last batch does not end it), and the consumers are told `why` as
+  // the reason the producer stopped. Then as Finish.
+  void Fail(const std::string& why);
 
  private:
   ExternalSource(std::vector<FieldSpec> fields, uint64_t epoch_samples)
@@ -75,7 +80,8 @@ class ExternalSource : public BatchSource {
   std::vector<std::unique_ptr<BatchJob>> completed_;
   std::vector<uint32_t> returned_;
   bool finished_ = false, stopped_ = false;
-  Status why_;  // why it stopped
+  Status why_;      // why it stopped
+  Status failure_;  // why the caller's data failed (Fail)
   // Caller's thread only.
   std::unique_ptr<BatchJob> held_;
   uint64_t seq_ = 0, epoch_ = 0, position_ = 0;

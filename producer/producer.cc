@@ -354,6 +354,15 @@ Status Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, fatal.message());
       return fatal;
     }
+    if (all_submitted && done.empty() && InFlight() == 0 && !source->failure().ok()) {
+      // The caller's data failed: what it published is out, and the consumers hear why the
+      // stream ends here (their epoch is cut), not that it was delivered.
+      ReportProgress(MonotonicNs(), true);
+      const Status failed = source->failure();
+      LogLine("[coloader %s] stopped: %s\n", opts.name.c_str(), failed.message().c_str());
+      Shutdown(ByeReason::kStopping, failed.message());
+      return failed;
+    }
     if (all_submitted && done.empty() && InFlight() == 0) {
       // Every epoch is published: the consumers hear it now, not when they let go of what
       // they hold (a loop keeps its last batch bound while it asks for another epoch).

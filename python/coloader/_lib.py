@@ -321,6 +321,7 @@ def _declare_producer(lib):
         "coloader_producer_end_epoch": (ctypes.c_int, [ctypes.c_void_p]),
         "coloader_producer_tcp_endpoint": (ctypes.c_char_p, [ctypes.c_void_p]),
         "coloader_producer_finish": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
+        "coloader_producer_fail": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
         "coloader_producer_close": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int32]),
         "coloader_recipe_image_size": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32)]),
         "coloader_recipe_apply": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int32,

@@ -103,7 +103,9 @@ class Producer:
 
     run(epochs) publishes that many epochs, waits until the consumers have released every batch
     and returns "delivered"; or returns "consumers gone" when they all left first (the log line
-    says how far it got). publish() blocks while the ring is full (the slowest consumer sets the
+    says how far it got). When the iterable raises (or a batch breaks the schema, or Ctrl-C),
+    run() re-raises it, and every consumer reads what was published, then gets ProducerStopped
+    naming the exception, its epoch cut (partial): a failed stream never ends as a delivered one. publish() blocks while the ring is full (the slowest consumer sets the
     pace), in steps short enough for Ctrl-C. In the main thread, run() turns SIGTERM into
     SystemExit for its duration, so that a stopped producer removes its ring and socket as
     `coloader serve` does.
@@ -129,7 +131,7 @@ class Producer:
         self._insecure = bool(insecure)
         self._alone_timeout = alone_timeout
         self._device = _device_index(device, torch)
-        self.ended = None  # how the run ended: "delivered", "consumers gone" (set by close)
+        self.ended = None  # how the run ended: "delivered", "consumers gone", "failed" (set by close)
         self._tcp_endpoint = None
         self._ptr = None
         self._schema = None  # stated by the first batch (_structure.Schema)
@@ -233,16 +235,39 @@ class Producer:
         """Publishes `epochs` epochs of the iterable, then close()s. Returns how it ended:
         "delivered" (every batch published and released) or "consumers gone"."""
         with _sigterm_as_exit():
+            source = "its %s" % type(self._iterable).__name__
+            epoch = batches = 0
+            doing = source
             try:
-                for _ in range(epochs):
+                for epoch in range(epochs):
+                    batches = 0
                     for batch in self._iterable:
+                        doing = "publishing its batch"
                         if not self.publish(batch):
                             return self.close()
+                        doing = source
+                        batches += 1
                     self.end_epoch()
                 return self.close()
-            except BaseException:
-                self.close(timeout=5.0)  # consumers are told; do not wait on them for long
+            except BaseException as e:
+                self.fail(e, "%s raised" % doing, "epoch %d, after %d batches" % (epoch, batches))
                 raise
+
+    def fail(self, error, what=None, where=None):
+        """Ends the stream because the data failed (`error`: the exception, or a message):
+        consumers read what was published, then get ProducerStopped naming it, their epoch cut.
+        run() and a `with` block that raises call it; call it yourself when you publish() in a
+        loop of your own. Waits at most 5 s for consumers to release their batches."""
+        if self._ptr is None:
+            return self.ended
+        if isinstance(error, BaseException):
+            said = str(error)
+            error = type(error).__name__ + (": " + said if said else "")
+        why = (what + " " if what else "") + error + (" (%s)" % where if where else "")
+        _lib.producer_lib().coloader_producer_fail(self._ptr, why.encode("utf-8", "replace"))
+        self.close(timeout=5.0)  # consumers are told; do not wait on them for long
+        self.ended = "failed"
+        return self.ended
 
     def close(self, timeout=None):
         """Waits until consumers released every batch (at most `timeout` seconds; None waits
@@ -273,5 +298,8 @@ class Producer:
         return self
 
     def __exit__(self, *exc):
-        self.close(timeout=5.0 if exc[0] is not None else None)
+        if exc[0] is not None:
+            self.fail(exc[1])
+        else:
+            self.close()
         return False

@@ -89,6 +89,72 @@ def test_a_batch_that_breaks_the_first_ones_schema_is_refused_naming_the_tensor(
     assert p.schema == [('["input_ids"]', torch.int64, (3,))]
 
 
+class BreaksAt(torch.utils.data.Dataset):
+    """256 samples; reading sample `bad` raises, as a dataset meeting a file it cannot read does."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def __len__(self):
+        return 256
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError("sample %d is unreadable" % i)
+        return torch.full((3, 4, 4), float(i)), i
+
+
+def read_until_stopped(name, batch_size, outcome):
+    """A job's loop: counts the samples it gets and keeps how its stream ended."""
+    with coloader.Loader(name, batch_size=batch_size, wait_for_producer=20) as loader:
+        seen = 0
+        try:
+            for batch in loader:
+                seen += len(batch[1] if isinstance(batch, (tuple, list)) else next(iter(batch.values())))
+            outcome.append(("ended", seen, loader.partial, ""))
+        except coloader.ProducerStopped as e:
+            outcome.append(("stopped", seen, loader.partial, str(e)))
+
+
+def test_a_dataloader_that_raises_stops_every_job_with_its_error_not_a_delivered_end(env):
+    # Sample 200 of 256 raises inside the DataLoader: run() re-raises it, and every job (a
+    # Loader, and a consumer process) reads the 200 samples published, then hears why the stream
+    # ends, its epoch cut. Before: 192 samples, partial False, a FinishedWarning and exit 0.
+    loader = torch.utils.data.DataLoader(BreaksAt(200), batch_size=8)
+    producer = coloader.Producer(loader, name="breaks", min_consumers=3)
+    outcomes = [[], []]
+    jobs = [threading.Thread(target=read_until_stopped, args=("breaks", b, o)) for b, o in zip((13, 32), outcomes)]
+    for j in jobs:
+        j.start()
+    process = consume("breaks", "--batch-size", "5")
+    with pytest.raises(ValueError, match="sample 200 is unreadable"):
+        producer.run(epochs=2)
+    assert producer.ended == "failed"
+    for j in jobs:
+        j.join(timeout=30)
+    for (how, seen, partial, said), in outcomes:
+        assert how == "stopped" and seen == 200 and partial, (how, seen, partial, said)
+        assert "its DataLoader raised ValueError: sample 200 is unreadable (epoch 0, after 25 batches)" in said, said
+        assert "stream stopped at epoch 0, sample 200 of 256" in said, said
+    out, err = process.communicate(timeout=30)
+    assert process.returncode != 0, (out, err)
+    assert "its DataLoader raised ValueError: sample 200 is unreadable" in err, err
+
+
+def test_a_batch_that_breaks_the_schema_stops_the_jobs_with_its_error(env):
+    batches = [{"ids": torch.zeros(4, 3, dtype=torch.int64)}] * 3 + [{"ids": torch.zeros(4, 5, dtype=torch.int64)}]
+    producer = coloader.Producer(batches, name="padded")
+    outcome = []
+    job = threading.Thread(target=read_until_stopped, args=("padded", 4, outcome))
+    job.start()
+    with pytest.raises(ValueError, match="per-sample shape"):
+        producer.run()
+    job.join(timeout=30)
+    [(how, seen, partial, said)] = outcome
+    assert how == "stopped" and seen == 12 and partial, outcome
+    assert "publishing its batch raised ValueError: batch[\"ids\"] has per-sample shape (5,)" in said, said
+
+
 def test_what_cannot_travel_is_named(env):
     with pytest.raises(TypeError, match=r'batch\["text"\]\[0\] is a str: coloader carries tensors'):
         coloader.Producer([{"text": ["a", "b"], "ids": torch.zeros(2, 3)}], name="text").run()
