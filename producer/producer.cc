@@ -367,6 +367,7 @@ Status Producer::Impl::Loop() {
       // Every epoch is published: the consumers hear it now, not when they let go of what
       // they hold (a loop keeps its last batch bound while it asks for another epoch).
       AnnounceEnd();
+      ReclaimAtEnd();
       if (ring.in_use() == 0) {
         ReportProgress(MonotonicNs(), true);
         Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
@@ -375,6 +376,12 @@ Status Producer::Impl::Loop() {
     }
     if (stop_requested.load()) {
       ReportProgress(MonotonicNs(), true);
+      if (all_submitted && done.empty() && InFlight() == 0 && source->failure().ok()) {
+        // Stopped while consumers still held batches of a run that was published whole: each
+        // was told the stream is complete (End), so this is a delivered run, not a cut one.
+        Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
+        return Status::OK();
+      }
       Shutdown(ByeReason::kStopping, std::string("the producer was asked to stop (") + stop_why.load() + ")");
       return Status::Cancelled("stopped by signal");
     }

@@ -244,6 +244,10 @@ struct Producer::Impl {
   // The ring has no free slot: asks the consumers that keep the oldest batch, read past, for it
   // back (Reclaim); they copy what they keep and ack.
   void ReclaimOldest();
+  // Every epoch is published and the run waits only for slots kept by consumers: asks each
+  // keeper, once per batch, for all of them back (a job that holds its last batch, or closed its
+  // Loader holding one, would otherwise keep the producer alive until its tensors die).
+  void ReclaimAtEnd();
   // Detaches consumers that have held the others back for --stall-timeout-ms (see the option).
   void DetachStalled(uint64_t now);
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);

@@ -58,6 +58,19 @@ void Producer::Impl::ReclaimOldest() {
   }
 }
 
+void Producer::Impl::ReclaimAtEnd() {
+  for (const RingAccounting::Held& h : ring.Published()) {  // oldest first: reclaim_asked only grows
+    for (auto& [identity, s] : sessions) {
+      if (s.reclaim_asked > h.seq || std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
+      // Only a consumer that has taken every batch: one still reading releases as it goes (and
+      // is asked once it is through; the loop calls again).
+      if (ReadUpto(s) < next_publish_seq) continue;
+      s.reclaim_asked = h.seq + 1;
+      SendToSession(s, Reclaim{h.seq});
+    }
+  }
+}
+
 void Producer::Impl::AnnounceEnd() {
   const uint64_t epochs = batches_published > 0 ? published_epoch + 1 : start_epoch;
   for (auto& [identity, s] : sessions) {

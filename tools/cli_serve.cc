@@ -97,7 +97,10 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
   return Status::OK();
 }
 
+volatile sig_atomic_t g_signal = 0;  // the signal that stopped the run
+
 void OnSignal(int sig) {
+  g_signal = sig;
   if (g_producer) g_producer->Stop(sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal");
 }
 
@@ -284,8 +287,17 @@ int RunProducer(const ProducerOptions& o, const std::string& gpu_wait) {
   const double cpu = ProcessCpuSeconds();
   producer->reset();
   if (run.code() == StatusCode::kCancelled) {
-    LogLine("[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
-    return 0;
+    if (o.forever) {  // a signal is how a --forever run ends
+      LogLine("[coloader %s] stopped; consumers were told (CPU %.2f s)\n", o.name.c_str(), cpu);
+      return 0;
+    }
+    // Its epochs were not all served: a launch script's `wait`, Slurm or Kubernetes hears it as
+    // the shell would say it (128 + the signal).
+    const int sig = g_signal != 0 ? static_cast<int>(g_signal) : SIGTERM;
+    LogLine("[coloader %s] stopped by %s before its %llu epoch(s) were served; consumers were told (CPU %.2f s)\n",
+            o.name.c_str(), sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+            static_cast<unsigned long long>(o.epochs), cpu);
+    return 128 + sig;
   }
   if (!run.ok()) {
     std::fprintf(stderr, "coloader serve: %s\n", run.message().c_str());

@@ -146,6 +146,7 @@ def test_kept_batches_keep_what_the_job_wrote_and_stall_nobody(serve):
     their contents while the ring's slots are reused for newer batches (they were copied away when
     the producer needed them), and another job reading at full speed never waits for it."""
     p = serve("--min-consumers", "2", "--spare-slots", "0", epochs=1, window=2)
+    slots = p.status()["slots"]  # asked now: once the epoch is out and read, the producer ends
     keeper = loader_for(p, batch_size=PRODUCER_BATCH)
     other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=5)
     keeper_start = start_reading(keeper)
@@ -157,7 +158,7 @@ def test_kept_batches_keep_what_the_job_wrote_and_stall_nobody(serve):
         expect.append(images.clone())
     sizes, indices, _ = other_epoch()
     assert sizes == expected_sizes(PRODUCER_BATCH) and sorted(indices) == ALL
-    assert len(kept) == len(expected_sizes(PRODUCER_BATCH)) > p.status()["slots"]  # more than the ring holds
+    assert len(kept) == len(expected_sizes(PRODUCER_BATCH)) > slots  # more than the ring holds
     for (images, _, _), before in zip(kept, expect):
         assert torch.equal(images, before)
     assert sorted(i for _, _, idx in kept for i in idx.tolist()) == ALL

@@ -289,20 +289,38 @@ def test_tensors_keep_their_slot_until_the_last_one_goes(serve):
     gc.collect()
     p.wait_for(lambda st: st["consumers"][0]["acked"] == 4, "the ack of batch 2")
 
-    # The rest of the epoch; the last batch stays bound to the loop variables.
+    # The rest of the epoch; the last batch stays bound to the loop variables. Every epoch
+    # published, the producer asks for it back: the consumer copies it (the tensors keep their
+    # address and values) and acks, and the run ends while the job still holds it.
     for images, labels in it:
         pass
-    st = p.wait_for(lambda st: st["consumers"][0]["received"] == 7 and st["consumers"][0]["acked"] == 6,
-                    "every batch but the last acked")
-    assert st["consumers"][0]["held"] == 1
-    # Exactly one ack per lease: the producer finishes only when every slot came back once
-    # (an extra ack would get this consumer dropped, a missing one would keep it waiting).
-    del images, labels
-    gc.collect()
+    last = (images.numpy().tobytes(), labels.tolist(), images.data_ptr())
     assert p.wait() == 0
     assert any("every epoch delivered" in line for line in p.lines), p.lines
+    assert (images.numpy().tobytes(), labels.tolist(), images.data_ptr()) == last
+    # Exactly one ack per lease (an extra ack would have got this consumer dropped, a missing
+    # one would have kept the producer waiting): letting go of the copy acks nothing more.
+    assert not any("rejected" in line or "dropped" in line for line in p.lines), p.lines
+    del images, labels
+    gc.collect()
     assert list(loader) == []
     loader.close()
+
+
+def test_a_loader_closed_holding_its_last_batch_does_not_keep_the_producer(serve):
+    # A job that ends its loop, keeps the last batch (a logger, a metric) and close()s: the
+    # producer of --epochs 1 ends at once, not when that job's tensors die.
+    p = serve(epochs=1, window=3)
+    loader = loader_for(p, batch_size=PRODUCER_BATCH)
+    kept = None
+    for kept in loader:
+        pass
+    values = [t.clone() for t in kept]
+    loader.close()
+    started = time.monotonic()
+    assert p.wait() == 0, p.lines
+    assert time.monotonic() - started < 5, "the producer waited for the tensors the closed Loader's job keeps"
+    assert all(torch.equal(t, v) for t, v in zip(kept, values))  # still the last batch's values
 
 
 def test_tensors_outlive_the_loader(serve):

@@ -146,7 +146,7 @@ TEST_F(IntegrationTest, SignalsDuringTheHandshakeAreNotErrors) {
   EXPECT_EQ(connected.status().code(), StatusCode::kTimeout) << connected.status().ToString();
   producer->Signal(SIGCONT);
   producer->Signal(SIGTERM);
-  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+  EXPECT_EQ(producer->Wait(10000), 128 + SIGTERM) << producer->Stderr();  // its epoch was not served
 }
 
 TEST_F(IntegrationTest, MalformedEndpointsAreNamedNotFatal) {
@@ -301,6 +301,25 @@ TEST_F(IntegrationTest, AProducerWhoseConsumersAllLeftEndsAfterItsAloneTimeout) 
   EXPECT_EQ(producer->Wait(20000), 1) << producer->Stderr();
   EXPECT_NE(producer->Stderr().find("every consumer left and none came back for 1 s"), std::string::npos)
       << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, ServeStoppedBeforeItsEpochsAreServedExitsAsTheSignalSays) {
+  // Issue 38: after SIGINT or SIGTERM with epochs unserved, `serve --epochs` exited 0, as if it
+  // had delivered them. It now exits 128 + the signal, as a shell says it; with --forever a signal
+  // is how the run ends, and the exit stays 0 (SigtermTellsConsumersTheStreamStoppedAndWhere).
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string name = sig == SIGTERM ? "term" : "int";
+    auto producer = Serve(name, {"--batch-size", "8", "--epochs", "50", "--window", "3"});
+    auto consumer = Consume(name, {"--step-ms", "5", "--epochs", "50"});
+    ASSERT_TRUE(WaitForStatus(name, [](const JsonLine& s) { return U64(s, "batches_published") >= 5; }));
+    producer->Signal(sig);
+    EXPECT_EQ(producer->Wait(10000), 128 + sig) << producer->Stderr();
+    EXPECT_NE(producer->Stderr().find(std::string("stopped by ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                                      " before its 50 epoch(s) were served"),
+              std::string::npos)
+        << producer->Stderr();
+    EXPECT_EQ(consumer->Wait(10000), 1) << consumer->Stderr();
+  }
 }
 
 // Sends raw frames to the producer's socket as a hostile or outdated peer would.
