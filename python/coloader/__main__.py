@@ -94,6 +94,72 @@ def _option(args, flag):
     return None, None, None
 
 
+# What `serve --resume CKPT` builds of a checkpoint's pickle: plain containers. Every other
+# global (a tensor's rebuild, a dtype, a numpy array, an argparse.Namespace, anything else)
+# becomes an _Opaque stand-in, never imported nor called, so nothing of the file's choosing runs.
+_PLAIN_GLOBALS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
+                  ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range"),
+                  ("_codecs", "encode")}  # how protocol 2 writes bytes (a numpy RNG state's)
+
+
+class _Opaque:
+    """Stands for what the Loader's state does not need: made from any arguments, given any
+    state or items, and never run."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        return _Opaque()
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+def _read_checkpoint(path):
+    """The object a torch checkpoint (torch.save's zip format) holds, everything but plain values
+    and containers replaced by _Opaque stand-ins: read on any torch or none (torch 1.13's
+    weights-only loader cannot read a float, and so failed on every optimizer state), and safe
+    with a file of anyone's making. Errors name the file and say how to give the state instead."""
+    import io
+    import pickle
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            pickles = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+            if not pickles:
+                raise ValueError("--resume %s: a zip file without a data.pkl, not a torch checkpoint" % path)
+            data = z.read(min(pickles, key=len))
+    except FileNotFoundError:
+        raise ValueError("--resume %s: no such file" % path) from None
+    except (zipfile.BadZipFile, IsADirectoryError, PermissionError) as e:
+        raise ValueError("--resume %s: not a torch checkpoint (torch.save writes a zip file; %s); give the "
+                         "Loader's state as JSON: --resume FILE.json" % (path, e)) from None
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            return super().find_class(module, name) if (module, name) in _PLAIN_GLOBALS else _Opaque
+
+        def persistent_load(self, pid):  # a tensor's storage, kept in the zip beside the pickle
+            return _Opaque()
+
+    try:
+        return Unpickler(io.BytesIO(data)).load()
+    except Exception as e:
+        raise ValueError("--resume %s: cannot read its pickle (%s); give the Loader's state as JSON "
+                         "(json.dump(loader.state_dict(), f)): --resume FILE.json" % (path, e)) from None
+
+
 def resume_from_checkpoint(args):
     """`serve --resume CKPT --resume-key KEY` with a torch checkpoint (what a training script saves
     with torch.save({"model": ..., "loader": loader.state_dict()}, path)): the Loader's state under
@@ -109,18 +175,7 @@ def resume_from_checkpoint(args):
         raise ValueError("--resume-key %s names a key in a --resume checkpoint: give --resume CKPT too" % key)
     import json
 
-    try:
-        import torch
-    except ImportError as e:
-        raise ValueError("--resume %s --resume-key %s: reading a torch checkpoint needs torch (%s)"
-                         % (state_path, key, e)) from None
-    try:
-        try:
-            ckpt = torch.load(state_path, map_location="cpu", weights_only=True)
-        except TypeError:  # a torch without weights_only
-            ckpt = torch.load(state_path, map_location="cpu")
-    except Exception as e:  # whatever torch.load raises for a missing or foreign file
-        raise ValueError("--resume %s: not a torch checkpoint that torch.load reads (%s)" % (state_path, e)) from None
+    ckpt = _read_checkpoint(state_path)
     state = ckpt
     for part in key.split("."):
         if not isinstance(state, dict) or part not in state:
@@ -130,9 +185,13 @@ def resume_from_checkpoint(args):
         state = state[part]
     if not isinstance(state, dict) or "samples_seen_in_epoch" not in state:
         raise ValueError("--resume %s: %r is not a coloader.Loader state_dict()" % (state_path, key))
+    try:
+        text = json.dumps(state)
+    except TypeError as e:  # a tensor or an object where the state has plain values
+        raise ValueError("--resume %s: %r is not a coloader.Loader state_dict() (%s)" % (state_path, key, e)) from None
     read, write = os.pipe()
     with os.fdopen(write, "w") as f:  # a state is a few hundred bytes: the pipe holds it
-        json.dump(state, f)
+        f.write(text)
     os.set_inheritable(read, True)
     out = list(args)
     out[state_value] = ("--resume=" if state_flag == state_value else "") + "/dev/fd/%d" % read

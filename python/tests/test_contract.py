@@ -414,9 +414,9 @@ def test_state_dict_resumes_exactly_the_rest_of_the_epoch(serve, tmp_path, where
     resumed.close()
 
 
-def test_a_refused_state_changes_nothing_and_a_retry_resumes_exactly(serve, tmp_path):
-    """A state that does not fit this Loader (another batch size here) is refused before the
-    consumer attaches, so the producer has not moved when the job is retried correctly."""
+def _three_batches_then_state(serve):
+    """A job reads 3 batches of 10 and saves its state; then it and its producer die. Returns
+    (the indices it had seen, the state)."""
     p = serve(epochs=2)
     loader = loader_for(p, batch_size=10)
     it = iter(loader)
@@ -427,6 +427,51 @@ def test_a_refused_state_changes_nothing_and_a_retry_resumes_exactly(serve, tmp_
     state = loader.state_dict()
     loader.close()
     p.stop()
+    return seen, state
+
+
+class _RunsCode:
+    """What a hostile checkpoint may hold: unpickling it runs a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, ("touch %s" % self.marker,))
+
+
+def test_serve_resumes_from_a_training_checkpoint_with_floats_and_runs_none_of_its_code(serve, tmp_path):
+    """`serve --resume CKPT --resume-key loader` with what a training script saves: a model, an
+    optimizer (Python floats: torch 1.13's weights-only loader failed on them, and the job waited
+    60 s for a producer that never started), numpy's RNG state, an argparse.Namespace. The state
+    is read and resumed exactly; an object whose unpickling would run a command is left unbuilt."""
+    import argparse
+
+    import numpy as np
+
+    seen, state = _three_batches_then_state(serve)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    marker = tmp_path / "code-ran"
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": np.random.get_state(),
+                "args": argparse.Namespace(lr=0.1), "hostile": _RunsCode(marker), "loader": state}, str(ckpt))
+    p2 = serve("--resume", str(ckpt), "--resume-key", "loader", epochs=2, via_python=True)
+    assert any("resuming at epoch 0" in line for line in p2.lines), p2.lines
+    resumed = loader_for(p2, batch_size=10)
+    resumed.load_state_dict(state)
+    rest = run_epoch(resumed)[1]
+    assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+    resumed.close()
+    assert not marker.exists(), "unpickling the checkpoint ran its code"
+
+
+def test_a_refused_state_changes_nothing_and_a_retry_resumes_exactly(serve, tmp_path):
+    """A state that does not fit this Loader (another batch size here) is refused before the
+    consumer attaches, so the producer has not moved when the job is retried correctly."""
+    seen, state = _three_batches_then_state(serve)
     state_path = tmp_path / "state.json"
     state_path.write_text(json.dumps(state))
     p2 = serve("--resume", str(state_path), epochs=2)
