@@ -4,7 +4,6 @@
 #include "client/consumer_internal.h"
 #include "client/log.h"
 
-#include <sys/sysinfo.h>
 
 namespace coloader {
 
@@ -316,9 +315,8 @@ class Handshake {
     const ConsumerState& s = *state_;
     const SlotTable& t = s.welcome.slots;
     const uint64_t want = s.opts.batch_size, sample = t.sample_bytes();
-    struct sysinfo si {};
-    if (want <= t.batch_size || sample == 0 || ::sysinfo(&si) != 0) return Status::OK();
-    const uint64_t ram = uint64_t{si.totalram} * si.mem_unit;
+    if (want <= t.batch_size || sample == 0) return Status::OK();
+    const uint64_t ram = MachineMemoryBytes();
     if (ram == 0 || want <= ram / sample) return Status::OK();
     const std::string what = !t.fields.empty() ? std::to_string(t.fields.size()) + " fields"
                                                : std::to_string(t.channels) + "x" + std::to_string(t.height) + "x" +

@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,20 @@ uint64_t MonotonicNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t MachineMemoryBytes() {
+  struct sysinfo si {};
+  uint64_t bytes = ::sysinfo(&si) == 0 ? uint64_t{si.totalram} * si.mem_unit : 0;
+  for (const char* limit : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    if (FILE* f = std::fopen(limit, "re")) {
+      unsigned long long v = 0;
+      // "max" (v2) does not scan: no limit; v1 says "no limit" with a number near 2^63.
+      if (std::fscanf(f, "%llu", &v) == 1 && v > 0 && (bytes == 0 || v < bytes)) bytes = v;
+      std::fclose(f);
+    }
+  }
+  return bytes;
 }
 
 double ProcessCpuSeconds() {

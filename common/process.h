@@ -17,6 +17,9 @@ namespace coloader {
 uint64_t MonotonicNs();
 // CPU time (user + system) of this process, in seconds, all threads.
 double ProcessCpuSeconds();
+// The memory this process may use: the machine's RAM, or its container's limit where that is
+// lower (cgroup v2 memory.max, v1 memory.limit_in_bytes). 0 if none can be read.
+uint64_t MachineMemoryBytes();
 // Names the calling thread (at most 15 characters are kept): what top -H, perf and
 // /proc/PID/task/TID/comm show, so a thread's CPU can be told from the others'.
 void NameThisThread(const std::string& name);

@@ -11,7 +11,10 @@ namespace coloader {
 Result<std::unique_ptr<DatasetSource>> DatasetSource::Open(const ProducerOptions& opts) {
   std::unique_ptr<DatasetSource> s(new DatasetSource(opts));
   std::vector<std::string> notes;
-  COLOADER_ASSIGN_OR_RETURN(s->dataset_, Dataset::Open(opts.dataset.data, &notes, opts.dataset.label_field));
+  FetchOptions fetch;
+  if (opts.dataset.max_shard_bytes > 0) fetch.max_bytes = opts.dataset.max_shard_bytes;
+  fetch.deadline_ms = static_cast<int>(opts.dataset.shard_timeout_s * 1000);
+  COLOADER_ASSIGN_OR_RETURN(s->dataset_, Dataset::Open(opts.dataset.data, &notes, opts.dataset.label_field, fetch));
   for (const std::string& note : notes) LogLine("[coloader %s] %s\n", opts.name.c_str(), note.c_str());
   if (!s->dataset_.shards().empty())
     LogLine("[coloader %s] %zu samples in %zu WebDataset shard(s)\n", opts.name.c_str(), s->dataset_.size(),

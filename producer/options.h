@@ -25,6 +25,10 @@ enum class OnBadFile { kSkip, kFail };
 struct DatasetOptions {
   std::string data;         // ImageFolder directory, file list or WebDataset shards
   std::string label_field;  // shards: the label from this integer field of KEY.json ("": KEY.cls)
+  // Shards read whole (http(s)://, pipe:, .tar.gz): the cap on one shard's bytes (0: the
+  // default, DefaultMaxShardBytes) and the deadline of one shard's fetch, every attempt together.
+  uint64_t max_shard_bytes = 0;
+  double shard_timeout_s = 900;
   int image_size = 224;
   int workers = 0;          // 0: one per online CPU
   uint64_t seed = 0;

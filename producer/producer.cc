@@ -1,7 +1,6 @@
 #include "producer/producer.h"
 
 #include <signal.h>
-#include <sys/sysinfo.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,9 +170,9 @@ Result<std::unique_ptr<Producer>> Producer::Make(ProducerOptions opts) {
 }
 
 void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
-  struct sysinfo si {};
-  if (::sysinfo(&si) != 0) return;
-  if (std::optional<std::string> w = LargeRingWarning(bytes, uint64_t{si.totalram} * si.mem_unit))
+  const uint64_t memory = MachineMemoryBytes();
+  if (memory == 0) return;
+  if (std::optional<std::string> w = LargeRingWarning(bytes, memory))
     LogLine("[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
 }
 

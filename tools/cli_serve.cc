@@ -168,6 +168,14 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
           "attached this many seconds; 0: wait for consumers forever (default: 600 with --epochs, 0 with --forever)")
       ->type_name("SECONDS")
       ->check(CLI::Range(0.0, 7 * 86400.0));
+  cmd.Add("--max-shard-bytes", &o.dataset.max_shard_bytes,
+          "shards read whole (http(s)://, pipe:, .tar.gz): the most bytes one shard may hold, inflated; 8 are held "
+          "at once (default: a sixteenth of the memory, within 256 MiB and 64 GiB)")
+      ->type_name("BYTES");
+  cmd.Add("--shard-timeout", &o.dataset.shard_timeout_s,
+          "shards read whole: the longest one shard's fetch may take, every attempt together; 0: no limit")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.0, 7 * 86400.0));
   cmd.Add("--no-dct-scaling", &f.no_dct, "decode JPEGs at full size even when the crop is small");
   cmd.Add("--no-crop-decode", &f.no_crop_decode, "decode whole JPEGs, not just the crop's rows and columns");
   cmd.Add("--quiet", &f.quiet, "no progress line");

@@ -252,7 +252,7 @@ void Dataset::WillRead(const std::vector<int64_t>& indices) const {
 // seconds to minutes on a network filesystem). In particular a file list may name files that
 // do not exist; they are reported at read time with their path.
 Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>* notes,
-                              const std::string& label_field) {
+                              const std::string& label_field, const FetchOptions& fetch) {
   if (!label_field.empty() && !IsShardSource(path))
     return Status::Invalid("--label-field " + label_field + " applies to WebDataset shards, and " + path +
                            " is not shards (an ImageFolder's labels are its class folders)");
@@ -267,13 +267,14 @@ Result<Dataset> Dataset::Open(const std::string& path, std::vector<std::string>*
     std::vector<std::string> ignored;
     ShardListing listing;
     listing.label_field = label_field;
+    listing.fetch = fetch;
     COLOADER_RETURN_NOT_OK(ListShardSamples(dataset.shards_, &dataset.samples_, notes ? notes : &ignored, listing));
     if (whole > 0) {
       dataset.stream_blocks_.assign(dataset.shards_.size(), 0);
       for (const Sample& s : dataset.samples_) ++dataset.stream_blocks_[s.shard];
       dataset.stream_blocks_.erase(std::remove(dataset.stream_blocks_.begin(), dataset.stream_blocks_.end(), 0u),
                                    dataset.stream_blocks_.end());
-      dataset.cache_ = std::make_shared<ShardCache>(dataset.shards_, kStreamedShardsHeld, FetchOptions{});
+      dataset.cache_ = std::make_shared<ShardCache>(dataset.shards_, kStreamedShardsHeld, fetch);
     }
     return dataset;
   }

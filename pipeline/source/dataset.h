@@ -27,8 +27,9 @@ class Dataset {
   // path and say what to do: missing path, empty directory, no class folders, no images.
   // What was skipped while listing (a shard cut short, keys without an image) goes to `notes`.
   // `label_field`: with shards, the label from this integer field of KEY.json (not KEY.cls).
+  // `fetch`: how shards read whole (http(s)://, pipe:, .tar.gz) are fetched and bounded.
   static Result<Dataset> Open(const std::string& path, std::vector<std::string>* notes = nullptr,
-                              const std::string& label_field = "");
+                              const std::string& label_field = "", const FetchOptions& fetch = {});
 
   size_t size() const { return samples_.size(); }
   const Sample& operator[](size_t i) const { return samples_[i]; }

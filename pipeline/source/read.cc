@@ -52,6 +52,20 @@ Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out) {
   return Status::OK();
 }
 
+Status ReadFileInChunks(const std::string& path, const std::function<bool(const uint8_t*, size_t)>& take) {
+  const UniqueFd fd = OpenForRead(path);
+  if (!fd.valid()) return ReadError(path + ": cannot open", errno);
+  std::vector<uint8_t> chunk(size_t{1} << 20);
+  for (uint64_t offset = 0;;) {
+    const int64_t got = PreadFully(fd.get(), chunk.data(), chunk.size(), offset);
+    if (got < 0) return ReadError(path + ": read failed", errno);
+    if (got == 0) return offset == 0 ? Status::Invalid(path + ": empty file") : Status::OK();
+    if (!take(chunk.data(), static_cast<size_t>(got))) return Status::OK();
+    offset += static_cast<uint64_t>(got);
+    if (static_cast<size_t>(got) < chunk.size()) return Status::OK();
+  }
+}
+
 Status ReadSample(const Sample& sample, std::vector<uint8_t>* out) {
   if (!sample.in_archive()) return ReadWholeFile(sample.path, out);
   const std::string where = sample.where();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,10 @@ bool MachineFault(int err);
 // failure that is the machine's fault is kUnavailable (the run stops: no bad file), any other
 // the file's.
 Status ReadWholeFile(const std::string& path, std::vector<uint8_t>* out);
+// Reads the file at `path` a chunk (1 MiB) at a time, handing each to `take` until it returns
+// false (then OK: the taker said why it stopped). Opened as ReadWholeFile opens; an empty file is
+// an error naming it.
+Status ReadFileInChunks(const std::string& path, const std::function<bool(const uint8_t*, size_t)>& take);
 // A sample's bytes: its file, or its member of a shard. Errors name the file (and member).
 Status ReadSample(const Sample& sample, std::vector<uint8_t>* out);
 

@@ -28,6 +28,11 @@ bool IsCompressedShard(const std::string& where);
 // than in place by pread: streamed ones, and compressed ones, which cannot be read from the middle.
 bool IsReadWhole(const std::string& where);
 
+// The cap on one shard's bytes (inflated) by default: a sixteenth of the memory this process may
+// use (the machine's, or its container's limit), within 256 MiB and 64 GiB. The cache holds at
+// most 8 shards, so that all it holds stays within half of the memory.
+uint64_t DefaultMaxShardBytes();
+
 struct FetchOptions {
   int attempts = 4;            // in all, the first included
   int first_pause_ms = 500;    // then doubled after each failed attempt
@@ -36,16 +41,22 @@ struct FetchOptions {
   // stall_timeout fails (and is retried): a dead connection or one trickling a byte at a time.
   int stall_timeout_ms = 30000;
   uint64_t min_bytes_per_s = 1024;
-  uint64_t max_bytes = uint64_t{64} << 30;  // a shard larger than this is an error, not a retry
+  uint64_t max_bytes = DefaultMaxShardBytes();  // a shard larger than this is an error, not a retry
+  // The whole fetch of one shard, every attempt and pause together: past it the fetch fails (an
+  // endless body trickling just above the stall rule's pace ends here). 0: no deadline.
+  int deadline_ms = 15 * 60 * 1000;
+  // A fetch that takes longer says how far it got every progress_ms (0: never).
+  int progress_ms = 30000;
   // When set and true, the fetch ends at once (within a second) with kCancelled: its owner is
   // shutting down.
   const std::atomic<bool>* cancel = nullptr;
 };
 
-// The shard's bytes, inflated when they are a gzip stream (told by content, as images are; a
-// stream of several gzip members is inflated whole, as gzip does). A gzip stream that is cut
-// short or damaged gives what inflated before the damage, which the tar index then names as a
-// shard cut short (the damage itself is logged).
+// The shard's bytes, inflated as they arrive when they are a gzip stream (told by content, as
+// images are; a stream of several gzip members is inflated whole, as gzip does). A gzip stream
+// that is cut short or damaged gives what inflated before the damage, which the tar index then
+// names as a shard cut short (the damage itself is logged). Bounded: max_bytes of shard (more
+// is an error naming the cap), deadline_ms for the fetch, at most 10 redirects.
 Result<std::vector<uint8_t>> FetchShard(const std::string& where, const FetchOptions& opts = {});
 
 }  // namespace coloader

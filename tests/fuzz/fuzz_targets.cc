@@ -1,5 +1,8 @@
 #include "tests/fuzz/fuzz_targets.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <memory>
 #include <vector>
@@ -8,6 +11,7 @@
 #include "common/protocol.h"
 #include "pipeline/decode/decode.h"
 #include "pipeline/source/tar_index.h"
+#include "pipeline/source/webdataset.h"
 #include "pipeline/assemble/sample_transform.h"
 
 namespace coloader::fuzz {
@@ -129,6 +133,23 @@ std::string TarOne(const uint8_t* data, size_t size) {
     if (m.offset > size || m.size > size - m.offset)
       return "member '" + m.name + "' at " + std::to_string(m.offset) + "+" + std::to_string(m.size) +
              " lies outside the " + std::to_string(size) + " bytes";
+  }
+  // The shard as `serve` lists it: members grouped into samples, labels read from KEY.cls or
+  // from KEY.json's field (--label-field). A shard in memory (memfd), read in place by path.
+  static const int fd = ::memfd_create("fuzz-shard", MFD_CLOEXEC);
+  if (fd < 0 || ::ftruncate(fd, 0) != 0 || ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size)) return "";
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  for (const char* field : {"", "label"}) {
+    std::vector<Sample> samples;
+    std::vector<std::string> notes;
+    ShardListing listing;
+    listing.label_field = field;
+    if (!ListShardSamples({path}, &samples, &notes, listing).ok()) continue;
+    for (const Sample& s : samples) {
+      if (s.offset > size || s.size > size - s.offset)
+        return "sample '" + s.member + "' lies outside the " + std::to_string(size) + " bytes";
+      if (s.label < -1) return "sample '" + s.member + "' has label " + std::to_string(s.label);
+    }
   }
   return "";
 }

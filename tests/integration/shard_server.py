@@ -3,10 +3,12 @@
 a free port, which it prints as "ready PORT" once it listens. With --drop-first, the first request
 for each file gets its full Content-Length but only half the bytes before the connection closes
 (a server or proxy dropping mid-shard); later requests get the whole file. With --trickle, every
-file is sent a byte every 0.1 s (a connection that moves, too slowly to be of use). Every request
-is logged on stderr as "GET PATH STATUS".
+file is sent a byte every 0.1 s (a connection that moves, too slowly to be of use). With
+--endless, every request gets a body that never ends, 2 KiB a second (fast enough for the stall
+rule, never done). With --redirect-loop, every request is redirected to itself. Every request is
+logged on stderr as "GET PATH STATUS".
 
-  shard_server.py DIR [--drop-first] [--trickle]
+  shard_server.py DIR [--drop-first] [--trickle] [--endless] [--redirect-loop]
 """
 import argparse
 import http.server
@@ -20,6 +22,8 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--drop-first", action="store_true")
     ap.add_argument("--trickle", action="store_true")
+    ap.add_argument("--endless", action="store_true")
+    ap.add_argument("--redirect-loop", action="store_true")
     args = ap.parse_args()
     served = set()
 
@@ -27,6 +31,26 @@ def main():
         protocol_version = "HTTP/1.1"
 
         def do_GET(self):
+            if args.redirect_loop:
+                self.send_response(302)
+                self.send_header("Location", self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                sys.stderr.write(f"GET {self.path} 302\n")
+                return
+            if args.endless:
+                self.send_response(200)
+                self.send_header("Content-Length", str(1 << 40))
+                self.end_headers()
+                sys.stderr.write(f"GET {self.path} endless\n")
+                try:
+                    while True:
+                        self.wfile.write(b"\0" * 2048)
+                        self.wfile.flush()
+                        time.sleep(1)
+                except OSError:  # the client gave up
+                    sys.stderr.write(f"GET {self.path} left\n")
+                return
             path = os.path.join(args.dir, self.path.lstrip("/"))
             if not os.path.isfile(path):
                 self.send_error(404)

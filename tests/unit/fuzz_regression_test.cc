@@ -35,7 +35,7 @@ std::vector<Input> Inputs() {
       {"protocol", root / "tests/fuzz/corpus/protocol"},   {"protocol", root / "tests/fuzz/regressions/protocol"},
       {"decode", root / "tests/fuzz/corpus/decode"},       {"decode", root / "tests/fuzz/regressions/decode"},
       {"decode", root / "tests/data"},
-      {"tar", root / "tests/fuzz/corpus/tar"},
+      {"tar", root / "tests/fuzz/corpus/tar"},           {"tar", root / "tests/fuzz/regressions/tar"},
       {"json", root / "tests/fuzz/corpus/json"},          {"json", root / "tests/fuzz/regressions/json"},
   };
   std::vector<Input> inputs;

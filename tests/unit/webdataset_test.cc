@@ -13,7 +13,9 @@
 #include <set>
 #include <thread>
 
+#include "common/process.h"
 #include "pipeline/source/dataset.h"
+#include "pipeline/source/shard_fetch.h"
 #include "pipeline/source/read.h"
 #include "pipeline/source/shard_cache.h"
 #include "pipeline/source/tar_index.h"
@@ -361,6 +363,93 @@ TEST(ShardFetch, AnHttpServerTricklingAShardIsLeft) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("slower than 1024 bytes/s for 1 s"), std::string::npos) << r.status().message();
+}
+
+// The peak of this process's resident memory since the last ResetPeakRss, in bytes.
+void ResetPeakRss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+uint64_t PeakRss() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+// Issue 38: a 2 MiB .tar.gz holding 2 GiB took 2.35 GB of memory, and `pipe:head -c 3000000000
+// /dev/zero` 4.2 GB: the cap on one shard was 64 GiB whatever the machine, the compressed bytes
+// were held whole beside the inflated ones, and the buffer grew by doubling. Now the cap is the
+// machine's memory / 16, a gzip stream is inflated as it is read, and a shard's bytes are kept
+// in chunks: a shard past the cap costs the cap, no more, and the error names the cap.
+TEST(ShardFetch, AShardPastItsCapCostsTheCapAndIsNamed) {
+  const uint64_t cap = DefaultMaxShardBytes();
+  EXPECT_GE(cap, uint64_t{256} << 20);
+  EXPECT_LE(cap, std::max<uint64_t>(MachineMemoryBytes() / 16, uint64_t{256} << 20));
+  testing::TempDir tmp;
+  const std::string bomb = tmp.path() + "/bomb.tar.gz";  // 512 MiB of zeros in about 0.5 MiB
+  ASSERT_EQ(std::system(("head -c 536870912 /dev/zero | gzip -1 > " + bomb).c_str()), 0);
+  ASSERT_LT(fs::file_size(bomb), uint64_t{4} << 20);
+  FetchOptions o;
+  o.max_bytes = uint64_t{96} << 20;  // growing by doubling would have touched 154 MiB on the way
+  const uint64_t before = (ResetPeakRss(), PeakRss());
+  Result<std::vector<uint8_t>> r = FetchShard(bomb, o);
+  const uint64_t peak = PeakRss();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(bomb + " inflates to more than 100663296 bytes (the cap on one shard: "
+                                      "--max-shard-bytes)"), std::string::npos) << r.status().message();
+  if (before > 0) {  // the growth, not the total: the cap and a few chunks (doubling touched 154 MiB)
+    EXPECT_LT(peak - before, o.max_bytes + (uint64_t{24} << 20)) << "peak " << (peak >> 20) << " MiB from "
+                                                                  << (before >> 20) << " MiB";
+  }
+  ResetPeakRss();
+  r = FetchShard("pipe:head -c 300000000 /dev/zero", o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("the command's output larger than 100663296 bytes (the cap on one shard"),
+            std::string::npos) << r.status().message();
+  if (before > 0) {
+    EXPECT_LT(PeakRss() - before, o.max_bytes + (uint64_t{24} << 20));
+  }
+}
+
+// A command or a server that sends just fast enough for the stall rule, for ever: the fetch's
+// deadline ends it, with a progress line while it lasts; a redirect loop ends after 10.
+TEST(ShardFetch, AnEndlessShardMeetsTheDeadlineAndARedirectLoopIsNamed) {
+  FetchOptions o;
+  o.stall_timeout_ms = 1000;
+  o.deadline_ms = 3000;
+  o.progress_ms = 1000;
+  ::testing::internal::CaptureStderr();
+  auto start = std::chrono::steady_clock::now();
+  Result<std::vector<uint8_t>> r = FetchShard("pipe:while true; do head -c 4096 /dev/zero; sleep 0.5; done", o);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8));
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not done after the fetch's 3 s"), std::string::npos) << r.status().message();
+  EXPECT_NE(said.find("[coloader] fetching shard pipe:while true"), std::string::npos) << said;
+  EXPECT_NE(said.find(" MiB in "), std::string::npos) << said;
+
+  testing::TempDir tmp;
+  for (const char* mode : {"--endless", "--redirect-loop"}) {
+    testing::Child server({"/usr/bin/python3", std::string(COLOADER_SOURCE_DIR) + "/tests/integration/shard_server.py",
+                           tmp.path(), mode});
+    ASSERT_TRUE(server.WaitForStdout("ready", 20000)) << server.Stderr();
+    const std::string port = server.Stdout().substr(6, server.Stdout().find('\n') - 6);
+    start = std::chrono::steady_clock::now();
+    r = FetchShard("http://127.0.0.1:" + port + "/s.tar", o);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(8)) << mode;
+    ASSERT_FALSE(r.ok()) << mode;
+    if (std::string(mode) == "--endless") {
+      EXPECT_NE(r.status().message().find("not done after the fetch's 3 s"), std::string::npos) << r.status().message();
+    } else {
+      EXPECT_NE(r.status().message().find("more than 10 redirects (a redirect loop?)"), std::string::npos)
+          << r.status().message();
+      EXPECT_EQ(r.status().message().find("attempt 2"), std::string::npos) << "a loop is not tried again";
+      server.Signal(SIGTERM);
+      server.Wait(5000);
+      const std::string log = server.Stderr();
+      int requests = 0;
+      for (size_t at = log.find("GET "); at != std::string::npos; at = log.find("GET ", at + 1)) ++requests;
+      EXPECT_LE(requests, 11) << log;  // was 8,876 before curl gave up
+    }
+  }
 }
 
 // Readers waiting for a fetch that fails take its failure; the shard is not fetched once per reader.
