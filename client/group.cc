@@ -288,6 +288,12 @@ Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   if (in_epoch_ || stream_ended_)
     return Status::Invalid("resume a saved state before the first epoch begins (load_state_dict before iterating)");
   ConsumerOptions& o = state_->opts;  // read by this (the user's) thread only
+  // The checks `serve --resume` makes of the same state: a position past the epoch is another
+  // data set's or shard's, not the start of the next epoch.
+  if (const uint64_t n = state_->welcome.epoch_samples; n > 0) {
+    const SplitSpec spec{begin, n, o.world_size, o.rank, batch_size(), o.drop_last};
+    COLOADER_RETURN_NOT_OK(PlanSavedPosition(spec, epoch, samples).status());
+  }
   o.resume = true;
   o.resume_epoch = epoch;
   o.resume_begin = begin;

@@ -4,6 +4,23 @@
 
 namespace coloader {
 
+Result<SplitPlan> PlanSavedPosition(const SplitSpec& spec, uint64_t epoch, uint64_t samples) {
+  if (spec.begin >= spec.end) {
+    return Status::Invalid("the state's epoch split begins at position " + std::to_string(spec.begin) +
+                           " of an epoch of " + std::to_string(spec.end) +
+                           " samples: it was saved from another dataset or shard");
+  }
+  Result<SplitPlan> plan = PlanSplit(spec);
+  if (!plan.ok()) return Status::Invalid(plan.status().message());
+  if (samples > plan->per_rank) {
+    return Status::Invalid("the state has seen " + std::to_string(samples) + " samples of epoch " +
+                           std::to_string(epoch) + ", but a rank's share of it is " + std::to_string(plan->per_rank) +
+                           " (" + std::to_string(spec.end) + " samples, " + std::to_string(spec.world_size) +
+                           " rank(s)): it was saved from another dataset or shard");
+  }
+  return plan;
+}
+
 Result<SplitPlan> PlanSplit(const SplitSpec& s) {
   if (s.world_size < 1) return Status::Invalid("a consumer group needs a world size of at least 1, got 0");
   if (s.rank >= s.world_size)

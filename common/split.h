@@ -57,6 +57,12 @@ struct SplitPlan {
 // Checks the spec (W >= 1, rank < W, b >= 1, begin <= end) and computes the plan.
 Result<SplitPlan> PlanSplit(const SplitSpec& spec);
 
+// The plan of a saved position (a Loader's state: its split of epoch `epoch` and the `samples`
+// a rank had taken of it), refused when it cannot be a position in this epoch of `spec.end`
+// samples: its split beginning at or past the end, or more samples taken than a rank's share.
+// Both `serve --resume` and a Loader's load_state_dict check a state so.
+Result<SplitPlan> PlanSavedPosition(const SplitSpec& spec, uint64_t epoch, uint64_t samples);
+
 // The positions of batch k (< plan.batches) of spec.rank, in the order the batch holds them.
 // Every segment lies within [spec.begin, spec.end). A segment that starts before an earlier
 // one of the same batch is a wrapped (padding) run.

@@ -471,9 +471,6 @@ int Planner::MpsThreadPercentage(const Placement& p) const {
   return std::clamp(static_cast<int>(std::ceil(share * 100.0)), 10, 100);
 }
 
-namespace {
-
-// A job no empty GPU takes: beside its producer's ring (when that is what tips it), or too large.
 std::string WhyItCannotRun(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, int j) {
   const Job& job = set.jobs[j];
   if (opts.sharing) {
@@ -494,8 +491,6 @@ std::string WhyItCannotRun(const JobSet& set, const std::vector<Gpu>& gpus, cons
   std::snprintf(why, sizeof why, "needs more than any GPU has (the largest: %.0f MiB)", largest);
   return why;
 }
-
-}  // namespace
 
 Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, Planner* planner_out) {
   Planner local(opts, gpus, &set);

@@ -245,6 +245,9 @@ struct Plan {
   double cpu_cores_without_sharing = 0;
 };
 Plan MakePlan(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, Planner* planner_out = nullptr);
+// Why job `j` fits on no empty GPU: beside its producer's ring (when that is what tips it), or
+// too large; and what to do.
+std::string WhyItCannotRun(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, int j);
 
 // The plan as one JSON object, and as a table a person reads.
 std::string PlanJson(const JobSet& set, const Planner& planner, const Plan& plan);

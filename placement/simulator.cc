@@ -77,6 +77,7 @@ class Simulation {
       if (set_.jobs[j].arrival_s > t_) break;
       if (!planner_.FitsEmpty(j)) {
         r_.jobs[j].outcome = "impossible";
+        r_.jobs[j].why = WhyItCannotRun(set_, planner_.gpus(), opts_.planner, j);
         jobs_[j].state = State::kImpossible;
         ++r_.impossible;
         ++finished_;

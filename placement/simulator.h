@@ -33,6 +33,7 @@ struct SimSample {
 struct SimJobReport {
   std::string name;
   std::string outcome;  // done, failed, impossible (as launch reports them)
+  std::string why;      // impossible: why no GPU can hold it (WhyItCannotRun)
   std::vector<Attempt> runs;
 };
 

@@ -88,20 +88,9 @@ Status Producer::Impl::CheckStart() {
     return Status::Invalid("--resume: the state was saved from data key " + r.data_key + ", but this producer's is " +
                            data_key + " (another dataset, or other --image-size/--augment/--output/--layout/--no-shuffle)");
   }
-  const uint64_t n = epoch_samples();
-  if (r.begin >= n) {
-    return Status::Invalid("--resume: the state's epoch split begins at position " + std::to_string(r.begin) +
-                           " of an epoch of " + std::to_string(n) + " samples: it was saved from another dataset or shard");
-  }
-  const SplitSpec spec{r.begin, n, r.world_size, 0, r.batch_size, r.drop_last};
-  auto plan = PlanSplit(spec);
+  const SplitSpec spec{r.begin, epoch_samples(), r.world_size, 0, r.batch_size, r.drop_last};
+  Result<SplitPlan> plan = PlanSavedPosition(spec, r.epoch, r.samples);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
-  if (r.samples > plan->per_rank) {
-    return Status::Invalid("--resume: the state has seen " + std::to_string(r.samples) + " samples of epoch " +
-                           std::to_string(r.epoch) + ", but a rank's share of it is " + std::to_string(plan->per_rank) +
-                           " (" + std::to_string(n) + " samples, " + std::to_string(r.world_size) +
-                           " rank(s)): it was saved from another dataset or shard");
-  }
   const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
   if (done >= plan->batches) {
     start_epoch = r.epoch + 1;  // that epoch was complete: the next one from its start

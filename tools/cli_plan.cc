@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -349,22 +350,34 @@ int SimulateCommand(const std::vector<std::string>& args) {
     if (Status e = WriteWhole(out_dir + "/timeseries.csv", SimTimeseriesCsv(runs)); !e.ok()) return Fail("simulate", e);
     if (Status e = WriteWhole(out_dir + "/attempts.csv", SimAttemptsCsv(runs)); !e.ok()) return Fail("simulate", e);
   }
+  // A job no GPU can hold is not run in any replay: the figures leave it out, and say so.
+  std::map<std::string, std::string> unrun;
+  for (const SimResult& r : runs)
+    for (const SimJobReport& j : r.jobs)
+      if (j.outcome == "impossible") unrun.emplace(j.name, j.why);
+  auto say_unrun = [&] {
+    for (const auto& [name, why] : unrun)
+      std::fprintf(stderr, "coloader simulate: %s cannot run on these GPUs, and the figures leave it out: %s\n",
+                   name.c_str(), why.c_str());
+    return unrun.empty() ? 0 : 1;
+  };
   if (csv) {
     std::printf("%s", SimSummaryCsv(runs).c_str());
-    return 0;
+    return say_unrun();
   }
   std::printf("%zu jobs on %zu GPUs, %.0f CPU cores (%s); %s\n", trace->jobs.size(), gpus.size(),
               so.planner.cpu_cores, so.planner.cpu_cores_from.c_str(), SmSources(*trace, so.planner.default_sm).c_str());
-  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %10s %6s\n", "policy", "sharing", "makespan h", "mean JCT h",
-              "OOMs", "failed", "mem %", "SM %", "cores", "peak cores", "delta");
+  std::printf("%-15s %-7s %10s %10s %5s %6s %6s %6s %6s %6s %10s %6s\n", "policy", "sharing", "makespan h", "mean JCT h",
+              "OOMs", "failed", "unrun", "mem %", "SM %", "cores", "peak cores", "delta");
   for (const SimResult& r : runs) {
-    std::printf("%-15s %-7s %10.2f %10.2f %5d %6d %6.1f %6.1f %6.1f %10.1f %6.2f\n", r.policy.c_str(),
-                r.sharing ? "on" : "off", r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, r.failed,
+    std::printf("%-15s %-7s %10.2f %10.2f %5d %6d %6d %6.1f %6.1f %6.1f %10.1f %6.2f\n", r.policy.c_str(),
+                r.sharing ? "on" : "off", r.makespan_s / 3600, r.mean_jct_s / 3600, r.ooms, r.failed, r.impossible,
                 100 * r.mean_memory_util, 100 * r.mean_sm_util, r.mean_cores, r.peak_cores, r.mean_speedup);
   }
   std::printf("recovery after an OOM: %s; delta: seed 003's co-location speedup, the mean over GPUs\n",
               RecoveryName(so.planner.recovery.rule));
-  return 0;
+  std::fflush(stdout);
+  return say_unrun();
 }
 
 }  // namespace coloader::cli

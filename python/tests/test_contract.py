@@ -29,7 +29,7 @@ import warnings
 import pytest
 
 from support import (
-    NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
+    BINARY, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
     loader_for, needs_build, run_epoch, start_reading, torch)
 
 pytestmark = needs_build
@@ -466,6 +466,28 @@ def test_serve_resumes_from_a_training_checkpoint_with_floats_and_runs_none_of_i
     assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
     resumed.close()
     assert not marker.exists(), "unpickling the checkpoint ran its code"
+
+
+def test_a_state_past_its_epoch_is_refused_by_the_loader_as_by_serve(serve, dataset, tmp_path):
+    """A position past the epoch (more samples seen than a rank's share, or a split beginning
+    past its end) is another data set's state: load_state_dict refuses it, naming the numbers, as
+    `serve --resume` does. Before, the Loader took it as the start of the next epoch."""
+    _, state = _three_batches_then_state(serve)
+    p = serve(epochs=2)
+    loader = loader_for(p, batch_size=10)
+    with pytest.raises(coloader.InvalidArgument, match=r"the state has seen 1000000 samples of epoch 0, but a "
+                                                       r"rank's share of it is %d" % NUM_IMAGES):
+        loader.load_state_dict(dict(state, samples_seen_in_epoch=10 ** 6))
+    with pytest.raises(coloader.InvalidArgument, match=r"split begins at position %d of an epoch of %d samples"
+                                                       % (NUM_IMAGES, NUM_IMAGES)):
+        loader.load_state_dict(dict(state, split_begin=NUM_IMAGES))
+    state_path = tmp_path / "past.json"
+    state_path.write_text(json.dumps(dict(state, samples_seen_in_epoch=10 ** 6)))
+    refused = subprocess.run([str(BINARY), "serve", "--data", str(dataset), "--name", "past", "--image-size", "32",
+                              "--resume", str(state_path)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "the state has seen 1000000 samples of epoch 0" in refused.stderr, refused
+    loader.load_state_dict(state)  # nothing changed: the right state still resumes
+    loader.close()
 
 
 def test_a_refused_state_changes_nothing_and_a_retry_resumes_exactly(serve, tmp_path):

@@ -213,8 +213,11 @@ def run_default(args, spec):
         json.dump(fifo, f, indent=1)
     s = launch(args, trace, None, out)
     # Seconds, not the minutes of a cluster trace: a fine step; an OOM strikes in the first steps.
-    sim = subprocess.run([args.binary, "simulate", "--trace", trace, "--csv", "--sharing", "on", "--step-s", "0.25",
-                          "--oom-after-s", "10", "--sample-s", "5"], capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([args.binary, "simulate", "--trace", trace, "--csv", "--sharing", "on", "--step-s", "0.25",
+                          "--oom-after-s", "10", "--sample-s", "5"], capture_output=True, text=True)
+    if run.returncode != 0:  # 1 with "cannot run on these GPUs": a job larger than every GPU, named
+        raise SystemExit(f"coloader simulate failed ({run.returncode}): {run.stderr}")
+    sim = run.stdout
     with open(os.path.join(out, "simulate.csv"), "w") as f:
         f.write(sim)
     predicted = {r["policy"]: r for r in csv.DictReader(io.StringIO(sim))}

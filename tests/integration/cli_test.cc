@@ -153,6 +153,30 @@ TEST(Cli, SimulateEstimatesTheSmActivityOfAJobThatStatesNoneAsPlanDoes) {
       << estimated.Stdout();
 }
 
+// Issue 38: a trace job larger than every GPU printed makespan 0 and 0 failed, exit 0, as if all
+// had gone well. It is named, with why and what to do, the table counts it, and the exit is 1
+// (as plan's).
+TEST(Cli, SimulateNamesAJobNoGpuCanHold) {
+  testing::TempDir tmp;
+  const std::string trace = tmp.path() + "/trace.json";
+  testing::WriteFile(trace, R"({"jobs": [
+      {"name": "huge", "pipeline": {"data": "/d"}, "memory_mib": 200000, "duration_s": 600, "sm_activity": 0.3},
+      {"name": "small", "pipeline": {"data": "/d"}, "memory_mib": 5000, "duration_s": 600, "sm_activity": 0.3}]})");
+  for (const char* csv : {"", "--csv"}) {
+    std::vector<std::string> args = {"simulate", "--trace", trace, "--gpus", "2", "--policy", "fifo-exclusive",
+                                     "--sharing", "off"};
+    if (*csv) args.push_back(csv);
+    Child sim(Coloader(args));
+    ASSERT_EQ(sim.Wait(60000), 1) << sim.Stdout() << sim.Stderr();
+    EXPECT_NE(sim.Stderr().find("coloader simulate: huge cannot run on these GPUs, and the figures leave it out: "),
+              std::string::npos) << sim.Stderr();
+    EXPECT_EQ(sim.Stderr().find("small"), std::string::npos) << sim.Stderr();
+    if (!*csv) {
+      EXPECT_NE(sim.Stdout().find("unrun"), std::string::npos) << sim.Stdout();
+    }
+  }
+}
+
 // Integers are decimal ("010" is ten, not CLI11's octal eight), --flag=value is --flag value,
 // and a flag given twice takes its last value.
 TEST(Cli, ValuesMeanWhatTheySay) {
