@@ -291,6 +291,8 @@ class Handshake {
     if (auto* reject = std::get_if<Reject>(&*m)) {
       if (reject->code == RejectCode::kMismatch)
         return Status::Invalid("the producer refused this consumer: " + reject->reason);
+      if (reject->code == RejectCode::kFull)
+        return Status::Unavailable("the producer refused this consumer: " + reject->reason);
       return Status::Protocol("the producer refused this consumer: " + reject->reason);
     }
     if (auto* bye = std::get_if<Bye>(&*m))

@@ -1,6 +1,7 @@
 #include "producer/producer.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -182,6 +183,13 @@ Status Producer::Impl::Setup() {
   data_key = ComputeDataKey();
   COLOADER_RETURN_NOT_OK(CheckStart());
   COLOADER_RETURN_NOT_OK(ClaimName());
+  {
+    // Every consumer costs a connection and a pidfd: a third of what the descriptors allow below
+    // the guard's high mark, so that workers, files and the guard's room are never short.
+    rlimit lim{};
+    const uint64_t limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? lim.rlim_cur : 1 << 20;
+    max_sessions = static_cast<uint32_t>(std::clamp<uint64_t>(DescriptorGuard::MarksFor(limit).high / 3, 16, 4096));
+  }
   const SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);
   COLOADER_RETURN_NOT_OK(CreateRing(layouts));
 
@@ -402,6 +410,7 @@ Status Producer::Impl::Loop() {
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
     DetachStalled(now);
+    TrimAfterChurn();
     ReportProgress(now, false);
     if (Status alone = CheckAlone(now); !alone.ok()) {
       LogLine("[coloader %s] %s\n", opts.name.c_str(), alone.message().c_str());

@@ -150,6 +150,13 @@ struct Producer::Impl {
   std::unordered_set<int64_t> bad_indices;
   uint64_t bad_events = 0;
   uint64_t rejected_messages = 0;
+  // Hellos refused for want of room (SessionRoom): more consumers than one process may have,
+  // or than the descriptor limit allows in all. Each session costs a connection and a pidfd.
+  uint64_t refused_full = 0;
+  uint32_t max_sessions = 0;  // in all (Setup: from the descriptor limit)
+  // Churn since the heap was last trimmed: the most sessions held, and the refusals counted then.
+  size_t sessions_high = 0;
+  uint64_t refused_at_trim = 0;
   // Sessions ended with Bye(rejected): a malformed message, an ack for a batch it does not
   // hold, a second Hello or Attach, a producer's message, a flood, or a full mailbox. Not
   // counted: consumers that left, exited, were detached by the heartbeat or came too late.
@@ -253,6 +260,11 @@ struct Producer::Impl {
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);
   bool Flooding(Session& s, uint64_t now);
   void HandleHello(const std::string& identity, const Hello& hello, bool remote);
+  // Why there is no room for another consumer (nullopt: there is): per process, and in all.
+  std::optional<std::string> SessionRoom(const Hello& hello, bool remote) const;
+  // After many sessions went (a flood, a loop of Loaders), gives the heap's free pages back to
+  // the system: glibc keeps them otherwise, and a producer's memory would stay at its peak.
+  void TrimAfterChurn();
   // HandleHello's steps: the session a Hello asks for, how its process is watched, what the
   // Welcome says, and a mailbox for a local process.
   Session SessionFor(const std::string& identity, const Hello& hello, bool remote);

@@ -1,6 +1,8 @@
 // Sessions: handshakes, consumers' messages, flood control and liveness.
 #include "producer/producer_internal.h"
 
+#include <malloc.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -225,6 +227,11 @@ void Producer::Impl::WatchProcess(Session& s, const Hello& hello) {
   auto w = ProcessWatch::Open(static_cast<int>(hello.pid));
   if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
     s.watch = std::move(*w);
+  } else if (!w.ok() && w.status().code() != StatusCode::kNotFound &&
+             ::kill(static_cast<pid_t>(hello.pid), 0) == 0) {
+    // The pid is there, but no pidfd came: the machine's fault (out of descriptors), not a namespace.
+    LogLine("[coloader %s] cannot watch consumer pid %u (%s): watched by heartbeat\n", opts.name.c_str(), hello.pid,
+            w.status().message().c_str());
   } else {
     LogLine("[coloader %s] consumer pid %u is not that process here (another PID namespace?): watched by heartbeat\n",
             opts.name.c_str(), hello.pid);
@@ -272,10 +279,42 @@ void Producer::Impl::GiveMailbox(Session& s, Welcome& w) {
   }
 }
 
+std::optional<std::string> Producer::Impl::SessionRoom(const Hello& hello, bool remote) const {
+  if (!remote && hello.pid != 0) {
+    uint32_t mine = 0;
+    for (const auto& [id, s] : sessions) mine += !s.remote && s.pid == hello.pid ? 1 : 0;
+    if (mine >= kMaxSessionsPerProcess)
+      return "process " + std::to_string(hello.pid) + " already has " + std::to_string(mine) +
+             " consumers of this producer, the most one process may have: close the Loaders it no longer reads "
+             "(are Loaders made in a loop, or never closed?)";
+  }
+  if (sessions.size() >= max_sessions)
+    return "the producer serves at most " + std::to_string(max_sessions) +
+           " consumers at once, as its descriptor limit allows (each is a connection and a process watch): give "
+           "`coloader serve` a higher ulimit -n, or start another producer";
+  return std::nullopt;
+}
+
+void Producer::Impl::TrimAfterChurn() {
+  sessions_high = std::max(sessions_high, sessions.size());
+  if (sessions_high < sessions.size() + 32 && refused_full < refused_at_trim + 32) return;
+  ::malloc_trim(0);
+  sessions_high = sessions.size();
+  refused_at_trim = refused_full;
+}
+
 void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello, bool remote) {
   if (sessions.count(identity)) {
     ++rejected_messages;
     DropSession(identity, "sent a second Hello", Bye{ByeReason::kRejected, "duplicate Hello"});
+    return;
+  }
+  if (std::optional<std::string> full = SessionRoom(hello, remote)) {
+    // Said once in a thousand: a flood of Hellos must not become a flood of log lines.
+    if (refused_full++ % 1000 == 0)
+      LogLine("[coloader %s] refused a consumer (pid %u; %llu refused so far): %s\n", opts.name.c_str(), hello.pid,
+              static_cast<unsigned long long>(refused_full), full->c_str());
+    Send(identity, Reject{RejectCode::kFull, *full});
     return;
   }
   if (std::optional<std::string> why = Refusal(hello)) {

@@ -35,6 +35,7 @@ uint64_t TotalBytes(const SharedMemory::Ranges& r);
 // Entries per consumer mailbox for a ring of `num_slots`.
 uint32_t MailboxCapacity(uint32_t num_slots);
 constexpr uint32_t kMailboxes = 256;  // local consumers served through shared-memory mailboxes
+constexpr uint32_t kMaxSessionsPerProcess = 64;  // consumers of one producer in one process
 
 // The bytes of /dev/shm the producer reserves at start with these options: ring and mailboxes.
 uint64_t ShmBytesAtStart(const ProducerOptions& o);

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from support import BINARY, NUM_IMAGES, STEP_TIMEOUT, Producer, needs_build, run_epoch
+from support import BINARY, NUM_IMAGES, PYTHON_DIR, STEP_TIMEOUT, Producer, needs_build, run_epoch
 
 import coloader
 
@@ -83,4 +83,66 @@ def test_a_flood_of_keyless_tcp_connections_cannot_take_the_producer_down(datase
         print("descriptors: %d before the flood, %d at most during, %d after; RSS %d -> %d KiB"
               % (baseline, peak, after, baseline_rss, after_rss))
     finally:
+        p.stop()
+
+
+# A job that makes Loaders in a loop and never closes them (or a process that sends Hello after
+# Hello): each is a session, a connection and a process watch of the producer's.
+LOADER_LOOP = """
+import sys, coloader
+made = []
+for i in range(int(sys.argv[2])):
+    try:
+        made.append(coloader.Loader(sys.argv[1], batch_size=10, timeout=10))
+    except coloader.ColoaderError as e:
+        print("refused after %d: %s" % (i, e), flush=True)
+        break
+print("holding %d" % len(made), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_consumers_made_in_a_loop_are_refused_at_a_cap_and_others_are_served(dataset, env):
+    """Issue 38: 600 Hellos from one local process exhausted a producer's descriptors (a session
+    each: a connection and a pidfd) and libzmq aborted it. Now one process has at most 64
+    consumers of a producer and the producer at most a third of what its descriptors allow below
+    the guard's mark (128 at ulimit -n 512): beyond, a consumer is refused with why and what to
+    do; a job reading meanwhile gets an exact epoch; once the loops end, the descriptors and the
+    memory are given back."""
+    import sys
+
+    p = Producer(dataset, epochs=None, max_open_files=512)
+    children = []
+    try:
+        with coloader.Loader(p.name, batch_size=10, timeout=STEP_TIMEOUT) as loader:
+            run_epoch(loader)
+            baseline, baseline_rss = open_descriptors(p.proc.pid), resident_kib(p.proc.pid)
+            said = []
+            for _ in range(2):
+                child = subprocess.Popen([sys.executable, "-c", LOADER_LOOP, p.name, "100"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                         env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)))
+                children.append(child)
+                lines = [child.stdout.readline(), child.stdout.readline()]
+                assert lines[-1].startswith("holding"), (lines, child.stderr.read() if child.poll() is not None else "")
+                said.append(lines)
+            during = open_descriptors(p.proc.pid)
+            assert said[0][0].startswith("refused after 64: ") and "already has 64 consumers of this producer" in said[0][0], said
+            assert said[1][0].startswith("refused after 63: ") and "serves at most 128 consumers at once" in said[1][0], said
+            assert p.proc.poll() is None
+            _, indices, _ = run_epoch(loader)  # served while 127 others hold sessions
+            assert sorted(indices) == list(range(NUM_IMAGES))
+            for child in children:
+                child.stdin.close()
+                child.wait(timeout=STEP_TIMEOUT)
+            p.wait_for(lambda st: len(st["consumers"]) == 1, "the loops' consumers to be gone")
+            after, after_rss = open_descriptors(p.proc.pid), resident_kib(p.proc.pid)
+            assert after <= baseline + 8, "descriptors: %d before, %d with the loops, %d after" % (baseline, during, after)
+            assert after_rss <= 1.2 * baseline_rss, "RSS: %d KiB before, %d after" % (baseline_rss, after_rss)
+            print("descriptors: %d before, %d with 127 consumers held by two loops, %d after; RSS %d -> %d KiB"
+                  % (baseline, during, after, baseline_rss, after_rss))
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
         p.stop()
