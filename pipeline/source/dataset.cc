@@ -229,9 +229,19 @@ Status ParseFileList(const std::string& list_path, std::vector<Sample>* samples)
 
 Status Dataset::Read(const Sample& sample, std::vector<uint8_t>* out) const {
   if (!cache_ || !sample.in_archive()) return ReadSample(sample, out);
-  COLOADER_ASSIGN_OR_RETURN(ShardCache::Bytes shard, cache_->Get(sample.shard));
+  // A shard that cannot be fetched (after its retries), or comes back other than it was indexed,
+  // is the network's or the server's doing, not its samples': not bad files to skip and fill in
+  // silently, but the run's end, said (kUnavailable).
+  Result<ShardCache::Bytes> got = cache_->Get(sample.shard);
+  if (!got.ok()) {
+    if (got.status().code() == StatusCode::kCancelled) return got.status();
+    return Status::Unavailable(got.status().message() + " (during the epochs: the network's or the server's fault, not "
+                               "its samples')");
+  }
+  const ShardCache::Bytes& shard = *got;
   if (sample.offset + sample.size > shard->size())
-    return Status::IOError(sample.where() + ": the shard came back shorter than when it was indexed");
+    return Status::Unavailable(sample.where() + ": the shard came back shorter than when it was indexed (it changed "
+                               "on its server while the run read it)");
   out->assign(shard->begin() + static_cast<std::ptrdiff_t>(sample.offset),
               shard->begin() + static_cast<std::ptrdiff_t>(sample.offset + sample.size));
   return Status::OK();

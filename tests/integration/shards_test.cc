@@ -168,6 +168,23 @@ TEST_F(WebDatasetTest, PipeCommandsAreShardsAndTheirFailuresAreNamed) {
   EXPECT_NE(failing.Stderr().find("No such file or directory"), std::string::npos) << failing.Stderr();
 }
 
+// Issue 38: a shard that can no longer be fetched once the epochs run was taken for bad files:
+// its samples were skipped, their places filled with others, and the epoch looked whole. It is
+// the network's or the server's fault: the run stops, saying so, and its consumers hear it.
+TEST_F(WebDatasetTest, AShardThatCannotBeFetchedDuringTheEpochsStopsTheRunNotSkipsItsSamples) {
+  const std::string pattern = MakeShards(20);
+  auto producer = Serve("w", {"--batch-size", "16", "--epochs", "1"}, "pipe:cat " + pattern);
+  const std::string gone = tmp_.path() + "/shards/train-000002.tar";
+  ASSERT_EQ(::unlink(gone.c_str()), 0);  // listed at start; gone before the epoch begins
+  auto consumer = Consume("w", {"--batch-size", "9"});
+  EXPECT_EQ(producer->Wait(), 1) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("cannot fetch shard pipe:cat " + gone), std::string::npos) << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("not its samples'"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(producer->Stderr().find("skipped bad file"), std::string::npos) << producer->Stderr();
+  EXPECT_EQ(consumer->Wait(), 1) << consumer->Stderr();
+  EXPECT_NE(consumer->Stderr().find("cannot fetch shard"), std::string::npos) << consumer->Stderr();
+}
+
 // A consumer group over streamed shards: each epoch both ranks take the same number of batches
 // and together every sample.
 TEST_F(WebDatasetTest, AGroupOverStreamedShardsSplitsEveryEpochEvenly) {
