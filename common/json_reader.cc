@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -280,6 +281,202 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
   return Status::OK();
 }
 
+// The flow collections ([...], {...}) of a YAML file, checked before yaml-cpp reads it: yaml-cpp
+// 0.7 exhausts its memory on unbalanced ones (a '}' closing a mapping early with more after it,
+// the json fuzz target's findings, which a .yaml file can hold as well) and never returns from a
+// document that is a lone ','. A scan of what YAML's syntax makes a flow collection: one that
+// begins a value (at a line's start, after "- ", ": " or "? "), skipping quoted scalars, comments
+// and block scalars (| and >); brackets inside plain scalars ("a[0]") are text. Within a flow
+// collection the brackets must match, a ',' must follow a value, and once the outermost one
+// closes only a comment or a ':' (it was a key) may follow on its line.
+Status CheckYamlFlow(const std::string& text, const std::string& source) {
+  struct Open {
+    char bracket;
+    int line, column;
+  };
+  std::vector<Open> open;
+  int line = 1, column = 1;
+  size_t i = 0;
+  auto advance = [&] {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    ++i;
+  };
+  auto space = [&](size_t at) { return at >= text.size() || text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r'; };
+  auto skip_quoted = [&]() -> Status {  // at the opening quote; multi-line quoted scalars too
+    const char q = text[i];
+    const int l = line, c = column;
+    advance();
+    while (i < text.size()) {
+      if (q == '"' && text[i] == '\\' && i + 1 < text.size()) {
+        advance();
+        advance();
+        continue;
+      }
+      if (text[i] == q) {
+        if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {  // '' is a quote inside
+          advance();
+          advance();
+          continue;
+        }
+        advance();
+        return Status::OK();
+      }
+      advance();
+    }
+    return FailAt(source, l, c, "unterminated quoted string");
+  };
+  auto skip_to_line_end = [&] {
+    while (i < text.size() && text[i] != '\n') advance();
+  };
+  // YAML is printable Unicode: a control character (yaml-cpp never returns from "\0,1,") or a
+  // byte that is not UTF-8 says the file is not text.
+  for (size_t k = 0, l = 1, c = 1; k < text.size(); ++k, ++c) {
+    const auto b = static_cast<unsigned char>(text[k]);
+    if (b == '\n') {
+      ++l;
+      c = 0;
+      continue;
+    }
+    if ((b < 0x20 && b != '\t' && b != '\r') || b == 0x7f)
+      return FailAt(source, static_cast<int>(l), static_cast<int>(c),
+                    "control character " + std::to_string(b) + ": not text (YAML is printable Unicode)");
+    if (b < 0x80) continue;
+    const int extra = (b & 0xe0) == 0xc0 ? 1 : (b & 0xf0) == 0xe0 ? 2 : (b & 0xf8) == 0xf0 ? 3 : -1;
+    bool valid = extra > 0 && b != 0xc0 && b != 0xc1 && b <= 0xf4 && k + extra < text.size() + 0;
+    for (int e = 1; valid && e <= extra; ++e)
+      valid = k + e < text.size() && (static_cast<unsigned char>(text[k + e]) & 0xc0) == 0x80;
+    if (!valid)
+      return FailAt(source, static_cast<int>(l), static_cast<int>(c), "a byte that is not UTF-8: not text");
+    k += static_cast<size_t>(extra);
+  }
+  bool node_start = true;     // a value may begin here
+  int block_indent = -1;      // inside a block scalar: lines indented deeper than this are its text
+  int indent = 0;             // this line's indentation
+  char last = '\0';           // in flow: the last character that is not white space
+  while (i < text.size()) {
+    if (column == 1) {  // a line begins
+      indent = 0;
+      while (i + indent < text.size() && text[i + indent] == ' ') ++indent;
+      const bool blank = i + indent >= text.size() || text[i + indent] == '\n' || text[i + indent] == '\r';
+      if (block_indent >= 0 && open.empty()) {
+        if (blank || indent > block_indent) {
+          skip_to_line_end();
+          if (i < text.size()) advance();
+          continue;
+        }
+        block_indent = -1;
+      }
+      if (open.empty()) node_start = true;
+    }
+    const char c = text[i];
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+      advance();
+      continue;
+    }
+    if (c == '#' && (column == 1 || space(i - 1))) {
+      skip_to_line_end();
+      continue;
+    }
+    if ((c == '&' || c == '*') && node_start) {
+      // An anchor or alias: a name of letters, digits, '_' and '-' (yaml-cpp never returns
+      // from "&#.#5#,"), then space or the end of a flow entry.
+      const int l = line, col = column;
+      advance();
+      size_t n = 0;
+      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' || text[i] == '-')) {
+        advance();
+        ++n;
+      }
+      if (n == 0 || (i < text.size() && !space(i) && !(!open.empty() && std::strchr(",]}", text[i]))))
+        return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : "an alias") +
+                                          " name is letters, digits, '_' and '-'");
+      if (c == '*') node_start = false;
+      last = c;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      if (!node_start) {  // a quote inside a plain scalar ("loader\""): text, in either context
+        advance();
+        continue;
+      }
+      COLOADER_RETURN_NOT_OK(skip_quoted());
+      node_start = false;
+      last = '"';
+      if (open.empty()) {
+        // A quoted scalar is a whole node: on its line only a ':' (it was a key) or a comment
+        // may follow it.
+        size_t j = i;
+        while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
+        if (j < text.size() && text[j] != '\n' && text[j] != '\r' && text[j] != ':' && text[j] != '#')
+          return FailAt(source, line, column + static_cast<int>(j - i), "content after a quoted string on its line");
+      }
+      continue;
+    }
+    if (open.empty()) {  // block context
+      if (node_start && (c == '[' || c == '{')) {
+        open.push_back({c, line, column});
+        last = c;
+        advance();
+        continue;  // node_start stays: a value may begin right after the bracket
+      }
+      if (node_start && (c == ',' || c == ']' || c == '}' || c == '@' || c == '`'))
+        return FailAt(source, line, column, std::string("'") + c + "' cannot begin a value");
+      if (node_start && (c == '|' || c == '>')) {
+        block_indent = indent;
+        skip_to_line_end();
+        continue;
+      }
+      if ((c == '-' || c == ':' || c == '?') && space(i + 1)) {
+        node_start = true;
+      } else if (c == '-' && column == 1 && text.compare(i, 3, "---") == 0 && space(i + 3)) {
+        advance();
+        advance();
+        node_start = true;
+      } else {
+        node_start = false;
+      }
+      advance();
+      continue;
+    }
+    // Flow context: a value begins after an opening bracket, a ',' or a ':'.
+    node_start = c == '[' || c == '{' || c == ',' || c == ':';
+    if (c == '[' || c == '{') {
+      open.push_back({c, line, column});
+    } else if (c == ']' || c == '}') {
+      const char opener = c == '}' ? '{' : '[';
+      if (open.back().bracket != opener)
+        return FailAt(source, line, column,
+                      std::string("'") + c + "' closes the '" + open.back().bracket + "' opened at " +
+                          std::to_string(open.back().line) + ":" + std::to_string(open.back().column));
+      open.pop_back();
+      if (open.empty()) {
+        advance();
+        size_t j = i;
+        while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
+        if (j < text.size() && text[j] != '\n' && text[j] != '\r' && text[j] != '#' && text[j] != ':')
+          return FailAt(source, line, column + static_cast<int>(j - i),
+                        "content after the flow collection that closes before it (an extra '}' or ']'?)");
+        node_start = false;
+        continue;
+      }
+    } else if (c == ',' && (last == '[' || last == '{' || last == ',')) {
+      return FailAt(source, line, column, "expected a value before ','");
+    }
+    last = c;
+    advance();
+  }
+  if (!open.empty() && open.size() <= 64)
+    return FailAt(source, open.back().line, open.back().column,
+                  std::string("'") + open.back().bracket + "' is never closed (a missing ',' or '" +
+                      (open.back().bracket == '{' ? '}' : ']') + "'?)");
+  return Status::OK();
+}
+
 // yaml-cpp's parse errors are terse; the common ones get the likely cause.
 std::string Explain(const std::string& msg) {
   if (msg == YAML::ErrorMsg::END_OF_MAP_FLOW) return msg + " (a missing ',' or '}'?)";
@@ -434,6 +631,7 @@ Result<JsonValue> Parse(const std::string& text, const std::string& source, Synt
   std::string json_text;
   std::vector<Shift> shifts;
   if (syntax == Syntax::kJson) COLOADER_RETURN_NOT_OK(PrepareJson(text, source, &json_text, &shifts));
+  if (syntax == Syntax::kYaml) COLOADER_RETURN_NOT_OK(CheckYamlFlow(text, source));
   const std::string& input = syntax == Syntax::kJson ? json_text : text;
   Converter converter(input, source, syntax, shifts);
   // yaml-cpp reports every problem by exception; none may leave this Status-returning function.
@@ -446,6 +644,8 @@ Result<JsonValue> Parse(const std::string& text, const std::string& source, Synt
     return converter.ErrorAt(e.mark, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
   } catch (const YAML::Exception& e) {
     return converter.ErrorAt(e.mark, Explain(e.msg));
+  } catch (const std::bad_alloc&) {  // a malformed file yaml-cpp loses itself in
+    return Status::Invalid(source + ": the file could not be read within this process's memory (malformed?)");
   }
 }
 

@@ -4,6 +4,8 @@
 # tests/fuzz/corpus/<target>. Prints one summary line per target; exits non-zero when a
 # target crashed, leaked, timed out or broke its property.
 #   scripts/fuzz.sh                    every target, FUZZ_SECONDS (default 60) each
+#   (every target but yaml: yaml-cpp 0.7 hangs on some malformed YAML the reader's checks do not
+#   catch, tests/fuzz/fuzz_targets.h; `scripts/fuzz.sh yaml` runs it)
 #   FUZZ_SECONDS=300 scripts/fuzz.sh decode
 # What a run finds stays in build-fuzz/: new inputs in corpus/<target>/ (the next run starts
 # from them too), crashes in artifacts/<target>/. To keep a crash as a regression test:

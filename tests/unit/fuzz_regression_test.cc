@@ -37,6 +37,7 @@ std::vector<Input> Inputs() {
       {"decode", root / "tests/data"},
       {"tar", root / "tests/fuzz/corpus/tar"},           {"tar", root / "tests/fuzz/regressions/tar"},
       {"json", root / "tests/fuzz/corpus/json"},          {"json", root / "tests/fuzz/regressions/json"},
+      {"yaml", root / "tests/fuzz/corpus/yaml"},          {"yaml", root / "tests/fuzz/regressions/yaml"},
   };
   std::vector<Input> inputs;
   for (const auto& [target, dir] : dirs) {
@@ -66,6 +67,7 @@ TEST_P(FuzzRegressionTest, ReplaysWithoutCrashOrBrokenProperty) {
   const std::string broken = input.target == "protocol" ? fuzz::ProtocolOne(bytes.data(), bytes.size())
                              : input.target == "tar"    ? fuzz::TarOne(bytes.data(), bytes.size())
                              : input.target == "json"   ? fuzz::JsonOne(bytes.data(), bytes.size())
+                             : input.target == "yaml"   ? fuzz::YamlOne(bytes.data(), bytes.size())
                                                         : fuzz::DecodeOne(bytes.data(), bytes.size());
   EXPECT_EQ(broken, "") << input.path;
 }

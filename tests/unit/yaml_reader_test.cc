@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "placement/jobs.h"
 #include "placement/planner.h"
 #include "tests/support/test_support.h"
@@ -63,7 +65,7 @@ TEST(YamlReader, ErrorsNameTheFileAndTheLine) {
   EXPECT_NE(comments.status().message().find("c.yaml: the file is empty"), std::string::npos);
   const std::pair<const char*, const char*> cases[] = {
       {"a: 1\na: 2\n", "d.yaml:2:1: duplicate key \"a\""},
-      {"a: [1, 2\n", "d.yaml:2:1: end of sequence flow not found (a missing ',' or ']'?)"},
+      {"a: [1, 2\n", "d.yaml:1:4: '[' is never closed (a missing ',' or ']'?)"},
       {"a: 1\n---\nb: 2\n", "d.yaml:3:1: unexpected content after the end of the document"},
       {"a: !!binary aGk=\n", "d.yaml:1:4: the tag tag:yaml.org,2002:binary is not supported"},
       {"a: 1e999\n", "d.yaml:1:4: number 1e999 is out of range"},
@@ -132,6 +134,53 @@ TEST(YamlReader, AliasesAreReadButCannotExplode) {
   Result<JsonValue> r = ParseYaml(bomb, "bomb.yaml");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("more than 1000000 values"), std::string::npos) << r.status().message();
+}
+
+// Issue 38: yaml-cpp 0.7 exhausts its memory (then aborts on std::bad_alloc) on a flow mapping
+// closed early with more after it, as the json fuzz target's findings are, and never returns from
+// a lone ','; a .yaml file reached it unchecked. The flow collections are now checked first, and
+// what YAML makes text (brackets in plain, quoted and block scalars, comments) stays text.
+TEST(YamlReader, UnbalancedFlowCollectionsAreRefusedBeforeYamlCppReadsThem) {
+  const std::pair<const char*, const char*> refused[] = {
+      {"{\"a\": 1}, \"b\": 2}\n", "f.yaml:1:9: content after the flow collection that closes before it"},
+      {"jobs: [{a: 1}], b]\n", "f.yaml:1:15: content after the flow collection"},
+      {",\n", "f.yaml:1:1: ',' cannot begin a value"},
+      {"a: [1, {b: 2]]\n", "f.yaml:1:13: ']' closes the '{' opened at 1:8"},
+      {"a: [1,, 2]\n", "f.yaml:1:7: expected a value before ','"},
+      {"a: {b: [1, 2}\n", "f.yaml:1:13: '}' closes the '[' opened at 1:8"},
+  };
+  for (const auto& [text, want] : refused) {
+    Result<JsonValue> r = ParseYaml(text, "f.yaml");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << text << " -> " << r.status().message();
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(std::string(COLOADER_SOURCE_DIR) +
+                                                               "/tests/fuzz/regressions/json")) {
+    ASSERT_OK_AND_ASSIGN(const std::string text, ReadTextFile(entry.path().string()));
+    EXPECT_FALSE(ParseYaml(text, "f.yaml").ok()) << entry.path();  // returns, refused, memory intact
+  }
+  const char* text = R"(name: a[0] and b{1}, c]
+note: 'it''s [not] a list'
+quoted: "x } y"   # a comment with ] in it
+block: |
+  [lines of
+  text} ]
+folded: >
+  {also text
+list:
+  - [1, 2]
+  - {k: "v, ]"}
+)";
+  ASSERT_OK_AND_ASSIGN(JsonValue v, ParseYaml(text, "ok.yaml"));
+  EXPECT_EQ(v.Find("name")->string(), "a[0] and b{1}, c]");
+  EXPECT_EQ(v.Find("note")->string(), "it's [not] a list");
+  EXPECT_EQ(v.Find("block")->string(), "[lines of\ntext} ]\n");
+  EXPECT_EQ(v.Find("list")->items().size(), 2u);
+  // A flow collection as a key passes the check; the converter then wants a string.
+  Result<JsonValue> key = ParseYaml("[1, 2]: complex key\n", "k.yaml");
+  ASSERT_FALSE(key.ok());
+  EXPECT_NE(key.status().message().find("k.yaml:1:1: expected a key (a string)"), std::string::npos)
+      << key.status().message();
 }
 
 }  // namespace
