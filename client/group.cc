@@ -35,7 +35,8 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
     if (a.epoch == o.resume_epoch) {
       SplitSpec saved = split_;
       saved.begin = o.resume_begin;
-      auto plan = PlanSplit(saved);
+      // As Resume checks it (a state given on reconnecting, mid-run, reaches only this).
+      auto plan = PlanSavedPosition(saved, o.resume_epoch, o.resume_samples);
       if (!plan.ok()) return plan.status();
       const uint64_t done = BatchesTaken(saved, *plan, o.resume_samples);  // batches this member had taken
       if (done >= plan->batches) {

@@ -356,12 +356,20 @@ Status CheckYamlFlow(const std::string& text, const std::string& source) {
   }
   bool node_start = true;     // a value may begin here
   int block_indent = -1;      // inside a block scalar: lines indented deeper than this are its text
+  int plain_indent = -1;      // inside a block plain scalar: the column of its line's entry
   int indent = 0;             // this line's indentation
+  int entry = 0;              // where this line's entry begins: its indentation and any "- "s
   char last = '\0';           // in flow: the last character that is not white space
   while (i < text.size()) {
     if (column == 1) {  // a line begins
       indent = 0;
       while (i + indent < text.size() && text[i + indent] == ' ') ++indent;
+      size_t e = i + static_cast<size_t>(indent);
+      while (e + 1 < text.size() && text[e] == '-' && (text[e + 1] == ' ' || text[e + 1] == '\t')) {
+        e += 2;
+        while (e < text.size() && text[e] == ' ') ++e;
+      }
+      entry = static_cast<int>(e - i);
       const bool blank = i + indent >= text.size() || text[i + indent] == '\n' || text[i + indent] == '\r';
       if (block_indent >= 0 && open.empty()) {
         if (blank || indent > block_indent) {
@@ -371,7 +379,16 @@ Status CheckYamlFlow(const std::string& text, const std::string& source) {
         }
         block_indent = -1;
       }
-      if (open.empty()) node_start = true;
+      if (open.empty()) {
+        // A plain scalar goes on over lines indented deeper than its first ("cmd: train.py
+        // --name\n  "{producer}""): those are its text, not new values.
+        if (plain_indent >= 0 && !blank && indent > plain_indent) {
+          node_start = false;
+        } else {
+          if (!blank) plain_indent = -1;
+          node_start = true;
+        }
+      }
     }
     const char c = text[i];
     if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
@@ -382,19 +399,21 @@ Status CheckYamlFlow(const std::string& text, const std::string& source) {
       skip_to_line_end();
       continue;
     }
-    if ((c == '&' || c == '*') && node_start) {
-      // An anchor or alias: a name of letters, digits, '_' and '-' (yaml-cpp never returns
-      // from "&#.#5#,"), then space or the end of a flow entry.
+    if ((c == '&' || c == '*' || c == '!') && node_start) {
+      // An anchor, an alias or a tag: a name up to white space (or, in a flow collection, the
+      // entry's end), without '#' or the flow indicators, which yaml-cpp never returns from
+      // ("&#.#5#,", "!E,"). After an anchor or a tag the value itself follows.
       const int l = line, col = column;
       advance();
       size_t n = 0;
-      while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' || text[i] == '-')) {
+      while (i < text.size() && !space(i) && !(!open.empty() && std::strchr(",]}", text[i]))) {
+        if (std::strchr("#,[]{}", text[i]))
+          return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : c == '*' ? "an alias" : "a tag") +
+                                            " name with '" + text[i] + "' in it");
         advance();
         ++n;
       }
-      if (n == 0 || (i < text.size() && !space(i) && !(!open.empty() && std::strchr(",]}", text[i]))))
-        return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : "an alias") +
-                                          " name is letters, digits, '_' and '-'");
+      if (n == 0 && c != '!') return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : "an alias") + " without a name");
       if (c == '*') node_start = false;
       last = c;
       continue;
@@ -431,13 +450,17 @@ Status CheckYamlFlow(const std::string& text, const std::string& source) {
         skip_to_line_end();
         continue;
       }
-      if ((c == '-' || c == ':' || c == '?') && space(i + 1)) {
+      if (c == ':' && space(i + 1)) {  // a mapping's value begins (a plain scalar ends here too)
+        node_start = true;
+        plain_indent = -1;
+      } else if ((c == '-' || c == '?') && space(i + 1) && node_start) {  // "- " inside a scalar is text
         node_start = true;
       } else if (c == '-' && column == 1 && text.compare(i, 3, "---") == 0 && space(i + 3)) {
         advance();
         advance();
         node_start = true;
       } else {
+        if (node_start) plain_indent = entry;  // a plain scalar begins
         node_start = false;
       }
       advance();

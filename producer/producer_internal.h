@@ -77,6 +77,7 @@ struct Session {
   uint64_t last_heard_ns = 0;
   uint64_t last_sent_ns = 0;
   uint64_t received = 0;
+  uint64_t pid_ns = 0;  // the inode of its PID namespace, as its Hello said (0: not said)
   uint64_t acked = 0;
   uint64_t first_seq = 0;   // the first batch announced to it
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
@@ -156,7 +157,7 @@ struct Producer::Impl {
   uint32_t max_sessions = 0;  // in all (Setup: from the descriptor limit)
   // Churn since the heap was last trimmed: the most sessions held, and the refusals counted then.
   size_t sessions_high = 0;
-  uint64_t refused_at_trim = 0;
+  uint64_t refused_at_trim = 0, trimmed_ns = 0;
   // Sessions ended with Bye(rejected): a malformed message, an ack for a batch it does not
   // hold, a second Hello or Attach, a producer's message, a flood, or a full mailbox. Not
   // counted: consumers that left, exited, were detached by the heartbeat or came too late.

@@ -63,8 +63,10 @@ void Producer::Impl::ReclaimAtEnd() {
     for (auto& [identity, s] : sessions) {
       if (s.reclaim_asked > h.seq || std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
       // Only a consumer that has taken every batch: one still reading releases as it goes (and
-      // is asked once it is through; the loop calls again).
-      if (ReadUpto(s) < next_publish_seq) continue;
+      // is asked once it is through; the loop calls again). Without a mailbox, what was
+      // announced to it is what it has.
+      const uint64_t taken = s.mailbox >= 0 ? ReadUpto(s) : s.first_seq + s.received;
+      if (taken < next_publish_seq) continue;
       s.reclaim_asked = h.seq + 1;
       SendToSession(s, Reclaim{h.seq});
     }

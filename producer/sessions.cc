@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 
 #include "common/log_line.h"
@@ -190,6 +191,7 @@ Session Producer::Impl::SessionFor(const std::string& identity, const Hello& hel
   s.id = next_consumer_id++;
   s.identity = identity;
   s.pid = hello.pid;
+  s.pid_ns = hello.pid_ns;
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
@@ -228,7 +230,7 @@ void Producer::Impl::WatchProcess(Session& s, const Hello& hello) {
   if (w.ok() && IsThisProcess(static_cast<int>(hello.pid), {hello.pid_ns, hello.start_time})) {
     s.watch = std::move(*w);
   } else if (!w.ok() && w.status().code() != StatusCode::kNotFound &&
-             ::kill(static_cast<pid_t>(hello.pid), 0) == 0) {
+             (::kill(static_cast<pid_t>(hello.pid), 0) == 0 || errno == EPERM)) {
     // The pid is there, but no pidfd came: the machine's fault (out of descriptors), not a namespace.
     LogLine("[coloader %s] cannot watch consumer pid %u (%s): watched by heartbeat\n", opts.name.c_str(), hello.pid,
             w.status().message().c_str());
@@ -282,7 +284,8 @@ void Producer::Impl::GiveMailbox(Session& s, Welcome& w) {
 std::optional<std::string> Producer::Impl::SessionRoom(const Hello& hello, bool remote) const {
   if (!remote && hello.pid != 0) {
     uint32_t mine = 0;
-    for (const auto& [id, s] : sessions) mine += !s.remote && s.pid == hello.pid ? 1 : 0;
+    // A process is its pid in its PID namespace: containers' processes may share a pid.
+    for (const auto& [id, s] : sessions) mine += !s.remote && s.pid == hello.pid && s.pid_ns == hello.pid_ns ? 1 : 0;
     if (mine >= kMaxSessionsPerProcess)
       return "process " + std::to_string(hello.pid) + " already has " + std::to_string(mine) +
              " consumers of this producer, the most one process may have: close the Loaders it no longer reads "
@@ -298,6 +301,9 @@ std::optional<std::string> Producer::Impl::SessionRoom(const Hello& hello, bool 
 void Producer::Impl::TrimAfterChurn() {
   sessions_high = std::max(sessions_high, sessions.size());
   if (sessions_high < sessions.size() + 32 && refused_full < refused_at_trim + 32) return;
+  const uint64_t now = MonotonicNs();
+  if (now - trimmed_ns < 1'000'000'000) return;  // it walks every arena: once a second at most
+  trimmed_ns = now;
   ::malloc_trim(0);
   sessions_high = sessions.size();
   refused_at_trim = refused_full;

@@ -230,13 +230,13 @@ Status ParseFileList(const std::string& list_path, std::vector<Sample>* samples)
 Status Dataset::Read(const Sample& sample, std::vector<uint8_t>* out) const {
   if (!cache_ || !sample.in_archive()) return ReadSample(sample, out);
   // A shard that cannot be fetched (after its retries), or comes back other than it was indexed,
-  // is the network's or the server's doing, not its samples': not bad files to skip and fill in
-  // silently, but the run's end, said (kUnavailable).
+  // failed whole (the network, the server, the file changed or gone): not bad files to skip and
+  // fill in silently, but the run's end, said (kUnavailable).
   Result<ShardCache::Bytes> got = cache_->Get(sample.shard);
   if (!got.ok()) {
     if (got.status().code() == StatusCode::kCancelled) return got.status();
-    return Status::Unavailable(got.status().message() + " (during the epochs: the network's or the server's fault, not "
-                               "its samples')");
+    return Status::Unavailable(got.status().message() + " (the shard failed whole during the epochs, not its samples': "
+                               "none is skipped as a bad file)");
   }
   const ShardCache::Bytes& shard = *got;
   if (sample.offset + sample.size > shard->size())

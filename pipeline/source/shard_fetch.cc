@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "common/log_line.h"
 #include "common/process.h"
@@ -42,8 +44,9 @@ constexpr int kMaxRedirects = 10;  // curl's own default is 30; a loop is told a
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // ---------------------------------------------------------------------------------------------
-// Where a shard's bytes go as they arrive: kept in chunks (a growing shard is never copied while
-// it grows, so a shard of S bytes peaks at S and a chunk), and inflated on the way when they are
+// Where a shard's bytes go as they arrive: kept in chunks of memory of their own (a growing shard
+// is never copied while it grows, and each chunk goes back to the system the moment the final
+// buffer has it, so a shard of S bytes peaks at S and a chunk), and inflated on the way when they are
 // a gzip stream, told by its first two bytes (the compressed bytes are never all held). A gzip
 // stream of several members is inflated whole, as gzip does. One cut short or broken keeps what
 // inflated before the break (the tar index then names the shard cut short); a member that fails
@@ -96,6 +99,8 @@ class ShardSink {
     if (!decided_) Keep(head_.data(), head_.size());  // fewer than two bytes in all
     if (gzip_ && damage_.empty() && !between_members_)
       damage_ = "its gzip stream is cut short";
+    if (gzip_ && damage_.empty() && !magic_.empty())  // one stray byte after the last member
+      damage_ = "bytes after the gzip stream that are not gzip";
     if (!damage_.empty()) {
       if (kept_ == 0) return Status::Invalid(where_ + ": " + damage_ + ", and nothing inflated before it");
       LogLine("[coloader] shard %s: %s after %llu compressed bytes; the %llu bytes inflated before it are kept\n",
@@ -104,9 +109,9 @@ class ShardSink {
     }
     std::vector<uint8_t> out;
     out.reserve(kept_);
-    for (std::vector<uint8_t>& c : chunks_) {
-      out.insert(out.end(), c.begin(), c.end());
-      std::vector<uint8_t>().swap(c);
+    for (Chunk& c : chunks_) {
+      out.insert(out.end(), c.data, c.data + c.size);
+      c = Chunk();  // unmapped: back to the system now, not to malloc's arena
     }
     chunks_.clear();
     return out;
@@ -115,6 +120,26 @@ class ShardSink {
  private:
   static constexpr size_t kChunk = size_t{4} << 20;
 
+  // kChunk bytes of memory of its own (mmap): unmapping gives it back to the system at once,
+  // where free() would keep it in malloc's arena and the join would peak at twice the shard.
+  struct Chunk {
+    uint8_t* data = nullptr;
+    size_t size = 0;
+    Chunk() = default;
+    Chunk(Chunk&& o) noexcept : data(std::exchange(o.data, nullptr)), size(std::exchange(o.size, 0)) {}
+    Chunk& operator=(Chunk&& o) noexcept {
+      if (this != &o) {
+        if (data) ::munmap(data, kChunk);
+        data = std::exchange(o.data, nullptr);
+        size = std::exchange(o.size, 0);
+      }
+      return *this;
+    }
+    ~Chunk() {
+      if (data) ::munmap(data, kChunk);
+    }
+  };
+
   bool Keep(const uint8_t* data, size_t n) {
     if (kept_ + n > max_bytes_) {
       too_large_ = stopped_ = true;
@@ -122,13 +147,21 @@ class ShardSink {
     }
     kept_ += n;
     while (n > 0) {
-      if (chunks_.empty() || chunks_.back().size() == kChunk) {
+      if (chunks_.empty() || chunks_.back().size == kChunk) {
+        void* m = ::mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+          error_ = Status::Unavailable("shard " + where_ + ": out of memory after " + std::to_string(kept_ - n) +
+                                       " bytes");
+          stopped_ = true;
+          return false;
+        }
         chunks_.emplace_back();
-        chunks_.back().reserve(kChunk);
+        chunks_.back().data = static_cast<uint8_t*>(m);
       }
-      std::vector<uint8_t>& c = chunks_.back();
-      const size_t take = std::min(n, kChunk - c.size());
-      c.insert(c.end(), data, data + take);
+      Chunk& c = chunks_.back();
+      const size_t take = std::min(n, kChunk - c.size);
+      std::memcpy(c.data + c.size, data, take);
+      c.size += take;
       data += take;
       n -= take;
     }
@@ -137,12 +170,12 @@ class ShardSink {
 
   // The output back to `bytes` (a member that failed its check is dropped whole).
   void Truncate(uint64_t bytes) {
-    while (!chunks_.empty() && kept_ - chunks_.back().size() >= bytes) {
-      kept_ -= chunks_.back().size();
+    while (!chunks_.empty() && kept_ - chunks_.back().size >= bytes) {
+      kept_ -= chunks_.back().size;
       chunks_.pop_back();
     }
     if (!chunks_.empty()) {
-      chunks_.back().resize(chunks_.back().size() - (kept_ - bytes));
+      chunks_.back().size -= kept_ - bytes;
       kept_ = bytes;
     }
   }
@@ -234,7 +267,7 @@ class ShardSink {
 
   const std::string where_;
   const uint64_t max_bytes_;
-  std::vector<std::vector<uint8_t>> chunks_;
+  std::vector<Chunk> chunks_;
   std::vector<uint8_t> head_;   // the first byte, until the second tells gzip or not
   std::vector<uint8_t> magic_;  // between gzip members: the next one's first byte
   uint64_t received_ = 0, kept_ = 0, consumed_ = 0, verified_ = 0;
@@ -364,6 +397,11 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, Transfer& t, Shar
   long code = 0;
   curl.getinfo(h, CURLINFO_RESPONSE_CODE, &code);
   curl.cleanup(h);
+  if (code >= 400) {
+    // Not found, forbidden, gone: asking again will not help. Busy (429) and server errors may pass.
+    const bool retry = code == 408 || code == 429 || code >= 500;
+    return Failure{"HTTP status " + std::to_string(code), retry};
+  }
   if (sink->too_large()) return Failure{TooLarge(*sink, opts), false};
   if (sink->done_early()) return std::nullopt;  // a broken gzip stream: what inflated is the shard
   if (!sink->error().ok()) return Failure{sink->error().message(), false};
@@ -377,11 +415,6 @@ Attempt FetchHttp(const CurlApi& curl, const std::string& url, Transfer& t, Shar
   if (rc != CURLE_OK) {
     const bool permanent = rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT;
     return Failure{std::string(curl.strerror(rc)) + " after " + std::to_string(sink->received()) + " bytes", !permanent};
-  }
-  if (code >= 400) {
-    // Not found, forbidden, gone: asking again will not help. Busy (429) and server errors may pass.
-    const bool retry = code == 408 || code == 429 || code >= 500;
-    return Failure{"HTTP status " + std::to_string(code), retry};
   }
   return std::nullopt;
 }

@@ -94,12 +94,13 @@ def _option(args, flag):
     return None, None, None
 
 
-# What `serve --resume CKPT` builds of a checkpoint's pickle: plain containers. Every other
-# global (a tensor's rebuild, a dtype, a numpy array, an argparse.Namespace, anything else)
-# becomes an _Opaque stand-in, never imported nor called, so nothing of the file's choosing runs.
-_PLAIN_GLOBALS = {("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
-                  ("builtins", "complex"), ("builtins", "slice"), ("builtins", "range"),
-                  ("_codecs", "encode")}  # how protocol 2 writes bytes (a numpy RNG state's)
+# What `serve --resume CKPT` builds of a checkpoint's pickle besides pickle's own types: an
+# OrderedDict (a state_dict) and bytes as protocol 2 writes them (_codecs.encode: a numpy RNG
+# state's). Every other global (a tensor's rebuild, a dtype, a numpy array, an argparse.Namespace,
+# a set, anything else) becomes an _Opaque stand-in, never imported nor called, so nothing of the
+# file's choosing runs and nothing it names can be made large (frozenset(range(2**40))).
+_PLAIN_GLOBALS = {("collections", "OrderedDict"), ("_codecs", "encode")}
+_MAX_PICKLE_BYTES = 64 << 20  # a checkpoint's pickle is its structure: the tensors lie beside it
 
 
 class _Opaque:
@@ -136,15 +137,22 @@ def _read_checkpoint(path):
 
     try:
         with zipfile.ZipFile(path) as z:
-            pickles = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+            pickles = [i for i in z.infolist() if i.filename == "data.pkl" or i.filename.endswith("/data.pkl")]
             if not pickles:
                 raise ValueError("--resume %s: a zip file without a data.pkl, not a torch checkpoint" % path)
-            data = z.read(min(pickles, key=len))
+            info = min(pickles, key=lambda i: len(i.filename))
+            if info.file_size > _MAX_PICKLE_BYTES:
+                raise ValueError("--resume %s: its data.pkl is %d bytes, more than a checkpoint's structure takes "
+                                 "(%d at most)" % (path, info.file_size, _MAX_PICKLE_BYTES))
+            data = z.read(info)
+    except ValueError:
+        raise
     except FileNotFoundError:
         raise ValueError("--resume %s: no such file" % path) from None
-    except (zipfile.BadZipFile, IsADirectoryError, PermissionError) as e:
-        raise ValueError("--resume %s: not a torch checkpoint (torch.save writes a zip file; %s); give the "
-                         "Loader's state as JSON: --resume FILE.json" % (path, e)) from None
+    except Exception as e:  # not a zip, a directory, unreadable, encrypted, damaged, another compression
+        raise ValueError("--resume %s: not a torch checkpoint that can be read (torch.save writes a zip file; "
+                         "%s: %s); give the Loader's state as JSON: --resume FILE.json"
+                         % (path, type(e).__name__, e)) from None
 
     class Unpickler(pickle.Unpickler):
         def find_class(self, module, name):
@@ -187,7 +195,7 @@ def resume_from_checkpoint(args):
         raise ValueError("--resume %s: %r is not a coloader.Loader state_dict()" % (state_path, key))
     try:
         text = json.dumps(state)
-    except TypeError as e:  # a tensor or an object where the state has plain values
+    except (TypeError, ValueError, RecursionError) as e:  # a tensor or an object where plain values go
         raise ValueError("--resume %s: %r is not a coloader.Loader state_dict() (%s)" % (state_path, key, e)) from None
     read, write = os.pipe()
     with os.fdopen(write, "w") as f:  # a state is a few hundred bytes: the pipe holds it

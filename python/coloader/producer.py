@@ -248,9 +248,13 @@ class Producer:
                         doing = source
                         batches += 1
                     self.end_epoch()
+                doing = None  # every epoch is published: what follows is the wait for the releases
                 return self.close()
             except BaseException as e:
-                self.fail(e, "%s raised" % doing, "epoch %d, after %d batches" % (epoch, batches))
+                if doing is None:  # interrupted while waiting at the end: stopped, not failed
+                    self.close(timeout=5.0)
+                else:
+                    self.fail(e, "%s raised" % doing, "epoch %d, after %d batches" % (epoch, batches))
                 raise
 
     def fail(self, error, what=None, where=None):

@@ -148,6 +148,9 @@ TEST(YamlReader, UnbalancedFlowCollectionsAreRefusedBeforeYamlCppReadsThem) {
       {"a: [1, {b: 2]]\n", "f.yaml:1:13: ']' closes the '{' opened at 1:8"},
       {"a: [1,, 2]\n", "f.yaml:1:7: expected a value before ','"},
       {"a: {b: [1, 2}\n", "f.yaml:1:13: '}' closes the '[' opened at 1:8"},
+      {"!E,\n", "f.yaml:1:1: a tag name with ',' in it"},
+      {"&#.#5#,\n", "f.yaml:1:1: an anchor name with '#' in it"},
+      {"a: \"b\" c\n", "f.yaml:1:8: content after a quoted string on its line"},
   };
   for (const auto& [text, want] : refused) {
     Result<JsonValue> r = ParseYaml(text, "f.yaml");
@@ -170,12 +173,29 @@ folded: >
 list:
   - [1, 2]
   - {k: "v, ]"}
+desc: resnet - "fast" run, a - [b] c
+cmd: train.py --name
+  "{producer}" --epochs 90
+jobs:
+  - name: x
+    command: ["python3", "t.py"]
+base: &defaults.v1 {lr: 0.1}
+other: *defaults.v1
 )";
   ASSERT_OK_AND_ASSIGN(JsonValue v, ParseYaml(text, "ok.yaml"));
   EXPECT_EQ(v.Find("name")->string(), "a[0] and b{1}, c]");
   EXPECT_EQ(v.Find("note")->string(), "it's [not] a list");
   EXPECT_EQ(v.Find("block")->string(), "[lines of\ntext} ]\n");
   EXPECT_EQ(v.Find("list")->items().size(), 2u);
+  EXPECT_EQ(v.Find("desc")->string(), "resnet - \"fast\" run, a - [b] c");
+  EXPECT_EQ(v.Find("cmd")->string(), "train.py --name \"{producer}\" --epochs 90");
+  EXPECT_EQ(v.Find("jobs")->items()[0].Find("command")->items().size(), 2u);
+  EXPECT_EQ(v.Find("other")->Find("lr")->number(), 0.1);
+  // A tagged block scalar passes the check (its text is text); the converter then refuses tags.
+  Result<JsonValue> tagged = ParseYaml("tagged: !!str |\n  [not a list\n", "t.yaml");
+  ASSERT_FALSE(tagged.ok());
+  EXPECT_NE(tagged.status().message().find("t.yaml:1:9: the tag tag:yaml.org,2002:str is not supported"),
+            std::string::npos) << tagged.status().message();
   // A flow collection as a key passes the check; the converter then wants a string.
   Result<JsonValue> key = ParseYaml("[1, 2]: complex key\n", "k.yaml");
   ASSERT_FALSE(key.ok());
