@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion, which yaml.h does not include
 #include <yaml-cpp/yaml.h>
+#include <yaml.h>  // libyaml: YAML files (YamlReader)
 
 #include <cerrno>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace coloader {
@@ -136,7 +138,6 @@ std::string Abbreviated(const std::string& s) {
 // tree is built here, so its size is bounded here. Jobs files have hundreds.
 constexpr size_t kMaxValues = 1000000;
 
-enum class Syntax { kJson, kYaml };
 
 Status FailAt(const std::string& source, int line, int column, const std::string& what) {
   return Status::Invalid(source + ":" + std::to_string(line) + ":" + std::to_string(column) + ": " + what);
@@ -281,224 +282,190 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
   return Status::OK();
 }
 
-// The flow collections ([...], {...}) of a YAML file, checked before yaml-cpp reads it: yaml-cpp
-// 0.7 exhausts its memory on unbalanced ones (a '}' closing a mapping early with more after it,
-// the json fuzz target's findings, which a .yaml file can hold as well) and never returns from a
-// document that is a lone ','. A scan of what YAML's syntax makes a flow collection: one that
-// begins a value (at a line's start, after "- ", ": " or "? "), skipping quoted scalars, comments
-// and block scalars (| and >); brackets inside plain scalars ("a[0]") are text. Within a flow
-// collection the brackets must match, a ',' must follow a value, and once the outermost one
-// closes only a comment or a ':' (it was a key) may follow on its line.
-Status CheckYamlFlow(const std::string& text, const std::string& source) {
-  struct Open {
-    char bracket;
-    int line, column;
-  };
-  std::vector<Open> open;
-  int line = 1, column = 1;
-  size_t i = 0;
-  auto advance = [&] {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-    ++i;
-  };
-  auto space = [&](size_t at) { return at >= text.size() || text[at] == ' ' || text[at] == '\t' || text[at] == '\n' || text[at] == '\r'; };
-  auto skip_quoted = [&]() -> Status {  // at the opening quote; multi-line quoted scalars too
-    const char q = text[i];
-    const int l = line, c = column;
-    advance();
-    while (i < text.size()) {
-      if (q == '"' && text[i] == '\\' && i + 1 < text.size()) {
-        advance();
-        advance();
-        continue;
-      }
-      if (text[i] == q) {
-        if (q == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {  // '' is a quote inside
-          advance();
-          advance();
-          continue;
-        }
-        advance();
-        return Status::OK();
-      }
-      advance();
-    }
-    return FailAt(source, l, c, "unterminated quoted string");
-  };
-  auto skip_to_line_end = [&] {
-    while (i < text.size() && text[i] != '\n') advance();
-  };
-  // YAML is printable Unicode: a control character (yaml-cpp never returns from "\0,1,") or a
-  // byte that is not UTF-8 says the file is not text.
-  for (size_t k = 0, l = 1, c = 1; k < text.size(); ++k, ++c) {
-    const auto b = static_cast<unsigned char>(text[k]);
-    if (b == '\n') {
-      ++l;
-      c = 0;
-      continue;
-    }
-    if ((b < 0x20 && b != '\t' && b != '\r') || b == 0x7f)
-      return FailAt(source, static_cast<int>(l), static_cast<int>(c),
-                    "control character " + std::to_string(b) + ": not text (YAML is printable Unicode)");
-    if (b < 0x80) continue;
-    const int extra = (b & 0xe0) == 0xc0 ? 1 : (b & 0xf0) == 0xe0 ? 2 : (b & 0xf8) == 0xf0 ? 3 : -1;
-    bool valid = extra > 0 && b != 0xc0 && b != 0xc1 && b <= 0xf4 && k + extra < text.size() + 0;
-    for (int e = 1; valid && e <= extra; ++e)
-      valid = k + e < text.size() && (static_cast<unsigned char>(text[k + e]) & 0xc0) == 0x80;
-    if (!valid)
-      return FailAt(source, static_cast<int>(l), static_cast<int>(c), "a byte that is not UTF-8: not text");
-    k += static_cast<size_t>(extra);
+// YAML through libyaml's event parser (yaml-cpp, which reads JSON here, never returns from or
+// exhausts its memory on some malformed YAML of a few bytes: "!E,", "&#.#5#,", a flow mapping
+// closed early; libyaml is PyYAML's parser and is fuzzed on OSS-Fuzz). The events become the
+// same value tree, with the same rules: plain scalars resolved by YAML 1.2's core schema (null,
+// booleans, numbers; anything quoted is a string), string keys only, no duplicate keys, no
+// tags, one document, aliases counted against kMaxValues, depth against kMaxDepth.
+class YamlReader {
+ public:
+  YamlReader(const std::string& text, const std::string& source)
+      : text_(text), source_(std::make_shared<const std::string>(source)) {
+    live_ = yaml_parser_initialize(&parser_) != 0;
+    if (live_)
+      yaml_parser_set_input_string(&parser_, reinterpret_cast<const unsigned char*>(text_.data()), text_.size());
   }
-  bool node_start = true;     // a value may begin here
-  int block_indent = -1;      // inside a block scalar: lines indented deeper than this are its text
-  int plain_indent = -1;      // inside a block plain scalar: the column of its line's entry
-  int indent = 0;             // this line's indentation
-  int entry = 0;              // where this line's entry begins: its indentation and any "- "s
-  char last = '\0';           // in flow: the last character that is not white space
-  while (i < text.size()) {
-    if (column == 1) {  // a line begins
-      indent = 0;
-      while (i + indent < text.size() && text[i + indent] == ' ') ++indent;
-      size_t e = i + static_cast<size_t>(indent);
-      while (e + 1 < text.size() && text[e] == '-' && (text[e + 1] == ' ' || text[e + 1] == '\t')) {
-        e += 2;
-        while (e < text.size() && text[e] == ' ') ++e;
-      }
-      entry = static_cast<int>(e - i);
-      const bool blank = i + indent >= text.size() || text[i + indent] == '\n' || text[i + indent] == '\r';
-      if (block_indent >= 0 && open.empty()) {
-        if (blank || indent > block_indent) {
-          skip_to_line_end();
-          if (i < text.size()) advance();
-          continue;
+  ~YamlReader() {
+    if (live_) yaml_parser_delete(&parser_);
+  }
+  YamlReader(const YamlReader&) = delete;
+  YamlReader& operator=(const YamlReader&) = delete;
+
+  Result<JsonValue> Read() {
+    if (!live_) return Status::Internal("yaml_parser_initialize failed");
+    Event e;
+    COLOADER_RETURN_NOT_OK(Next(&e));  // STREAM_START
+    COLOADER_RETURN_NOT_OK(Next(&e));
+    if (e.e.type == YAML_STREAM_END_EVENT) return Status::Invalid(*source_ + ": the file is empty");
+    COLOADER_RETURN_NOT_OK(Next(&e));  // past DOCUMENT_START: the root
+    COLOADER_ASSIGN_OR_RETURN(JsonValue root, Node(e, 0));
+    COLOADER_RETURN_NOT_OK(Next(&e));  // DOCUMENT_END
+    COLOADER_RETURN_NOT_OK(Next(&e));
+    if (e.e.type != YAML_STREAM_END_EVENT) return At(e.e.start_mark, "unexpected content after the end of the document");
+    return root;
+  }
+
+ private:
+  struct Event {
+    yaml_event_t e{};
+    bool live = false;
+    void Reset() {
+      if (live) yaml_event_delete(&e);
+      live = false;
+    }
+    ~Event() { Reset(); }
+  };
+
+  Status At(const yaml_mark_t& m, const std::string& what) const {
+    return FailAt(*source_, static_cast<int>(m.line) + 1, static_cast<int>(m.column) + 1, what);
+  }
+
+  Status Next(Event* e) {
+    e->Reset();
+    if (!yaml_parser_parse(&parser_, &e->e)) {
+      if (parser_.error == YAML_MEMORY_ERROR) return Status::Invalid(*source_ + ": out of memory reading it");
+      if (parser_.error == YAML_READER_ERROR) {  // not text: its place is a byte offset
+        yaml_mark_t at{};
+        const size_t end = std::min(parser_.problem_offset, text_.size());
+        for (size_t k = 0; k < end; ++k) {
+          if (text_[k] == '\n') {
+            ++at.line;
+            at.column = 0;
+          } else {
+            ++at.column;
+          }
         }
-        block_indent = -1;
+        char byte[16];
+        std::snprintf(byte, sizeof byte, " (byte 0x%02x)", static_cast<unsigned>(parser_.problem_value) & 0xffu);
+        return At(at, std::string(parser_.problem ? parser_.problem : "not text") +
+                          (parser_.problem_value >= 0 ? byte : "") + ": the file is not UTF-8 text");
       }
-      if (open.empty()) {
-        // A plain scalar goes on over lines indented deeper than its first ("cmd: train.py
-        // --name\n  "{producer}""): those are its text, not new values.
-        if (plain_indent >= 0 && !blank && indent > plain_indent) {
-          node_start = false;
+      std::string what = parser_.problem ? parser_.problem : "malformed YAML";
+      if (parser_.context) what = std::string(parser_.context) + ": " + what;
+      return At(parser_.problem_mark, what);
+    }
+    e->live = true;
+    return Status::OK();
+  }
+
+  // A tag the reader does not take: every value's kind comes from its text.
+  Status Untagged(const yaml_char_t* tag, const yaml_mark_t& m) const {
+    if (tag == nullptr) return Status::OK();
+    const std::string t(reinterpret_cast<const char*>(tag));
+    if (t == "!") return Status::OK();
+    return At(m, "the tag " + t + " is not supported (quote a value to make it a string)");
+  }
+
+  // The value that begins with event `e` (consumed, with every event of the value).
+  Result<JsonValue> Node(Event& e, int depth) {
+    const yaml_mark_t m = e.e.start_mark;
+    if (depth > kMaxDepth) return At(m, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    const size_t values_before = values_;
+    if (++values_ > kMaxValues) return At(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
+    JsonValue v;
+    const yaml_char_t* anchor = nullptr;
+    switch (e.e.type) {
+      case YAML_ALIAS_EVENT: {
+        const std::string name(reinterpret_cast<const char*>(e.e.data.alias.anchor));
+        auto it = anchors_.find(name);
+        if (it == anchors_.end()) return At(m, "the alias *" + Abbreviated(name) + " names no anchor before it");
+        values_ += it->second.second - 1;
+        if (values_ > kMaxValues)
+          return At(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
+        v = it->second.first;
+        break;
+      }
+      case YAML_SCALAR_EVENT: {
+        anchor = e.e.data.scalar.anchor;
+        const std::string text(reinterpret_cast<const char*>(e.e.data.scalar.value), e.e.data.scalar.length);
+        if (e.e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE) {
+          COLOADER_RETURN_NOT_OK(Untagged(e.e.data.scalar.tag, m));
+          COLOADER_ASSIGN_OR_RETURN(v, Plain(text, m));
         } else {
-          if (!blank) plain_indent = -1;
-          node_start = true;
+          if (e.e.data.scalar.tag != nullptr && !e.e.data.scalar.quoted_implicit)
+            COLOADER_RETURN_NOT_OK(Untagged(e.e.data.scalar.tag, m));
+          v = JsonValue::String(text);
         }
+        break;
       }
+      case YAML_SEQUENCE_START_EVENT: {
+        anchor = e.e.data.sequence_start.anchor;
+        COLOADER_RETURN_NOT_OK(Untagged(e.e.data.sequence_start.implicit ? nullptr : e.e.data.sequence_start.tag, m));
+        const std::string keep = anchor ? reinterpret_cast<const char*>(anchor) : "";
+        std::vector<JsonValue> items;
+        for (;;) {
+          COLOADER_RETURN_NOT_OK(Next(&e));
+          if (e.e.type == YAML_SEQUENCE_END_EVENT) break;
+          COLOADER_ASSIGN_OR_RETURN(JsonValue x, Node(e, depth + 1));
+          items.push_back(std::move(x));
+        }
+        v = JsonValue::Array(std::move(items));
+        v.set_position(source_, static_cast<int>(m.line) + 1, static_cast<int>(m.column) + 1);
+        if (!keep.empty()) anchors_[keep] = {v, values_ - values_before};
+        return v;
+      }
+      case YAML_MAPPING_START_EVENT: {
+        anchor = e.e.data.mapping_start.anchor;
+        COLOADER_RETURN_NOT_OK(Untagged(e.e.data.mapping_start.implicit ? nullptr : e.e.data.mapping_start.tag, m));
+        const std::string keep = anchor ? reinterpret_cast<const char*>(anchor) : "";
+        std::vector<std::pair<std::string, JsonValue>> members;
+        std::unordered_set<std::string> seen;  // a set: a hostile mapping of n keys costs O(n), not O(n^2)
+        for (;;) {
+          COLOADER_RETURN_NOT_OK(Next(&e));
+          if (e.e.type == YAML_MAPPING_END_EVENT) break;
+          const yaml_mark_t km = e.e.start_mark;
+          if (e.e.type != YAML_SCALAR_EVENT) return At(km, "expected a key (a string)");
+          const std::string key(reinterpret_cast<const char*>(e.e.data.scalar.value), e.e.data.scalar.length);
+          if (!seen.insert(key).second) return At(km, "duplicate key \"" + Abbreviated(key) + "\"");
+          COLOADER_RETURN_NOT_OK(Next(&e));
+          COLOADER_ASSIGN_OR_RETURN(JsonValue x, Node(e, depth + 1));
+          members.emplace_back(key, std::move(x));
+        }
+        v = JsonValue::Object(std::move(members));
+        v.set_position(source_, static_cast<int>(m.line) + 1, static_cast<int>(m.column) + 1);
+        if (!keep.empty()) anchors_[keep] = {v, values_ - values_before};
+        return v;
+      }
+      default:
+        return At(m, "expected a value");
     }
-    const char c = text[i];
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
-      advance();
-      continue;
-    }
-    if (c == '#' && (column == 1 || space(i - 1))) {
-      skip_to_line_end();
-      continue;
-    }
-    if ((c == '&' || c == '*' || c == '!') && node_start) {
-      // An anchor, an alias or a tag: a name up to white space (or, in a flow collection, the
-      // entry's end), without '#' or the flow indicators, which yaml-cpp never returns from
-      // ("&#.#5#,", "!E,"). After an anchor or a tag the value itself follows.
-      const int l = line, col = column;
-      advance();
-      size_t n = 0;
-      while (i < text.size() && !space(i) && !(!open.empty() && std::strchr(",]}", text[i]))) {
-        if (std::strchr("#,[]{}", text[i]))
-          return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : c == '*' ? "an alias" : "a tag") +
-                                            " name with '" + text[i] + "' in it");
-        advance();
-        ++n;
-      }
-      if (n == 0 && c != '!') return FailAt(source, l, col, std::string(c == '&' ? "an anchor" : "an alias") + " without a name");
-      if (c == '*') node_start = false;
-      last = c;
-      continue;
-    }
-    if (c == '"' || c == '\'') {
-      if (!node_start) {  // a quote inside a plain scalar ("loader\""): text, in either context
-        advance();
-        continue;
-      }
-      COLOADER_RETURN_NOT_OK(skip_quoted());
-      node_start = false;
-      last = '"';
-      if (open.empty()) {
-        // A quoted scalar is a whole node: on its line only a ':' (it was a key) or a comment
-        // may follow it.
-        size_t j = i;
-        while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
-        if (j < text.size() && text[j] != '\n' && text[j] != '\r' && text[j] != ':' && text[j] != '#')
-          return FailAt(source, line, column + static_cast<int>(j - i), "content after a quoted string on its line");
-      }
-      continue;
-    }
-    if (open.empty()) {  // block context
-      if (node_start && (c == '[' || c == '{')) {
-        open.push_back({c, line, column});
-        last = c;
-        advance();
-        continue;  // node_start stays: a value may begin right after the bracket
-      }
-      if (node_start && (c == ',' || c == ']' || c == '}' || c == '@' || c == '`'))
-        return FailAt(source, line, column, std::string("'") + c + "' cannot begin a value");
-      if (node_start && (c == '|' || c == '>')) {
-        block_indent = indent;
-        skip_to_line_end();
-        continue;
-      }
-      if (c == ':' && space(i + 1)) {  // a mapping's value begins (a plain scalar ends here too)
-        node_start = true;
-        plain_indent = -1;
-      } else if ((c == '-' || c == '?') && space(i + 1) && node_start) {  // "- " inside a scalar is text
-        node_start = true;
-      } else if (c == '-' && column == 1 && text.compare(i, 3, "---") == 0 && space(i + 3)) {
-        advance();
-        advance();
-        node_start = true;
-      } else {
-        if (node_start) plain_indent = entry;  // a plain scalar begins
-        node_start = false;
-      }
-      advance();
-      continue;
-    }
-    // Flow context: a value begins after an opening bracket, a ',' or a ':'.
-    node_start = c == '[' || c == '{' || c == ',' || c == ':';
-    if (c == '[' || c == '{') {
-      open.push_back({c, line, column});
-    } else if (c == ']' || c == '}') {
-      const char opener = c == '}' ? '{' : '[';
-      if (open.back().bracket != opener)
-        return FailAt(source, line, column,
-                      std::string("'") + c + "' closes the '" + open.back().bracket + "' opened at " +
-                          std::to_string(open.back().line) + ":" + std::to_string(open.back().column));
-      open.pop_back();
-      if (open.empty()) {
-        advance();
-        size_t j = i;
-        while (j < text.size() && (text[j] == ' ' || text[j] == '\t')) ++j;
-        if (j < text.size() && text[j] != '\n' && text[j] != '\r' && text[j] != '#' && text[j] != ':')
-          return FailAt(source, line, column + static_cast<int>(j - i),
-                        "content after the flow collection that closes before it (an extra '}' or ']'?)");
-        node_start = false;
-        continue;
-      }
-    } else if (c == ',' && (last == '[' || last == '{' || last == ',')) {
-      return FailAt(source, line, column, "expected a value before ','");
-    }
-    last = c;
-    advance();
+    v.set_position(source_, static_cast<int>(m.line) + 1, static_cast<int>(m.column) + 1);
+    if (anchor != nullptr) anchors_[reinterpret_cast<const char*>(anchor)] = {v, values_ - values_before};
+    return v;
   }
-  if (!open.empty() && open.size() <= 64)
-    return FailAt(source, open.back().line, open.back().column,
-                  std::string("'") + open.back().bracket + "' is never closed (a missing ',' or '" +
-                      (open.back().bracket == '{' ? '}' : ']') + "'?)");
-  return Status::OK();
-}
+
+  // A plain scalar by YAML 1.2's core schema: null, a boolean, a number, or a string.
+  Result<JsonValue> Plain(const std::string& s, const yaml_mark_t& m) const {
+    if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return JsonValue();
+    if (s == "true" || s == "True" || s == "TRUE") return JsonValue::Bool(true);
+    if (s == "false" || s == "False" || s == "FALSE") return JsonValue::Bool(false);
+    if (IsYamlNumber(s)) {
+      errno = 0;
+      const double d = std::strtod(s.c_str(), nullptr);
+      if (errno == ERANGE && std::isinf(d)) return At(m, "number " + Abbreviated(s) + " is out of range");
+      return JsonValue::Number(d);
+    }
+    return JsonValue::String(s);
+  }
+
+  const std::string& text_;
+  std::shared_ptr<const std::string> source_;
+  yaml_parser_t parser_{};
+  bool live_ = false;
+  std::unordered_map<std::string, std::pair<JsonValue, size_t>> anchors_;  // and the values each holds
+  size_t values_ = 0;
+};
 
 // yaml-cpp's parse errors are terse; the common ones get the likely cause.
 std::string Explain(const std::string& msg) {
@@ -508,11 +475,12 @@ std::string Explain(const std::string& msg) {
   return msg;
 }
 
-// Turns yaml-cpp's node tree into JsonValues with positions, applying each format's rules.
+// Turns yaml-cpp's node tree of a JSON text into JsonValues with positions, applying JSON's rules
+// where YAML's flow syntax is laxer.
 class Converter {
  public:
-  Converter(const std::string& text, const std::string& source, Syntax syntax, const std::vector<Shift>& shifts)
-      : text_(text), source_(std::make_shared<const std::string>(source)), syntax_(syntax), shifts_(shifts) {}
+  Converter(const std::string& text, const std::string& source, const std::vector<Shift>& shifts)
+      : text_(text), source_(std::make_shared<const std::string>(source)), shifts_(shifts) {}
 
   Status ErrorAt(const YAML::Mark& m, const std::string& what) const {
     if (m.is_null()) return Status::Invalid(*source_ + ": " + what);
@@ -526,7 +494,6 @@ class Converter {
     if (++values_ > kMaxValues) {
       return ErrorAt(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
     }
-    const bool json = syntax_ == Syntax::kJson;
     const char at = m.pos >= 0 && static_cast<size_t>(m.pos) < text_.size() ? text_[static_cast<size_t>(m.pos)] : '\0';
     const std::string& tag = n.Tag();
     if (!tag.empty() && tag != "?" && tag != "!") {
@@ -535,7 +502,7 @@ class Converter {
     JsonValue v;
     switch (n.Type()) {
       case YAML::NodeType::Null:
-        if (json && text_.compare(static_cast<size_t>(std::max(0, m.pos)), 4, "null") != 0) {
+        if (text_.compare(static_cast<size_t>(std::max(0, m.pos)), 4, "null") != 0) {
           return ErrorAt(m, NotJson(at, ""));
         }
         break;
@@ -544,7 +511,7 @@ class Converter {
         break;
       }
       case YAML::NodeType::Sequence: {
-        if (json && at != '[') return ErrorAt(m, NotJsonCollection(at));
+        if (at != '[') return ErrorAt(m, NotJsonCollection(at));
         std::vector<JsonValue> items;
         for (const YAML::Node& item : n) {
           COLOADER_ASSIGN_OR_RETURN(JsonValue x, Convert(item, depth + 1));
@@ -554,19 +521,19 @@ class Converter {
         break;
       }
       case YAML::NodeType::Map: {
-        if (json && at != '{') return ErrorAt(m, NotJsonCollection(at));
+        if (at != '{') return ErrorAt(m, NotJsonCollection(at));
         std::vector<std::pair<std::string, JsonValue>> members;
         std::unordered_set<std::string> seen;  // a set: a hostile object of n members costs O(n), not O(n^2)
         for (const auto& kv : n) {
           const YAML::Node& key = kv.first;
           const YAML::Mark km = key.Mark();
           const char key_at = km.pos >= 0 && static_cast<size_t>(km.pos) < text_.size() ? text_[static_cast<size_t>(km.pos)] : '\0';
-          if (!key.IsScalar() || (json && key_at != '"')) {
-            return ErrorAt(km, std::string(json ? "expected a member name in double quotes" : "expected a key (a string)") +
+          if (!key.IsScalar() || key_at != '"') {
+            return ErrorAt(km, std::string("expected a member name in double quotes") +
                                    (key.IsScalar() ? ", got '" + key.Scalar() + "'" : ""));
           }
           if (!seen.insert(key.Scalar()).second) {
-            return ErrorAt(km, std::string(json ? "duplicate member" : "duplicate key") + " \"" + key.Scalar() + "\"");
+            return ErrorAt(km, "duplicate member \"" + key.Scalar() + "\"");
           }
           COLOADER_ASSIGN_OR_RETURN(JsonValue x, Convert(kv.second, depth + 1));
           members.emplace_back(key.Scalar(), std::move(x));
@@ -612,26 +579,20 @@ class Converter {
     // booleans or null, so "7" stays a string.
     const std::string& s = n.Scalar();
     if (n.Tag() == "!") {
-      if (syntax_ == Syntax::kJson && at != '"') return ErrorAt(m, NotJson(at, s));
+      if (at != '"') return ErrorAt(m, NotJson(at, s));
       return JsonValue::String(s);
     }
-    if (syntax_ == Syntax::kJson) {
-      if (text_.compare(static_cast<size_t>(std::max(0, m.pos)), s.size(), s) != 0) return ErrorAt(m, NotJson(at, s));
-      if (s == "true" || s == "false") return JsonValue::Bool(s == "true");
-      if (IsJsonNumber(s)) return Number(s, m);
-      if (s.find_first_of(" \t\r\n") != std::string::npos) {
-        // yaml-cpp reads `[1 2]` as the one plain scalar "1 2".
-        return ErrorAt(m, "expected ',' between values (or a string in double quotes), got '" + Abbreviated(s) + "'");
-      }
-      if (!s.empty() && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) {
-        return ErrorAt(m, "'" + Abbreviated(s) + "' is not a JSON number (no leading zeros, digits after '.' and in the exponent)");
-      }
-      return ErrorAt(m, NotJson(at, s));
+    if (text_.compare(static_cast<size_t>(std::max(0, m.pos)), s.size(), s) != 0) return ErrorAt(m, NotJson(at, s));
+    if (s == "true" || s == "false") return JsonValue::Bool(s == "true");
+    if (IsJsonNumber(s)) return Number(s, m);
+    if (s.find_first_of(" \t\r\n") != std::string::npos) {
+      // yaml-cpp reads `[1 2]` as the one plain scalar "1 2".
+      return ErrorAt(m, "expected ',' between values (or a string in double quotes), got '" + Abbreviated(s) + "'");
     }
-    if (s == "true" || s == "True" || s == "TRUE") return JsonValue::Bool(true);
-    if (s == "false" || s == "False" || s == "FALSE") return JsonValue::Bool(false);
-    if (IsYamlNumber(s)) return Number(s, m);
-    return JsonValue::String(s);
+    if (!s.empty() && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) {
+      return ErrorAt(m, "'" + Abbreviated(s) + "' is not a JSON number (no leading zeros, digits after '.' and in the exponent)");
+    }
+    return ErrorAt(m, NotJson(at, s));
   }
 
   Result<JsonValue> Number(const std::string& s, const YAML::Mark& m) const {
@@ -645,18 +606,16 @@ class Converter {
 
   const std::string& text_;
   std::shared_ptr<const std::string> source_;
-  Syntax syntax_;
   const std::vector<Shift>& shifts_;
   size_t values_ = 0;
 };
 
-Result<JsonValue> Parse(const std::string& text, const std::string& source, Syntax syntax) {
-  std::string json_text;
+// JSON through yaml-cpp (JSON is YAML 1.2's flow syntax), after PrepareJson's pre-pass.
+Result<JsonValue> ParseJsonText(const std::string& text, const std::string& source) {
+  std::string input;
   std::vector<Shift> shifts;
-  if (syntax == Syntax::kJson) COLOADER_RETURN_NOT_OK(PrepareJson(text, source, &json_text, &shifts));
-  if (syntax == Syntax::kYaml) COLOADER_RETURN_NOT_OK(CheckYamlFlow(text, source));
-  const std::string& input = syntax == Syntax::kJson ? json_text : text;
-  Converter converter(input, source, syntax, shifts);
+  COLOADER_RETURN_NOT_OK(PrepareJson(text, source, &input, &shifts));
+  Converter converter(input, source, shifts);
   // yaml-cpp reports every problem by exception; none may leave this Status-returning function.
   try {
     std::vector<YAML::Node> docs = YAML::LoadAll(input);
@@ -675,11 +634,11 @@ Result<JsonValue> Parse(const std::string& text, const std::string& source, Synt
 }  // namespace
 
 Result<JsonValue> ParseJson(const std::string& text, const std::string& source) {
-  return Parse(text, source, Syntax::kJson);
+  return ParseJsonText(text, source);
 }
 
 Result<JsonValue> ParseYaml(const std::string& text, const std::string& source) {
-  return Parse(text, source, Syntax::kYaml);
+  return YamlReader(text, source).Read();
 }
 
 Result<std::string> ReadTextFile(const std::string& path) {

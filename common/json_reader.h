@@ -1,7 +1,9 @@
-// Jobs files, traces and the JSON our tools print, read into one value tree. yaml-cpp parses
-// both formats (JSON is YAML 1.2's flow syntax) and marks every value with its line and
-// column, so an error in a hand-written file says where it is ("jobs.yaml:4:17: jobs[0]
-// (\"a\"): field \"batch_size\" must be a number, got a string") and is fixed from the message.
+// Jobs files, traces and the JSON our tools print, read into one value tree, every value marked
+// with its line and column, so an error in a hand-written file says where it is ("jobs.yaml:4:17:
+// jobs[0] (\"a\"): field \"batch_size\" must be a number, got a string") and is fixed from the
+// message. JSON goes through yaml-cpp (JSON is YAML 1.2's flow syntax) after a pre-pass of our own
+// that refuses what yaml-cpp loses itself in; YAML goes through libyaml's event parser, since
+// yaml-cpp never returns from some malformed YAML of a few bytes (both fuzzed: tests/fuzz).
 //
 // JSON stays JSON: read as JSON, a file must use double-quoted strings and member names, JSON's
 // escapes, numbers and literals (true, false, null), no trailing commas and no duplicate

@@ -15,6 +15,7 @@ packages=(build-essential cmake pkg-config libgtest-dev
           python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimate)
 packages+=(libcli11-dev)  # tools/: every subcommand's flags, usage and --help (CLI11, header-only)
 packages+=(libyaml-cpp-dev)  # placement/: jobs files in YAML and JSON, with line:column marks
+packages+=(libyaml-dev)  # YAML files read by libyaml's event parser (yaml-cpp reads JSON)
 packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test
 packages+=(libspng-dev)  # PNG decoding (pipeline/decode/decode_png.cc)
 packages+=(libwebp-dev)  # WebP decoding (pipeline/decode/decode_webp.cc)

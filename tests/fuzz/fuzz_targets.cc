@@ -166,8 +166,8 @@ std::string Briefly(const Result<JsonValue>& v, const char* reader) {
 }  // namespace
 
 std::string JsonOne(const uint8_t* data, size_t size) {
-  // JSON: what comes from outside (a sample's KEY.json, a resume state). yaml-cpp 0.7 exhausts its
-  // memory on some malformed flow collections (this target's first findings,
+  // JSON: what comes from outside (a sample's KEY.json, a resume state), through yaml-cpp. yaml-cpp
+  // 0.7 exhausts its memory on some malformed flow collections (this target's first findings,
   // tests/fuzz/regressions/json): the reader's own pre-pass refuses them first.
   return Briefly(ParseJson(std::string(reinterpret_cast<const char*>(data), size), "fuzz.json"), "ParseJson");
 }

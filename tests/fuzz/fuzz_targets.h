@@ -30,9 +30,8 @@ std::string TarOne(const uint8_t* data, size_t size);
 // an error's message stay short (a hostile value is quoted by its start and length).
 std::string JsonOne(const uint8_t* data, size_t size);
 
-// ParseYaml (the user's own jobs files and recipes): the same property. Not in CI's fuzzing:
-// yaml-cpp 0.7 never returns from some malformed YAML of a few bytes ("!E," found in minutes)
-// that the reader's checks (CheckYamlFlow) do not catch; its findings so far are regression seeds.
+// ParseYaml (jobs files and recipes, read by libyaml): the same property. Under yaml-cpp this
+// target found a hang every few minutes ("!E,", "&#.#5#,", a NUL...): they are regression seeds.
 std::string YamlOne(const uint8_t* data, size_t size);
 
 }  // namespace coloader::fuzz

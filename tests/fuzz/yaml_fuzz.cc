@@ -1,7 +1,6 @@
-// libFuzzer target: the YAML reader (ParseYaml). Any byte string must come back as a value or an
-// error Status with a short message. Not in scripts/fuzz.sh's default targets (yaml-cpp's own
-// hangs: fuzz_targets.h); run it by name:
-//   scripts/fuzz.sh yaml      (starts from tests/fuzz/corpus/yaml)
+// libFuzzer target: the YAML reader (ParseYaml, libyaml's events). Any byte string must come back
+// as a value or an error Status with a short message.
+//   build-fuzz/tests/fuzz/yaml_fuzz tests/fuzz/corpus/yaml   (scripts/fuzz.sh)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
