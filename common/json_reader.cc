@@ -372,7 +372,8 @@ class YamlReader {
     const yaml_mark_t m = e.e.start_mark;
     if (depth > kMaxDepth) return At(m, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
     const size_t values_before = values_;
-    if (++values_ > kMaxValues) return At(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
+    if (++values_ > kMaxValues)
+      return At(m, "more than " + std::to_string(kMaxValues) + " values (an alias that expands too far?)");
     JsonValue v;
     const yaml_char_t* anchor = nullptr;
     switch (e.e.type) {

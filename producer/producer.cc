@@ -187,7 +187,8 @@ Status Producer::Impl::Setup() {
     // Every consumer costs a connection and a pidfd: a third of what the descriptors allow below
     // the guard's high mark, so that workers, files and the guard's room are never short.
     rlimit lim{};
-    const uint64_t limit = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY ? lim.rlim_cur : 1 << 20;
+    const bool limited = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+    const uint64_t limit = limited ? lim.rlim_cur : uint64_t{1} << 20;
     max_sessions = static_cast<uint32_t>(std::clamp<uint64_t>(DescriptorGuard::MarksFor(limit).high / 3, 16, 4096));
   }
   const SlotLayouts layouts = MakeSlotLayouts(opts, paths.shm_name);

@@ -291,8 +291,9 @@ Status ListShardSamples(const std::vector<std::string>& shards, std::vector<Samp
     notes->push_back(std::to_string(tally.without_image) + " key(s) without an image member (" +
                      "jpg, jpeg, png, webp, ppm, bmp, pgm, tif, tiff) are left out");
   if (tally.repeated)
-    notes->push_back(std::to_string(tally.repeated) + " time(s) a key's member came again right after its sample (first: " +
-                     tally.first_repeated + "): each repeat is read as a sample of its own, with its own label");
+    notes->push_back(std::to_string(tally.repeated) + " time(s) a key's member came again right after its sample " +
+                     "(first: " + tally.first_repeated + "): each repeat is read as a sample of its own, with its own " +
+                     "label");
   if (tally.without_label)
     notes->push_back(std::to_string(tally.without_label) + " sample(s) without a " +
                      (listing.label_field.empty() ? std::string(".cls") : ".json") + " member have label -1");

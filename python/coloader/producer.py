@@ -105,8 +105,9 @@ class Producer:
     and returns "delivered"; or returns "consumers gone" when they all left first (the log line
     says how far it got). When the iterable raises (or a batch breaks the schema, or Ctrl-C),
     run() re-raises it, and every consumer reads what was published, then gets ProducerStopped
-    naming the exception, its epoch cut (partial): a failed stream never ends as a delivered one. publish() blocks while the ring is full (the slowest consumer sets the
-    pace), in steps short enough for Ctrl-C. In the main thread, run() turns SIGTERM into
+    naming the exception, its epoch cut (partial): a failed stream never ends as a delivered
+    one. publish() blocks while the ring is full (the slowest consumer sets the pace), in steps
+    short enough for Ctrl-C. In the main thread, run() turns SIGTERM into
     SystemExit for its duration, so that a stopped producer removes its ring and socket as
     `coloader serve` does.
     """
