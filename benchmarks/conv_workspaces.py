@@ -8,7 +8,7 @@ and writes, for every convolution layer and batch size of the last step, what th
 allocated in order: its outputs and the workspaces it allocated and freed before returning
 (python/coloader/workspaces.py reads it; docs/ESTIMATOR.md says why a table).
 
-    /usr/bin/python3 benchmarks/conv_workspaces.py docs/results/allocations/allocation_traces_h200.tar
+    /usr/bin/python3 benchmarks/conv_workspaces.py benchmarks/data/allocation_traces_h200.tar
     /usr/bin/python3 benchmarks/conv_workspaces.py TRACE_DIR --out /tmp/table.csv.gz
 """
 import argparse
