@@ -1,0 +1,182 @@
+"""The contract's resume part (torchdata's StatefulDataLoader): state_dict() at the start, in the
+middle and at the end of an epoch, and load_state_dict() into a new job gives exactly the rest,
+through the producer's `serve --resume` (a JSON state, or a training script's torch checkpoint);
+a state that does not fit, or lies past its epoch, is refused and changes nothing.
+
+Runs with: /usr/bin/python3 -m pytest -q python/tests/test_resume.py
+"""
+
+import json
+import os
+import subprocess
+import warnings
+
+import pytest
+
+from support import BINARY, NUM_IMAGES, coloader, in_thread, loader_for, needs_build, run_epoch, start_reading, torch
+
+pytestmark = needs_build
+
+ALL = list(range(NUM_IMAGES))
+
+
+def _resume(serve, state_path, state, batch_size, **producer):
+    state_path.write_text(json.dumps(state))
+    p = serve("--resume", str(state_path), **producer)
+    loader = loader_for(p, batch_size=batch_size)
+    loader.load_state_dict(state)
+    return p, loader
+
+
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_state_dict_resumes_exactly_the_rest_of_the_epoch(serve, tmp_path, where):
+    batch = 10
+    p = serve(epochs=3)
+    loader = loader_for(p, batch_size=batch)
+    seen = []
+    if where == "start":
+        run_epoch(loader)
+        it = iter(loader)  # epoch 1 begun, nothing read
+    else:
+        it = iter(loader)
+        for _ in range(4 if where == "middle" else len(loader)):
+            next(it)
+            seen += loader.indices.tolist()
+    state = loader.state_dict()
+    loader.close()
+    p.stop()  # the job and its producer die
+
+    p2, resumed = _resume(serve, tmp_path / "state.json", state, batch, epochs=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # resumed exactly: no ResumeWarning
+        rest = run_epoch(resumed)[1]
+    if where == "end":
+        # A finished epoch resumes at the next one, whole.
+        assert resumed.epoch == 1 and sorted(rest) == ALL
+    else:
+        assert resumed.epoch == state["epoch"] and resumed.partial == bool(seen)
+        assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+    resumed.close()
+
+
+def _three_batches_then_state(serve):
+    """A job reads 3 batches of 10 and saves its state; then it and its producer die. Returns
+    (the indices it had seen, the state)."""
+    p = serve(epochs=2)
+    loader = loader_for(p, batch_size=10)
+    it = iter(loader)
+    seen = []
+    for _ in range(3):
+        next(it)
+        seen += loader.indices.tolist()
+    state = loader.state_dict()
+    loader.close()
+    p.stop()
+    return seen, state
+
+
+class _RunsCode:
+    """What a hostile checkpoint may hold: unpickling it runs a command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, ("touch %s" % self.marker,))
+
+
+def test_serve_resumes_from_a_training_checkpoint_with_floats_and_runs_none_of_its_code(serve, tmp_path):
+    """`serve --resume CKPT --resume-key loader` with what a training script saves: a model, an
+    optimizer (Python floats: torch 1.13's weights-only loader failed on them, and the job waited
+    60 s for a producer that never started), numpy's RNG state, an argparse.Namespace. The state
+    is read and resumed exactly; an object whose unpickling would run a command is left unbuilt."""
+    import argparse
+
+    import numpy as np
+
+    seen, state = _three_batches_then_state(serve)
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    marker = tmp_path / "code-ran"
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": np.random.get_state(),
+                "args": argparse.Namespace(lr=0.1), "hostile": _RunsCode(marker), "loader": state}, str(ckpt))
+    p2 = serve("--resume", str(ckpt), "--resume-key", "loader", epochs=2, via_python=True)
+    assert any("resuming at epoch 0" in line for line in p2.lines), p2.lines
+    resumed = loader_for(p2, batch_size=10)
+    resumed.load_state_dict(state)
+    rest = run_epoch(resumed)[1]
+    assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+    resumed.close()
+    assert not marker.exists(), "unpickling the checkpoint ran its code"
+
+
+def test_a_state_past_its_epoch_is_refused_by_the_loader_as_by_serve(serve, dataset, tmp_path):
+    """A position past the epoch (more samples seen than a rank's share, or a split beginning
+    past its end) is another data set's state: load_state_dict refuses it, naming the numbers, as
+    `serve --resume` does. Before, the Loader took it as the start of the next epoch."""
+    _, state = _three_batches_then_state(serve)
+    p = serve(epochs=2)
+    loader = loader_for(p, batch_size=10)
+    with pytest.raises(coloader.InvalidArgument, match=r"the state has seen 1000000 samples of epoch 0, but a "
+                                                       r"rank's share of it is %d" % NUM_IMAGES):
+        loader.load_state_dict(dict(state, samples_seen_in_epoch=10 ** 6))
+    with pytest.raises(coloader.InvalidArgument, match=r"split begins at position %d of an epoch of %d samples"
+                                                       % (NUM_IMAGES, NUM_IMAGES)):
+        loader.load_state_dict(dict(state, split_begin=NUM_IMAGES))
+    state_path = tmp_path / "past.json"
+    state_path.write_text(json.dumps(dict(state, samples_seen_in_epoch=10 ** 6)))
+    refused = subprocess.run([str(BINARY), "serve", "--data", str(dataset), "--name", "past", "--image-size", "32",
+                              "--resume", str(state_path)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "the state has seen 1000000 samples of epoch 0" in refused.stderr, refused
+    loader.load_state_dict(state)  # nothing changed: the right state still resumes
+    loader.close()
+
+
+def test_a_refused_state_changes_nothing_and_a_retry_resumes_exactly(serve, tmp_path):
+    """A state that does not fit this Loader (another batch size here) is refused before the
+    consumer attaches, so the producer has not moved when the job is retried correctly."""
+    seen, state = _three_batches_then_state(serve)
+    state_path = tmp_path / "state.json"
+    state_path.write_text(json.dumps(state))
+    p2 = serve("--resume", str(state_path), epochs=2)
+    wrong = loader_for(p2, batch_size=12)
+    with pytest.raises(coloader.InvalidArgument, match="batch size 10 in the state, 12 here"):
+        wrong.load_state_dict(state)
+    wrong.close()
+    right = loader_for(p2, batch_size=10)
+    right.load_state_dict(state)
+    rest = run_epoch(right)[1]
+    assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+    right.close()
+
+
+def test_a_group_restarted_under_another_name_resumes(serve, tmp_path):
+    """torchrun names a group after its rendezvous (host:port); a job restarted on another port is
+    the same job, and its ranks' states resume."""
+    p = serve(epochs=2, window=4)
+    ranks = [loader_for(p, batch_size=8, rank=r, world_size=2, group="torch-127.0.0.1:29500-w2") for r in (0, 1)]
+    starts = [start_reading(r) for r in ranks]
+    seen = []
+    for r, start in zip(ranks, starts):
+        it = start()
+        for _ in range(2):
+            next(it)
+            seen += r.indices.tolist()
+    states = [r.state_dict() for r in ranks]
+    for r in ranks:
+        r.close()
+    p.stop()
+    state_path = tmp_path / "state.json"
+    state_path.write_text(json.dumps(states[0]))
+    p2 = serve("--resume", str(state_path), epochs=2, window=4)
+    again = [loader_for(p2, batch_size=8, rank=r, world_size=2, group="torch-127.0.0.1:29611-w2") for r in (0, 1)]
+    for loader, state in zip(again, states):
+        loader.load_state_dict(state)
+    epochs = [in_thread(run_epoch, r) for r in again]
+    rest = [i for e in epochs for i in e()[1]]
+    assert sorted(set(seen + rest)) == ALL and not set(seen) & set(rest)
+    for r in again:
+        r.close()
