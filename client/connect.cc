@@ -156,12 +156,23 @@ class Handshake {
       }
     }
     if (Status st = sock.Connect(s.endpoint); !st.ok()) return Status::Invalid(st.message());
-    std::vector<uint8_t> bytes = Encode(MakeHello());
-    // The first message of a new connection goes into its empty queue: never refused.
-    if (Status st = sock.Send(zmq::buffer(bytes), zmq::send_flags::dontwait); !st.ok())
-      return Status::IOError("saying Hello to " + s.endpoint + ": " + st.message());
+    hello_ = Encode(MakeHello());
     reply_deadline_ = Clock::now() + std::chrono::milliseconds(o.connect_timeout_ms);
-    return Status::OK();
+    return SendHello();
+  }
+
+  // The first message of a new connection goes into its empty queue, unless the connection is
+  // already gone: on tcp:// a handshake refused (a producer that wants CURVE keys) can end it
+  // before this thread sends. The Hello then waits for a connection (AwaitReply polls for one)
+  // and the handshake monitor or the deadline says why none came.
+  Status SendHello() {
+    Status st = state_->sock.Send(zmq::buffer(hello_), zmq::send_flags::dontwait);
+    if (st.ok()) {
+      hello_.clear();
+      return Status::OK();
+    }
+    if (st.code() == StatusCode::kAgain) return Status::OK();
+    return Status::IOError("saying Hello to " + state_->endpoint + ": " + st.message());
   }
 
   Hello MakeHello() const {
@@ -196,13 +207,15 @@ class Handshake {
   Result<std::optional<zmq::message_t>> AwaitReply(Clock::time_point slice_end) {
     ConsumerState& s = *state_;
     for (;;) {
-      std::vector<zmq::pollitem_t> items = {{s.sock.handle(), 0, ZMQ_POLLIN, 0}};
+      const short wanted = static_cast<short>(ZMQ_POLLIN | (hello_.empty() ? 0 : ZMQ_POLLOUT));
+      std::vector<zmq::pollitem_t> items = {{s.sock.handle(), 0, wanted, 0}};
       if (monitor_.is_open()) items.push_back({monitor_.handle(), 0, ZMQ_POLLIN, 0});
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(std::min(reply_deadline_, slice_end) -
                                                                               Clock::now());
       // A signal delivered meanwhile (the user's handler, a profiler's timer) ends a poll
       // early: the loop polls again until its deadline.
       if (left.count() > 0) COLOADER_RETURN_NOT_OK(Poll(items, left).status());
+      if (!hello_.empty() && (items[0].revents & ZMQ_POLLOUT)) COLOADER_RETURN_NOT_OK(SendHello());
       zmq::message_t reply;
       bool got = false;
       if (items[0].revents & ZMQ_POLLIN) {
@@ -235,17 +248,22 @@ class Handshake {
                              (our_key_.empty() ? std::string(" (none given: it requires CURVE; pass --curve-key and --server-key)")
                                                : " " + our_key_ + ": its operator must add this consumer's .pub to --authorized-keys"));
     }
-    // Handshakes that failed for other reasons than a refused key: a producer restarting
-    // mid-handshake looks like this as well as a wrong key, so they are retried to the deadline.
+    // Mechanisms that differ (CURVE on one side only) end the connection for good: libzmq does
+    // not dial again, so there is nothing to wait for.
+    if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH) {
+      return Status::Invalid(
+          "the producer at " + state_->endpoint +
+          (curve_ ? " takes no CURVE keys (it was started with --insecure): drop --curve-key and --server-key"
+                  : " requires CURVE keys: pass --curve-key (this consumer's key pair) and --server-key (its public key)"));
+    }
+    // Handshakes that failed for other reasons: a producer restarting mid-handshake looks like
+    // this as well as a wrong key, so they are retried to the deadline.
     ++failed_handshakes_;
     if (id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
       char code[16];
       std::snprintf(code, sizeof(code), "0x%08x", value);
-      mismatch_ = mismatch_ || value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH;
       last_failure_ = std::string("a ZMTP protocol error ") + code +
-                      (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH ? " (security mechanisms differ)"
-                       : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC    ? " (cryptographic)"
-                                                                            : "");
+                      (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC ? " (cryptographic)" : "");
     } else {
       last_failure_ = "the connection closed mid-handshake";
     }
@@ -259,8 +277,7 @@ class Handshake {
       const std::string why =
           curve_ ? "check that --server-key is that producer's public key, and that it was started with --curve-key "
                    "(a producer started with --insecure takes no keys)"
-          : mismatch_ ? "the producer requires CURVE keys (--curve-key and --server-key)"
-                      : "is the producer restarting, or does it require CURVE keys (--curve-key and --server-key)?";
+                 : "is the producer restarting, or does it require CURVE keys (--curve-key and --server-key)?";
       return Status::Invalid(std::string(curve_ ? "the CURVE handshake" : "the handshake") + " with " + ep + " failed " +
                              std::to_string(failed_handshakes_) + " time(s) within " + std::to_string(ms) +
                              " ms (last: " + last_failure_ + "): " + why);
@@ -391,8 +408,9 @@ class Handshake {
 
   std::shared_ptr<ConsumerState> state_;
   ProducerPaths paths_;
-  bool dialed_ = false, said_waiting_ = false, tcp_ = false, curve_ = false, mismatch_ = false;
+  bool dialed_ = false, said_waiting_ = false, tcp_ = false, curve_ = false;
   Clock::time_point producer_deadline_, reply_deadline_;
+  std::vector<uint8_t> hello_;  // the Hello while it waits for a connection to take it
   std::string our_key_, last_failure_;
   Socket monitor_;
   int failed_handshakes_ = 0;
