@@ -1,29 +1,15 @@
 // RandomErasing's GPU twin: the boxes the workers drew (erase.h's DrawErase, the CPU twin's
 // draw), written into the normalised batch after NormalizeBatchOnDevice, in its dtype and
 // layout. One grid row per sample; threads stride over the box's elements.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
 #include "common/cuda_internal.h"
 #include "pipeline/transform/erase_device.h"
+#include "pipeline/transform/from_float_device.h"
 
 namespace coloader {
 
 namespace {
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ uint8_t FromFloat<uint8_t>(float v) {
-  return static_cast<uint8_t>(fminf(fmaxf(rintf(v), 0.f), 255.f));
-}
 
 template <typename T>
 __global__ void EraseKernel(const EraseTask* __restrict__ tasks, uint32_t count, int size, int nchw, EraseFill fill,

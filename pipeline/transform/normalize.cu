@@ -2,10 +2,8 @@
 // writing them normalised and cast, in NCHW or NHWC. The arithmetic is x * scale + shift in
 // float with explicit round-to-nearest multiply and add (no fused multiply-add), the same
 // operations in the same order as the host loop, so float32 results are bitwise equal.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "common/cuda_internal.h"
+#include "pipeline/transform/from_float_device.h"
 #include "pipeline/transform/normalize.h"
 
 namespace coloader {
@@ -16,15 +14,6 @@ struct Affine {
   float scale[3];
   float shift[3];
 };
-
-template <typename T>
-__device__ __forceinline__ T Cast(float v);
-template <>
-__device__ __forceinline__ float Cast<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 Cast<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half Cast<__half>(float v) { return __float2half_rn(v); }
 
 template <typename T, bool kNCHW>
 __global__ void NormalizeKernel(const uint8_t* __restrict__ src, uint64_t pixels_per_image, uint64_t total_pixels,
@@ -37,9 +26,9 @@ __global__ void NormalizeKernel(const uint8_t* __restrict__ src, uint64_t pixels
       const float v = __fadd_rn(__fmul_rn(static_cast<float>(in[c]), a.scale[c]), a.shift[c]);
       if (kNCHW) {
         const uint64_t image = p / pixels_per_image, pixel = p % pixels_per_image;
-        dst[(image * 3 + c) * pixels_per_image + pixel] = Cast<T>(v);
+        dst[(image * 3 + c) * pixels_per_image + pixel] = FromFloat<T>(v);
       } else {
-        dst[3 * p + c] = Cast<T>(v);
+        dst[3 * p + c] = FromFloat<T>(v);
       }
     }
   }
