@@ -40,7 +40,7 @@ FITTED = ("rate_low", "rate_conv32", "rate_mm32", "bandwidth", "launch_s", "fill
 BOUNDS = {"rate_low": (50e12, 990e12), "rate_conv32": (20e12, 495e12), "rate_mm32": (10e12, 67e12),
           "bandwidth": (0.5e12, 4.8e12), "launch_s": (1e-6, 200e-6), "fill_elems": (1e3, 1e8)}
 # docs/BENCHMARKS.md "Results: GPU decode": images/s alone over the aggregate at 4 jobs under
-# MPS, bf16 autocast, batch 128, channels_last, SGD (benchmarks/collocated_job.py).
+# MPS, bf16 autocast, batch 128, channels_last, SGD (benchmarks/collocated/collocated_job.py).
 COLLOCATED = {"torchvision:resnet18": 11763 / 14222, "torchvision:resnet50": 4220 / 4892}
 
 

@@ -63,7 +63,7 @@ def fit_interference(pts, saturation):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", nargs="+", help="collocated benchmark CSVs (benchmarks/collocated.py --out)")
+    ap.add_argument("csv", nargs="+", help="collocated benchmark CSVs (benchmarks/collocated/collocated.py --out)")
     ap.add_argument("--out", help="also write the report here")
     a = ap.parse_args()
     pts = points(measured(a.csv))

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Downloads the wheels benchmarks/collocated.py needs on the GPU machine, which has Python 3.12
-# and PyTorch but no package registry: TensorSocket 0.0.5 (the comparison in the collocated
-# benchmark) and what it imports that the machine lacks (pyzmq, tornado). Run here, where pip
-# reaches PyPI; the directory (default .whl/, git-ignored) is then carried to the GPU machine,
-# where benchmarks/run_collocated.sh installs it with pip --no-index.
+# Downloads the wheels benchmarks/collocated/collocated.py needs on the GPU machine, which has
+# Python 3.12 and PyTorch but no package registry: TensorSocket 0.0.5 (the comparison in the
+# collocated benchmark) and what it imports that the machine lacks (pyzmq, tornado). Run here,
+# where pip reaches PyPI; the directory (default .whl/, git-ignored) is then carried to the GPU
+# machine, where benchmarks/collocated/run_collocated.sh installs it with pip --no-index.
 #
 #   benchmarks/fetch_wheels.sh [DIR]
 set -euo pipefail

@@ -29,7 +29,7 @@ suites=(
   "smoke|dist|scripts/gpu/wheel.sh smoke|the wheel's install, ldd and clean-environment runs only"
   "contract|dist .device|scripts/gpu/wheel.sh contract|the job contract on the device path through the wheel (CONTRACT=gpu_decode,gpu_test,pytest,isolation; PYTEST_FILES)"
   "recipes-train|dist|scripts/gpu/wheel.sh recipes-train|training under the reference recipe and the plain one with the ceiling, ResNet-18/50 at N = 1, 4 (issue 36)"
-  "collocated|dist|scripts/gpu/wheel.sh collocated|one collocated-training configuration (benchmarks/run_collocated.sh --tiny) with the wheel's binary"
+  "collocated|dist|scripts/gpu/wheel.sh collocated|one collocated-training configuration (benchmarks/collocated/run_collocated.sh --tiny) with the wheel's binary"
   "shm|.device|tests/shm/gpu_shm_test.sh|a --device producer in a 48 MB /dev/shm"
   "ddp|.device|scripts/gpu/ddp.sh|two 2-rank DDP groups and a plain job on one --device cuda:0,cuda:1 producer (two GPUs)"
   "decode-profile|.device|scripts/gpu/decode_profile.sh|GPU decode alone and under training, lanes and MPS variants, against the targets"

@@ -1,6 +1,7 @@
-"""The accounting and the report of benchmarks/collocated.py, which otherwise runs only on the GPU
-machine: CPU time of reaped descendants is counted, a producer's CPU is split by its threads, the
-DataLoader's best worker count stands for it, and the targets are judged from the figures."""
+"""The accounting and the report of benchmarks/collocated/collocated.py, which otherwise runs only
+on the GPU machine: CPU time of reaped descendants is counted, a producer's CPU is split by its
+threads, the DataLoader's best worker count stands for it, and the targets are judged from the
+figures."""
 import csv
 import importlib.util
 import os
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "collocated"))
 collocated = pytest.importorskip("collocated")
 
 from support import BINARY  # noqa: E402

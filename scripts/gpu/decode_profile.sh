@@ -8,8 +8,8 @@
 #   1. decode alone: `serve --decode gpu` drained by one `consume --device`, no training: one
 #      lane without MPS, as an MPS client, and outside a running MPS daemon (its pipe
 #      directory empty): images/s, CPU per image, stage timers, engine count in the banner.
-#   2. training: benchmarks/collocated.py, ResNet-18 bf16 batch 128 under MPS at N = 1, 2: the
-#      synthetic ceiling and coloader-gpudecode (one lane), then each variant (name | serve
+#   2. training: benchmarks/collocated/collocated.py, ResNet-18 bf16 batch 128 under MPS at
+#      N = 1, 2: the synthetic ceiling and coloader-gpudecode (one lane), then each variant (name | serve
 #      environment | jobs' environment | serve flags):
 #        lanes2  - two lanes (phase 1's default), to confirm one is enough
 #        nomps   - the producer outside MPS (time-sliced beside the MPS server), jobs inside
@@ -167,7 +167,7 @@ collocated() {  # collocated NAME MODEL SETUPS [SERVE_ENV [JOB_ENV [SERVE_FLAGS]
   [[ -n $senv ]] && extra+=(--serve-env "$senv")
   [[ -n $jenv ]] && extra+=(--job-env "$jenv")
   [[ -n $senv$jenv$flags ]] && extra+=(--variant "$name")
-  python3 benchmarks/collocated.py --quick "${common[@]}" --models "$model" --setups "$setups" \
+  python3 benchmarks/collocated/collocated.py --quick "${common[@]}" --models "$model" --setups "$setups" \
     --deadline $((l - 10)) --out "$work/runs/$name" "${extra[@]}" >>"$log" 2>&1 ||
     say "$name: collocated.py failed (see profile.log)"
   outs+=("$work/runs/$name")
@@ -225,9 +225,9 @@ PY
   echo
   [[ -f $work/results.csv ]] && python3 scripts/gpu/decode_targets.py "$work/results.csv"
   echo
-  echo "## 3. Every row (benchmarks/collocated.py --report)"
+  echo "## 3. Every row (benchmarks/collocated/collocated.py --report)"
   echo
-  ((${#outs[@]})) && python3 benchmarks/collocated.py --report "${outs[@]}" 2>&1
+  ((${#outs[@]})) && python3 benchmarks/collocated/collocated.py --report "${outs[@]}" 2>&1
 } >"$root/summary.md"
 tar czf "$root/decode_alone.tgz" -C "$alone" . 2>/dev/null
 tar czf "$root/runs.tgz" -C "$work" runs 2>/dev/null

@@ -6,7 +6,7 @@
 #   0. tests (SPLIT_TESTS=0 skips): gpu_decode_test, and gpu_test's decode and --cpu-share cases.
 #   1. decode alone as an MPS client (no training; SPLIT_ALONE=0 skips): serve --decode auto / gpu
 #      / cpu drained by one `consume --device`, 3 epochs: images/s per epoch, the split it settled on.
-#   2. training under MPS: benchmarks/collocated.py --split for each model of SPLIT_MODELS
+#   2. training under MPS: benchmarks/collocated/collocated.py --split for each model of SPLIT_MODELS
 #      (default resnet18) at SPLIT_N (default 1,2,4), setups SPLIT_SETUPS (default synthetic,
 #      coloader-auto, coloader-gpudecode, coloader), SPLIT_REPEATS repeats (default 1);
 #      SPLIT_LANES2=1 adds --gpu-lanes 2 to gpu and auto at N=1 as variants; SPLIT_CONTENTION=1
@@ -122,7 +122,7 @@ run() {  # run NAME MODEL SETUPS [EXTRA...]
     return
   fi
   say "== 2. $name ($model: $setups $*)"
-  python3 benchmarks/collocated.py "${common[@]}" --models "$model" --setups "$setups" --deadline $((l - 15)) \
+  python3 benchmarks/collocated/collocated.py "${common[@]}" --models "$model" --setups "$setups" --deadline $((l - 15)) \
     --out "$work/runs/$name" "$@" >>"$log" 2>&1 || say "$name: collocated.py failed (see split.log)"
   outs+=("$work/runs/$name")
 }
@@ -136,7 +136,7 @@ if [[ ${SPLIT_LANES2:-0} == 1 ]]; then
 fi
 if [[ -n ${SPLIT_JOB_PYTHON:-} ]]; then
   run jobpy "${models[0]}" coloader-auto,coloader --n 1 --variant jobpy \
-    --job-env "PYTHONPATH=$here/benchmarks:$(cd "$SPLIT_JOB_PYTHON" && pwd)"
+    --job-env "PYTHONPATH=$here/benchmarks/collocated:$(cd "$SPLIT_JOB_PYTHON" && pwd)"
 fi
 if [[ ${SPLIT_NHWC:-0} == 1 ]]; then
   run nhwc "${models[0]}" coloader-auto,coloader --n 1 --variant nhwc --coloader-flags "--output float32 --layout nhwc"
@@ -188,9 +188,9 @@ fi
     grep -rh "decode split on cuda" "$d" 2>/dev/null | sed 's/^/    /'
   done
   echo
-  echo "## 4. Every row (benchmarks/collocated.py --report)"
+  echo "## 4. Every row (benchmarks/collocated/collocated.py --report)"
   echo
-  ((${#outs[@]})) && python3 benchmarks/collocated.py --report "${outs[@]}" 2>&1
+  ((${#outs[@]})) && python3 benchmarks/collocated/collocated.py --report "${outs[@]}" 2>&1
 } >"$root/summary.md"
 tar czf "$root/runs.tgz" -C "$work" runs alone 2>/dev/null
 rm -rf "$work" ${mps:+"$mps"}

@@ -116,7 +116,7 @@ collocated() {  # collocated NAME SETUPS [SERVE_ENV]
   say "== $name ($setups${senv:+; serve $senv})"
   local -a extra=()
   [[ -n $senv ]] && extra=(--serve-env "$senv" --variant "$name")
-  python3 benchmarks/collocated.py --quick "${common[@]}" --setups "$setups" --deadline $((l - 10)) \
+  python3 benchmarks/collocated/collocated.py --quick "${common[@]}" --setups "$setups" --deadline $((l - 10)) \
     --out "$work/runs/$name" "${extra[@]}" >>"$log" 2>&1 || say "$name: collocated.py failed (see x2.log)"
   outs+=("$work/runs/$name")
 }
@@ -162,7 +162,7 @@ PY
   echo
   echo "## 3. Every row"
   echo
-  ((${#outs[@]})) && python3 benchmarks/collocated.py --report "${outs[@]}" 2>&1
+  ((${#outs[@]})) && python3 benchmarks/collocated/collocated.py --report "${outs[@]}" 2>&1
 } >"$root/summary.md"
 tar czf "$root/decode_alone.tgz" -C "$alone" . 2>/dev/null
 tar czf "$root/runs.tgz" -C "$work" runs 2>/dev/null

@@ -1,6 +1,6 @@
 # Sourced, from the repository root, by the scripts that run on the GPU machine (the suites of
-# scripts/gpu.sh, benchmarks/run_collocated.sh): $here, $out (created; $OUT there) and the
-# environment that finds coloader and the test binaries.
+# scripts/gpu.sh, benchmarks/collocated/run_collocated.sh): $here, $out (created; $OUT there) and
+# the environment that finds coloader and the test binaries.
 #   COLOADER_WHEEL_SITE=DIR   coloader comes from the wheel installed into DIR (scripts/gpu/wheel.sh
 #                             sets it): the `coloader` binary, the C ABI libraries and the package.
 #   otherwise                 from .device/ as scripts/gpu_bundle.sh packed it.

@@ -7,7 +7,7 @@
 #   wheel (tests)  install, check, the clean-environment runs, then the suites
 #   smoke          install, check and the clean-environment runs only (steps 1-3)
 #   collocated     the same install, then one collocated benchmark configuration
-#                  (benchmarks/run_collocated.sh --tiny) with the wheel's binary
+#                  (benchmarks/collocated/run_collocated.sh --tiny) with the wheel's binary
 #   contract       the same install, then the job contract on the device path: gpu_test, the
 #                  Python GPU and contract suites, and what a job's own batches cost
 #                  (benchmarks/isolation_cost.py); CONTRACT=...,recipes adds what a recipe
@@ -201,14 +201,14 @@ elif [[ $what == recipes-train ]]; then
           --repeats "${RECIPES_TRAIN_REPEATS:-1}" --image-size 176 --no-fairness
           --setups "${RECIPES_TRAIN_SETUPS:-synthetic,coloader-auto}")
   export COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000}
-  OUT=$out/reference benchmarks/run_collocated.sh "${common[@]}" --job-env COLLOCATED_RECIPE=reference \
+  OUT=$out/reference benchmarks/collocated/run_collocated.sh "${common[@]}" --job-env COLLOCATED_RECIPE=reference \
     --coloader-flags "--output float32 --transform $here/examples/recipes/reference.yaml" --deadline 270 || status=1
-  OUT=$out/plain benchmarks/run_collocated.sh "${common[@]}" --coloader-flags "--output float32" --deadline 270 || status=1
+  OUT=$out/plain benchmarks/collocated/run_collocated.sh "${common[@]}" --coloader-flags "--output float32" --deadline 270 || status=1
   # What the device tool brings back is a few files: the tables and the logs.
   rm -f "$out"/{reference,plain}/{*.png,runs.tar.gz}
 elif [[ $what == collocated ]]; then
   # A smaller dataset than the benchmark default keeps the command within the device limit.
-  COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/run_collocated.sh --tiny || status=1
+  COLLOCATED_IMAGES=${COLLOCATED_IMAGES:-5000} benchmarks/collocated/run_collocated.sh --tiny || status=1
 else
   echo "usage: scripts/gpu.sh wheel|smoke|collocated|recipes-train|contract" >&2
   exit 2

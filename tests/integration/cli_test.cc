@@ -25,7 +25,8 @@ TEST(Cli, EverySubcommandHasHelp) {
     EXPECT_NE(c.Stdout().find("--help"), std::string::npos) << c.Stdout();
     EXPECT_EQ(c.Stderr(), "");
   }
-  // What benchmarks/collocated.py and scripts/gpu_decode_profile.sh look for in serve's help.
+  // What benchmarks/collocated/collocated.py and scripts/gpu/decode_profile.sh look for in serve's
+  // help.
   Child serve(Coloader({"serve", "--help"}));
   ASSERT_EQ(serve.Wait(), 0);
   for (const char* flag : {"--decode", "--cpu-share", "--gpu-wait", "--device", "--output", "--tcp"}) {

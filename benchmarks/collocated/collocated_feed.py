@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The data side of benchmarks/collocated.py, apart from `coloader serve`: the torch DataLoader
+"""The data side of benchmarks/collocated/collocated.py, apart from `coloader serve`: the torch DataLoader
 that the per-job, TensorSocket and Python-fed coloader setups all use, and the two producers
 that wrap one of them.
 

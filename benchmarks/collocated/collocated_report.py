@@ -1,4 +1,4 @@
-"""benchmarks/collocated.py's report: results.md (tables, the issue's targets met or missed, where
+"""benchmarks/collocated/collocated.py's report: results.md (tables, the issue's targets met or missed, where
 the producer's CPU went) and the plots, from one or more results.csv."""
 import csv
 import json

@@ -1,4 +1,4 @@
-"""benchmarks/collocated.py's runner: the setups, the profiles, the plan of configurations, and
+"""benchmarks/collocated/collocated.py's runner: the setups, the profiles, the plan of configurations, and
 Bench, which starts each configuration's processes, waits for them to warm up, measures the
 window and turns it into a results.csv row (the method is in collocated.py's docstring)."""
 import json
@@ -14,7 +14,7 @@ from collocated_probes import (GpuSampler, Group, ThreadStateSampler, all_stats,
                                tree)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # benchmarks/collocated/ -> the repository
 LOADERS = ["dataloader", "tensorsocket", "coloader", "coloader-pyfed"]
 GPU_DECODE = ["coloader-gpudecode", "synthetic+gpudecode", "coloader-gpudecode-spin", "coloader-auto",
               "synthetic+autodecode"]

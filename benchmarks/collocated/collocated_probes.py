@@ -1,4 +1,4 @@
-"""benchmarks/collocated.py's probes: CPU per process tree and per kind of thread from /proc,
+"""benchmarks/collocated/collocated.py's probes: CPU per process tree and per kind of thread from /proc,
 memory (PSS), nvidia-smi's GPU figures, the processes of one configuration (Group), and the
 producer's own per-stage timers read from its log (COLOADER_STAGE_TIMES=1). No torch here."""
 import glob

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One training job of benchmarks/collocated.py: a torchvision ResNet trained with bf16 autocast
+"""One training job of benchmarks/collocated/collocated.py: a torchvision ResNet trained with bf16 autocast
 and channels_last on batches of 128 from one of the loaders compared.
 
     collocated_job.py --loader torch --data DIR --workers W      its own DataLoader (pin_memory)

@@ -2,12 +2,12 @@
 """N collocated training jobs on one GPU under MPS, fed by per-job DataLoaders, a TensorSocket
 producer, or one coloader producer: throughput, CPU, memory, GPU use, hand-off and fairness.
 
-    benchmarks/collocated.py --data DIR --out OUT --quick      one device command (< 9 min)
-    benchmarks/collocated.py --data DIR --out OUT --full       the whole matrix (< 30 min)
-    benchmarks/collocated.py --data DIR --out OUT --tiny       a smoke test (N 1 and 2)
-    benchmarks/collocated.py --data DIR --out OUT --gpudecode --shard K/5
-                                                               issue 16's matrix, a fifth at a time
-    benchmarks/collocated.py --report OUT [OUT2 ...]           tables and plots from results.csv
+    benchmarks/collocated/collocated.py --data DIR --out OUT --quick   one device command (< 9 min)
+    benchmarks/collocated/collocated.py --data DIR --out OUT --full    the whole matrix (< 30 min)
+    benchmarks/collocated/collocated.py --data DIR --out OUT --tiny    a smoke test (N 1 and 2)
+    benchmarks/collocated/collocated.py --data DIR --out OUT --gpudecode --shard K/5
+                                                                       issue 16's matrix, a fifth at a time
+    benchmarks/collocated/collocated.py --report OUT [OUT2 ...]        tables and plots from results.csv
 
 Setups (same files, same cores: every process of a setup runs under taskset on --cores):
   dataloader          each job has its own torch DataLoader (PIL + torchvision, pin_memory);
@@ -35,8 +35,8 @@ Setups (same files, same cores: every process of a setup runs under taskset on -
   coloader-gpudecode-spin
                       coloader-gpudecode with `--gpu-wait spin` (CUDA's default spinning wait
                       instead of the producer's blocking one): what the wait costs in CPU
-Each job (benchmarks/collocated_job.py) trains a torchvision ResNet with bf16 autocast and
-channels_last, batch 128, RandomResizedCrop 224 + flip + normalise.
+Each job (collocated_job.py, beside this file) trains a torchvision ResNet with bf16 autocast
+and channels_last, batch 128, RandomResizedCrop 224 + flip + normalise.
 
 Method: the jobs warm up (synthetic steps, then real ones) and print WARM; when all have, a
 window of --window seconds is measured. Images = the samples of every step that finished on
