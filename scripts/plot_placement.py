@@ -3,8 +3,8 @@
 makespan and mean job completion time per policy with and without data sharing, GPU memory and
 SM utilisation over time, and the CPU cores the loaders want over time.
 
-    build/tools/coloader simulate --trace examples/trace90.json --gpus 4 --out docs/results/placement
-    /usr/bin/python3 scripts/plot_placement.py docs/results/placement docs/placement.png
+    build/tools/coloader simulate --trace examples/trace90.json --gpus 4 --out benchmarks/data/placement
+    /usr/bin/python3 scripts/plot_placement.py benchmarks/data/placement docs/placement.png
 """
 import csv
 import sys
@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else "docs/results/placement"
+    src = sys.argv[1] if len(sys.argv) > 1 else "benchmarks/data/placement"
     dst = sys.argv[2] if len(sys.argv) > 2 else "docs/placement.png"
     summary = list(csv.DictReader(open(f"{src}/summary.csv")))
     series = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0]))  # run -> t -> [mem, sm, cores, gpus]

@@ -3,14 +3,17 @@
 # policy with and without sharing (summary and time series, the plot), then the sensitivity
 # runs (SM limit, memory margin, recovery rule, CPU cores, the slowdown model before
 # calibration), the policy comparison on ten traces and the scale benchmark. CPU only, ~2 min.
+# The tables go to docs/results/placement/, the CSVs the plot is drawn from (simulate --out) to
+# benchmarks/data/placement/.
 #   scripts/simulate_placement.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build}/tools/coloader
 out=docs/results/placement
+raw=benchmarks/data/placement
 trace=examples/trace90.json
-"$bin" simulate --trace "$trace" --gpus 4 --out "$out" > "$out/summary.txt"
-/usr/bin/python3 scripts/plot_placement.py "$out" docs/placement.png
+"$bin" simulate --trace "$trace" --gpus 4 --out "$raw" > "$out/summary.txt"
+/usr/bin/python3 scripts/plot_placement.py "$raw" docs/placement.png
 {
   echo "# $bin simulate --trace $trace --gpus 4 --policy sharing-aware --sm-limit L"
   for l in auto 0.8 1.0 1.2 1.5; do
