@@ -191,16 +191,7 @@ Status Launcher::StartJob(const Placement& pl) {
 }
 
 Status Launcher::PlaceRound() {
-  std::vector<Placement> placed;
-  for (int j : planner_.QueueOrder(queue_)) {
-    std::optional<Placement> p = planner_.TryPlace(j);
-    if (!p) {
-      if (planner_.HoldsTheQueue(j)) break;
-      continue;
-    }
-    queue_.erase(std::find(queue_.begin(), queue_.end(), j));
-    placed.push_back(*p);
-  }
+  const std::vector<Placement> placed = planner_.PlaceRound(&queue_);
   for (const Placement& p : placed) {
     if (p.producer < 0 || producer_of_.count(p.producer) || ended_[p.job]) continue;
     if (Status st = StartProducer(p.producer); !st.ok()) {

@@ -436,6 +436,20 @@ bool Planner::SmAdmits(int j, int g) const {
 
 bool Planner::HoldsTheQueue(int j) const { return opts_.policy == Policy::kFifoExclusive || RunsAlone(j); }
 
+std::vector<Placement> Planner::PlaceRound(std::vector<int>* queue) {
+  std::vector<Placement> placed;
+  for (int j : QueueOrder(*queue)) {
+    std::optional<Placement> p = TryPlace(j);
+    if (!p) {
+      if (HoldsTheQueue(j)) break;
+      continue;
+    }
+    queue->erase(std::find(queue->begin(), queue->end(), j));
+    placed.push_back(*p);
+  }
+  return placed;
+}
+
 bool Planner::Recover(int j, int ooms, Mode mode, double* estimate_mib) {
   if (ooms > opts_.recovery.max_ooms) return false;
   if (mode == Mode::kExclusive) return false;  // it had a GPU of its own: no restart can help

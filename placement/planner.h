@@ -159,6 +159,10 @@ class Planner {
   // every job, the recovery queue's for a job that runs alone (else it could wait for ever for
   // an empty GPU).
   bool HoldsTheQueue(int j) const;
+  // One round of placement, the launcher's and the simulator's both: the jobs of `queue`, in
+  // QueueOrder, each placed where TryPlace finds room (and taken off the queue) until one that
+  // HoldsTheQueue must wait. Returns what was placed, in that order.
+  std::vector<Placement> PlaceRound(std::vector<int>* queue);
 
   // Job j (released) ran out of memory, its `ooms`-th time, in an attempt placed in `mode`:
   // applies the recovery rule and says whether it is to be queued again; false when it has

@@ -94,24 +94,19 @@ class Simulation {
   void Place() {
     if (!queue_changed_) return;
     queue_changed_ = false;
-    for (int j : planner_.QueueOrder(queue_)) {
-      std::optional<Placement> p = planner_.TryPlace(j);
-      if (!p) {
-        if (planner_.HoldsTheQueue(j)) break;
-        continue;
-      }
-      queue_.erase(std::find(queue_.begin(), queue_.end(), j));
+    for (const Placement& p : planner_.PlaceRound(&queue_)) {
+      const int j = p.job;
       SimJob& sj = jobs_[j];
       sj.state = State::kRunning;
       sj.started_at = t_;
       sj.progress_s = 0;
       // The job's limit where it is placed, as launch sets it: past it, this job fails.
-      const double limit = planner_.MemoryLimitMiB(*p);
-      sj.will_oom = ActualMemory(set_.jobs[j]) + p->client_mib > limit;
+      const double limit = planner_.MemoryLimitMiB(p);
+      sj.will_oom = ActualMemory(set_.jobs[j]) + p.client_mib > limit;
       Attempt a;
-      a.gpu = gpus_[p->gpu].index;
-      a.mode = p->mode;
-      a.mig_profile = p->mig_profile;
+      a.gpu = gpus_[p.gpu].index;
+      a.mode = p.mode;
+      a.mig_profile = p.mig_profile;
       a.limit_mib = limit;
       a.start_s = t_;
       r_.jobs[j].runs.push_back(a);
