@@ -1,12 +1,12 @@
 #include "placement/jobs.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <set>
 #include <map>
+#include <set>
+
+#include "toolbox/shared_library.h"
 
 namespace coloader {
 
@@ -373,32 +373,27 @@ int SmsByName(const std::string& name) {
 }  // namespace
 
 Result<std::vector<Gpu>> GpusFromNvml() {
-  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return Status::NotFound("NVML is not available (libnvidia-ml.so.1: no NVIDIA driver here); give \"gpus\" in the jobs file");
-  auto sym = [&](const char* name) { return ::dlsym(lib, name); };
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  using HandleFn = int (*)(unsigned, nvmlDevice_t*);
-  using NameFn = int (*)(nvmlDevice_t, char*, unsigned);
-  using MemFn = int (*)(nvmlDevice_t, NvmlMemory*);
-  using MigModeFn = int (*)(nvmlDevice_t, unsigned*, unsigned*);
-  using ProfileFn = int (*)(nvmlDevice_t, unsigned, NvmlGpuInstanceProfileInfo*);
-  auto init = reinterpret_cast<InitFn>(sym("nvmlInit_v2"));
-  auto count = reinterpret_cast<CountFn>(sym("nvmlDeviceGetCount_v2"));
-  auto handle = reinterpret_cast<HandleFn>(sym("nvmlDeviceGetHandleByIndex_v2"));
-  auto name_fn = reinterpret_cast<NameFn>(sym("nvmlDeviceGetName"));
-  auto mem_fn = reinterpret_cast<MemFn>(sym("nvmlDeviceGetMemoryInfo"));
-  auto mig_fn = reinterpret_cast<MigModeFn>(sym("nvmlDeviceGetMigMode"));
-  auto profile_fn = reinterpret_cast<ProfileFn>(sym("nvmlDeviceGetGpuInstanceProfileInfo"));
-  auto shutdown = reinterpret_cast<InitFn>(sym("nvmlShutdown"));
-  if (!init || !count || !handle || !name_fn || !mem_fn) {
-    ::dlclose(lib);
-    return Status::NotFound("libnvidia-ml.so.1 lacks the functions we need (driver too old?)");
-  }
-  if (int rc = init(); rc != 0) {
-    ::dlclose(lib);
+  Result<SharedLibrary> lib = SharedLibrary::Open({"libnvidia-ml.so.1"});
+  if (!lib.ok()) return Status::NotFound("NVML is not available (libnvidia-ml.so.1: no NVIDIA driver here); give \"gpus\" in the jobs file");
+  int (*init)() = nullptr, (*shutdown)() = nullptr;
+  int (*count)(unsigned*) = nullptr;
+  int (*handle)(unsigned, nvmlDevice_t*) = nullptr;
+  int (*name_fn)(nvmlDevice_t, char*, unsigned) = nullptr;
+  int (*mem_fn)(nvmlDevice_t, NvmlMemory*) = nullptr;
+  int (*mig_fn)(nvmlDevice_t, unsigned*, unsigned*) = nullptr;
+  int (*profile_fn)(nvmlDevice_t, unsigned, NvmlGpuInstanceProfileInfo*) = nullptr;
+  lib->Bind(init, "nvmlInit_v2");
+  lib->Bind(count, "nvmlDeviceGetCount_v2");
+  lib->Bind(handle, "nvmlDeviceGetHandleByIndex_v2");
+  lib->Bind(name_fn, "nvmlDeviceGetName");
+  lib->Bind(mem_fn, "nvmlDeviceGetMemoryInfo");
+  lib->BindOptional(mig_fn, "nvmlDeviceGetMigMode");
+  lib->BindOptional(profile_fn, "nvmlDeviceGetGpuInstanceProfileInfo");
+  lib->BindOptional(shutdown, "nvmlShutdown");
+  if (!lib->complete())
+    return Status::NotFound("libnvidia-ml.so.1 lacks " + lib->missing() + " (driver too old?)");
+  if (int rc = init(); rc != 0)
     return Status::NotFound("nvmlInit failed (error " + std::to_string(rc) + "); is the NVIDIA driver loaded?");
-  }
   unsigned n = 0;
   std::vector<Gpu> gpus;
   if (count(&n) == 0) {
@@ -434,7 +429,6 @@ Result<std::vector<Gpu>> GpusFromNvml() {
     }
   }
   if (shutdown) shutdown();
-  ::dlclose(lib);
   if (gpus.empty()) return Status::NotFound("NVML reports no GPU; give \"gpus\" in the jobs file");
   return gpus;
 }

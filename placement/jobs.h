@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/json_reader.h"
 #include "common/status.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader {
 
@@ -125,7 +125,7 @@ struct JobSet {
   std::string source;
 };
 
-// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (common/json_reader.h).
+// Reads a jobs file: JSON, or YAML when the name ends in .yaml or .yml (toolbox/json_reader.h).
 // Every error names the file, the line:column, the job and the field.
 Result<JobSet> LoadJobSet(const std::string& path);
 Result<JobSet> ParseJobSet(const JsonValue& doc, const std::string& source);

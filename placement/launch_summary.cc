@@ -2,8 +2,8 @@
 // one JSON object (placement/launcher.h).
 #include <cstdio>
 
-#include "common/json.h"
 #include "placement/launcher.h"
+#include "toolbox/json.h"
 
 namespace coloader {
 

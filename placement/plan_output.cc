@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/json.h"
 #include "placement/planner.h"
+#include "toolbox/json.h"
 
 namespace coloader {
 

@@ -6,11 +6,11 @@
 #include <opencv2/core.hpp>
 
 #include "common/c_abi_internal.h"
-#include "common/json_reader.h"
 #include "pipeline/assemble/sample_transform.h"
 #include "pipeline/transform/pixel_ops.h"
 #include "pipeline/transform/recipe.h"
 #include "producer/c_api.h"
+#include "toolbox/json_reader.h"
 
 using coloader::c_abi::Fail;
 using coloader::c_abi::Guard;

@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "common/endpoint.h"
-#include "common/json.h"
 #include "common/shm.h"
+#include "toolbox/json.h"
 #include "tools/cli.h"
 
 namespace coloader::cli {

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "client/consumer.h"
-#include "common/json.h"
 #include "common/process.h"
+#include "toolbox/json.h"
 #include "tools/cli.h"
 
 namespace coloader::cli {

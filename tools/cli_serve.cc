@@ -10,10 +10,10 @@
 
 #include "common/log_line.h"
 #include "common/process.h"
-#include "common/json_reader.h"
-#include "tools/cli.h"
 #include "producer/device_ring.h"
 #include "producer/producer.h"
+#include "toolbox/json_reader.h"
+#include "tools/cli.h"
 
 namespace coloader::cli {
 

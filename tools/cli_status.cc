@@ -5,9 +5,9 @@
 
 #include "common/curve.h"
 #include "common/endpoint.h"
-#include "common/json.h"
 #include "common/protocol.h"
 #include "common/socket.h"
+#include "toolbox/json.h"
 #include "tools/cli.h"
 
 namespace coloader::cli {

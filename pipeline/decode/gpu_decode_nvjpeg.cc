@@ -1,7 +1,6 @@
 // --decode gpu with nvJPEG (see gpu_decode.h). libnvjpeg is opened at run time; its header
 // only gives the types and signatures.
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 #include <glob.h>
 #include <nvjpeg.h>
 #include <unistd.h>
@@ -15,10 +14,11 @@
 #include "common/align.h"
 #include "common/cuda_internal.h"
 #include "common/log_line.h"
-#include "pipeline/transform/augment_device.h"
 #include "pipeline/decode/gpu_decode.h"
-#include "pipeline/substitution.h"
 #include "pipeline/stage_times.h"
+#include "pipeline/substitution.h"
+#include "pipeline/transform/augment_device.h"
+#include "toolbox/shared_library.h"
 
 namespace coloader {
 
@@ -72,37 +72,29 @@ const NvjpegApi& Nvjpeg() {
     if (const char* py = std::getenv("_COLOADER_NVJPEG_WHEEL"); py && *py) candidates.push_back(py);
     std::string tried;
     for (const std::string& c : candidates) {
-      void* h = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!h) {
+      Result<SharedLibrary> lib = SharedLibrary::Open({c});
+      if (!lib.ok()) {
         tried += (tried.empty() ? "" : ", ") + c;
         continue;
       }
-      bool all = true;
-      auto get = [&](auto& fn, const char* name) {
-        fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(h, name));
-        all = all && fn != nullptr;
-      };
-      get(api.CreateEx, "nvjpegCreateEx");
-      get(api.Destroy, "nvjpegDestroy");
-      get(api.StateCreate, "nvjpegJpegStateCreate");
-      get(api.StateDestroy, "nvjpegJpegStateDestroy");
-      get(api.StreamCreate, "nvjpegJpegStreamCreate");
-      get(api.StreamDestroy, "nvjpegJpegStreamDestroy");
-      get(api.ParseHeader, "nvjpegJpegStreamParseHeader");
-      get(api.BatchedSupported, "nvjpegDecodeBatchedSupported");
-      get(api.BatchedInitialize, "nvjpegDecodeBatchedInitialize");
-      get(api.DecodeBatched, "nvjpegDecodeBatched");
-      if (all) {
-        api.HardwareInfo =
-            reinterpret_cast<decltype(api.HardwareInfo)>(::dlsym(h, "nvjpegGetHardwareDecoderInfo"));
+      lib->Bind(api.CreateEx, "nvjpegCreateEx");
+      lib->Bind(api.Destroy, "nvjpegDestroy");
+      lib->Bind(api.StateCreate, "nvjpegJpegStateCreate");
+      lib->Bind(api.StateDestroy, "nvjpegJpegStateDestroy");
+      lib->Bind(api.StreamCreate, "nvjpegJpegStreamCreate");
+      lib->Bind(api.StreamDestroy, "nvjpegJpegStreamDestroy");
+      lib->Bind(api.ParseHeader, "nvjpegJpegStreamParseHeader");
+      lib->Bind(api.BatchedSupported, "nvjpegDecodeBatchedSupported");
+      lib->Bind(api.BatchedInitialize, "nvjpegDecodeBatchedInitialize");
+      lib->Bind(api.DecodeBatched, "nvjpegDecodeBatched");
+      lib->BindOptional(api.HardwareInfo, "nvjpegGetHardwareDecoderInfo");
+      if (lib->complete()) {
         api.ok = true;
-        // The file the loader actually opened (a bare soname says nothing), for the banner.
-        Dl_info info{};
-        const bool named = ::dladdr(reinterpret_cast<void*>(api.CreateEx), &info) != 0 && info.dli_fname;
-        api.where = named ? info.dli_fname : c;
+        api.where = lib->path();  // the file the loader opened (a bare soname says nothing), for the banner
+        lib->Keep();
         return;
       }
-      tried += (tried.empty() ? "" : ", ") + c + " (lacks an entry point)";
+      tried += (tried.empty() ? "" : ", ") + c + " (lacks " + lib->missing() + ")";
     }
     api.where = tried;
   });

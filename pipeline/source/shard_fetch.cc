@@ -2,7 +2,6 @@
 
 #define CURL_DISABLE_TYPECHECK  // curl_easy_setopt as the plain function it is (called through dlopen)
 #include <curl/curl.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -24,6 +23,7 @@
 #include "common/unique_fd.h"
 #include "pipeline/source/read.h"
 #include "pipeline/source/shard_sink.h"
+#include "toolbox/shared_library.h"
 
 extern char** environ;
 
@@ -60,25 +60,25 @@ Result<const CurlApi*> LoadCurl() {
   static Status loaded = Status::Internal("not loaded");
   static std::once_flag once;
   std::call_once(once, [] {
-    void* h = ::dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      loaded = Status::NotFound(std::string("http(s):// shards need libcurl, which this machine lacks (") + ::dlerror() +
+    Result<SharedLibrary> lib = SharedLibrary::Open({"libcurl.so.4"});
+    if (!lib.ok()) {
+      loaded = Status::NotFound("http(s):// shards need libcurl, which this machine lacks (" + lib.status().message() +
                                 "): install it (Debian/Ubuntu: apt install libcurl4), or fetch the shards with a "
                                 "pipe: command, or copy them to a local file system");
       return;
     }
-    auto sym = [h](const char* name) { return ::dlsym(h, name); };
-    api.global_init = reinterpret_cast<decltype(api.global_init)>(sym("curl_global_init"));
-    api.init = reinterpret_cast<decltype(api.init)>(sym("curl_easy_init"));
-    api.setopt = reinterpret_cast<decltype(api.setopt)>(sym("curl_easy_setopt"));
-    api.perform = reinterpret_cast<decltype(api.perform)>(sym("curl_easy_perform"));
-    api.getinfo = reinterpret_cast<decltype(api.getinfo)>(sym("curl_easy_getinfo"));
-    api.cleanup = reinterpret_cast<decltype(api.cleanup)>(sym("curl_easy_cleanup"));
-    api.strerror = reinterpret_cast<decltype(api.strerror)>(sym("curl_easy_strerror"));
-    if (!api.global_init || !api.init || !api.setopt || !api.perform || !api.getinfo || !api.cleanup || !api.strerror) {
-      loaded = Status::Internal("libcurl.so.4 lacks curl_easy_* functions");
+    lib->Bind(api.global_init, "curl_global_init");
+    lib->Bind(api.init, "curl_easy_init");
+    lib->Bind(api.setopt, "curl_easy_setopt");
+    lib->Bind(api.perform, "curl_easy_perform");
+    lib->Bind(api.getinfo, "curl_easy_getinfo");
+    lib->Bind(api.cleanup, "curl_easy_cleanup");
+    lib->Bind(api.strerror, "curl_easy_strerror");
+    if (!lib->complete()) {
+      loaded = Status::Internal(lib->path() + " lacks " + lib->missing());
       return;
     }
+    lib->Keep();  // the table is the process's
     // Once, before any transfer (curl_global_init is not thread-safe; call_once serialises it).
     if (api.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
       loaded = Status::Internal("curl_global_init failed");

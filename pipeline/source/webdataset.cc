@@ -11,10 +11,10 @@
 #include <functional>
 #include <system_error>
 
-#include "common/json_reader.h"
 #include "common/unique_fd.h"
 #include "pipeline/source/shard_fetch.h"
 #include "pipeline/source/tar_index.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader {
 

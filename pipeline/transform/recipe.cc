@@ -5,7 +5,7 @@
 #include <set>
 #include <sstream>
 
-#include "common/json_reader.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader {
 

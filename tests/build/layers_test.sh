@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The layers run one way (docs/DESIGN.md): tools -> {producer, client, placement} ->
-# pipeline -> common, and the consumer's library loads no decoder. Checked on the sources'
-# #include lines and on the built library's dynamic dependencies. What decodes images (the
-# coloader binary, the producer's library) links light decoders only: never GDAL, GDCM,
-# poppler or HDF5, which a general image library (Debian's OpenCV imgcodecs) drags in.
+# pipeline -> toolbox -> common (the client: common only), and the consumer's library loads
+# no decoder. Checked on the sources' #include lines and on the built library's dynamic
+# dependencies. What decodes images (the coloader binary, the producer's library) links light
+# decoders only: never GDAL, GDCM, poppler or HDF5, which a general image library (Debian's
+# OpenCV imgcodecs) drags in.
 #   tests/build/layers_test.sh SOURCE_DIR CONSUMER_LIBRARY [PRODUCER_BINARY_OR_LIBRARY...]
 set -euo pipefail
 src=$1 lib=$2
@@ -14,11 +15,12 @@ fail=0
 # What each folder may include besides itself.
 declare -A allowed=(
   [common]=""
-  [pipeline]="common"
-  [producer]="common pipeline"
+  [toolbox]="common"
+  [pipeline]="common toolbox"
+  [producer]="common toolbox pipeline"
   [client]="common"
-  [placement]="common"
-  [tools]="common pipeline producer client placement"
+  [placement]="common toolbox"
+  [tools]="common toolbox pipeline producer client placement"
 )
 for dir in "${!allowed[@]}"; do
   ok="$dir ${allowed[$dir]}"

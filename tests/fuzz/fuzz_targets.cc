@@ -7,12 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "common/json_reader.h"
 #include "common/protocol.h"
+#include "pipeline/assemble/sample_transform.h"
 #include "pipeline/decode/decode.h"
 #include "pipeline/source/tar_index.h"
 #include "pipeline/source/webdataset.h"
-#include "pipeline/assemble/sample_transform.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader::fuzz {
 

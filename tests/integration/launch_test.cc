@@ -10,10 +10,10 @@
 #include <regex>
 #include <set>
 
-#include "common/json_reader.h"
 #include "common/process.h"
 #include "placement/simulator.h"
 #include "tests/support/test_support.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/json_reader.h"
+#include "toolbox/json_reader.h"
 
 #include <gtest/gtest.h>
 

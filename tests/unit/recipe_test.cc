@@ -13,9 +13,9 @@
 
 #include <opencv2/core.hpp>
 
-#include "common/json_reader.h"
 #include "pipeline/transform/erase.h"
 #include "pipeline/transform/resample.h"
+#include "toolbox/json_reader.h"
 
 namespace coloader {
 namespace {

@@ -1,5 +1,5 @@
 // Jobs files in YAML: the same value tree as JSON, errors that name the file, line and column.
-#include "common/json_reader.h"
+#include "toolbox/json_reader.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-#include "common/json_reader.h"
-#include "common/json_reader_internal.h"
+#include "toolbox/json_reader.h"
+#include "toolbox/json_reader_internal.h"
 
 #include <yaml-cpp/depthguard.h>  // YAML::DeepRecursion, which yaml.h does not include
 #include <yaml-cpp/yaml.h>

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/json_reader.h"
-#include "common/json_reader_internal.h"
+#include "toolbox/json_reader.h"
+#include "toolbox/json_reader_internal.h"
 
 namespace coloader {
 

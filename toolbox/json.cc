@@ -1,4 +1,4 @@
-#include "common/json.h"
+#include "toolbox/json.h"
 
 #include <cmath>
 #include <cstdio>
