@@ -166,13 +166,10 @@ class Handshake {
   // before this thread sends. The Hello then waits for a connection (AwaitReply polls for one)
   // and the handshake monitor or the deadline says why none came.
   Status SendHello() {
-    Status st = state_->sock.Send(zmq::buffer(hello_), zmq::send_flags::dontwait);
-    if (st.ok()) {
-      hello_.clear();
-      return Status::OK();
-    }
-    if (st.code() == StatusCode::kAgain) return Status::OK();
-    return Status::IOError("saying Hello to " + state_->endpoint + ": " + st.message());
+    Result<bool> sent = state_->sock.Send(zmq::buffer(hello_), zmq::send_flags::dontwait);
+    if (!sent.ok()) return Status::IOError("saying Hello to " + state_->endpoint + ": " + sent.status().message());
+    if (*sent) hello_.clear();
+    return Status::OK();
   }
 
   Hello MakeHello() const {

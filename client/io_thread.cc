@@ -102,7 +102,7 @@ void ConsumerState::IoLoop() {
   auto send = [&](const Message& m) {
     std::vector<uint8_t> bytes = Encode(m);
     // A failed send: the connection is gone, and the liveness checks below report it.
-    if (sock.Send(zmq::buffer(bytes), zmq::send_flags::dontwait).ok()) last_sent = MonotonicNs();
+    if (Queued(sock.Send(zmq::buffer(bytes), zmq::send_flags::dontwait))) last_sent = MonotonicNs();
   };
   bool said_bye = false;
   uint64_t exit_seen_ns = 0;  // when the producer's pidfd fired

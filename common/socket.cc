@@ -49,17 +49,17 @@ Status Socket::Connect(const std::string& endpoint) {
   }
 }
 
-Status Socket::Send(zmq::const_buffer data, zmq::send_flags flags) {
+Result<bool> Socket::Send(zmq::const_buffer data, zmq::send_flags flags) {
   try {
-    return sock_.send(data, flags) ? Status::OK() : Status::Again();
+    return sock_.send(data, flags).has_value();
   } catch (const zmq::error_t& e) {
     return Failure("send", e);
   }
 }
 
-Status Socket::Send(zmq::message_t& message, zmq::send_flags flags) {
+Result<bool> Socket::Send(zmq::message_t& message, zmq::send_flags flags) {
   try {
-    return sock_.send(message, flags) ? Status::OK() : Status::Again();
+    return sock_.send(message, flags).has_value();
   } catch (const zmq::error_t& e) {
     return Failure("send", e);
   }

@@ -3,8 +3,8 @@
 // sockets only through Socket and Poll, so a socket call's failure is a value their callers
 // must look at, never an exception that crosses a Status function.
 //
-// Conventions: a call that would block under dontwait is not an error (Send says kAgain, Recv
-// says false); a signal during Poll (EINTR) is a poll that saw nothing; every other failure is
+// Conventions: a call that would block under dontwait is not an error (Send and Recv say
+// false); a signal during Poll (EINTR) is a poll that saw nothing; every other failure is
 // kIOError with the call, the endpoint where there is one, and libzmq's words.
 #pragma once
 
@@ -46,11 +46,11 @@ class Socket {
   Status Unbind(const std::string& endpoint);  // stops accepting there; its connections stay
   Status Connect(const std::string& endpoint);
 
-  // One frame: copied from `data`, or the message itself (no copy). kAgain when dontwait is
-  // given and the peer's queue is full; kIOError when the peer is gone (a router's
-  // EHOSTUNREACH) or the socket failed.
-  Status Send(zmq::const_buffer data, zmq::send_flags flags);
-  Status Send(zmq::message_t& message, zmq::send_flags flags);
+  // One frame: copied from `data`, or the message itself (no copy). True when queued; false
+  // when dontwait is given and the peer's queue is full (or no peer is connected yet);
+  // kIOError when the peer is gone (a router's EHOSTUNREACH) or the socket failed.
+  Result<bool> Send(zmq::const_buffer data, zmq::send_flags flags);
+  Result<bool> Send(zmq::message_t& message, zmq::send_flags flags);
   // One frame into `message`: false when dontwait is given and none is waiting (or a signal came
   // first); a blocking read interrupted by a signal is read again.
   Result<bool> Recv(zmq::message_t* message, zmq::recv_flags flags);
@@ -61,6 +61,10 @@ class Socket {
 
   zmq::socket_t sock_;
 };
+
+// A Send's outcome where the caller only needs to know whether the frame went: queued, rather
+// than refused for a full queue or failed (the callers' liveness checks tell those apart).
+inline bool Queued(const Result<bool>& sent) { return sent.ok() && *sent; }
 
 // Waits up to `timeout` for the items' events (zmq::poll); returns how many are ready, 0 when
 // a signal interrupted the wait (the caller's loop checks its state and polls again).

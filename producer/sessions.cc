@@ -17,8 +17,8 @@ namespace coloader {
 bool Producer::Impl::Send(const std::string& identity, const Message& m) {
   std::vector<uint8_t> bytes = Encode(m);
   // Fails when the peer's queue is full or its connection is gone (EHOSTUNREACH).
-  return router.Send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
-         router.Send(zmq::buffer(bytes), zmq::send_flags::dontwait).ok();
+  return Queued(router.Send(zmq::buffer(identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) &&
+         Queued(router.Send(zmq::buffer(bytes), zmq::send_flags::dontwait));
 }
 
 void Producer::Impl::SendToSession(Session& s, const Message& m) {

@@ -60,9 +60,9 @@ void Producer::Impl::SendWithPayload(Session& s, const BatchAnnouncement& a) {
   }
   std::vector<uint8_t> head = Encode(a);
   // A failed send: the connection is gone or its queue is full; the heartbeat timeout drops it.
-  if (router.Send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
-      router.Send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait).ok() &&
-      router.Send(payload, zmq::send_flags::dontwait).ok())
+  if (Queued(router.Send(zmq::buffer(s.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) &&
+      Queued(router.Send(zmq::buffer(head), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) &&
+      Queued(router.Send(payload, zmq::send_flags::dontwait)))
     s.last_sent_ns = MonotonicNs();
 }
 

@@ -22,7 +22,7 @@ Result<std::unique_ptr<ZapHandler>> ZapHandler::Make(zmq::context_t& ctx, std::o
 Status ZapHandler::Reply(std::initializer_list<zmq::const_buffer> frames) {
   size_t left = frames.size();
   for (const zmq::const_buffer& f : frames)
-    COLOADER_RETURN_NOT_OK(sock_.Send(f, --left ? zmq::send_flags::sndmore : zmq::send_flags::none));
+    COLOADER_RETURN_NOT_OK(sock_.Send(f, --left ? zmq::send_flags::sndmore : zmq::send_flags::none).status());
   return Status::OK();
 }
 

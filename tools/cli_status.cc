@@ -41,7 +41,9 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
   if (Status st = sock.Connect(endpoint); !st.ok())
     return Status::Invalid(st.message() + " (an endpoint looks like tcp://HOST:PORT or ipc://PATH)");
   std::vector<uint8_t> req = Encode(StatusRequest{});
-  COLOADER_RETURN_NOT_OK(sock.Send(zmq::buffer(req), zmq::send_flags::dontwait));
+  // A new connection's first message goes into its empty queue; a connection already refused
+  // (a producer that wants CURVE keys) takes none, which the timeout below then explains.
+  COLOADER_RETURN_NOT_OK(sock.Send(zmq::buffer(req), zmq::send_flags::dontwait).status());
   std::vector<zmq::pollitem_t> items = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
   COLOADER_RETURN_NOT_OK(Poll(items, std::chrono::milliseconds(timeout_ms)).status());
   zmq::message_t reply;

@@ -35,7 +35,9 @@ TEST(SocketTest, NothingToReadIsFalseAndAFullQueueIsAgain) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_FALSE(*got);
   // No peer: the first message finds no pipe to queue into.
-  EXPECT_EQ(a->Send(zmq::str_buffer("x"), zmq::send_flags::dontwait).code(), StatusCode::kAgain);
+  Result<bool> sent = a->Send(zmq::str_buffer("x"), zmq::send_flags::dontwait);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  EXPECT_FALSE(*sent);
 }
 
 TEST(SocketTest, ARouterSendToAGonePeerIsAnErrorNotAnException) {
@@ -43,7 +45,7 @@ TEST(SocketTest, ARouterSendToAGonePeerIsAnErrorNotAnException) {
   Result<Socket> router = Socket::Open(ctx, zmq::socket_type::router);
   ASSERT_TRUE(router.ok());
   ASSERT_TRUE(router->Set(zmq::sockopt::router_mandatory, 1).ok());
-  Status st = router->Send(zmq::str_buffer("no-such-peer"), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  Status st = router->Send(zmq::str_buffer("no-such-peer"), zmq::send_flags::sndmore | zmq::send_flags::dontwait).status();
   EXPECT_EQ(st.code(), StatusCode::kIOError) << st.ToString();
 }
 
