@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fits and checks the estimator's step-time and SM-activity model (coloader.activity).
+"""Fits and checks the estimator's step-time and SM-activity model (coloader.estimator.activity).
 
 Reads the steady-state step times measured alone (docs/results/step_time_alone.csv, from
 benchmarks/step_time_ground_truth.py on an H200), traces every configuration's step on the
@@ -13,7 +13,7 @@ takes minutes), fits STEP_CALIBRATION's constants to the step times, and prints:
 
     /usr/bin/python3 benchmarks/activity_calibration.py [--fit] [--cache /tmp/activity_work.pt]
 
-Without --fit it checks STEP_CALIBRATION as it stands in python/coloader/activity.py; with it,
+Without --fit it checks STEP_CALIBRATION as it stands in python/coloader/estimator/activity.py; with it,
 the fitted constants are printed for that file (a reviewed change, as with the memory terms).
 """
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 import torch  # noqa: E402
 
-from coloader import activity, estimate  # noqa: E402
+from coloader.estimator import activity, core  # noqa: E402
 
 FITTED = ("rate_low", "rate_conv32", "rate_mm32", "bandwidth", "launch_s", "fill_elems")
 # What the fit may choose: the H200's dense peaks bound the rates and bandwidth from above
@@ -52,7 +52,7 @@ def key(row):
 def trace(cfg):
     model, batch, precision, optimizer, cl = cfg
     work = activity.WorkCounter()
-    estimate.estimate(model, batch, optimizer, precision, cl, work=work)
+    core.estimate(model, batch, optimizer, precision, cl, work=work)
     return torch.tensor(work.kernels, dtype=torch.float64).reshape(-1, 4)
 
 
@@ -129,7 +129,7 @@ def main():
     cal = dict(activity.STEP_CALIBRATION)
     if args.fit:
         cal.update(fit(batch, measured, cal))
-        print("fitted constants (for STEP_CALIBRATION in python/coloader/activity.py):")
+        print("fitted constants (for STEP_CALIBRATION in python/coloader/estimator/activity.py):")
         for k in FITTED:
             print(f"    {k!r}: {cal[k]:.3g},")
     step, act = batch.predict(cal)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the memory estimator's error lives: the allocator model, or the allocation sequence.
 
-The estimator (python/coloader/estimate.py) replays a meta-device trace of a training step
+The estimator (python/coloader/estimator/) replays a meta-device trace of a training step
 through a model of PyTorch's caching allocator (memtrace.AllocatorModel). Against
 memory_ground_truth.csv its CUDA context is exact to a few MiB and almost all of its error is
 in reserved memory (docs/ESTIMATOR.md). This run records, for each configuration of
@@ -62,7 +62,7 @@ KEEP_ARGS = ("conv", "mm", "matmul", "linear", "attention", "sum", "roll", "drop
 def replay(actions, addrs, sizes):
     """The recorded history (allocation and completed free of each block, by address) through
     the estimator's allocator model: (peak allocated, peak reserved, segments)."""
-    from coloader.memtrace import AllocatorModel
+    from coloader.estimator.memtrace import AllocatorModel
 
     model = AllocatorModel()
     alloc, free = ACTIONS.index("alloc"), ACTIONS.index("free_completed")
@@ -147,7 +147,7 @@ def worker(cfg, device, trace_dir):
     import numpy as np
     import torch
 
-    from coloader import zoo
+    from coloader.estimator import zoo
 
     t0 = time.time()
     cuda = device == "cuda"

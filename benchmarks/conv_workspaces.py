@@ -6,7 +6,7 @@ caching allocator's history of three training steps with every allocation tied t
 that made it. This reads those histories (the .npz files, or the tar files they came back in)
 and writes, for every convolution layer and batch size of the last step, what the operator
 allocated in order: its outputs and the workspaces it allocated and freed before returning
-(python/coloader/workspaces.py reads it; docs/ESTIMATOR.md says why a table).
+(python/coloader/estimator/workspaces.py reads it; docs/ESTIMATOR.md says why a table).
 
     /usr/bin/python3 benchmarks/conv_workspaces.py benchmarks/data/allocation_traces_h200.tar
     /usr/bin/python3 benchmarks/conv_workspaces.py TRACE_DIR --out /tmp/table.csv.gz
@@ -41,7 +41,7 @@ def histories(paths):
 
 
 def main():
-    from coloader import workspaces
+    from coloader.estimator import workspaces
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="+", help=".npz files, folders of them, or the .tar files they came back in")

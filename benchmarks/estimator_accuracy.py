@@ -8,12 +8,12 @@ of configurations underestimated by more than 5%, and GPUMemNet-style bin accura
 of configurations whose estimate falls in the same 1, 2 or 8 GiB bin as the measured peak
 (bin = floor(MiB / (size * 1024))). The issue's targets are marked met or missed.
 
-The estimate places measured cuDNN workspaces in the traced sequence (coloader.workspaces), and
-that table was measured on these same configurations, so each configuration is also estimated
-with the table's entries from itself left out: from its own batch size of its model ("leave
-one batch size out": the layers are known, at other batch sizes) and from its whole model
-("leave one model out": an architecture the table has not seen, with the margins also fitted
-without it).
+The estimate places measured cuDNN workspaces in the traced sequence
+(coloader.estimator.workspaces), and that table was measured on these same configurations, so
+each configuration is also estimated with the table's entries from itself left out: from its own
+batch size of its model ("leave one batch size out": the layers are known, at other batch sizes)
+and from its whole model ("leave one model out": an architecture the table has not seen, with
+the margins also fitted without it).
 
     /usr/bin/python3 benchmarks/estimator_accuracy.py            # estimate (cached) + report
     /usr/bin/python3 benchmarks/estimator_accuracy.py --refresh  # re-run every estimate
@@ -58,10 +58,10 @@ def key(r):
 def table_id():
     """What the cached figures depend on besides torch: the workspace table and the code that
     traces, places the workspaces and replays."""
-    from coloader import estimate, memtrace, workspaces
+    from coloader.estimator import core, memtrace, workspaces
 
     h = hashlib.sha256(workspaces.TABLE.read_bytes())
-    for module in (estimate, memtrace, workspaces):
+    for module in (core, memtrace, workspaces):
         h.update(Path(module.__file__).read_bytes())
     return h.hexdigest()[:12]
 
@@ -70,7 +70,7 @@ def raw_estimates(rows, refresh):
     """The cached raw figures of every row, estimating what the cache lacks."""
     import torch
 
-    from coloader import estimate, workspaces, zoo
+    from coloader.estimator import core, workspaces, zoo
 
     cache, tid = {}, table_id()
     if RAW.exists() and not refresh:
@@ -95,18 +95,18 @@ def raw_estimates(rows, refresh):
         if (model, batch, precision) not in traces:  # the trace does not depend on the optimizer
             module, spec = zoo.build(model, device="meta", image_size=None, seq_len=512)
             module.train()
-            traces = {(model, batch, precision): estimate.trace_step(module, spec, batch, precision)}
+            traces = {(model, batch, precision): core.trace_step(module, spec, batch, precision)}
         tr, trainable = traces[(model, batch, precision)]
         row = dict(model=model, batch_size=batch, precision=precision, optimizer=optimizer, torch=torch.__version__,
                    table=tid, traced_peak_live_mib=round(tr.peak_bytes / 2**20, 1),
-                   uses_cublas=bool(tr.ops & estimate._CUBLAS_OPS), uses_cudnn=bool(tr.ops & estimate._CUDNN_OPS))
+                   uses_cublas=bool(tr.ops & core._CUBLAS_OPS), uses_cudnn=bool(tr.ops & core._CUDNN_OPS))
         # What a FakeTensor-style tracker reports: the peak of live tensors over the steps,
         # optimizer state included; no workspaces, no allocator, no context.
-        bare, _ = estimate._replay(tr.events, tr.live, trainable, optimizer)
+        bare, _ = core._replay(tr.events, tr.live, trainable, optimizer)
         row["live_peak_mib"] = round(bare.peak_allocated / 2**20, 1)
         for fold in FOLDS:
             events, cover = workspaces.insert(tr.events, tr.windows, table(fold, model, batch))
-            alloc, _ = estimate._replay(events, tr.live, trainable, optimizer)
+            alloc, _ = core._replay(events, tr.live, trainable, optimizer)
             row.update({f"{fold}_allocated_mib": round(alloc.peak_allocated / 2**20, 1),
                         f"{fold}_reserved_mib": round(alloc.peak_reserved / 2**20, 1),
                         f"{fold}_unmeasured": round(cover.unmeasured_share, 4), "convolutions": cover.convolutions})
@@ -142,11 +142,11 @@ def measured_mib(r):
 
 def calibrated(e, cal, fold="all"):
     """The estimator's total from the raw figures `e` (a cache row) of `fold` and calibration
-    `cal`, the same arithmetic as coloader.estimate.estimate_module."""
-    from coloader import estimate
+    `cal`, the same arithmetic as coloader.estimator.core.estimate_module."""
+    from coloader.estimator import core
 
     flags = {"uses_cublas": str(e["uses_cublas"]) == "True", "uses_cudnn": str(e["uses_cudnn"]) == "True"}
-    return estimate.calibrated_total(float(e[f"{fold}_reserved_mib"]), float(e[f"{fold}_unmeasured"]), flags, cal)
+    return core.calibrated_total(float(e[f"{fold}_reserved_mib"]), float(e[f"{fold}_unmeasured"]), flags, cal)
 
 
 def estimates(rows, raw, cal, fold="all"):
@@ -223,7 +223,7 @@ def report(rows, raw):
     pairs = estimates(rows, raw, cal)
     errs = errors(pairs)
     raw_pairs = [(measured_mib(r), float(raw[key(r)]["live_peak_mib"])) for r in rows]
-    table = [("coloader.estimate, in-sample", accuracy(pairs)),
+    table = [("coloader.estimator, in-sample", accuracy(pairs)),
              ("same, the table without the configuration's own batch size of its model",
               accuracy(estimates(rows, raw, cal, "lobo")))]
     # Each model estimated as one the table has not seen: its entries left out of the table and
@@ -359,8 +359,8 @@ def plot(rows, raw, cal, lomo):
     ax.fill_between([0, top], [0, top * 0.95], [0, top * 1.05], color="0.9", label="within 5%")
     ax.plot([0, top], [0, top], color="0.5", lw=0.8)
     ax.scatter(meas, rawv, s=12, marker="x", color="tab:red", label="raw trace (live tensors only)")
-    ax.scatter(meas, held, s=14, marker="^", color="tab:orange", label="coloader.estimate, model left out of the table")
-    ax.scatter(meas, est, s=14, color="tab:blue", label="coloader.estimate")
+    ax.scatter(meas, held, s=14, marker="^", color="tab:orange", label="coloader.estimator, model left out of the table")
+    ax.scatter(meas, est, s=14, color="tab:blue", label="coloader.estimator")
     ax.set_xlabel("measured peak, nvidia-smi per process (GiB)")
     ax.set_ylabel("estimated (GiB)")
     ax.set_xlim(0, top)

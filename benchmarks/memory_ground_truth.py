@@ -140,7 +140,7 @@ def worker(cfg, device):
     """Measures one configuration in this process; returns a result row."""
     import torch
 
-    from coloader import zoo
+    from coloader.estimator import zoo
 
     row = dict(cfg, status="ok", torch=torch.__version__, error="")
     nv, handle = _nvml()
@@ -184,12 +184,11 @@ def worker(cfg, device):
         # The estimator under this machine's torch, traced on the meta device after the
         # measurement is done (it allocates nothing on the GPU).
         try:
-            from coloader import estimate
+            from coloader.estimator import estimate
 
             del model, opt, inputs, targets, step
-            e = estimate.estimate(cfg["model"], cfg["batch_size"], cfg["optimizer"], cfg["precision"],
-                                  cfg.get("channels_last", False), cfg.get("image_size", 224),
-                                  cfg.get("seq_len", 512))
+            e = estimate(cfg["model"], cfg["batch_size"], cfg["optimizer"], cfg["precision"],
+                         cfg.get("channels_last", False), cfg.get("image_size", 224), cfg.get("seq_len", 512))
             row["est_here_allocated_mib"] = e.raw["allocated_peak_mib"]
             row["est_here_reserved_mib"] = e.raw["reserved_peak_mib"]
         except Exception as err:
@@ -261,7 +260,7 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="two small models (a plumbing check)")
     ap.add_argument("--with-estimate", action="store_true",
-                    help="also run coloader.estimate in each worker (after measuring) under this torch")
+                    help="also run coloader.estimator in each worker (after measuring) under this torch")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:

@@ -71,7 +71,7 @@ def make_step(cfg):
     import torch
 
     import memory_ground_truth as mgt
-    from coloader import zoo
+    from coloader.estimator import zoo
 
     torch.backends.cudnn.benchmark = True
     model, spec = zoo.build(cfg["model"], device="cuda", image_size=cfg.get("image_size"),

@@ -12,7 +12,7 @@ packages=(build-essential cmake pkg-config libgtest-dev
           cppzmq-dev libzmq3-dev libturbojpeg0-dev libjpeg62-turbo-dev
           libopencv-core-dev libopencv-imgproc-dev
           mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch
-          python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimate)
+          python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimator)
 packages+=(libcli11-dev)  # tools/: every subcommand's flags, usage and --help (CLI11, header-only)
 packages+=(libyaml-cpp-dev)  # placement/: jobs files in YAML and JSON, with line:column marks
 packages+=(libyaml-dev)  # YAML files read by libyaml's event parser (yaml-cpp reads JSON)

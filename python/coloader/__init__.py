@@ -10,7 +10,8 @@ through ctypes rather than a compiled extension module, so one build of the pack
 any CPython 3.x (Debian's 3.11 on the development machines, 3.12 with PyTorch 2.11 on the GPU
 machines) without Python headers at build time. See coloader._lib for where the library is
 found, and coloader.loader for iteration, lifetime, isolation and how a stream ends. `python -m coloader`
-runs the `coloader` command line (serve, consume, status).
+runs the `coloader` command line (serve, consume, status). The GPU memory estimator is the
+subpackage coloader.estimator, which this package does not import.
 """
 
 from ._lib import (

@@ -1,4 +1,4 @@
-"""The SM-activity estimate (coloader.activity through coloader.estimate) on the CPU."""
+"""The SM-activity estimate (coloader.estimator.activity through coloader.estimator.core) on the CPU."""
 
 import json
 import subprocess
@@ -12,8 +12,8 @@ sys.path.insert(0, PYTHON_DIR)  # test the source tree, not an installed copy
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from coloader import activity  # noqa: E402
-from coloader import estimate as est  # noqa: E402
+from coloader.estimator import activity  # noqa: E402
+from coloader.estimator import core as est  # noqa: E402
 
 
 def act(name="torchvision:resnet18", batch=32, **kw):
@@ -57,7 +57,7 @@ def test_counts_the_flops_of_a_known_layer():
         def forward(self, x):
             return self.conv(x).mean((2, 3))
 
-    from coloader import zoo
+    from coloader.estimator import zoo
 
     work = activity.WorkCounter()
     est.estimate_module(Conv(), zoo.InputSpec("image", image_size=32, channels=8, num_classes=16), 2, "sgd",
@@ -78,7 +78,7 @@ def test_launch_bound_steps_are_less_busy():
 
 
 def test_json_and_text_carry_the_activity():
-    cmd = [sys.executable, "-m", "coloader.estimate", "--model", "torchvision:resnet18", "--batch-size", "8",
+    cmd = [sys.executable, "-m", "coloader.estimator", "--model", "torchvision:resnet18", "--batch-size", "8",
            "--image-size", "64"]
     out = subprocess.run(cmd + ["--json"], cwd=PYTHON_DIR, capture_output=True, text=True, check=True).stdout
     e = json.loads(out)

@@ -1,4 +1,4 @@
-"""The memory estimator (coloader.estimate) on the CPU: no GPU is needed or touched."""
+"""The memory estimator (coloader.estimator) on the CPU: no GPU is needed or touched."""
 
 import json
 import subprocess
@@ -12,8 +12,8 @@ sys.path.insert(0, PYTHON_DIR)  # test the source tree, not an installed copy
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 
-from coloader import estimate as est  # noqa: E402
-from coloader import lm, memtrace, zoo  # noqa: E402
+from coloader.estimator import core as est  # noqa: E402
+from coloader.estimator import lm, memtrace, zoo  # noqa: E402
 
 MiB = 1 << 20
 
@@ -122,8 +122,8 @@ def test_clear_errors():
         small(batch=0)
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "coloader.estimate", *args], capture_output=True, text=True,
+def run_cli(*args, module="coloader.estimator"):
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           env={"PYTHONPATH": PYTHON_DIR, "PATH": "/usr/bin:/bin"}, timeout=120)
 
 
@@ -139,6 +139,29 @@ def test_cli_json_is_one_object():
 def test_cli_unknown_precision_is_a_clear_error():
     r = run_cli("--model", "torchvision:resnet18", "--batch-size", "8", "--precision", "fp4")
     assert r.returncode == 2 and "unknown precision 'fp4'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_old_module_path_still_runs_the_estimator():
+    # `python -m coloader.estimate` is what the planner runs (placement/estimate_jobs.cc) and what
+    # users typed before the estimator became coloader.estimator: the same answer, the same API.
+    args = ("--model", "torchvision:resnet18", "--batch-size", "8", "--image-size", "64", "--json")
+    old, new = run_cli(*args, module="coloader.estimate"), run_cli(*args)
+    assert old.returncode == 0 and new.returncode == 0, old.stderr + new.stderr
+    assert json.loads(old.stdout) == json.loads(new.stdout)
+    import coloader.estimate as forwarded
+    import coloader.estimator
+    assert forwarded.estimate is est.estimate and forwarded.estimate_module is est.estimate_module
+    assert coloader.estimator.estimate is est.estimate and coloader.estimator.EstimateError is est.EstimateError
+
+
+def test_importing_coloader_leaves_the_estimator_and_torch_out():
+    code = ("import coloader, json, sys\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('coloader') or m == 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         env={"PYTHONPATH": PYTHON_DIR, "PATH": "/usr/bin:/bin"}).stdout
+    loaded = json.loads(out)
+    assert "coloader.loader" in loaded and "torch" not in loaded, loaded
+    assert not [m for m in loaded if m.startswith("coloader.estimat")], loaded
 
 
 USER_MODEL = '''

@@ -1,6 +1,7 @@
-"""The GPU libraries' workspaces in the estimator's traced sequence (coloader.workspaces): the
-cuBLAS handles' workspaces, the measured cuDNN table and its fallback, and the table's builder
-reading an allocator history. On the CPU: no GPU is needed or touched."""
+"""The GPU libraries' workspaces in the estimator's traced sequence
+(coloader.estimator.workspaces): the cuBLAS handles' workspaces, the measured cuDNN table and
+its fallback, and the table's builder reading an allocator history. On the CPU: no GPU is
+needed or touched."""
 
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")
 np = pytest.importorskip("numpy")
 
-from coloader import estimate as est  # noqa: E402
-from coloader import workspaces as ws  # noqa: E402
-from coloader import zoo  # noqa: E402
+from coloader.estimator import core as est  # noqa: E402
+from coloader.estimator import workspaces as ws  # noqa: E402
+from coloader.estimator import zoo  # noqa: E402
 
 MiB = 1 << 20
 

@@ -21,8 +21,9 @@ import sys
 import threading
 import time
 
-# When the estimator (python -m coloader.estimate) is not installed, "auto" jobs get these
-# stated figures instead (MiB at peak, nvidia-smi's view; a rough allowance for ResNet-18).
+# When the estimator is not installed, "auto" jobs get these stated figures instead (MiB at
+# peak, nvidia-smi's view; a rough allowance for ResNet-18). The check runs the module path the
+# planner runs, `python -m coloader.estimate`, which forwards to coloader.estimator.
 FALLBACK_MIB = {
     ("torchvision:resnet18", 128, "fp32"): 6000,
     ("torchvision:resnet18", 64, "fp32"): 4000,

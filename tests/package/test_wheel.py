@@ -61,7 +61,8 @@ def installed(tmp_path_factory):
 
 def test_package_contents(installed):
     venv, env, site, work = installed
-    for rel in ("coloader/bin/coloader", "coloader/libcoloader_c.so", "coloader/libcoloader_producer_c.so"):
+    for rel in ("coloader/bin/coloader", "coloader/libcoloader_c.so", "coloader/libcoloader_producer_c.so",
+                "coloader/estimator/conv_workspaces_h200.csv.gz"):
         assert (site / rel).is_file(), "the wheel did not install %s" % rel
     assert (venv / "bin" / "coloader").is_file(), "the wheel's console script `coloader` is missing"
     assert not list(site.glob("coloader/**/libcoloader_imgcodecs*")), "the OpenCV imgcodecs plugin must not ship"
@@ -71,12 +72,16 @@ def test_the_memory_estimator_runs_with_its_measured_workspaces(installed):
     # The estimator reads the measured cuDNN table shipped in the package: every layer of a
     # ResNet-18 at batch 32 was measured, so none is estimated from a neighbour.
     venv, env, site, work = installed
-    out = subprocess.run([str(venv / "bin" / "python"), "-m", "coloader.estimate", "--model", "torchvision:resnet18",
+    out = subprocess.run([str(venv / "bin" / "python"), "-m", "coloader.estimator", "--model", "torchvision:resnet18",
                           "--batch-size", "32", "--json"], env=env, cwd=work, check=True, capture_output=True,
                          text=True, timeout=STEP_TIMEOUT).stdout
     e = json.loads(out)
     assert e["raw"]["convolutions"] == 40 and e["raw"]["unmeasured_convolutions"] == 0, e["raw"]
     assert e["parts"]["workspace"] > 64 and e["total_mib"] > e["parts"]["cuda_context"], e
+    # The old module path, which the planner runs, forwards to it.
+    old = subprocess.run([str(venv / "bin" / "python"), "-m", "coloader.estimate", "--help"], env=env, cwd=work,
+                         capture_output=True, text=True, timeout=STEP_TIMEOUT)
+    assert old.returncode == 0 and "--batch-size" in old.stdout, old
 
 
 def test_every_elf_resolves_without_gdal(installed):

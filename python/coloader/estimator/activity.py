@@ -1,9 +1,9 @@
 """A training job's step time alone and its SM activity, estimated from the traced step.
 
-The estimator traces one training step on the meta device (coloader.estimate.trace_step). A
-WorkCounter watching that trace records, per operator that would run a GPU kernel, its floating
-point operations, the bytes it reads and writes, and the largest tensor it touches. The
-optimizer's step, which the trace does not run, is added as torch's foreach implementation
+The estimator traces one training step on the meta device (coloader.estimator.core.trace_step).
+A WorkCounter watching that trace records, per operator that would run a GPU kernel, its
+floating point operations, the bytes it reads and writes, and the largest tensor it touches.
+The optimizer's step, which the trace does not run, is added as torch's foreach implementation
 launches it. Then, for each kernel:
 
   full  = max(FLOPs / rate, bytes / bandwidth)     the GPU's time for the work at full speed

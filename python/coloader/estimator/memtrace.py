@@ -152,12 +152,12 @@ class StorageTracker(TorchDispatchMode):
         self.ops = set()  # operator names seen (which CUDA libraries the step would load)
         # Callables (func, args, kwargs, out) that see every operator as it runs, and
         # (name, inputs, outputs) for work that runs as no operator of its own (the fused
-        # attention stand-in): coloader.activity counts the step's FLOPs and bytes so.
+        # attention stand-in): coloader.estimator.activity counts the step's FLOPs and bytes so.
         self.observers = []
         # Operators whose place in the sequence matters to what the GPU's libraries add
-        # (coloader.workspaces): {name: describe(name, args) -> info}; each call is noted in
-        # `windows` as (name, info, first event, end event, phase), its outputs' allocations
-        # being events[first:end].
+        # (coloader.estimator.workspaces): {name: describe(name, args) -> info}; each call is
+        # noted in `windows` as (name, info, first event, end event, phase), its outputs'
+        # allocations being events[first:end].
         self.watch = {}
         self.windows = []
 

@@ -1,8 +1,8 @@
 """The models the memory estimator knows by name, their inputs, and their loss.
 
 A model name is `torchvision:<name>` (any torchvision classification model), `timm:<name>`
-(where timm is importable) or `lm:<config>` (our GPT-2-like models in coloader.lm). Both the
-estimator (coloader.estimate, on the meta device) and its ground truth
+(where timm is importable) or `lm:<config>` (our GPT-2-like models in coloader.estimator.lm).
+Both the estimator (coloader.estimator, on the meta device) and its ground truth
 (benchmarks/memory_ground_truth.py, on a GPU) build models and batches here, so the two always
 trace and measure the same thing.
 """
