@@ -217,11 +217,11 @@ uint64_t coloader_consumer_len(const coloader_consumer* c) {
 }
 
 uint64_t coloader_consumer_dataset_size(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().dataset_size : 0;
+  return c != nullptr && c->impl ? c->impl->producer().dataset_size : 0;
 }
 
 uint64_t coloader_consumer_epoch_samples(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().epoch_samples : 0;
+  return c != nullptr && c->impl ? c->impl->producer().epoch_samples : 0;
 }
 
 uint32_t coloader_consumer_batch_size(const coloader_consumer* c) {
@@ -238,19 +238,19 @@ const char* coloader_consumer_fallback_reason(const coloader_consumer* c) {
 }
 
 uint64_t coloader_consumer_seed(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().seed : 0;
+  return c != nullptr && c->impl ? c->impl->producer().seed : 0;
 }
 
 const char* coloader_consumer_data_key(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().data_key.c_str() : "";
+  return c != nullptr && c->impl ? c->impl->producer().data_key.c_str() : "";
 }
 
 int32_t coloader_consumer_node_rank(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().node_rank : 0;
+  return c != nullptr && c->impl ? c->impl->producer().node_rank : 0;
 }
 
 int32_t coloader_consumer_num_nodes(const coloader_consumer* c) {
-  return c != nullptr && c->impl ? c->impl->welcome().num_nodes : 0;
+  return c != nullptr && c->impl ? c->impl->producer().num_nodes : 0;
 }
 
 uint64_t coloader_consumer_split_begin(const coloader_consumer* c) {

@@ -8,17 +8,20 @@
 namespace coloader {
 
 using internal::ConsumerState;
+using internal::Cursor;
 using Clock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------------------------
-// Consumer
+// Cursor: a connected consumer
 
-Consumer::Consumer(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) {
+Cursor::Cursor(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) {
   resume_pending_ = state_->opts.resume;
+  const Welcome& w = state_->welcome;
+  producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key, w.node_rank, w.num_nodes};
 }
-Consumer::~Consumer() { Close(); }
+Cursor::~Cursor() { Close(); }
 
-void Consumer::Close() {
+void Cursor::Close() {
   if (!state_) return;
   if (state_->io.joinable() && state_->opts.world_size > 1 && in_epoch_ && epoch_ended_ && !stream_epoch_done_ &&
       !stream_ended_) {
@@ -321,7 +324,7 @@ class Handshake {
       return Status::Invalid(s.Who() + " does not say how many samples an epoch has, which a group's split needs");
     ConsumerState* raw = state_.get();
     COLOADER_ASSIGN_OR_RETURN(s.io, StartThread("the consumer's I/O thread", [raw] { raw->IoLoop(); }));
-    return std::unique_ptr<Consumer>(new Consumer(std::move(state_)));
+    return std::unique_ptr<Consumer>(new Consumer(std::make_unique<Cursor>(std::move(state_))));
   }
 
   // A batch larger than the producer's is gathered into memory of the consumer's own: one that

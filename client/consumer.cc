@@ -4,6 +4,7 @@
 namespace coloader {
 
 using internal::ConsumerState;
+using internal::Cursor;
 using internal::SlotLease;
 using Clock = std::chrono::steady_clock;
 
@@ -15,7 +16,7 @@ Clock::time_point SliceEnd(int wait_ms) {
 
 }  // namespace
 
-Result<std::optional<BatchAnnouncement>> Consumer::Take(Clock::time_point slice_end) {
+Result<std::optional<BatchAnnouncement>> Cursor::Take(Clock::time_point slice_end) {
   if (pending_) {
     std::optional<BatchAnnouncement> a = pending_;
     pending_.reset();
@@ -74,7 +75,7 @@ Result<std::optional<BatchAnnouncement>> Consumer::Take(Clock::time_point slice_
   }
 }
 
-Status Consumer::WaitOver(Clock::time_point slice_end) {
+Status Cursor::WaitOver(Clock::time_point slice_end) {
   const ConsumerOptions& o = state_->opts;
   const uint64_t now = MonotonicNs();
   if (wait_since_ns_ == 0) wait_since_ns_ = now;
@@ -92,7 +93,7 @@ Status Consumer::WaitOver(Clock::time_point slice_end) {
   return Status::OK();
 }
 
-Status Consumer::StreamStopped(Status st) {
+Status Cursor::StreamStopped(Status st) {
   if (st.code() != StatusCode::kDisconnected) return st;
   const uint64_t n = state_->welcome.epoch_samples;
   std::string where;
@@ -109,7 +110,7 @@ Status Consumer::StreamStopped(Status st) {
                               "STATE resumes a checkpointed job) and reconnect");
 }
 
-Status Consumer::SkipRestOfEpoch(Clock::time_point slice_end) {
+Status Cursor::SkipRestOfEpoch(Clock::time_point slice_end) {
   // Called when the user starts a new epoch before this one ended: the rest is released
   // unread, as a new iter() over a DataLoader abandons the old one. A group member whose
   // share ended before the stream's epoch did passes (and acks) the rest the same way.
@@ -133,7 +134,7 @@ Status Consumer::SkipRestOfEpoch(Clock::time_point slice_end) {
   return Status::OK();
 }
 
-Status Consumer::Attach() {
+Status Cursor::Attach() {
   if (attached_) return Status::OK();
   // The producer counts us, and sends batches, from here on: a refused resume state or an
   // idle consumer changed nothing before.
@@ -143,7 +144,7 @@ Status Consumer::Attach() {
   return Status::OK();
 }
 
-Result<bool> Consumer::NextEpoch(int wait_ms) {
+Result<bool> Cursor::NextEpoch(int wait_ms) {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
   COLOADER_RETURN_NOT_OK(Attach());
   if (!stopped_.ok()) return StreamStopped(stopped_);
@@ -181,7 +182,7 @@ Result<bool> Consumer::NextEpoch(int wait_ms) {
   }
 }
 
-Result<std::optional<Batch>> Consumer::Next(void* stream, int wait_ms) {
+Result<std::optional<Batch>> Cursor::Next(void* stream, int wait_ms) {
   if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   const Clock::time_point slice_end = SliceEnd(wait_ms);
@@ -190,16 +191,7 @@ Result<std::optional<Batch>> Consumer::Next(void* stream, int wait_ms) {
   return next;
 }
 
-uint64_t Consumer::epoch() const { return epoch_; }
-bool Consumer::partial() const { return partial_; }
-bool Consumer::finished() const { return finished_; }
-uint32_t Consumer::batch_size() const { return state_->opts.batch_size; }
-const SlotTable& Consumer::slots() const { return state_->welcome.slots; }
-const Welcome& Consumer::welcome() const { return state_->welcome; }
-uint64_t Consumer::consumer_id() const { return state_->welcome.consumer_id; }
-bool Consumer::on_device() const { return state_->mapper != nullptr; }
-const std::string& Consumer::fallback_reason() const { return state_->fallback_reason; }
-uint64_t Consumer::size() const {
+uint64_t Cursor::size() const {
   const ConsumerOptions& o = state_->opts;
   const uint64_t n = state_->welcome.epoch_samples, b = o.batch_size;
   if (!o.group.empty()) {
@@ -208,4 +200,30 @@ uint64_t Consumer::size() const {
   }
   return o.drop_last ? n / b : (n + b - 1) / b;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Consumer: the public face of its Cursor
+
+Consumer::Consumer(std::unique_ptr<Cursor> cursor) : cursor_(std::move(cursor)) {}
+Consumer::~Consumer() = default;  // the cursor says goodbye
+void Consumer::Close() { cursor_->Close(); }
+Result<bool> Consumer::NextEpoch(int wait_ms) { return cursor_->NextEpoch(wait_ms); }
+Result<std::optional<Batch>> Consumer::Next(void* stream, int wait_ms) { return cursor_->Next(stream, wait_ms); }
+Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
+  return cursor_->Resume(epoch, begin, samples);
+}
+bool Consumer::finished() const { return cursor_->finished(); }
+uint64_t Consumer::epoch() const { return cursor_->epoch(); }
+bool Consumer::partial() const { return cursor_->partial(); }
+uint64_t Consumer::size() const { return cursor_->size(); }
+uint64_t Consumer::split_begin() const { return cursor_->split_begin(); }
+uint64_t Consumer::samples_seen() const { return cursor_->samples_seen(); }
+const std::string& Consumer::resume_note() const { return cursor_->resume_note(); }
+uint32_t Consumer::batch_size() const { return cursor_->batch_size(); }
+const SlotTable& Consumer::slots() const { return cursor_->slots(); }
+const ProducerInfo& Consumer::producer() const { return cursor_->producer(); }
+uint64_t Consumer::consumer_id() const { return cursor_->consumer_id(); }
+bool Consumer::on_device() const { return cursor_->on_device(); }
+const std::string& Consumer::fallback_reason() const { return cursor_->fallback_reason(); }
+
 }  // namespace coloader

@@ -31,16 +31,13 @@
 // call), and the next call goes on where it stopped: a caller can check for Ctrl-C between.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/protocol.h"
-#include "common/split.h"
 #include "common/status.h"
 
 namespace coloader {
@@ -106,18 +103,7 @@ namespace internal {
 struct ConsumerState;
 struct SlotLease;
 class Handshake;
-// Samples [offset, offset + count) of one producer slot, part of the batch being assembled.
-struct Piece {
-  std::shared_ptr<SlotLease> lease;
-  uint32_t offset = 0, count = 0;
-};
-// A sample a group member takes a second time as padding (common/split.h), copied as the
-// stream passed it: host pixels, or a place in the device stash.
-struct PadSample {
-  int64_t index = 0, label = 0;
-  std::vector<uint8_t> pixels;
-  uint32_t device_slot = 0;
-};
+class Cursor;
 // Owners of a gathered batch's private memory. Each deleter holds the consumer's state, so the
 // memory can outlive the Consumer: a host buffer goes back to the consumer's pool, a device
 // buffer is freed in order on the stream that read it (after the reads).
@@ -134,6 +120,17 @@ struct FreeOnStream {
 using HostBuffer = std::unique_ptr<uint8_t[], ReturnToPool>;
 using DeviceBuffer = std::unique_ptr<uint8_t, FreeOnStream>;
 }  // namespace internal
+
+// What a producer says of itself in the handshake (its Welcome).
+struct ProducerInfo {
+  uint32_t pid = 0;            // 0 over tcp://
+  uint64_t dataset_size = 0;   // samples in its dataset (this node's share: see node_rank)
+  uint64_t epoch_samples = 0;  // samples per epoch (nominal; bad files may reduce it)
+  uint64_t seed = 0;           // its sampler's seed
+  std::string data_key;        // a key of its data and settings (the same for the same files,
+                               // labels and augmentation/output settings)
+  int32_t node_rank = 0, num_nodes = 1;  // its node shard (serve --rank of --world-size)
+};
 
 class Batch {
  public:
@@ -175,7 +172,7 @@ class Batch {
   void Release();
 
  private:
-  friend class Consumer;
+  friend class internal::Cursor;
   Batch() = default;
   // Destroyed last to first: the device buffer is freed (stream-ordered) before the leases go.
   std::shared_ptr<internal::ConsumerState> state_;
@@ -254,7 +251,8 @@ class Consumer {
   const std::string& resume_note() const;
   uint32_t batch_size() const;
   const SlotTable& slots() const;
-  const Welcome& welcome() const;
+  // What the producer said of itself in the handshake.
+  const ProducerInfo& producer() const;
   uint64_t consumer_id() const;
   // Device path in use, and why not when it was asked for but is not.
   bool on_device() const;
@@ -265,89 +263,8 @@ class Consumer {
 
  private:
   friend class internal::Handshake;
-  explicit Consumer(std::shared_ptr<internal::ConsumerState> state);
-  // The next announcement (a pushed-back one first); nullopt at the end of the stream (the
-  // producer served every epoch). Waits until `slice_end` at most (Status kAgain then).
-  Result<std::optional<BatchAnnouncement>> Take(std::chrono::steady_clock::time_point slice_end);
-  // Take's wait, over the mailbox or the I/O thread's queue.
-  Status AwaitAnnouncement(std::chrono::steady_clock::time_point until);
-  // What ends a wait that found nothing: Again before the overall timeout, else the Timeout
-  // (naming who holds the producer back), or a group found incomplete.
-  Status WaitOver(std::chrono::steady_clock::time_point slice_end);
-  // `st`, about the producer's end, with where this consumer's stream stopped.
-  Status StreamStopped(Status st);
-  // How a stream with nothing left to take ends (waiting.cc): the producer's End or goodbye.
-  Result<std::optional<BatchAnnouncement>> Ending();
-  // Asks the producer for its status through the I/O thread, for at most wait_ms (waiting.cc).
-  Result<StatusReply> AskStatus(int wait_ms);
-  // Why no batch came (waiting.cc): who holds the producer back, or what it waits for.
-  std::string ExplainWait();
-  // A group member's first wait, after group_wait_ms: an error naming who came and who did
-  // not if the group is incomplete; OK otherwise (waiting.cc).
-  Status CheckGroupComplete();
-  Status Attach();
-  // A lease on the slot `a` announces, its memory mapped as this consumer reads it.
-  Result<std::shared_ptr<internal::SlotLease>> OpenSlot(const BatchAnnouncement& a);
-  // The consumer batch made of `pieces`: a view of one slot, or what Spill gathered.
-  Result<std::optional<Batch>> Deliver(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered,
-                                       uint32_t count, void* stream);
-  // Every consumer batch is copied out of the ring at once (the device path without zero_copy).
-  bool copies_every_batch() const;
-  Status SkipRestOfEpoch(std::chrono::steady_clock::time_point slice_end);
-  // Copies `pieces` into `gathered` (created for the batch size on first use) and lets go of
-  // their slots.
-  Status Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream);
-
-  // Groups (group.cc). Plans the epoch's split from its first announcement `a`, applying a
-  // pending resume; false when this epoch is to be skipped whole (by a resume).
-  Result<bool> StartSplit(const BatchAnnouncement& a);
-  Result<std::optional<Batch>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
-  // The cursor's next slot of this epoch (current_, offset_ 0); false at the epoch's end (or the
-  // stream's, or its stop when `have_samples` are gathered already: stopped_ says it next).
-  Result<bool> NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples);
-  // The plain consumer's: slices producer batches to the consumer's batch size.
-  Result<std::optional<Batch>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
-  // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into
-  // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes.
-  Status Advance(uint64_t upto, uint64_t take_from, std::vector<internal::Piece>* pieces,
-                 std::optional<Batch>* gathered, void* stream, std::chrono::steady_clock::time_point slice_end);
-  Status Stash(uint32_t from, uint32_t n, void* stream);
-  Status AppendPadding(Batch& b, void* stream);
-  void FreeStash();
-  bool split_mode() const;  // in a group, or resuming: batches follow common/split.h
-  std::shared_ptr<internal::ConsumerState> state_;
-  // The iteration cursor; touched only by the thread that calls NextEpoch/Next.
-  std::optional<BatchAnnouncement> pending_;       // read ahead, belongs to a later epoch
-  std::shared_ptr<internal::SlotLease> current_;   // the slot being sliced
-  uint32_t offset_ = 0;                            // samples of current_ already handed out
-  std::vector<internal::Piece> gathering_;         // a batch in assembly, kept across a timeout
-  std::optional<Batch> assembling_;                // ... and what of it is already copied out
-  uint64_t epoch_ = 0;
-  bool partial_ = false;
-  bool in_epoch_ = false;
-  bool epoch_ended_ = false;
-  bool stream_ended_ = false;
-  bool attached_ = false;
-  bool finished_ = false;       // the stream ended: the producer served every epoch
-  Status stopped_;              // the producer stopped after the last batch delivered: said next
-  bool group_checked_ = false;  // an incomplete group was looked for (group_wait_ms)
-  // The newest announcement taken (where the stream stands), and since when the current wait
-  // for one has lasted (0: not waiting): timeout_ms runs across calls cut short by wait_ms.
-  std::optional<BatchAnnouncement> last_taken_;
-  uint64_t wait_since_ns_ = 0;
-  // Groups: this epoch's split, the next batch of it, and whether the stream has passed the
-  // epoch's end (a member's share can end before the stream's epoch does).
-  SplitSpec split_{};
-  SplitPlan plan_{};
-  uint64_t group_batch_ = 0;
-  uint64_t samples_seen_ = 0;
-  bool stream_epoch_done_ = false;
-  bool resume_pending_ = false;
-  std::string resume_note_;
-  std::vector<Segment> padding_;
-  std::map<uint64_t, internal::PadSample> stash_;
-  uint8_t* stash_device_ = nullptr;  // device path: labels, then samples, for padding_
-  void* stash_stream_ = nullptr;
+  explicit Consumer(std::unique_ptr<internal::Cursor> cursor);
+  std::unique_ptr<internal::Cursor> cursor_;  // the connection's state and the iteration cursor
 };
 
 }  // namespace coloader

@@ -21,8 +21,9 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
-#include <new>
+#include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <tuple>
 
@@ -33,6 +34,7 @@
 #include "common/process.h"
 #include "common/shm.h"
 #include "common/socket.h"
+#include "common/split.h"
 #include "common/unique_fd.h"
 
 namespace coloader {
@@ -237,6 +239,134 @@ struct ByteRange {
   uint64_t offset = 0, bytes = 0;
 };
 std::vector<ByteRange> SampleRanges(const SlotTable& t, uint64_t capacity, uint64_t i);
+
+
+// Samples [offset, offset + count) of one producer slot, part of the batch being assembled.
+struct Piece {
+  std::shared_ptr<SlotLease> lease;
+  uint32_t offset = 0, count = 0;
+};
+// A sample a group member takes a second time as padding (common/split.h), copied as the
+// stream passed it: host pixels, or a place in the device stash.
+struct PadSample {
+  int64_t index = 0, label = 0;
+  std::vector<uint8_t> pixels;
+  uint32_t device_slot = 0;
+};
+
+// A connected consumer's whole state behind the public Consumer (consumer.h): the shared state
+// (ConsumerState, which the I/O thread and batches' deleters hold too) and the iteration cursor,
+// touched only by the thread that calls NextEpoch/Next. Its methods are Consumer's, and the
+// steps they are made of.
+class Cursor {
+ public:
+  explicit Cursor(std::shared_ptr<ConsumerState> state);
+  ~Cursor();  // says goodbye
+  Cursor(const Cursor&) = delete;
+  Cursor& operator=(const Cursor&) = delete;
+
+  // Consumer's methods (consumer.h says what each does).
+  Result<bool> NextEpoch(int wait_ms);
+  Result<std::optional<Batch>> Next(void* stream, int wait_ms);
+  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples);
+  void Close();
+  bool finished() const { return finished_; }
+  uint64_t epoch() const { return epoch_; }
+  bool partial() const { return partial_; }
+  uint64_t size() const;
+  uint64_t split_begin() const { return split_.begin; }
+  uint64_t samples_seen() const { return samples_seen_; }
+  const std::string& resume_note() const { return resume_note_; }
+  uint32_t batch_size() const { return state_->opts.batch_size; }
+  const SlotTable& slots() const { return state_->welcome.slots; }
+  const ProducerInfo& producer() const { return producer_; }
+  uint64_t consumer_id() const { return state_->welcome.consumer_id; }
+  bool on_device() const { return state_->mapper != nullptr; }
+  const std::string& fallback_reason() const { return state_->fallback_reason; }
+
+ private:
+  // The next announcement (a pushed-back one first); nullopt at the end of the stream (the
+  // producer served every epoch). Waits until `slice_end` at most (Status kAgain then).
+  Result<std::optional<BatchAnnouncement>> Take(std::chrono::steady_clock::time_point slice_end);
+  // What ends a wait that found nothing: Again before the overall timeout, else the Timeout
+  // (naming who holds the producer back), or a group found incomplete.
+  Status WaitOver(std::chrono::steady_clock::time_point slice_end);
+  // `st`, about the producer's end, with where this consumer's stream stopped.
+  Status StreamStopped(Status st);
+  // How a stream with nothing left to take ends (waiting.cc): the producer's End or goodbye.
+  Result<std::optional<BatchAnnouncement>> Ending();
+  // Asks the producer for its status through the I/O thread, for at most wait_ms (waiting.cc).
+  Result<StatusReply> AskStatus(int wait_ms);
+  // Why no batch came (waiting.cc): who holds the producer back, or what it waits for.
+  std::string ExplainWait();
+  // A group member's first wait, after group_wait_ms: an error naming who came and who did
+  // not if the group is incomplete; OK otherwise (waiting.cc).
+  Status CheckGroupComplete();
+  Status Attach();
+  // A lease on the slot `a` announces, its memory mapped as this consumer reads it.
+  Result<std::shared_ptr<SlotLease>> OpenSlot(const BatchAnnouncement& a);
+  // The consumer batch made of `pieces`: a view of one slot, or what Spill gathered.
+  Result<std::optional<Batch>> Deliver(std::vector<Piece>& pieces, std::optional<Batch>& gathered,
+                                       uint32_t count, void* stream);
+  // Every consumer batch is copied out of the ring at once (the device path without zero_copy).
+  bool copies_every_batch() const;
+  Status SkipRestOfEpoch(std::chrono::steady_clock::time_point slice_end);
+  // Copies `pieces` into `gathered` (created for the batch size on first use) and lets go of
+  // their slots.
+  Status Spill(std::vector<Piece>& pieces, std::optional<Batch>& gathered, void* stream);
+
+  // Groups (group.cc). Plans the epoch's split from its first announcement `a`, applying a
+  // pending resume; false when this epoch is to be skipped whole (by a resume).
+  Result<bool> StartSplit(const BatchAnnouncement& a);
+  Result<std::optional<Batch>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
+  // The cursor's next slot of this epoch (current_, offset_ 0); false at the epoch's end (or the
+  // stream's, or its stop when `have_samples` are gathered already: stopped_ says it next).
+  Result<bool> NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples);
+  // The plain consumer's: slices producer batches to the consumer's batch size.
+  Result<std::optional<Batch>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
+  // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into
+  // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes.
+  Status Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces,
+                 std::optional<Batch>* gathered, void* stream, std::chrono::steady_clock::time_point slice_end);
+  Status Stash(uint32_t from, uint32_t n, void* stream);
+  Status AppendPadding(Batch& b, void* stream);
+  void FreeStash();
+  bool split_mode() const;  // in a group, or resuming: batches follow common/split.h
+  std::shared_ptr<ConsumerState> state_;
+  // The iteration cursor; touched only by the thread that calls NextEpoch/Next.
+  std::optional<BatchAnnouncement> pending_;       // read ahead, belongs to a later epoch
+  std::shared_ptr<SlotLease> current_;   // the slot being sliced
+  uint32_t offset_ = 0;                            // samples of current_ already handed out
+  std::vector<Piece> gathering_;         // a batch in assembly, kept across a timeout
+  std::optional<Batch> assembling_;                // ... and what of it is already copied out
+  uint64_t epoch_ = 0;
+  bool partial_ = false;
+  bool in_epoch_ = false;
+  bool epoch_ended_ = false;
+  bool stream_ended_ = false;
+  bool attached_ = false;
+  bool finished_ = false;       // the stream ended: the producer served every epoch
+  Status stopped_;              // the producer stopped after the last batch delivered: said next
+  bool group_checked_ = false;  // an incomplete group was looked for (group_wait_ms)
+  // The newest announcement taken (where the stream stands), and since when the current wait
+  // for one has lasted (0: not waiting): timeout_ms runs across calls cut short by wait_ms.
+  std::optional<BatchAnnouncement> last_taken_;
+  uint64_t wait_since_ns_ = 0;
+  // Groups: this epoch's split, the next batch of it, and whether the stream has passed the
+  // epoch's end (a member's share can end before the stream's epoch does).
+  SplitSpec split_{};
+  SplitPlan plan_{};
+  uint64_t group_batch_ = 0;
+  uint64_t samples_seen_ = 0;
+  bool stream_epoch_done_ = false;
+  bool resume_pending_ = false;
+  std::string resume_note_;
+  std::vector<Segment> padding_;
+  std::map<uint64_t, PadSample> stash_;
+  uint8_t* stash_device_ = nullptr;  // device path: labels, then samples, for padding_
+  void* stash_stream_ = nullptr;
+  ProducerInfo producer_;
+};
 
 }  // namespace internal
 }  // namespace coloader

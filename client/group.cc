@@ -10,10 +10,11 @@
 namespace coloader {
 
 using internal::ConsumerState;
+using internal::Cursor;
 using internal::Piece;
 using internal::SlotLease;
 
-Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
+Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
   const ConsumerOptions& o = state_->opts;
   FreeStash();
   split_ = SplitSpec{a.first, state_->welcome.epoch_samples, o.group.empty() ? 1 : o.world_size,
@@ -82,14 +83,14 @@ Result<bool> Consumer::StartSplit(const BatchAnnouncement& a) {
   return true;
 }
 
-void Consumer::FreeStash() {
+void Cursor::FreeStash() {
   stash_.clear();
   padding_.clear();
   if (stash_device_ && state_->mapper) state_->mapper->Free(stash_device_, stash_stream_);
   stash_device_ = nullptr;
 }
 
-Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
+Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
   if (padding_.empty()) return Status::OK();
   const BatchAnnouncement& a = current_->a;
   const SlotTable& t = state_->welcome.slots;
@@ -147,7 +148,7 @@ Status Consumer::Stash(uint32_t from, uint32_t n, void* stream) {
   return Status::OK();
 }
 
-Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
+Status Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
                          void* stream, std::chrono::steady_clock::time_point slice_end) {
   for (;;) {
     if (!current_ || offset_ == current_->a.count) {
@@ -197,7 +198,7 @@ Status Consumer::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* 
   }
 }
 
-Status Consumer::AppendPadding(Batch& b, void* stream) {
+Status Cursor::AppendPadding(Batch& b, void* stream) {
   const SlotTable& t = state_->welcome.slots;
   const uint64_t sample_bytes = t.sample_bytes();
   DeviceMapper* m = state_->mapper.get();
@@ -236,7 +237,7 @@ Status Consumer::AppendPadding(Batch& b, void* stream) {
   return Status::OK();
 }
 
-Result<std::optional<Batch>> Consumer::NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end) {
+Result<std::optional<Batch>> Cursor::NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end) {
   if (epoch_ended_ || group_batch_ >= plan_.batches) {
     epoch_ended_ = true;
     return std::optional<Batch>();
@@ -285,7 +286,7 @@ Result<std::optional<Batch>> Consumer::NextInGroup(void* stream, std::chrono::st
   return Deliver(pieces, gathered, collected, stream);
 }
 
-Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
+Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   if (in_epoch_ || stream_ended_)
     return Status::Invalid("resume a saved state before the first epoch begins (load_state_dict before iterating)");
   ConsumerOptions& o = state_->opts;  // read by this (the user's) thread only
@@ -303,9 +304,6 @@ Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   return Status::OK();
 }
 
-bool Consumer::split_mode() const { return !state_->opts.group.empty() || state_->opts.resume; }
-uint64_t Consumer::split_begin() const { return split_.begin; }
-uint64_t Consumer::samples_seen() const { return samples_seen_; }
-const std::string& Consumer::resume_note() const { return resume_note_; }
+bool Cursor::split_mode() const { return !state_->opts.group.empty() || state_->opts.resume; }
 
 }  // namespace coloader

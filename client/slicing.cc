@@ -5,6 +5,7 @@
 namespace coloader {
 
 using internal::ConsumerState;
+using internal::Cursor;
 using internal::SlotLease;
 
 std::vector<internal::ByteRange> internal::SampleRanges(const SlotTable& t, uint64_t capacity, uint64_t i) {
@@ -18,7 +19,7 @@ std::vector<internal::ByteRange> internal::SampleRanges(const SlotTable& t, uint
   return out;
 }
 
-Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
+Status Cursor::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered, void* stream) {
   const SlotTable& t = state_->welcome.slots;
   const uint64_t sample_bytes = t.sample_bytes();
   const uint32_t want = state_->opts.batch_size;
@@ -95,9 +96,9 @@ Status Consumer::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch
   return Status::OK();
 }
 
-bool Consumer::copies_every_batch() const { return state_->mapper != nullptr && !state_->opts.zero_copy; }
+bool Cursor::copies_every_batch() const { return state_->mapper != nullptr && !state_->opts.zero_copy; }
 
-Result<std::shared_ptr<SlotLease>> Consumer::OpenSlot(const BatchAnnouncement& a) {
+Result<std::shared_ptr<SlotLease>> Cursor::OpenSlot(const BatchAnnouncement& a) {
   ConsumerState& s = *state_;
   const uint64_t offset = uint64_t{a.slot} * s.welcome.slots.slot_bytes;
   auto lease = std::make_shared<SlotLease>(state_, a, s.slot_memory() + offset);
@@ -116,7 +117,7 @@ Result<std::shared_ptr<SlotLease>> Consumer::OpenSlot(const BatchAnnouncement& a
   return lease;
 }
 
-Result<std::optional<Batch>> Consumer::Deliver(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered,
+Result<std::optional<Batch>> Cursor::Deliver(std::vector<internal::Piece>& pieces, std::optional<Batch>& gathered,
                                                uint32_t count, void* stream) {
   if (gathered) return std::move(gathered);
   // Within one slot: a view.
@@ -150,7 +151,7 @@ Result<std::optional<Batch>> Consumer::Deliver(std::vector<internal::Piece>& pie
   return std::optional<Batch>(std::move(b));
 }
 
-Result<bool> Consumer::NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples) {
+Result<bool> Cursor::NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples) {
   if (current_ && (current_->a.flags & kBatchLastInEpoch)) return false;
   current_.reset();
   Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
@@ -176,7 +177,7 @@ Result<bool> Consumer::NextSlot(std::chrono::steady_clock::time_point slice_end,
   return true;
 }
 
-Result<std::optional<Batch>> Consumer::NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end) {
+Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end) {
   if (!stopped_.ok()) return stopped_;
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;

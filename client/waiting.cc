@@ -8,8 +8,9 @@
 namespace coloader {
 
 using internal::ConsumerState;
+using internal::Cursor;
 
-Result<std::optional<BatchAnnouncement>> Consumer::Ending() {
+Result<std::optional<BatchAnnouncement>> Cursor::Ending() {
   ConsumerState& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.end) {
@@ -34,7 +35,7 @@ Result<std::optional<BatchAnnouncement>> Consumer::Ending() {
   }
 }
 
-Result<StatusReply> Consumer::AskStatus(int wait_ms) {
+Result<StatusReply> Cursor::AskStatus(int wait_ms) {
   ConsumerState& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -64,7 +65,7 @@ std::string Describe(const ConsumerStatus& c) {
 
 }  // namespace
 
-std::string Consumer::ExplainWait() {
+std::string Cursor::ExplainWait() {
   Result<StatusReply> st = AskStatus(1000);
   if (!st.ok()) return "it did not answer a status request either (is it hung, or stopped with SIGSTOP?)";
   const StatusReply& r = *st;
@@ -95,7 +96,7 @@ std::string Consumer::ExplainWait() {
          ") and no consumer holds it back: it is slow to produce (more --workers, or --decode gpu)";
 }
 
-Status Consumer::CheckGroupComplete() {
+Status Cursor::CheckGroupComplete() {
   const ConsumerOptions& o = state_->opts;
   Result<StatusReply> st = AskStatus(1000);
   if (!st.ok()) return Status::OK();  // cannot tell; the timeout (if any) says the rest

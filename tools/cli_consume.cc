@@ -220,7 +220,7 @@ int Consume(const std::vector<std::string>& args) {
       return 1;
     }
     if (!*more) break;
-    EpochTally tally(c.welcome().dataset_size);
+    EpochTally tally(c.producer().dataset_size);
     if (Status st = ReadEpoch(c, f, epoch_asked_ns, tally); !st.ok()) {
       std::fprintf(stderr, "coloader consume: %s\n", st.message().c_str());
       return 1;
