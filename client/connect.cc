@@ -4,7 +4,6 @@
 #include "client/consumer_internal.h"
 #include "client/log.h"
 
-
 namespace coloader {
 
 using internal::ConsumerState;
@@ -17,7 +16,8 @@ using Clock = std::chrono::steady_clock;
 Cursor::Cursor(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) {
   resume_pending_ = state_->opts.resume;
   const Welcome& w = state_->welcome;
-  producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key, w.node_rank, w.num_nodes};
+  producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key, w.node_rank,
+                           w.num_nodes};
 }
 Cursor::~Cursor() { Close(); }
 
@@ -165,9 +165,10 @@ class Handshake {
   }
 
   // The first message of a new connection goes into its empty queue, unless the connection is
-  // already gone: on tcp:// a handshake refused (a producer that wants CURVE keys) can end it
-  // before this thread sends. The Hello then waits for a connection (AwaitReply polls for one)
-  // and the handshake monitor or the deadline says why none came.
+  // already gone: on tcp:// a handshake refused for a protocol error (a producer that wants
+  // CURVE keys) can end it before this thread sends, and libzmq does not dial again. The Hello
+  // is then kept (AwaitReply would send it should a connection come) and the handshake monitor
+  // or the deadline says why none did.
   Status SendHello() {
     Result<bool> sent = state_->sock.Send(zmq::buffer(hello_), zmq::send_flags::dontwait);
     if (!sent.ok()) return Status::IOError("saying Hello to " + state_->endpoint + ": " + sent.status().message());

@@ -123,7 +123,7 @@ using DeviceBuffer = std::unique_ptr<uint8_t, FreeOnStream>;
 
 // What a producer says of itself in the handshake (its Welcome).
 struct ProducerInfo {
-  uint32_t pid = 0;            // 0 over tcp://
+  uint32_t pid = 0;            // in the producer's PID namespace (nothing to a remote consumer)
   uint64_t dataset_size = 0;   // samples in its dataset (this node's share: see node_rank)
   uint64_t epoch_samples = 0;  // samples per epoch (nominal; bad files may reduce it)
   uint64_t seed = 0;           // its sampler's seed

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -47,7 +48,8 @@ class SharedLibrary {
   // The file the loader opened (resolved through the loader's search path when it can tell),
   // or the candidate that loaded.
   std::string path() const;
-  // Leaves the library loaded for the rest of the process.
+  // Leaves the library loaded for the rest of the process. Call it last: the object then holds
+  // nothing (path() and Bind() no longer see the library).
   void Keep() { handle_ = nullptr; }
 
  private:

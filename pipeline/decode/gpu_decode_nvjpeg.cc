@@ -96,6 +96,7 @@ const NvjpegApi& Nvjpeg() {
       }
       tried += (tried.empty() ? "" : ", ") + c + " (lacks " + lib->missing() + ")";
     }
+    api = NvjpegApi{};  // no entry point of a library closed again may stay behind
     api.where = tried;
   });
   return api;

@@ -24,8 +24,12 @@ for side in old new; do
   chmod +x "$work/$side/coloader/bin/coloader"
 done
 data=/tmp/coloader-ab-${AB_IMAGES:-6000}
-[[ -d $data ]] || python3 scripts/make_dataset.py --source .device/photos --out "$data" --images "${AB_IMAGES:-6000}" \
-  --classes 100 >"$out/make_dataset.log" 2>&1 || { echo "cannot make the dataset: $out/make_dataset.log" >&2; exit 1; }
+if [[ ! -d $data ]]; then  # made aside and moved into place, so a set cut short is never reused
+  rm -rf "$data.part"
+  python3 scripts/make_dataset.py --source .device/photos --out "$data.part" --images "${AB_IMAGES:-6000}" \
+    --classes 100 >"$out/make_dataset.log" 2>&1 && mv "$data.part" "$data" ||
+    { echo "cannot make the dataset: $out/make_dataset.log" >&2; exit 1; }
+fi
 device=()
 command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && device=(--device cuda:0 --gpu-decode)
 {
@@ -38,7 +42,7 @@ for ((r = 1; r <= rounds; r++)); do
   for side in ${AB_ORDER:-old new}; do
     echo "== $side (round $r)" >>"$report"
     python3 benchmarks/producer_throughput.py --binary "$work/$side/coloader/bin/coloader" --data "$data" \
-      --epochs 3 "${device[@]}" >>"$report" 2>>"$out/ab_throughput.err" || echo "   failed (see ab_throughput.err)" >>"$report"
+      --epochs 3 ${device[@]+"${device[@]}"} >>"$report" 2>>"$out/ab_throughput.err" || echo "   failed (see ab_throughput.err)" >>"$report"
   done
 done
 cat "$report"

@@ -24,7 +24,7 @@ TEST(SocketTest, ABadEndpointIsAnErrorNamingIt) {
   EXPECT_NE(connect.message().find("tcp://"), std::string::npos) << connect.message();
 }
 
-TEST(SocketTest, NothingToReadIsFalseAndAFullQueueIsAgain) {
+TEST(SocketTest, NothingToReadAndNoRoomToSendAreFalseNotErrors) {
   zmq::context_t ctx(1);
   Result<Socket> a = Socket::Open(ctx, zmq::socket_type::pair);
   ASSERT_TRUE(a.ok());
