@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -216,6 +217,18 @@ Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments) {
     if (Exists(p.socket)) out.push_back({name, "socket", p.socket, 0});
     if (Exists(p.lock)) out.push_back({name, "lock", p.lock, 0});
   }
+  return out;
+}
+
+Result<std::vector<std::string>> RunningProducers() {
+  COLOADER_ASSIGN_OR_RETURN(std::string dir, RunDir());
+  std::vector<std::string> out;
+  for (const std::string& f : ListDir(dir)) {
+    if (!EndsWith(f, ".lock")) continue;
+    const std::string name = f.substr(0, f.size() - 5);
+    if (ValidateName(name).ok() && NameLock::IsHeld(PathsIn(dir, name).lock)) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

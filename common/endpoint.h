@@ -83,6 +83,10 @@ struct Leftover {
 // judged from here.
 Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments = nullptr);
 
+// The names of the producers of this run directory that are running now (their name lock is
+// held), sorted.
+Result<std::vector<std::string>> RunningProducers();
+
 // Removes the leftovers of every dead producer of this run directory, each under its name lock
 // (a producer that starts meanwhile keeps its name and its files). Returns what was removed.
 Result<std::vector<Leftover>> CleanLeftovers();

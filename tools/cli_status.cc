@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cstdio>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "common/curve.h"
 #include "common/endpoint.h"
@@ -16,6 +18,36 @@ namespace {
 
 constexpr const char* kStatusSynopsis = "coloader status [--name NAME | --endpoint EP] [options]";
 
+// Edits (insertions, deletions, substitutions) between two names.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// For a name no producer runs under: the closest running one, if a typo away, and the others.
+std::string WhatRunsInstead(const std::string& name) {
+  Result<std::vector<std::string>> running = RunningProducers();
+  if (!running.ok() || running->empty()) return "";
+  const std::string* closest = nullptr;
+  size_t best = std::max<size_t>(2, name.size() / 3) + 1;
+  for (const std::string& r : *running) {
+    if (const size_t d = EditDistance(name, r); d < best) best = d, closest = &r;
+  }
+  std::string all;
+  for (const std::string& r : *running) all += (all.empty() ? "" : ", ") + r;
+  return closest ? "; did you mean '" + *closest + "'? (running here: " + all + ")" : "; running here: " + all;
+}
+
 Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
                           const std::string& server_key) {
   if (endpoint.empty()) {
@@ -25,8 +57,8 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
       size_t left = 0;
       if (auto l = FindLeftovers(); l.ok())
         left = static_cast<size_t>(std::count_if(l->begin(), l->end(), [&](const Leftover& x) { return x.name == name; }));
-      return Status::NotFound("no producer named '" + name + "' is running; start one with: coloader serve --name " +
-                              name + " --data DIR" +
+      return Status::NotFound("no producer named '" + name + "' is running" + WhatRunsInstead(name) +
+                              "; start one with: coloader serve --name " + name + " --data DIR" +
                               (left ? " (a dead one left " + std::to_string(left) +
                                           " file(s): `coloader status` lists them, `coloader clean --yes` removes them)"
                                     : ""));
@@ -69,6 +101,27 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
 
 std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::to_string(path - 1); }
 
+// One line per producer running in this run directory: its name, pid, state, epoch, consumers
+// and rate (each asked for at most `timeout_ms`).
+void ListRunning(int timeout_ms) {
+  Result<std::vector<std::string>> running = RunningProducers();
+  if (!running.ok() || running->empty()) {
+    std::printf("no producer is running here%s\n", running.ok() ? "" : (": " + running.status().message()).c_str());
+    return;
+  }
+  std::printf("%-24s %-8s %-22s %-6s %-10s %s\n", "running", "pid", "state", "epoch", "consumers", "images/s");
+  for (const std::string& n : *running) {
+    Result<StatusReply> r = Query(n, "", timeout_ms, "", "");
+    if (!r.ok()) {
+      std::printf("%-24s (did not answer: %s)\n", n.c_str(), r.status().message().c_str());
+      continue;
+    }
+    std::printf("%-24s %-8u %-22s %-6llu %-10zu %.0f\n", n.c_str(), r->pid, ProducerStateName(r->state),
+                static_cast<unsigned long long>(r->epoch), r->consumers.size(), r->images_per_s);
+  }
+  std::printf("(`coloader status --name NAME` shows one in full)\n");
+}
+
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& args) {
@@ -77,7 +130,7 @@ int StatusCommand(const std::vector<std::string>& args) {
   int timeout_ms = 3000;
   Command cmd("status", kStatusSynopsis,
               "Show a producer's live state: epoch, throughput, slots and consumers. Without --name or --endpoint: "
-              "what dead producers left behind (`coloader clean` removes it).");
+              "the producers running here, then what dead ones left behind (`coloader clean` removes it).");
   cmd.Add("--name", &name, "the producer's name")->type_name("NAME");
   cmd.Add("--endpoint", &endpoint, "or its ZeroMQ endpoint (tcp://HOST:PORT for a producer elsewhere)")
       ->type_name("EP");
@@ -88,15 +141,17 @@ int StatusCommand(const std::vector<std::string>& args) {
   cmd.Add("--timeout-ms", &timeout_ms, "how long to wait for the answer")->check(AtLeast(1));
   if (std::optional<int> exit = cmd.Parse(args)) return *exit;
   if (name.empty() && endpoint.empty()) {
-    // No producer named: list what dead ones left, the listing `coloader clean` works from.
+    // No producer named: those running now, then what dead ones left (the listing `coloader
+    // clean` works from).
     if (json) return Clean({"--json"});
+    ListRunning(timeout_ms);
     size_t foreign = 0;
     Result<std::vector<Leftover>> left = FindLeftovers(&foreign);
     if (!left.ok()) {
       std::fprintf(stderr, "coloader status: %s\n", left.status().message().c_str());
       return 1;
     }
-    if (left->empty()) std::printf("no leftovers of dead producers (give --name NAME for a running producer's state)\n");
+    if (left->empty()) std::printf("no leftovers of dead producers\n");
     PrintLeftovers(*left, foreign, "found");
     if (!left->empty()) std::printf("run `coloader clean --yes` to remove them\n");
     return 0;

@@ -481,6 +481,32 @@ TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   consumer->Signal(SIGKILL);
 }
 
+TEST_F(IntegrationTest, StatusWithoutANameListsTheRunningProducersAndAMisspeltNameGetsTheClosest) {
+  auto imagenet = Serve("imagenet", {"--batch-size", "8", "--forever"});
+  auto eval = Serve("eval-set", {"--batch-size", "8", "--forever"});
+  Child list(Coloader({"status"}), env_);
+  ASSERT_EQ(list.Wait(), 0) << list.Stderr();
+  for (const auto& [name, child] : {std::pair{"imagenet", imagenet.get()}, std::pair{"eval-set", eval.get()}}) {
+    const std::regex row(std::string("(^|\n)") + name + " +" + std::to_string(child->pid()) + " +waiting for consumers ");
+    EXPECT_TRUE(std::regex_search(list.Stdout(), row)) << list.Stdout();
+  }
+  Child typo(Coloader({"status", "--name", "imagnet"}), env_);
+  EXPECT_EQ(typo.Wait(), 1);
+  EXPECT_NE(typo.Stderr().find("no producer named 'imagnet' is running; did you mean 'imagenet'? (running here: "
+                               "eval-set, imagenet)"),
+            std::string::npos)
+      << typo.Stderr();
+  Child far(Coloader({"status", "--name", "cifar"}), env_);
+  EXPECT_EQ(far.Wait(), 1);
+  EXPECT_NE(far.Stderr().find("no producer named 'cifar' is running; running here: eval-set, imagenet"),
+            std::string::npos)
+      << far.Stderr();
+  imagenet->Signal(SIGTERM);
+  eval->Signal(SIGTERM);
+  EXPECT_EQ(imagenet->Wait(10000), 0) << imagenet->Stderr();
+  EXPECT_EQ(eval->Wait(10000), 0) << eval->Stderr();
+}
+
 TEST_F(IntegrationTest, TheProducersLogLinesSayWhen) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
   auto consumer = Consume("p", {});
