@@ -16,13 +16,14 @@ constexpr const char* kHelp =
     "  coloader serve   --data DIR --name NAME [options]   run a producer\n"
     "  coloader consume --name NAME [options]              run the reference consumer\n"
     "  coloader status  --name NAME [--json]               show a producer's live state\n"
-    "  coloader status                                     list what dead producers left behind\n"
+    "  coloader status                                     list the producers running, and what dead ones left\n"
     "  coloader clean   [--yes]                            remove it (a dry run without --yes)\n"
     "  coloader plan    JOBS.json [options]                place jobs on GPUs (MPS/MIG, shared producers)\n"
     "  coloader launch  JOBS.json [options]                run a plan: MPS daemon, producers, jobs\n"
     "  coloader simulate --trace TRACE.json [options]      replay a trace under each placement policy\n"
     "  coloader keygen  --out NAME                         a CURVE key pair for tcp:// endpoints\n"
     "  coloader shard   --data DIR --out 'train-%06d.tar'  write a dataset as WebDataset tar shards\n"
+    "  coloader --version                                  this release (also -V, version)\n"
     "\n"
     "`coloader COMMAND --help` lists a command's options.\n";
 
@@ -50,6 +51,12 @@ int Run(std::vector<std::string> args) {
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     std::fputs(kHelp, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "-V" || args[0] == "version") {
+    // The one version of the release: the top CMakeLists.txt's project(), which the Python
+    // package's metadata and coloader.__version__ read too.
+    std::printf("coloader %s\n", COLOADER_VERSION);
+    return 0;
   }
   const std::string command = args[0];
   args.erase(args.begin());

@@ -31,7 +31,22 @@ from ._lib import (
 from .loader import DeviceFallbackWarning, FinishedWarning, IgnoredArgumentWarning, Loader, ResumeWarning
 from .producer import Producer
 
-__version__ = "0.1.0"
+try:
+    from ._version import __version__  # written into the wheel by its build (pyproject.toml)
+except ImportError:  # a source checkout
+
+    def _checkout_version():
+        import re
+        from pathlib import Path
+
+        try:
+            text = (Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+        except OSError:
+            return "unknown"
+        found = re.search(r"project\(coloader VERSION ([0-9][0-9.]*)", text)
+        return found.group(1) if found else "unknown"
+
+    __version__ = _checkout_version()
 
 __all__ = [
     "Loader",

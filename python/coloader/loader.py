@@ -107,15 +107,21 @@ Threads
     A Loader and its iterators are for one thread at a time. Tensors may be dropped anywhere.
 """
 
+from __future__ import annotations
+
 import ctypes
 import os
 import warnings
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from . import _batches, _lib, _structure
 from ._dataloader import IgnoredArgumentWarning, _Dataset, _note_dataloader_arguments, _Sampler
 from .distributed import ResumeWarning, _Stateful, _topology
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DeviceFallbackWarning(RuntimeWarning):
@@ -200,11 +206,14 @@ class Loader(_Stateful):
         arguments"); anything else is a TypeError.
     """
 
-    def __init__(self, name=None, batch_size=None, drop_last=False, timeout=0,
-                 wait_for_epoch=False, endpoint=None, device=None, connect_timeout=5.0,
-                 client_name=None, wait_for_producer=60, curve_key=None, server_key=None,
-                 rank=None, world_size=None, group=None, node_rank=None, num_nodes=None,
-                 zero_copy=False, layout="nchw", group_wait=20.0, **dataloader_args):
+    def __init__(self, name: Optional[str] = None, batch_size: Optional[int] = None, *, drop_last: bool = False,
+                 timeout: float = 0, wait_for_epoch: bool = False, endpoint: Optional[str] = None,
+                 device: Union[str, "torch.device", None] = None, connect_timeout: float = 5.0,
+                 client_name: Optional[str] = None, wait_for_producer: float = 60, curve_key: Optional[str] = None,
+                 server_key: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 group: Optional[str] = None, node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
+                 zero_copy: bool = False, layout: str = "nchw", group_wait: float = 20.0,
+                 **dataloader_args: Any) -> None:
         import torch  # imported here so that `import coloader` works without torch
 
         _note_dataloader_arguments(dataloader_args)
@@ -389,7 +398,7 @@ class Loader(_Stateful):
                 "torch.distributed.init_process_group, or pass rank=, world_size= and group="
                 % (self.name, self._topology_source, dist.get_rank(), dist.get_world_size()), _lib.E_INVALID)
 
-    def __len__(self):
+    def __len__(self) -> int:
         """Batches in a whole epoch for this consumer's batch size (and drop_last)."""
         return int(_lib.lib().coloader_consumer_len(self._require_open()))
 
@@ -489,34 +498,34 @@ class Loader(_Stateful):
     # -- state ---------------------------------------------------------------------------
 
     @property
-    def epoch(self):
+    def epoch(self) -> int:
         """The current epoch's number (the producer's count, from 0)."""
         return int(_lib.lib().coloader_consumer_epoch(self._require_open()))
 
     @property
-    def partial(self):
+    def partial(self) -> bool:
         """True when the current epoch is not whole: joined mid-way (late join), or cut by the
         producer's stop."""
         return bool(_lib.lib().coloader_consumer_partial(self._require_open()))
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
         """True once the producer has served every epoch it was started for (further epochs are empty)."""
         return bool(_lib.lib().coloader_consumer_finished(self._require_open()))
 
     @property
-    def indices(self):
+    def indices(self) -> Optional["torch.Tensor"]:
         """int64 tensor of the dataset indices of the last batch returned (a copy), or None."""
         if self._indices is None and self._indices_bytes is not None:
             self._indices = self._torch.frombuffer(bytearray(self._indices_bytes), dtype=self._torch.int64)
         return self._indices
 
     @property
-    def batch_size(self):
+    def batch_size(self) -> int:
         return int(_lib.lib().coloader_consumer_batch_size(self._require_open()))
 
     @property
-    def drop_last(self):
+    def drop_last(self) -> bool:
         return bool(self._opts_args[3])
 
     @property
@@ -533,37 +542,37 @@ class Loader(_Stateful):
         return self._sampler
 
     @property
-    def dataset_size(self):
+    def dataset_size(self) -> int:
         return int(_lib.lib().coloader_consumer_dataset_size(self._require_open()))
 
     @property
-    def epoch_samples(self):
+    def epoch_samples(self) -> int:
         """Samples in a whole epoch (this producer's shard of the dataset)."""
         return int(_lib.lib().coloader_consumer_epoch_samples(self._require_open()))
 
     @property
-    def on_device(self):
+    def on_device(self) -> bool:
         """True when batches come as CUDA tensors from the producer's GPU memory (device path)."""
         self._require_open()
         return self._cuda is not None
 
     @property
-    def fallback_reason(self):
+    def fallback_reason(self) -> str:
         """Why device="cuda" was asked for but the batches are CPU tensors; "" otherwise."""
         return self._fallback
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._session is None
 
     # -- lifetime ------------------------------------------------------------------------
 
-    def close(self):
+    def close(self) -> None:
         """Ends this Loader. Tensors already handed out stay valid, and keep their memory, until
         they are dropped; the consumer leaves the producer when the last of them goes."""
         self._session = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Loader":
         return self
 
     def __exit__(self, *exc):

@@ -29,13 +29,19 @@ device path (coloader.Loader(..., device="cuda")) get every tensor on the GPU, e
 own copy; others read host memory.
 """
 
+from __future__ import annotations
+
 import ctypes
 import signal
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
 
 from . import _lib, _structure
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _dtype_codes(torch):
@@ -112,9 +118,11 @@ class Producer:
     `coloader serve` does.
     """
 
-    def __init__(self, iterable, name, batch_size=None, window=4, min_consumers=1, epoch_samples=None,
-                 heartbeat=None, heartbeat_timeout=None, tcp=None, curve_key=None, authorized_keys=None,
-                 insecure=False, alone_timeout=10.0, device=None):
+    def __init__(self, iterable: Iterable[Any], name: str, batch_size: Optional[int] = None, *, window: int = 4,
+                 min_consumers: int = 1, epoch_samples: Optional[int] = None, heartbeat: Optional[float] = None,
+                 heartbeat_timeout: Optional[float] = None, tcp: Optional[str] = None, curve_key: Optional[str] = None,
+                 authorized_keys: Optional[str] = None, insecure: bool = False, alone_timeout: Optional[float] = 10.0,
+                 device: Union[str, "torch.device", None] = None) -> None:
         import torch
 
         self._torch = torch
@@ -208,7 +216,7 @@ class Producer:
         first batch has opened the producer (None before, and without tcp)."""
         return self._tcp_endpoint
 
-    def publish(self, batch):
+    def publish(self, batch: Any) -> bool:
         """Publishes one batch (blocks while every slot is in use). True once published; False
         when the run has ended because its consumers all left (alone_timeout). The first batch
         states the schema; a later one that breaks it raises ValueError naming the tensor."""
@@ -232,7 +240,7 @@ class Producer:
         if self._ptr is not None:
             _lib.check_producer(_lib.producer_lib().coloader_producer_end_epoch(self._ptr))
 
-    def run(self, epochs=1):
+    def run(self, epochs: int = 1) -> str:
         """Publishes `epochs` epochs of the iterable, then close()s. Returns how it ended:
         "delivered" (every batch published and released) or "consumers gone"."""
         with _sigterm_as_exit():
@@ -258,7 +266,7 @@ class Producer:
                     self.fail(e, "%s raised" % doing, "epoch %d, after %d batches" % (epoch, batches))
                 raise
 
-    def fail(self, error, what=None, where=None):
+    def fail(self, error: Union[BaseException, str], what: Optional[str] = None, where: Optional[str] = None) -> str:
         """Ends the stream because the data failed (`error`: the exception, or a message):
         consumers read what was published, then get ProducerStopped naming it, their epoch cut.
         run() and a `with` block that raises call it; call it yourself when you publish() in a
@@ -274,7 +282,7 @@ class Producer:
         self.ended = "failed"
         return self.ended
 
-    def close(self, timeout=None):
+    def close(self, timeout: Optional[float] = None) -> str:
         """Waits until consumers released every batch (at most `timeout` seconds; None waits
         while any consumer lives, and alone_timeout once none does), tells them the producer is
         done, and frees it. Returns how the run ended (also in .ended): "delivered", "consumers

@@ -13,6 +13,7 @@ JPEGs.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +114,22 @@ def test_needs_nothing_beyond_glibc_and_the_cxx_runtime(installed):
                 if name not in BASE and name not in vendored:
                     outside.append("%s needs %s" % (path.relative_to(site), name))
     assert not outside, "\n".join(outside)
+
+
+def test_one_version_everywhere_and_type_information(installed):
+    """coloader.__version__, the installed package's metadata, `coloader --version` and the C
+    library's version are the top CMakeLists.txt's project() version; the package is typed."""
+    venv, env, site, work = installed
+    cmake = re.search(r"project\(coloader VERSION ([0-9][0-9.]*)", (REPO / "CMakeLists.txt").read_text()).group(1)
+    out = subprocess.run([str(venv / "bin" / "python"), "-c",
+                          "import coloader, importlib.metadata as m; "
+                          "print(coloader.__version__, m.version('coloader'), coloader.library_version())"],
+                         env=env, cwd=work, check=True, capture_output=True, text=True, timeout=STEP_TIMEOUT)
+    assert out.stdout.split() == [cmake] * 3, out
+    binary = subprocess.run([str(venv / "bin" / "coloader"), "--version"], env=env, cwd=work, check=True,
+                            capture_output=True, text=True, timeout=STEP_TIMEOUT)
+    assert binary.stdout.strip() == "coloader " + cmake, binary
+    assert (site / "coloader" / "py.typed").is_file(), "the wheel lacks py.typed"
 
 
 def test_console_script_runs_the_installed_binary(installed):
