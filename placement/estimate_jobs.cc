@@ -98,7 +98,7 @@ std::vector<std::string> EstimatorCommand(const Job& job, const JobPipeline& pip
   // A job that states no batch_size reads at the producer's (only a job whose memory is stated
   // can: "auto" needs the batch size).
   const uint32_t batch = job.batch_size > 0 ? job.batch_size : pipeline.producer_batch;
-  std::vector<std::string> cmd = {python, "-m", "coloader.estimate", "--model", job.model, "--batch-size",
+  std::vector<std::string> cmd = {python, "-m", "coloader.estimator", "--model", job.model, "--batch-size",
                                   std::to_string(batch), "--optimizer", job.optimizer, "--precision",
                                   job.precision, "--image-size", std::to_string(pipeline.image_size)};
   if (job.channels_last) cmd.push_back("--channels-last");

@@ -136,7 +136,7 @@ Result<std::vector<Gpu>> ParseGpus(const JsonValue& array, const std::string& wh
 // NotFound when there is no driver or no GPU.
 Result<std::vector<Gpu>> GpusFromNvml();
 
-// Runs the estimator (`<python> -m coloader.estimate ... --json`) once per distinct command and
+// Runs the estimator (`<python> -m coloader.estimator ... --json`) once per distinct command and
 // fills memory_mib of every `auto` job and sm_activity (SmSource::kEstimated) of every job that
 // has a model but states no sm_activity. Only an `auto` job's memory makes a failure an error (it
 // names the job and says what failed and what to do); a job that wanted only its SM activity keeps

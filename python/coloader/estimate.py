@@ -1,8 +1,8 @@
 """The estimator's old module path, kept for callers from before it became the package
-coloader.estimator: `python3 -m coloader.estimate ...` runs `python3 -m coloader.estimator ...`
-(the planner runs this name: placement/estimate_jobs.cc), and `from coloader.estimate import
-estimate, estimate_module` still works. New code uses coloader.estimator; the estimator's
-internals are in coloader.estimator.core. Importing coloader does not import this module.
+coloader.estimator: `python3 -m coloader.estimate ...` runs `python3 -m coloader.estimator ...`,
+and `from coloader.estimate import estimate, estimate_module` still works. New code uses
+coloader.estimator; the estimator's internals are in coloader.estimator.core. Importing coloader
+does not import this module.
 """
 
 import sys

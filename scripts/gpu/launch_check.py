@@ -22,8 +22,8 @@ import threading
 import time
 
 # When the estimator is not installed, "auto" jobs get these stated figures instead (MiB at
-# peak, nvidia-smi's view; a rough allowance for ResNet-18). The check runs the module path the
-# planner runs, `python -m coloader.estimate`, which forwards to coloader.estimator.
+# peak, nvidia-smi's view; a rough allowance for ResNet-18). The check runs the module the
+# planner runs, `python -m coloader.estimator`.
 FALLBACK_MIB = {
     ("torchvision:resnet18", 128, "fp32"): 6000,
     ("torchvision:resnet18", 64, "fp32"): 4000,
@@ -75,7 +75,7 @@ def main():
     notes = []
 
     jobs_path = args.jobs
-    est = subprocess.run([sys.executable, "-m", "coloader.estimate", "--help"], capture_output=True, text=True)
+    est = subprocess.run([sys.executable, "-m", "coloader.estimator", "--help"], capture_output=True, text=True)
     if est.returncode != 0:
         spec = json.load(open(jobs_path))
         for job in spec["jobs"]:
@@ -86,7 +86,7 @@ def main():
         json.dump(spec, open(jobs_path, "w"), indent=1)
         notes.append("estimator not installed: memory from FALLBACK_MIB in scripts/gpu/launch_check.py")
     else:
-        notes.append("memory from the estimator (python -m coloader.estimate)")
+        notes.append("memory from the estimator (python -m coloader.estimator)")
 
     plan = subprocess.run([args.binary, "plan", jobs_path, "--json", "--python", sys.executable],
                           capture_output=True, text=True)

@@ -72,7 +72,7 @@ TEST(JobsFile, SamePipelineKeySharesWhateverTheSpelling) {
   EXPECT_EQ(set.pipelines.size(), 3u);
   EXPECT_TRUE(set.jobs[3].memory_auto);
   EXPECT_EQ(EstimatorCommand(set.jobs[3], set.pipelines[set.jobs[3].pipeline], "py"),
-            (std::vector<std::string>{"py", "-m", "coloader.estimate", "--model", "torchvision:resnet18", "--batch-size",
+            (std::vector<std::string>{"py", "-m", "coloader.estimator", "--model", "torchvision:resnet18", "--batch-size",
                                       "64", "--optimizer", "sgd", "--precision", "fp32", "--image-size", "224",
                                       "--json"}));
   // 6 slots (window 4 + 2 spare) of 256 x 3 x 224 x 224 float32.
@@ -766,9 +766,10 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
   EXPECT_NE(missing.message().find("job \"r50\""), std::string::npos) << missing.message();
   // A stand-in estimator module with the documented interface: argv in, one JSON object out.
   testing::TempDir dir;
-  std::filesystem::create_directories(dir.path() + "/coloader");
+  std::filesystem::create_directories(dir.path() + "/coloader/estimator");
   testing::WriteFile(dir.path() + "/coloader/__init__.py", "");
-  testing::WriteFile(dir.path() + "/coloader/estimate.py",
+  testing::WriteFile(dir.path() + "/coloader/estimator/__init__.py", "");
+  testing::WriteFile(dir.path() + "/coloader/estimator/__main__.py",
                      "import json, sys\n"
                      "a = sys.argv[1:]\n"
                      "assert a[a.index('--precision') + 1] == 'bf16-amp' and '--json' in a\n"
@@ -796,9 +797,10 @@ TEST(Planner, AutoMemoryRunsTheEstimatorAndNamesTheJobWhenItFails) {
 // an optimizer other than sgd, adam or adamw is refused (exit 2) as the real one refuses it.
 // Every run appends its model to <dir>/runs.
 void WriteStandInEstimator(const std::string& dir) {
-  std::filesystem::create_directories(dir + "/coloader");
+  std::filesystem::create_directories(dir + "/coloader/estimator");
   testing::WriteFile(dir + "/coloader/__init__.py", "");
-  testing::WriteFile(dir + "/coloader/estimate.py",
+  testing::WriteFile(dir + "/coloader/estimator/__init__.py", "");
+  testing::WriteFile(dir + "/coloader/estimator/__main__.py",
                      "import json, sys\n"
                      "a = sys.argv[1:]\n"
                      "m = a[a.index('--model') + 1].split(':')[1]\n"
