@@ -21,6 +21,7 @@ packages+=(libspng-dev)  # PNG decoding (pipeline/decode/decode_png.cc)
 packages+=(libwebp-dev)  # WebP decoding (pipeline/decode/decode_webp.cc)
 packages+=(libcurl4-openssl-dev)  # http(s):// shards (pipeline/source/shard_fetch.cc: the header; libcurl is dlopened)
 packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode/decode_tiff.cc)
+packages+=(unzip python3-pip python3-venv)  # nvJPEG's header from PyPI (below); build_wheel.sh's venv and checks
 packages+=(zlib1g-dev)  # .tar.gz shards (pipeline/source/shard_fetch.cc)
 packages+=(python3-venv)  # scripts/build_wheel.sh's build venv and the wheel's fresh-venv test
 packages+=(python3-yaml)  # python/tests/test_kubernetes_example.py parses the Kubernetes sketch
