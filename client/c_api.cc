@@ -144,13 +144,11 @@ int coloader_consumer_open_wait(coloader_consumer* c, int32_t wait_ms) {
     if (c == nullptr) return NullArgument(kWhat, "consumer");
     if (c->impl) return COLOADER_OK;
     if (!c->connecting) return SetError(COLOADER_E_INVALID, "this consumer's connection attempt has ended in an error");
-    auto done = c->connecting->Finish(wait_ms < 0 ? 0 : wait_ms);
-    if (!done.ok()) {
-      if (done.status().code() != coloader::StatusCode::kAgain) c->connecting.reset();
-      return Fail(done.status());
-    }
-    c->connecting.reset();
-    c->impl = std::move(*done);
+    auto done = c->connecting->Finish(std::max(wait_ms, 0));
+    if (done.ok() && !done->ready()) return COLOADER_AGAIN;
+    c->connecting.reset();  // over, either way
+    if (!done.ok()) return Fail(done.status());
+    c->impl = **std::move(done);
     return COLOADER_OK;
   });
 }
@@ -160,9 +158,10 @@ namespace {
 int NextEpoch(const char* what, coloader_consumer* c, int wait_ms) {
   return Guard(what, [&]() -> int {
     if (c == nullptr || !c->impl) return NullArgument(what, "consumer");
-    auto more = c->impl->NextEpoch(wait_ms);
+    auto more = c->impl->NextEpoch(wait_ms);  // < 0: no bound
     if (!more.ok()) return Fail(more.status());
-    return *more ? COLOADER_OK : COLOADER_END;
+    if (!more->ready()) return COLOADER_AGAIN;
+    return **more ? COLOADER_OK : COLOADER_END;
   });
 }
 
@@ -171,11 +170,13 @@ int NextBatch(const char* what, coloader_consumer* c, void* stream, int wait_ms,
     if (out == nullptr) return NullArgument(what, "out");
     *out = nullptr;
     if (c == nullptr || !c->impl) return NullArgument(what, "consumer");
-    auto next = c->impl->Next(stream, wait_ms);
+    auto next = c->impl->Next(stream, wait_ms);  // < 0: no bound
     if (!next.ok()) return Fail(next.status());
-    if (!next->has_value()) return COLOADER_END;
+    if (!next->ready()) return COLOADER_AGAIN;
+    std::optional<coloader::Batch> batch = **std::move(next);
+    if (!batch) return COLOADER_END;
     // If this allocation throws, the Batch is destroyed on unwinding: its lease is acked.
-    *out = new coloader_batch(std::move(**next));
+    *out = new coloader_batch(std::move(*batch));
     return COLOADER_OK;
   });
 }

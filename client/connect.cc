@@ -89,18 +89,19 @@ class Handshake {
     return Dial();
   }
 
-  // Moves on for at most `wait_ms` (-1: to the end): the consumer, or Status kAgain.
-  Result<std::unique_ptr<Consumer>> Step(int wait_ms) {
+  // Moves on for at most `wait_ms` (-1: to the end): the consumer, or kNotYet.
+  Result<Waited<std::unique_ptr<Consumer>>> Step(int wait_ms) {
     const Clock::time_point slice_end =
         wait_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(wait_ms);
     if (!dialed_) {
       COLOADER_ASSIGN_OR_RETURN(bool live, Locate(slice_end));
-      if (!live) return Status::Again();
+      if (!live) return kNotYet;
       COLOADER_RETURN_NOT_OK(Dial());
     }
     COLOADER_ASSIGN_OR_RETURN(std::optional<zmq::message_t> reply, AwaitReply(slice_end));
-    if (!reply) return Status::Again();
-    return Adopt(*reply);
+    if (!reply) return kNotYet;
+    COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Consumer> consumer, Adopt(*reply));
+    return consumer;
   }
 
  private:
@@ -425,11 +426,18 @@ class Handshake {
 Connecting::Connecting(std::unique_ptr<internal::Handshake> h) : handshake_(std::move(h)) {}
 Connecting::~Connecting() = default;
 
-Result<std::unique_ptr<Consumer>> Connecting::Finish(int wait_ms) {
+Result<Waited<std::unique_ptr<Consumer>>> Connecting::Finish(int wait_ms) {
   if (!handshake_) return Status::Invalid("this connection attempt has ended");
-  Result<std::unique_ptr<Consumer>> r = handshake_->Step(wait_ms);
-  if (r.ok() || r.status().code() != StatusCode::kAgain) handshake_.reset();  // over, either way
+  Result<Waited<std::unique_ptr<Consumer>>> r = handshake_->Step(wait_ms);
+  if (!r.ok() || r->ready()) handshake_.reset();  // over, either way
   return r;
+}
+
+Result<std::unique_ptr<Consumer>> Connecting::Finish() {
+  if (!handshake_) return Status::Invalid("this connection attempt has ended");
+  Result<Waited<std::unique_ptr<Consumer>>> r = handshake_->Step(-1);
+  handshake_.reset();
+  return internal::Outcome(std::move(r));
 }
 
 Result<std::unique_ptr<Connecting>> Consumer::Start(ConsumerOptions opts) {
@@ -455,6 +463,6 @@ Result<std::unique_ptr<Connecting>> Consumer::Start(ConsumerOptions opts) {
 
 Result<std::unique_ptr<Consumer>> Consumer::Connect(ConsumerOptions opts) {
   COLOADER_ASSIGN_OR_RETURN(std::unique_ptr<Connecting> c, Start(std::move(opts)));
-  return c->Finish(-1);
+  return c->Finish();
 }
 }  // namespace coloader

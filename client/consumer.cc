@@ -16,7 +16,7 @@ Clock::time_point SliceEnd(int wait_ms) {
 
 }  // namespace
 
-Result<std::optional<BatchAnnouncement>> Cursor::Take(Clock::time_point slice_end) {
+Result<Waited<std::optional<BatchAnnouncement>>> Cursor::Take(Clock::time_point slice_end) {
   if (pending_) {
     std::optional<BatchAnnouncement> a = pending_;
     pending_.reset();
@@ -41,7 +41,8 @@ Result<std::optional<BatchAnnouncement>> Cursor::Take(Clock::time_point slice_en
         if (s.mailbox && !s.mailbox->Empty() && s.mailbox->Owned(id)) continue;
         lock.unlock();
         wait_since_ns_ = 0;
-        return Ending();
+        COLOADER_ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> last, Ending());
+        return last;
       }
     }
     if (a) {
@@ -58,7 +59,8 @@ Result<std::optional<BatchAnnouncement>> Cursor::Take(Clock::time_point slice_en
         continue;
       return Status::Detached(s.Who() + " gave this consumer's mailbox to another: it was detached");
     }
-    COLOADER_RETURN_NOT_OK(WaitOver(slice_end));
+    COLOADER_ASSIGN_OR_RETURN(const bool go_on, WaitOver(slice_end));
+    if (!go_on) return kNotYet;
     // At most 100 ms at a time: the I/O thread rings on any change, this only bounds the wait.
     Clock::time_point until = std::min(slice_end, Clock::now() + std::chrono::milliseconds(100));
     if (s.opts.timeout_ms > 0) {
@@ -75,7 +77,7 @@ Result<std::optional<BatchAnnouncement>> Cursor::Take(Clock::time_point slice_en
   }
 }
 
-Status Cursor::WaitOver(Clock::time_point slice_end) {
+Result<bool> Cursor::WaitOver(Clock::time_point slice_end) {
   const ConsumerOptions& o = state_->opts;
   const uint64_t now = MonotonicNs();
   if (wait_since_ns_ == 0) wait_since_ns_ = now;
@@ -89,8 +91,7 @@ Status Cursor::WaitOver(Clock::time_point slice_end) {
     return Status::Timeout("no batch from " + state_->Who() + " within " + std::to_string(o.timeout_ms) +
                            " ms (timeout): " + ExplainWait());
   }
-  if (Clock::now() >= slice_end) return Status::Again();
-  return Status::OK();
+  return Clock::now() < slice_end;
 }
 
 Status Cursor::StreamStopped(Status st) {
@@ -110,14 +111,16 @@ Status Cursor::StreamStopped(Status st) {
                               "STATE resumes a checkpointed job) and reconnect");
 }
 
-Status Cursor::SkipRestOfEpoch(Clock::time_point slice_end) {
+Result<bool> Cursor::SkipRestOfEpoch(Clock::time_point slice_end) {
   // Called when the user starts a new epoch before this one ended: the rest is released
   // unread, as a new iter() over a DataLoader abandons the old one. A group member whose
   // share ended before the stream's epoch did passes (and acks) the rest the same way.
   while (!epoch_ended_ || (split_mode() && !stream_epoch_done_)) {
     if (current_ && (current_->a.flags & kBatchLastInEpoch)) break;
     current_.reset();
-    COLOADER_ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
+    COLOADER_ASSIGN_OR_RETURN(Waited<std::optional<BatchAnnouncement>> taken, Take(slice_end));
+    if (!taken.ready()) return false;
+    std::optional<BatchAnnouncement> a = *std::move(taken);
     if (!a) {
       stream_ended_ = true;
       break;
@@ -131,7 +134,7 @@ Status Cursor::SkipRestOfEpoch(Clock::time_point slice_end) {
   current_.reset();
   epoch_ended_ = true;
   stream_epoch_done_ = true;
-  return Status::OK();
+  return true;
 }
 
 Status Cursor::Attach() {
@@ -144,7 +147,7 @@ Status Cursor::Attach() {
   return Status::OK();
 }
 
-Result<bool> Cursor::NextEpoch(int wait_ms) {
+Result<Waited<bool>> Cursor::NextEpoch(int wait_ms) {
   if (!state_ || !state_->io.joinable()) return Status::Invalid("the consumer is closed");
   COLOADER_RETURN_NOT_OK(Attach());
   if (!stopped_.ok()) return StreamStopped(stopped_);
@@ -154,14 +157,23 @@ Result<bool> Cursor::NextEpoch(int wait_ms) {
   // rather than let its samples open the next one.
   gathering_.clear();
   assembling_.reset();
-  if (in_epoch_ && (!epoch_ended_ || (split_mode() && !stream_epoch_done_)))
-    COLOADER_RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
+  // Passes the rest of the epoch being left (if any); false when the wait ended first.
+  auto skip_rest = [&]() -> Result<bool> {
+    Result<bool> skipped = SkipRestOfEpoch(slice_end);
+    if (!skipped.ok()) return StreamStopped(skipped.status());
+    return skipped;
+  };
+  if (in_epoch_ && (!epoch_ended_ || (split_mode() && !stream_epoch_done_))) {
+    COLOADER_ASSIGN_OR_RETURN(const bool skipped, skip_rest());
+    if (!skipped) return kNotYet;
+  }
   current_.reset();
   for (;;) {
     if (stream_ended_) return false;
-    Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
+    Result<Waited<std::optional<BatchAnnouncement>>> taken = Take(slice_end);
     if (!taken.ok()) return StreamStopped(taken.status());
-    std::optional<BatchAnnouncement> a = std::move(*taken);
+    if (!taken->ready()) return kNotYet;
+    std::optional<BatchAnnouncement> a = **std::move(taken);
     if (!a) {
       stream_ended_ = true;
       return false;
@@ -177,16 +189,17 @@ Result<bool> Cursor::NextEpoch(int wait_ms) {
     if (take) return true;
     // A resume passes over this epoch whole (the saved one is still to come, or is gone).
     stream_epoch_done_ = false;
-    COLOADER_RETURN_NOT_OK(StreamStopped(SkipRestOfEpoch(slice_end)));
+    COLOADER_ASSIGN_OR_RETURN(const bool skipped, skip_rest());
+    if (!skipped) return kNotYet;
     current_.reset();
   }
 }
 
-Result<std::optional<Batch>> Cursor::Next(void* stream, int wait_ms) {
+Result<Waited<std::optional<Batch>>> Cursor::Next(void* stream, int wait_ms) {
   if (!state_->io.joinable()) return Status::Invalid("the consumer is closed");
   if (!in_epoch_) return Status::Invalid("call NextEpoch() before Next()");
   const Clock::time_point slice_end = SliceEnd(wait_ms);
-  Result<std::optional<Batch>> next = split_mode() ? NextInGroup(stream, slice_end) : NextSliced(stream, slice_end);
+  Result<Waited<std::optional<Batch>>> next = split_mode() ? NextInGroup(stream, slice_end) : NextSliced(stream, slice_end);
   if (!next.ok()) return StreamStopped(next.status());
   return next;
 }
@@ -207,8 +220,12 @@ uint64_t Cursor::size() const {
 Consumer::Consumer(std::unique_ptr<Cursor> cursor) : cursor_(std::move(cursor)) {}
 Consumer::~Consumer() = default;  // the cursor says goodbye
 void Consumer::Close() { cursor_->Close(); }
-Result<bool> Consumer::NextEpoch(int wait_ms) { return cursor_->NextEpoch(wait_ms); }
-Result<std::optional<Batch>> Consumer::Next(void* stream, int wait_ms) { return cursor_->Next(stream, wait_ms); }
+Result<bool> Consumer::NextEpoch() { return internal::Outcome(cursor_->NextEpoch(-1)); }
+Result<Waited<bool>> Consumer::NextEpoch(int wait_ms) { return cursor_->NextEpoch(wait_ms); }
+Result<std::optional<Batch>> Consumer::Next(void* stream) { return internal::Outcome(cursor_->Next(stream, -1)); }
+Result<Waited<std::optional<Batch>>> Consumer::Next(void* stream, int wait_ms) {
+  return cursor_->Next(stream, wait_ms);
+}
 Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   return cursor_->Resume(epoch, begin, samples);
 }

@@ -26,9 +26,10 @@
 // Threads: Connect/NextEpoch/Next are for one thread; a background thread owns the socket,
 // sends acks and heartbeats, and watches the producer.
 //
-// Waiting: NextEpoch and Next take an optional wait_ms: the call then returns Status kAgain
-// when that much passed without an outcome (the overall timeout_ms still runs from the first
-// call), and the next call goes on where it stopped: a caller can check for Ctrl-C between.
+// Waiting: NextEpoch, Next and Connecting::Finish have forms that take a wait_ms: they give a
+// Waited<T> (common/status.h), kNotYet when that much passed without an outcome (the overall
+// timeout_ms still runs from the first call), and the next call goes on where it stopped: a
+// caller can check for Ctrl-C between.
 #pragma once
 
 #include <cstdint>
@@ -201,10 +202,11 @@ class Connecting {
   ~Connecting();
   Connecting(const Connecting&) = delete;
   Connecting& operator=(const Connecting&) = delete;
-  // Goes on for at most wait_ms (-1: until it ends): the consumer, Status kAgain when not done
-  // yet (call again), or why it failed (the producer did not come within wait_for_producer_ms,
-  // did not answer within connect_timeout_ms, refused this consumer, ...).
-  Result<std::unique_ptr<Consumer>> Finish(int wait_ms = -1);
+  // Goes on until it ends: the consumer, or why it failed (the producer did not come within
+  // wait_for_producer_ms, did not answer within connect_timeout_ms, refused this consumer, ...).
+  Result<std::unique_ptr<Consumer>> Finish();
+  // The same for at most wait_ms: kNotYet when not done yet (call again); wait_ms < 0: no bound.
+  Result<Waited<std::unique_ptr<Consumer>>> Finish(int wait_ms);
 
  private:
   friend class Consumer;
@@ -226,12 +228,17 @@ class Consumer {
   // every epoch (finished() is then true). An error when the producer stopped, was killed or
   // crashed before that (kDisconnected, saying how and where the stream stopped), detached this
   // consumer (kDetached) or broke the protocol. The first call attaches the consumer.
-  Result<bool> NextEpoch(int wait_ms = -1);
+  Result<bool> NextEpoch();
+  // The same, waiting at most wait_ms: kNotYet when that passed first (call again); wait_ms < 0:
+  // no bound (never kNotYet).
+  Result<Waited<bool>> NextEpoch(int wait_ms);
   // The next batch of the current epoch, or nullopt at its end. On the device path, `stream`
   // (a cudaStream_t; nullptr is the default stream) is made to wait for the batch, and the
   // batch's release is ordered after the work enqueued on it by then. A stream cut short by
   // the producer's stop is an error after the last batch it delivered (partial() is then true).
-  Result<std::optional<Batch>> Next(void* stream = nullptr, int wait_ms = -1);
+  Result<std::optional<Batch>> Next(void* stream = nullptr);
+  // The same, waiting at most wait_ms, as NextEpoch(wait_ms).
+  Result<Waited<std::optional<Batch>>> Next(void* stream, int wait_ms);
   // The producer served every epoch it was started for (the stream ended; NextEpoch is false).
   bool finished() const;
 

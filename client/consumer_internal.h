@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -254,6 +256,14 @@ struct PadSample {
   uint32_t device_slot = 0;
 };
 
+// The outcome of a wait without a bound (wait_ms < 0), which is never kNotYet.
+template <typename T>
+Result<T> Outcome(Result<Waited<T>> r) {
+  if (!r.ok()) return r.status();
+  assert(r->ready() && "a wait without a bound ended without an outcome");
+  return **std::move(r);
+}
+
 // A connected consumer's whole state behind the public Consumer (consumer.h): the shared state
 // (ConsumerState, which the I/O thread and batches' deleters hold too) and the iteration cursor,
 // touched only by the thread that calls NextEpoch/Next. Its methods are Consumer's, and the
@@ -266,8 +276,9 @@ class Cursor {
   Cursor& operator=(const Cursor&) = delete;
 
   // Consumer's methods (consumer.h says what each does).
-  Result<bool> NextEpoch(int wait_ms);
-  Result<std::optional<Batch>> Next(void* stream, int wait_ms);
+  // wait_ms < 0: until an outcome (never kNotYet).
+  Result<Waited<bool>> NextEpoch(int wait_ms);
+  Result<Waited<std::optional<Batch>>> Next(void* stream, int wait_ms);
   Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples);
   void Close();
   bool finished() const { return finished_; }
@@ -286,11 +297,11 @@ class Cursor {
 
  private:
   // The next announcement (a pushed-back one first); nullopt at the end of the stream (the
-  // producer served every epoch). Waits until `slice_end` at most (Status kAgain then).
-  Result<std::optional<BatchAnnouncement>> Take(std::chrono::steady_clock::time_point slice_end);
-  // What ends a wait that found nothing: Again before the overall timeout, else the Timeout
-  // (naming who holds the producer back), or a group found incomplete.
-  Status WaitOver(std::chrono::steady_clock::time_point slice_end);
+  // producer served every epoch). Waits until `slice_end` at most (kNotYet then).
+  Result<Waited<std::optional<BatchAnnouncement>>> Take(std::chrono::steady_clock::time_point slice_end);
+  // Whether a wait that found nothing goes on: false once `slice_end` passed; the Timeout
+  // (naming who holds the producer back) after the overall timeout, or a group found incomplete.
+  Result<bool> WaitOver(std::chrono::steady_clock::time_point slice_end);
   // `st`, about the producer's end, with where this consumer's stream stopped.
   Status StreamStopped(Status st);
   // How a stream with nothing left to take ends (waiting.cc): the producer's End or goodbye.
@@ -310,7 +321,8 @@ class Cursor {
                                        uint32_t count, void* stream);
   // Every consumer batch is copied out of the ring at once (the device path without zero_copy).
   bool copies_every_batch() const;
-  Status SkipRestOfEpoch(std::chrono::steady_clock::time_point slice_end);
+  // Passes the rest of the epoch unread: true when done, false when `slice_end` came first.
+  Result<bool> SkipRestOfEpoch(std::chrono::steady_clock::time_point slice_end);
   // Copies `pieces` into `gathered` (created for the batch size on first use) and lets go of
   // their slots.
   Status Spill(std::vector<Piece>& pieces, std::optional<Batch>& gathered, void* stream);
@@ -318,15 +330,16 @@ class Cursor {
   // Groups (group.cc). Plans the epoch's split from its first announcement `a`, applying a
   // pending resume; false when this epoch is to be skipped whole (by a resume).
   Result<bool> StartSplit(const BatchAnnouncement& a);
-  Result<std::optional<Batch>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
+  Result<Waited<std::optional<Batch>>> NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end);
   // The cursor's next slot of this epoch (current_, offset_ 0); false at the epoch's end (or the
   // stream's, or its stop when `have_samples` are gathered already: stopped_ says it next).
-  Result<bool> NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples);
+  Result<Waited<bool>> NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples);
   // The plain consumer's: slices producer batches to the consumer's batch size.
-  Result<std::optional<Batch>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
+  Result<Waited<std::optional<Batch>>> NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end);
   // Moves the stream cursor up to position `upto`, taking the samples from `take_from` on into
-  // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes.
-  Status Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces,
+  // `pieces` (nullptr: taking none) and keeping copies of padding positions it passes: true
+  // when there, false when `slice_end` came first.
+  Result<bool> Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces,
                  std::optional<Batch>* gathered, void* stream, std::chrono::steady_clock::time_point slice_end);
   Status Stash(uint32_t from, uint32_t n, void* stream);
   Status AppendPadding(Batch& b, void* stream);

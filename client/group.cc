@@ -148,25 +148,27 @@ Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
   return Status::OK();
 }
 
-Status Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
+Result<bool> Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces, std::optional<Batch>* gathered,
                          void* stream, std::chrono::steady_clock::time_point slice_end) {
   for (;;) {
     if (!current_ || offset_ == current_->a.count) {
       if (current_ && (current_->a.flags & kBatchLastInEpoch)) {
         stream_epoch_done_ = true;
-        return Status::OK();
+        return true;
       }
       current_.reset();
-      COLOADER_ASSIGN_OR_RETURN(std::optional<BatchAnnouncement> a, Take(slice_end));
+      COLOADER_ASSIGN_OR_RETURN(Waited<std::optional<BatchAnnouncement>> taken, Take(slice_end));
+      if (!taken.ready()) return false;
+      std::optional<BatchAnnouncement> a = *std::move(taken);
       if (!a) {  // the producer served every epoch
         stream_ended_ = true;
         stream_epoch_done_ = true;
-        return Status::OK();
+        return true;
       }
       if (a->epoch != epoch_) {  // this epoch was cut short (a skip): the next one begins
         pending_ = a;
         stream_epoch_done_ = true;
-        return Status::OK();
+        return true;
       }
       COLOADER_ASSIGN_OR_RETURN(current_, OpenSlot(*a));
       offset_ = 0;
@@ -174,7 +176,7 @@ Status Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pi
     }
     // Positions within a batch are consecutive; skipped bad files leave a gap at its end.
     const uint64_t pos = current_->a.first + offset_;
-    if (pos >= upto) return Status::OK();
+    if (pos >= upto) return true;
     uint64_t n = std::min<uint64_t>(current_->a.count - offset_, upto - pos);
     const bool take = pieces != nullptr && pos >= take_from;
     if (pieces != nullptr && pos < take_from) n = std::min<uint64_t>(n, take_from - pos);
@@ -237,7 +239,8 @@ Status Cursor::AppendPadding(Batch& b, void* stream) {
   return Status::OK();
 }
 
-Result<std::optional<Batch>> Cursor::NextInGroup(void* stream, std::chrono::steady_clock::time_point slice_end) {
+Result<Waited<std::optional<Batch>>> Cursor::NextInGroup(void* stream,
+                                                         std::chrono::steady_clock::time_point slice_end) {
   if (epoch_ended_ || group_batch_ >= plan_.batches) {
     epoch_ended_ = true;
     return std::optional<Batch>();
@@ -247,25 +250,40 @@ Result<std::optional<Batch>> Cursor::NextInGroup(void* stream, std::chrono::stea
   gathering_.clear();
   std::optional<Batch> gathered = std::move(assembling_);
   assembling_.reset();
-  auto keep = [&](Status st) {
+  // Keeps what was gathered for the next call (an error or the wait's end interrupted it).
+  auto keep = [&]() {
     gathering_ = std::move(pieces);
     assembling_ = std::move(gathered);
-    return st;
+  };
+  auto advance = [&](uint64_t upto, uint64_t take_from, bool taking) -> Result<bool> {
+    Result<bool> there = taking ? Advance(upto, take_from, &pieces, &gathered, stream, slice_end)
+                                : Advance(upto, take_from, nullptr, nullptr, stream, slice_end);
+    if (!there.ok() || !*there) keep();
+    return there;
   };
   const std::vector<Segment> segs = BatchSegments(split_, plan_, group_batch_);
   const bool last = group_batch_ + 1 == plan_.batches;
   const size_t from_stream = segs.size() - (last ? padding_.size() : 0);
-  for (size_t i = 0; i < from_stream && !stream_epoch_done_; ++i)
-    if (Status st = Advance(segs[i].end, segs[i].begin, &pieces, &gathered, stream, slice_end); !st.ok())
-      return keep(st);
+  for (size_t i = 0; i < from_stream && !stream_epoch_done_; ++i) {
+    COLOADER_ASSIGN_OR_RETURN(const bool there, advance(segs[i].end, segs[i].begin, true));
+    if (!there) return kNotYet;
+  }
   if (last && !padding_.empty()) {
     // Padding lies in the last round: pass it (keeping copies) before the batch is complete.
     uint64_t upto = 0;
     for (const Segment& seg : padding_) upto = std::max(upto, seg.end);
-    if (!stream_epoch_done_)
-      if (Status st = Advance(upto, upto, nullptr, nullptr, stream, slice_end); !st.ok()) return keep(st);
-    if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
-    if (Status st = AppendPadding(*gathered, stream); !st.ok()) return keep(st);
+    if (!stream_epoch_done_) {
+      COLOADER_ASSIGN_OR_RETURN(const bool there, advance(upto, upto, false));
+      if (!there) return kNotYet;
+    }
+    if (Status st = Spill(pieces, gathered, stream); !st.ok()) {
+      keep();
+      return st;
+    }
+    if (Status st = AppendPadding(*gathered, stream); !st.ok()) {
+      keep();
+      return st;
+    }
   }
   ++group_batch_;
   if (group_batch_ == plan_.batches) {
@@ -283,7 +301,8 @@ Result<std::optional<Batch>> Cursor::NextInGroup(void* stream, std::chrono::stea
     return std::optional<Batch>();
   }
   samples_seen_ += collected;
-  return Deliver(pieces, gathered, collected, stream);
+  COLOADER_ASSIGN_OR_RETURN(std::optional<Batch> batch, Deliver(pieces, gathered, collected, stream));
+  return batch;
 }
 
 Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {

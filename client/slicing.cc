@@ -151,10 +151,10 @@ Result<std::optional<Batch>> Cursor::Deliver(std::vector<internal::Piece>& piece
   return std::optional<Batch>(std::move(b));
 }
 
-Result<bool> Cursor::NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples) {
+Result<Waited<bool>> Cursor::NextSlot(std::chrono::steady_clock::time_point slice_end, bool have_samples) {
   if (current_ && (current_->a.flags & kBatchLastInEpoch)) return false;
   current_.reset();
-  Result<std::optional<BatchAnnouncement>> taken = Take(slice_end);
+  Result<Waited<std::optional<BatchAnnouncement>>> taken = Take(slice_end);
   if (!taken.ok() && taken.status().code() == StatusCode::kDisconnected && have_samples) {
     // The producer stopped with a batch half gathered: what came is delivered, and the next
     // call says how the stream ended (the epoch was cut).
@@ -163,7 +163,8 @@ Result<bool> Cursor::NextSlot(std::chrono::steady_clock::time_point slice_end, b
     return false;
   }
   if (!taken.ok()) return taken.status();
-  std::optional<BatchAnnouncement> a = std::move(*taken);
+  if (!taken->ready()) return kNotYet;
+  std::optional<BatchAnnouncement> a = **std::move(taken);
   if (!a) {  // the producer served every epoch: this epoch ends here
     stream_ended_ = true;
     return false;
@@ -177,7 +178,8 @@ Result<bool> Cursor::NextSlot(std::chrono::steady_clock::time_point slice_end, b
   return true;
 }
 
-Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::steady_clock::time_point slice_end) {
+Result<Waited<std::optional<Batch>>> Cursor::NextSliced(void* stream,
+                                                        std::chrono::steady_clock::time_point slice_end) {
   if (!stopped_.ok()) return stopped_;
   if (epoch_ended_) return std::optional<Batch>();
   const uint32_t want = state_->opts.batch_size;
@@ -192,17 +194,21 @@ Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::stead
   assembling_.reset();
   uint32_t collected = gathered ? gathered->count_ : 0;
   for (const Piece& p : pieces) collected += p.count;
-  auto keep = [&](Status st) {
+  // Keeps what was gathered for the next call (an error or the wait's end interrupted it).
+  auto keep = [&]() {
     gathering_ = std::move(pieces);
     assembling_ = std::move(gathered);
-    return st;
   };
   bool last = false;
   while (collected < want) {
     if (!current_ || offset_ == current_->a.count) {
-      Result<bool> more = NextSlot(slice_end, collected > 0);
-      if (!more.ok()) return keep(more.status());
-      if (!*more) {
+      Result<Waited<bool>> more = NextSlot(slice_end, collected > 0);
+      if (!more.ok() || !more->ready()) {
+        keep();
+        if (!more.ok()) return more.status();
+        return kNotYet;
+      }
+      if (!**more) {
         last = true;
         break;
       }
@@ -210,7 +216,10 @@ Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::stead
     const uint32_t take = std::min(want - collected, current_->a.count - offset_);
     if (take > 0 && state_->mapper && !(current_->waited && current_->waited_stream == stream)) {
       // Every stream that reads the slot waits for the producer's work on it first.
-      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) return keep(st);
+      if (Status st = state_->mapper->StreamWaitSlot(current_->a.slot, stream); !st.ok()) {
+        keep();
+        return st;
+      }
       current_->waited = true;
       current_->waited_stream = stream;
     }
@@ -219,7 +228,10 @@ Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::stead
       current_->stream = stream;  // its release is ordered after this stream's reads
       current_->on_stream = true;
       if (pieces.size() > 1 || gathered || copies_every_batch()) {
-        if (Status st = Spill(pieces, gathered, stream); !st.ok()) return keep(st);
+        if (Status st = Spill(pieces, gathered, stream); !st.ok()) {
+          keep();
+          return st;
+        }
       }
     }
     offset_ += take;
@@ -240,6 +252,7 @@ Result<std::optional<Batch>> Cursor::NextSliced(void* stream, std::chrono::stead
     epoch_ended_ = true;
     return std::optional<Batch>();  // a partly gathered batch gives its buffer back
   }
-  return Deliver(pieces, gathered, collected, stream);
+  COLOADER_ASSIGN_OR_RETURN(std::optional<Batch> batch, Deliver(pieces, gathered, collected, stream));
+  return batch;
 }
 }  // namespace coloader

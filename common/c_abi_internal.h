@@ -60,8 +60,6 @@ inline int CodeFor(StatusCode code) {
     case StatusCode::kCancelled: return COLOADER_E_DISCONNECTED;
     case StatusCode::kGroupBroken: return COLOADER_E_GROUP_BROKEN;
     case StatusCode::kDetached: return COLOADER_E_DETACHED;
-    case StatusCode::kAgain: return COLOADER_AGAIN;
-    case StatusCode::kEnded: return COLOADER_END;
     case StatusCode::kInternal: return COLOADER_E_INTERNAL;
   }
   return COLOADER_E_INTERNAL;

@@ -17,8 +17,6 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kGroupBroken: return "group broken";
     case StatusCode::kDetached: return "detached";
-    case StatusCode::kAgain: return "again";
-    case StatusCode::kEnded: return "ended";
     case StatusCode::kInternal: return "internal error";
     case StatusCode::kUnavailable: return "resource unavailable";
   }

@@ -1,11 +1,14 @@
 // The one error model of coloader: Status for operations that can fail, Result<T> for
 // operations that produce a value or fail. Errors carry a code and a message that says what
-// was wrong (with the path or value) and what to do.
+// was wrong (with the path or value) and what to do. A Status is always an error or OK:
+// outcomes that are not errors are values (a call bounded by a wait gives Waited<T>; an end of
+// epoch, stream or run is a false or an empty optional).
 #pragma once
 
 #include <cassert>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -23,8 +26,6 @@ enum class StatusCode {
   kAlreadyExists,    // a producer of this name is already running
   kCancelled,        // stopped on request (a signal)
   kGroupBroken,      // a member of this consumer's group left: the group's run is over
-  kAgain,            // not an error: a bounded wait ended before anything came; call again
-  kEnded,            // not an error: the run is over early (a producer whose consumers all left)
   kInternal,
   kUnavailable,      // the machine, not the input: out of descriptors or memory, a failing device
 };
@@ -47,8 +48,6 @@ class [[nodiscard]] Status {
   static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
   static Status GroupBroken(std::string m) { return {StatusCode::kGroupBroken, std::move(m)}; }
   static Status Detached(std::string m) { return {StatusCode::kDetached, std::move(m)}; }
-  static Status Again() { return {StatusCode::kAgain, "nothing yet"}; }
-  static Status Ended(std::string msg) { return {StatusCode::kEnded, std::move(msg)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
   // errno-based I/O error: "<what>: <strerror(errno)>".
@@ -65,10 +64,46 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// "Not yet": a wait bounded by the caller's wait_ms ended before an outcome. Not an error: the
+// caller calls again (checking for Ctrl-C between), and the work goes on where it stopped.
+struct NotYet {};
+inline constexpr NotYet kNotYet{};
+
+// The outcome of a call that waits at most as long as its caller said: the value, or kNotYet.
+//   COLOADER_ASSIGN_OR_RETURN(Waited<bool> began, consumer->NextEpoch(100));
+//   if (!began.ready()) continue;  // 100 ms passed: check for Ctrl-C, call again
+//   if (!*began) break;            // the stream is over
+template <typename T>
+class [[nodiscard]] Waited {
+ public:
+  Waited(T value) : value_(std::move(value)) {}  // NOLINT: implicit, as Result's
+  Waited(NotYet) {}                               // NOLINT
+  bool ready() const { return value_.has_value(); }
+  T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
+  T&& operator*() && { return *std::move(value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+
+ private:
+  std::optional<T> value_;
+};
+
+template <typename T>
+struct IsWaited : std::false_type {};
+template <typename T>
+struct IsWaited<Waited<T>> : std::true_type {};
+
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, as Arrow's Result
+  // A Result<Waited<U>> takes what its Waited takes: `return kNotYet;`, `return false;`.
+  template <typename V, typename W = T,
+            std::enable_if_t<IsWaited<W>::value && !std::is_same_v<std::decay_t<V>, W> &&
+                                 !std::is_same_v<std::decay_t<V>, Status> && std::is_constructible_v<W, V&&>,
+                             int> = 0>
+  Result(V&& value) : v_(W(std::forward<V>(value))) {}  // NOLINT
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status has no value");
   }

@@ -94,8 +94,8 @@ class BatchSource {
     (void)job;
     return nullptr;
   }
-  // The run is over (finished, stopped, failed, or its consumers left): whoever waits on the
-  // source hears `why`.
+  // The run is over: whoever waits on the source hears `why`, the error that ended it (stopped,
+  // failed) or OK when it ended without one (its consumers all left).
   virtual void Stop(const Status& why) { (void)why; }
 };
 

@@ -17,7 +17,7 @@
 
 struct coloader_producer {
   std::unique_ptr<coloader::Producer> producer;
-  std::future<coloader::Status> loop;  // the session loop, on a thread of its own
+  std::future<coloader::Result<coloader::Producer::RunEnd>> loop;  // the session loop, on a thread of its own
 };
 
 using coloader::c_abi::Fail;
@@ -102,8 +102,10 @@ int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms) {
   constexpr const char* kWhat = "coloader_producer_wait";
   return Guard(kWhat, [&]() -> int {
     if (p == nullptr) return NullArgument(kWhat, "producer");
-    coloader::Status st = p->producer->external_source()->WaitForSlot(std::max(0, timeout_ms));
-    return st.ok() ? COLOADER_OK : Fail(st);
+    auto slot = p->producer->external_source()->WaitForSlot(std::max(0, timeout_ms));
+    if (!slot.ok()) return Fail(slot.status());
+    if (!slot->ready()) return COLOADER_AGAIN;
+    return **slot ? COLOADER_OK : COLOADER_END;  // false: the consumers all left
   });
 }
 
@@ -111,8 +113,9 @@ int coloader_producer_publish(coloader_producer* p, const void* const* fields, u
   constexpr const char* kWhat = "coloader_producer_publish";
   return Guard(kWhat, [&]() -> int {
     if (p == nullptr) return NullArgument(kWhat, "producer");
-    coloader::Status st = p->producer->external_source()->Publish(fields, count, indices);
-    return st.ok() ? COLOADER_OK : Fail(st);
+    coloader::Result<bool> published = p->producer->external_source()->Publish(fields, count, indices);
+    if (!published.ok()) return Fail(published.status());
+    return *published ? COLOADER_OK : COLOADER_END;  // false: the consumers all left
   });
 }
 
@@ -158,14 +161,16 @@ int coloader_producer_close(coloader_producer* p, int32_t timeout_ms) {
       owned->producer->Stop();  // consumers are told; the loop returns at once
       cut = true;
     }
-    coloader::Status st = owned->loop.get();
+    coloader::Result<coloader::Producer::RunEnd> end = owned->loop.get();
     owned->producer.reset();
-    if (cut && st.code() == coloader::StatusCode::kCancelled)
+    const coloader::StatusCode code = end.status().code();
+    if (cut && code == coloader::StatusCode::kCancelled)
       return SetError(COLOADER_E_TIMEOUT, std::string(kWhat) + ": the consumers had not released every batch after " +
                                               std::to_string(timeout_ms) + " ms; they were told the producer stopped");
-    if (st.ok() || st.code() == coloader::StatusCode::kCancelled) return COLOADER_OK;
-    // kEnded: the consumers all left (COLOADER_END, its message says how far the run got).
-    return Fail(st);
+    if (code == coloader::StatusCode::kCancelled) return COLOADER_OK;
+    if (!end.ok()) return Fail(end.status());
+    // The consumers all left (the producer's log says how far the run got).
+    return *end == coloader::Producer::RunEnd::kConsumersLeft ? COLOADER_END : COLOADER_OK;
   });
 }
 

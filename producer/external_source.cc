@@ -59,12 +59,14 @@ void ExternalSource::Stop(const Status& why) {
   cv_.notify_all();
 }
 
-Status ExternalSource::WaitForSlot(int timeout_ms) {
+Result<Waited<bool>> ExternalSource::WaitForSlot(int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   if (finished_) return Status::Invalid("the producer was finished; open a new one");
   if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [this] { return !free_.empty() || stopped_; }))
-    return Status::Again();
-  return stopped_ ? why_ : Status::OK();
+    return kNotYet;
+  if (!stopped_) return true;
+  if (!why_.ok()) return why_;
+  return false;
 }
 
 std::vector<std::unique_ptr<BatchJob>> ExternalSource::TakeCompleted() {
@@ -90,7 +92,7 @@ void ExternalSource::Complete(std::unique_ptr<BatchJob> job) {
   events_.Signal();
 }
 
-Status ExternalSource::Publish(const void* const* fields, uint32_t count, const int64_t* indices) {
+Result<bool> ExternalSource::Publish(const void* const* fields, uint32_t count, const int64_t* indices) {
   if (count == 0 || count > layout_.batch_size) {
     return Status::Invalid("a batch of " + std::to_string(count) + " samples; this producer takes 1 to " +
                            std::to_string(layout_.batch_size) + " per batch (its batch_size)");
@@ -103,7 +105,8 @@ Status ExternalSource::Publish(const void* const* fields, uint32_t count, const 
     std::unique_lock<std::mutex> lock(mu_);
     if (finished_) return Status::Invalid("the producer was finished; open a new one");
     cv_.wait(lock, [this] { return !free_.empty() || stopped_; });  // back-pressure
-    if (stopped_) return why_;
+    if (stopped_ && !why_.ok()) return why_;
+    if (stopped_) return false;
     slot = free_.front();
     free_.pop_front();
   }
@@ -124,7 +127,7 @@ Status ExternalSource::Publish(const void* const* fields, uint32_t count, const 
   position_ += count;
   if (held_) Complete(std::move(held_));
   held_ = std::move(job);
-  return Status::OK();
+  return true;
 }
 
 Status ExternalSource::EndEpoch() {

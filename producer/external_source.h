@@ -47,16 +47,19 @@ class ExternalSource : public BatchSource {
   std::vector<uint32_t> TakeReturned() override;  // slots granted, then given back by Finish
   std::vector<std::unique_ptr<BatchJob>> TakeCompleted() override;
   int event_fd() const override { return events_.fd(); }
-  // Wakes a Publish blocked on a slot; it and every later one return `why`.
+  // Wakes a Publish blocked on a slot; it and every later one return `why` (false for OK: the
+  // run ended without an error).
   void Stop(const Status& why) override;
 
   // Caller's thread.
-  // Waits at most `timeout_ms` until Publish would not block: OK, kAgain when the time passed,
-  // the stop's reason when the producer stopped (kEnded: its consumers all left).
-  Status WaitForSlot(int timeout_ms);
+  // Waits at most `timeout_ms` until Publish would not block: true then; false when the run
+  // is over without an error (its consumers all left); kNotYet when the time passed; the
+  // error that stopped the producer.
+  Result<Waited<bool>> WaitForSlot(int timeout_ms);
   // Copies `count` samples of every field (fields[i]: count x its sample bytes, contiguous)
-  // into a granted slot; `indices` may be null (the samples' positions in the epoch).
-  Status Publish(const void* const* fields, uint32_t count, const int64_t* indices);
+  // into a granted slot; `indices` may be null (the samples' positions in the epoch). False,
+  // publishing nothing, when the run is over without an error (its consumers all left).
+  Result<bool> Publish(const void* const* fields, uint32_t count, const int64_t* indices);
   Status EndEpoch();
   void Finish();
   // The caller's data failed (its DataLoader raised): what was published is served, the epoch

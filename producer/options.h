@@ -91,8 +91,8 @@ struct ProducerOptions {
   // detached, with a message saying so. Only while someone else waits; 0: never.
   uint32_t stall_timeout_ms = 60000;
   // Once the first epoch has started, end the run when no consumer has been attached this
-  // long (Run() returns kEnded, naming how far it got). 0: wait for consumers forever, as
-  // `serve` does (a consumer may come back).
+  // long (Run() returns RunEnd::kConsumersLeft and logs how far it got). 0: wait for consumers
+  // forever, as `serve --forever` does (a consumer may come back).
   uint32_t alone_timeout_ms = 0;
   int progress_interval_ms = 1000;  // 0: no progress lines
 

@@ -352,7 +352,7 @@ Status Producer::Impl::ReserveHostTensors() {
   return Status::OK();
 }
 
-Status Producer::Impl::Loop() {
+Result<Producer::RunEnd> Producer::Impl::Loop() {
   last_progress_ns = MonotonicNs();
   rate_mark_ns = last_progress_ns;
   for (;;) {
@@ -379,7 +379,7 @@ Status Producer::Impl::Loop() {
       if (ring.in_use() == 0) {
         ReportProgress(MonotonicNs(), true);
         Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
-        return Status::OK();
+        return RunEnd::kDelivered;
       }
     }
     if (stop_requested.load()) {
@@ -388,7 +388,7 @@ Status Producer::Impl::Loop() {
         // Stopped while consumers still held batches of a run that was published whole: each
         // was told the stream is complete (End), so this is a delivered run, not a cut one.
         Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");
-        return Status::OK();
+        return RunEnd::kDelivered;
       }
       Shutdown(ByeReason::kStopping, std::string("the producer was asked to stop (") + stop_why.load() + ")");
       return Status::Cancelled("stopped by signal");
@@ -413,24 +413,24 @@ Status Producer::Impl::Loop() {
     DetachStalled(now);
     TrimAfterChurn();
     ReportProgress(now, false);
-    if (Status alone = CheckAlone(now); !alone.ok()) {
-      LogLine("[coloader %s] %s\n", opts.name.c_str(), alone.message().c_str());
-      source->Stop(alone);  // a caller's next publish hears it
-      Shutdown(ByeReason::kFinished, alone.message());
-      return alone;
+    if (std::optional<std::string> alone = AloneTooLong(now)) {
+      LogLine("[coloader %s] %s\n", opts.name.c_str(), alone->c_str());
+      source->Stop(Status::OK());  // no error: a caller's next publish hears the run is over
+      Shutdown(ByeReason::kFinished, *alone);
+      return RunEnd::kConsumersLeft;
     }
   }
 }
 
-Status Producer::Impl::CheckAlone(uint64_t now) {
-  if (opts.alone_timeout_ms == 0 || !started) return Status::OK();
+std::optional<std::string> Producer::Impl::AloneTooLong(uint64_t now) {
+  if (opts.alone_timeout_ms == 0 || !started) return std::nullopt;
   if (!sessions.empty()) {  // attached, or still shaking hands
     alone_since_ns = 0;
-    return Status::OK();
+    return std::nullopt;
   }
   if (alone_since_ns == 0) alone_since_ns = now;
-  if (now - alone_since_ns < uint64_t{opts.alone_timeout_ms} * 1'000'000) return Status::OK();
-  return Status::Ended("every consumer left and none came back for " + SecondsText(opts.alone_timeout_ms) +
+  if (now - alone_since_ns < uint64_t{opts.alone_timeout_ms} * 1'000'000) return std::nullopt;
+  return std::string("every consumer left and none came back for " + SecondsText(opts.alone_timeout_ms) +
                        ": the run ends early, " +
                        std::to_string(batches_published) + " batch(es) (" + std::to_string(samples_published) +
                        " samples) published" +
@@ -469,18 +469,18 @@ void Producer::Impl::Shutdown(ByeReason reason, const std::string& message) {
   sessions.clear();
 }
 
-Status Producer::Run() {
-  Status st;
+Result<Producer::RunEnd> Producer::Run() {
+  Result<RunEnd> end = Status::Internal("the loop did not run");
   try {
-    st = impl_->Loop();
+    end = impl_->Loop();
   } catch (const std::exception& e) {  // a resource failure: the caller still destroys (cleans up) us
     impl_->Shutdown(ByeReason::kStopping, std::string("the producer failed: ") + ResourceFailure(e));
-    st = Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));
+    end = Status::IOError("producer '" + impl_->opts.name + "': " + ResourceFailure(e));
   }
   // However the loop ended (a socket error returns without Shutdown), a caller waiting on the
   // source hears it; the first reason given stays.
-  if (!st.ok()) impl_->source->Stop(Status::Disconnected("the producer stopped: " + st.message()));
-  return st;
+  if (!end.ok()) impl_->source->Stop(Status::Disconnected("the producer stopped: " + end.status().message()));
+  return end;
 }
 
 }  // namespace coloader

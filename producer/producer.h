@@ -25,9 +25,14 @@ class Producer {
   static Result<std::unique_ptr<Producer>> Make(ProducerOptions opts);
   ~Producer();
 
-  // Serves until every epoch is delivered and released, or Stop() is called.
-  // Returns an error when --on-bad-file fail met a bad file.
-  Status Run();
+  // How a run that was not stopped and did not fail ended.
+  enum class RunEnd {
+    kDelivered,      // every epoch delivered (and released), or the caller's Finish() reached
+    kConsumersLeft,  // every consumer left and none came back within alone_timeout_ms
+  };
+  // Serves until every epoch is delivered and released, or Stop() is called (kCancelled).
+  // Returns an error when --on-bad-file fail met a bad file, the caller's data failed, ...
+  Result<RunEnd> Run();
   // Async-signal-safe: asks Run() to tell the consumers and return. `why` (a string literal,
   // e.g. "SIGTERM") is what the consumers are told the stop came from.
   void Stop(const char* why = "a request");

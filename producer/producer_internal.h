@@ -189,14 +189,15 @@ struct Producer::Impl {
   Status Bind();
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;
-  Status Loop();
+  Result<Producer::RunEnd> Loop();
   Status ReadMessages();
   // Reserves the host tensor areas of a GPU ring in /dev/shm before the first host-path reader
   // (they are reserved at start without a GPU ring); a clear error when it does not fit.
   Status ReserveHostTensors();
   void Shutdown(ByeReason reason, const std::string& message);
   // opts.alone_timeout_ms: the run's end once every consumer has been gone that long, else OK.
-  Status CheckAlone(uint64_t now);
+  // Why the run ends because its consumers left (alone_timeout_ms); nullopt while it goes on.
+  std::optional<std::string> AloneTooLong(uint64_t now);
 
   // The back-pressure rule: the producer runs at most `window` batches ahead of how far each
   // live consumer has read: the announcements it has taken from its mailbox (batches go to a

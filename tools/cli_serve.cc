@@ -290,7 +290,8 @@ int RunProducer(const ProducerOptions& o, const std::string& gpu_wait) {
             o.insecure ? "INSECURE: anyone who can reach the port may connect" : "CURVE, listed client keys only");
   }
 
-  Status run = (*producer)->Run();
+  Result<Producer::RunEnd> end = (*producer)->Run();
+  const Status run = end.status();
   g_producer = nullptr;
   const double cpu = ProcessCpuSeconds();
   producer->reset();
@@ -309,6 +310,11 @@ int RunProducer(const ProducerOptions& o, const std::string& gpu_wait) {
   }
   if (!run.ok()) {
     std::fprintf(stderr, "coloader serve: %s\n", run.message().c_str());
+    return 1;
+  }
+  if (*end == Producer::RunEnd::kConsumersLeft) {  // the log said why and how far it got
+    LogLine("[coloader %s] ended before its %llu epoch(s) were served (CPU %.2f s)\n", o.name.c_str(),
+            static_cast<unsigned long long>(o.epochs), cpu);
     return 1;
   }
   LogLine("[coloader %s] done: every epoch delivered (CPU %.2f s)\n", o.name.c_str(), cpu);

@@ -151,9 +151,15 @@ class ExternalSourceTest : public ::testing::Test {
     return ::testing::AssertionSuccess();
   }
 
+  // Publish's outcome for these tests: OK when published, its error, or kInternal when it
+  // published nothing because the run was over (Publish's false).
+  static Status Published(const Result<bool>& published) {
+    if (!published.ok()) return published.status();
+    return *published ? Status::OK() : Status::Internal("not published: the run was over");
+  }
   Status Publish(const CallerBatch& b, const int64_t* indices) {
     const void* fields[] = {b.data.data(), b.labels.data()};
-    return source_->Publish(fields, b.count(), indices);
+    return Published(source_->Publish(fields, b.count(), indices));
   }
   Status Publish(const CallerBatch& b) { return Publish(b, b.indices.data()); }
   // A Publish that must not block: if it has not returned within 20 s, the source is
@@ -258,7 +264,7 @@ TEST_F(ExternalSourceTest, WithoutIndicesEachSampleIsNumberedByItsPositionInTheE
   EXPECT_TRUE(SlotHolds(0, a, {0, 1, 2}));
   EXPECT_TRUE(SlotHolds(1, b, {3, 4}));
   const void* first[] = {a.data.data(), a.labels.data()};
-  ASSERT_OK(source_->Publish(first, 1, nullptr));
+  ASSERT_OK(Published(source_->Publish(first, 1, nullptr)));
   ASSERT_OK(source_->EndEpoch());
   done = source_->TakeCompleted();
   ASSERT_EQ(done.size(), 1u);
@@ -269,16 +275,16 @@ TEST_F(ExternalSourceTest, BadBatchesAreRefusedWithoutTakingAGrantedSlot) {
   Grant(1);
   const CallerBatch b(kBatch + 1, 1);
   const void* fields[] = {b.data.data(), b.labels.data()};
-  const Status empty = WithoutBlocking([&] { return source_->Publish(fields, 0, nullptr); });
+  const Status empty = WithoutBlocking([&] { return Published(source_->Publish(fields, 0, nullptr)); });
   EXPECT_EQ(empty.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(empty.message().find("1 to 4"), std::string::npos) << empty.ToString();
   const Status too_many = WithoutBlocking([&] { return Publish(b); });
   EXPECT_EQ(too_many.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(too_many.message().find("5"), std::string::npos) << too_many.ToString();
-  const Status no_fields = WithoutBlocking([&] { return source_->Publish(nullptr, 1, nullptr); });
+  const Status no_fields = WithoutBlocking([&] { return Published(source_->Publish(nullptr, 1, nullptr)); });
   EXPECT_EQ(no_fields.code(), StatusCode::kInvalidArgument) << no_fields.ToString();
   const void* no_labels[] = {b.data.data(), nullptr};
-  const Status missing = WithoutBlocking([&] { return source_->Publish(no_labels, 1, nullptr); });
+  const Status missing = WithoutBlocking([&] { return Published(source_->Publish(no_labels, 1, nullptr)); });
   EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument) << missing.ToString();
   EXPECT_NE(missing.message().find("[1]"), std::string::npos) << missing.ToString();  // names the field
   EXPECT_TRUE(SlotUntouched(1));
@@ -365,20 +371,39 @@ TEST_F(ExternalSourceTest, FinishReleasesTheHeldBatchAndReturnsTheUnfilledSlots)
   EXPECT_NE(after.message().find("finished"), std::string::npos) << after.ToString();
 }
 
-// The caller's bounded wait: kAgain while no slot is free, OK once one is, the stop's reason
-// (the first one given) once the producer stopped.
-TEST_F(ExternalSourceTest, WaitForSlotIsBoundedAndHearsWhyTheProducerStopped) {
-  EXPECT_EQ(source_->WaitForSlot(10).code(), StatusCode::kAgain);
+// The caller's bounded wait: not yet while no slot is free, true once one is; once the run is
+// over, false when it ended without an error (its consumers all left) and the error otherwise
+// (the first reason given is the one).
+TEST_F(ExternalSourceTest, WaitForSlotIsBoundedAndHearsHowTheRunEnded) {
+  ASSERT_OK_AND_ASSIGN(Waited<bool> slot, source_->WaitForSlot(10));
+  EXPECT_FALSE(slot.ready());
   Grant(1);
-  EXPECT_TRUE(source_->WaitForSlot(10).ok());
+  ASSERT_OK_AND_ASSIGN(slot, source_->WaitForSlot(10));
+  ASSERT_TRUE(slot.ready());
+  EXPECT_TRUE(*slot);
   ASSERT_OK(Publish(CallerBatch(1, 1)));
-  EXPECT_EQ(source_->WaitForSlot(10).code(), StatusCode::kAgain);
-  source_->Stop(Status::Ended("every consumer left"));
+  ASSERT_OK_AND_ASSIGN(slot, source_->WaitForSlot(10));
+  EXPECT_FALSE(slot.ready());
+  source_->Stop(Status::OK());  // the consumers all left
   source_->Stop(Status::Disconnected("the producer stopped"));
-  const Status st = source_->WaitForSlot(10);
-  EXPECT_EQ(st.code(), StatusCode::kEnded);
-  EXPECT_EQ(st.message(), "every consumer left");
-  EXPECT_EQ(Publish(CallerBatch(1, 2)).code(), StatusCode::kEnded);
+  ASSERT_OK_AND_ASSIGN(slot, source_->WaitForSlot(10));
+  ASSERT_TRUE(slot.ready());
+  EXPECT_FALSE(*slot);
+  Grant(2);  // a slot granted after the end is not used
+  const CallerBatch b(1, 2);
+  const void* fields[] = {b.data.data(), b.labels.data()};
+  ASSERT_OK_AND_ASSIGN(const bool published, source_->Publish(fields, b.count(), b.indices.data()));
+  EXPECT_FALSE(published);
+  EXPECT_TRUE(SlotUntouched(2));
+}
+
+TEST_F(ExternalSourceTest, AfterAnErrorStopTheWaitAndPublishReturnTheError) {
+  source_->Stop(Status::Disconnected("the producer stopped: a socket failed"));
+  source_->Stop(Status::OK());
+  const Result<Waited<bool>> slot = source_->WaitForSlot(10);
+  EXPECT_EQ(slot.status().code(), StatusCode::kDisconnected) << slot.status().ToString();
+  EXPECT_EQ(slot.status().message(), "the producer stopped: a socket failed");
+  EXPECT_EQ(Publish(CallerBatch(1, 1)).code(), StatusCode::kDisconnected);
 }
 
 // The session loop may hand out a slot just after the caller finished: it is not used, and it
