@@ -12,8 +12,8 @@
 
 
 #include "client/consumer.h"
-#include "client/log.h"
 #include "common/c_abi_internal.h"
+#include "common/log.h"
 
 #ifndef COLOADER_VERSION
 #define COLOADER_VERSION "unknown"

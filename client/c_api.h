@@ -104,11 +104,9 @@ typedef struct coloader_batch_info {
 
 COLOADER_C_EXPORT const char* coloader_last_error(void);
 COLOADER_C_EXPORT const char* coloader_version(void);
-/* Where the library's messages that are not errors go (waiting for a producer, a resume that
- * could not be exact, ...): `handler(level, message, user)`, level as Python logging's (20
- * info, 30 warning, 40 error), from any of the library's threads; NULL: stderr, one line
- * "coloader: MESSAGE" each (the default). */
-typedef void (*coloader_log_handler)(int level, const char* message, void* user);
+/* Where the consumer library's messages that are not errors go (waiting for a producer, a
+ * resume that could not be exact, ...; coloader_log_handler in common/c_abi.h); NULL: stderr,
+ * one line "coloader: MESSAGE" each (the default). */
 COLOADER_C_EXPORT void coloader_set_log_handler(coloader_log_handler handler, void* user);
 /* sizeof the named struct as this library was built ("consumer_options", "batch_info"), 0 for
  * an unknown name: bindings that lay the structs out themselves check theirs against it. */

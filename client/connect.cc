@@ -2,7 +2,7 @@
 // closing. The handshake runs in bounded steps (Connecting::Finish), so that a caller can
 // check for Ctrl-C between them.
 #include "client/consumer_internal.h"
-#include "client/log.h"
+#include "common/log.h"
 
 namespace coloader {
 
@@ -123,7 +123,8 @@ class Handshake {
                                 (o.wait_for_producer_ms > 0
                                      ? " after waiting " + std::to_string(o.wait_for_producer_ms) + " ms"
                                      : std::string()) +
-                                "); start one with: coloader serve --name " + o.name + " --data DIR");
+                                ")" + WhatRunsInstead(o.name) + "; start one with: coloader serve --name " + o.name +
+                                " --data DIR");
       }
       if (Clock::now() >= slice_end) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

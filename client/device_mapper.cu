@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "client/device_mapper.h"
-#include "client/log.h"
 #include "common/cuda_internal.h"
+#include "common/log.h"
 #include "common/process.h"
 
 namespace coloader {

@@ -5,7 +5,7 @@
 // gathered.
 
 #include "client/consumer_internal.h"
-#include "client/log.h"
+#include "common/log.h"
 
 namespace coloader {
 

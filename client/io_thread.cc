@@ -1,7 +1,7 @@
 // The consumer's I/O thread: heartbeats, acks, the user thread's Attach and status requests,
 // announcements sent as messages, Reclaim, End, and the producer's goodbye or death.
 #include "client/consumer_internal.h"
-#include "client/log.h"
+#include "common/log.h"
 
 namespace coloader {
 namespace internal {

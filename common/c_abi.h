@@ -72,6 +72,12 @@ enum coloader_layout {
   COLOADER_NCHW = 1,
 };
 
+/* Where a library's messages that are not errors go (coloader_set_log_handler,
+ * coloader_producer_set_log_handler): `handler(level, message, user)`, level as Python logging's
+ * (20 info, 30 warning, 40 error), message without a newline, from any of the library's threads;
+ * it must not call back into the library. */
+typedef void (*coloader_log_handler)(int level, const char* message, void* user);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -87,6 +87,10 @@ Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments = nullptr);
 // held), sorted.
 Result<std::vector<std::string>> RunningProducers();
 
+// For a message about a name no producer runs under: "; did you mean 'NAME'? (running here:
+// ...)" when a running one is a typo away, "; running here: ..." otherwise, "" when none runs.
+std::string WhatRunsInstead(const std::string& name);
+
 // Removes the leftovers of every dead producer of this run directory, each under its name lock
 // (a producer that starts meanwhile keeps its name and its files). Returns what was removed.
 Result<std::vector<Leftover>> CleanLeftovers();

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/c_abi_internal.h"
+#include "common/log.h"
 #include "producer/external_source.h"
 #include "producer/producer.h"
 
@@ -28,6 +29,10 @@ using coloader::c_abi::SetError;
 extern "C" {
 
 const char* coloader_producer_last_error(void) { return coloader::c_abi::LastError().c_str(); }
+
+void coloader_producer_set_log_handler(coloader_log_handler handler, void* user) {
+  coloader::SetLogHandler(handler, user);
+}
 
 size_t coloader_producer_struct_size(const char* name) {
   if (name == nullptr) return 0;

@@ -105,6 +105,11 @@ COLOADER_C_EXPORT int coloader_augment_op(const char* name, double magnitude, ui
                                           int32_t width, const float* fill);
 
 COLOADER_C_EXPORT const char* coloader_producer_last_error(void);
+/* Where the producer's log lines go (consumers coming and going, decode choices, skipped files,
+ * how the run ended; coloader_log_handler in common/c_abi.h): warnings at 30, the rest at 20;
+ * NULL: stderr, each after the local date and time (the default). Returns once no call of the
+ * previous handler is under way (2 s at most). */
+COLOADER_C_EXPORT void coloader_producer_set_log_handler(coloader_log_handler handler, void* user);
 /* sizeof the named struct as this library was built ("producer_options"), 0 if unknown. */
 COLOADER_C_EXPORT size_t coloader_producer_struct_size(const char* name);
 

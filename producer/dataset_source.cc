@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "common/log_line.h"
+#include "common/log.h"
 
 namespace coloader {
 

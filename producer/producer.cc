@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "common/curve.h"
-#include "common/log_line.h"
+#include "common/log.h"
 #include "producer/dataset_source.h"
 #include "producer/external_source.h"
 #include "producer/producer_internal.h"
@@ -174,7 +174,7 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
   const uint64_t memory = MachineMemoryBytes();
   if (memory == 0) return;
   if (std::optional<std::string> w = LargeRingWarning(bytes, memory))
-    LogLine("[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
+    LogLineAt(LogLevel::kWarning, "[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
 }
 
 Status Producer::Impl::Setup() {
@@ -367,7 +367,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
       // stream ends here (their epoch is cut), not that it was delivered.
       ReportProgress(MonotonicNs(), true);
       const Status failed = source->failure();
-      LogLine("[coloader %s] stopped: %s\n", opts.name.c_str(), failed.message().c_str());
+      LogLineAt(LogLevel::kError, "[coloader %s] stopped: %s\n", opts.name.c_str(), failed.message().c_str());
       Shutdown(ByeReason::kStopping, failed.message());
       return failed;
     }
@@ -414,7 +414,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
     TrimAfterChurn();
     ReportProgress(now, false);
     if (std::optional<std::string> alone = AloneTooLong(now)) {
-      LogLine("[coloader %s] %s\n", opts.name.c_str(), alone->c_str());
+      LogLineAt(LogLevel::kWarning, "[coloader %s] %s\n", opts.name.c_str(), alone->c_str());
       source->Stop(Status::OK());  // no error: a caller's next publish hears the run is over
       Shutdown(ByeReason::kFinished, *alone);
       return RunEnd::kConsumersLeft;

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "common/split.h"
 
 namespace coloader {
@@ -138,7 +138,7 @@ void Producer::Impl::PublishReady() {
         if (opts.dataset.on_bad_file == OnBadFile::kFail) {
           if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
         } else if (first_time) {
-          LogLine("[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
+          LogLineAt(LogLevel::kWarning, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
         }
       }
       if (!fatal.ok()) {

@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "producer/slot_layout.h"
 
 namespace coloader {
@@ -232,11 +232,12 @@ void Producer::Impl::WatchProcess(Session& s, const Hello& hello) {
   } else if (!w.ok() && w.status().code() != StatusCode::kNotFound &&
              (::kill(static_cast<pid_t>(hello.pid), 0) == 0 || errno == EPERM)) {
     // The pid is there, but no pidfd came: the machine's fault (out of descriptors), not a namespace.
-    LogLine("[coloader %s] cannot watch consumer pid %u (%s): watched by heartbeat\n", opts.name.c_str(), hello.pid,
-            w.status().message().c_str());
+    LogLineAt(LogLevel::kWarning, "[coloader %s] cannot watch consumer pid %u (%s): watched by heartbeat\n",
+              opts.name.c_str(), hello.pid, w.status().message().c_str());
   } else {
-    LogLine("[coloader %s] consumer pid %u is not that process here (another PID namespace?): watched by heartbeat\n",
-            opts.name.c_str(), hello.pid);
+    LogLineAt(LogLevel::kWarning,
+              "[coloader %s] consumer pid %u is not that process here (another PID namespace?): watched by heartbeat\n",
+              opts.name.c_str(), hello.pid);
   }
 }
 
@@ -318,13 +319,14 @@ void Producer::Impl::HandleHello(const std::string& identity, const Hello& hello
   if (std::optional<std::string> full = SessionRoom(hello, remote)) {
     // Said once in a thousand: a flood of Hellos must not become a flood of log lines.
     if (refused_full++ % 1000 == 0)
-      LogLine("[coloader %s] refused a consumer (pid %u; %llu refused so far): %s\n", opts.name.c_str(), hello.pid,
-              static_cast<unsigned long long>(refused_full), full->c_str());
+      LogLineAt(LogLevel::kWarning, "[coloader %s] refused a consumer (pid %u; %llu refused so far): %s\n",
+                opts.name.c_str(), hello.pid, static_cast<unsigned long long>(refused_full), full->c_str());
     Send(identity, Reject{RejectCode::kFull, *full});
     return;
   }
   if (std::optional<std::string> why = Refusal(hello)) {
-    LogLine("[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid, why->c_str());
+    LogLineAt(LogLevel::kWarning, "[coloader %s] refused a consumer (pid %u): %s\n", opts.name.c_str(), hello.pid,
+              why->c_str());
     Send(identity, Reject{RejectCode::kMismatch, *why});
     return;
   }
@@ -438,8 +440,8 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
     }
     // A stream of garbage is logged in samples, not line for line.
     if (rejected_messages <= 20 || rejected_messages % 1000 == 0)
-      LogLine("[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
-                   static_cast<unsigned long long>(rejected_messages), decoded.status().message().c_str());
+      LogLineAt(LogLevel::kWarning, "[coloader %s] rejected a message (%llu so far): %s\n", opts.name.c_str(),
+                static_cast<unsigned long long>(rejected_messages), decoded.status().message().c_str());
     if (it != sessions.end()) {
       DropSession(identity, "broke the protocol", Bye{ByeReason::kRejected, decoded.status().message()});
     }

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "common/curve.h"
-#include "common/log_line.h"
+#include "common/log.h"
 
 namespace coloader {
 

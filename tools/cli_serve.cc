@@ -8,7 +8,7 @@
 #include <memory>
 #include <optional>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "common/process.h"
 #include "producer/device_ring.h"
 #include "producer/producer.h"

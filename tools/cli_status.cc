@@ -18,36 +18,6 @@ namespace {
 
 constexpr const char* kStatusSynopsis = "coloader status [--name NAME | --endpoint EP] [options]";
 
-// Edits (insertions, deletions, substitutions) between two names.
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// For a name no producer runs under: the closest running one, if a typo away, and the others.
-std::string WhatRunsInstead(const std::string& name) {
-  Result<std::vector<std::string>> running = RunningProducers();
-  if (!running.ok() || running->empty()) return "";
-  const std::string* closest = nullptr;
-  size_t best = std::max<size_t>(2, name.size() / 3) + 1;
-  for (const std::string& r : *running) {
-    if (const size_t d = EditDistance(name, r); d < best) best = d, closest = &r;
-  }
-  std::string all;
-  for (const std::string& r : *running) all += (all.empty() ? "" : ", ") + r;
-  return closest ? "; did you mean '" + *closest + "'? (running here: " + all + ")" : "; running here: " + all;
-}
-
 Result<StatusReply> Query(const std::string& name, std::string endpoint, int timeout_ms, const std::string& key_file,
                           const std::string& server_key) {
   if (endpoint.empty()) {

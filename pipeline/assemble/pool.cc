@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "common/process.h"
 #include "pipeline/stage_times.h"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "pipeline/decode/decode.h"
 
 namespace coloader {

@@ -13,7 +13,7 @@
 
 #include "common/align.h"
 #include "common/cuda_internal.h"
-#include "common/log_line.h"
+#include "common/log.h"
 #include "pipeline/decode/gpu_decode.h"
 #include "pipeline/stage_times.h"
 #include "pipeline/substitution.h"

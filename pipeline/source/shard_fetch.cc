@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-#include "common/log_line.h"
+#include "common/log.h"
 #include "common/process.h"
 #include "common/unique_fd.h"
 #include "pipeline/source/read.h"
@@ -328,8 +328,8 @@ Result<std::vector<uint8_t>> Fetch(const std::string& where, const FetchOptions&
                      " s");
       break;
     }
-    LogLine("[coloader] fetching shard %s failed (%s); attempt %d of %d in %.1f s\n", where.c_str(),
-            failed->why.c_str(), attempt + 1, opts.attempts, pause_ms / 1000.0);
+    LogLineAt(LogLevel::kWarning, "[coloader] fetching shard %s failed (%s); attempt %d of %d in %.1f s\n",
+              where.c_str(), failed->why.c_str(), attempt + 1, opts.attempts, pause_ms / 1000.0);
     for (int slept = 0; slept < pause_ms && !Cancelled(opts); slept += 50)
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, pause_ms - slept)));
     pause_ms *= 2;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/log_line.h"
+#include "common/log.h"
 
 namespace coloader {
 
@@ -33,9 +33,10 @@ Result<std::vector<uint8_t>> ShardSink::Finish() {
     damage_ = "bytes after the gzip stream that are not gzip";
   if (!damage_.empty()) {
     if (kept_ == 0) return Status::Invalid(where_ + ": " + damage_ + ", and nothing inflated before it");
-    LogLine("[coloader] shard %s: %s after %llu compressed bytes; the %llu bytes inflated before it are kept\n",
-            where_.c_str(), damage_.c_str(), static_cast<unsigned long long>(consumed_),
-            static_cast<unsigned long long>(kept_));
+    LogLineAt(LogLevel::kWarning,
+              "[coloader] shard %s: %s after %llu compressed bytes; the %llu bytes inflated before it are kept\n",
+              where_.c_str(), damage_.c_str(), static_cast<unsigned long long>(consumed_),
+              static_cast<unsigned long long>(kept_));
   }
   std::vector<uint8_t> out;
   out.reserve(kept_);

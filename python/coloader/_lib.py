@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 LIBRARY_NAME = "libcoloader_c.so"
@@ -231,28 +232,42 @@ _producer_lib = None
 _lock = threading.Lock()
 
 
-# The library's messages (coloader_set_log_handler): to the "coloader" logger once the program
-# has configured logging (at its levels: "waiting up to 60 s for producer ..." is INFO), else
-# to stderr as the library itself would write them.
+# What the libraries say besides errors, each to its logger once the program has configured
+# logging (at the library's levels), else to stderr as the library itself would write it:
+# - the consumer library's messages (coloader_set_log_handler: "waiting up to 60 s for producer
+#   ..." is INFO) to "coloader", as "coloader: MESSAGE";
+# - the producer's lines (coloader_producer_set_log_handler: consumers coming and going, decode
+#   choices, skipped files, how the run ended) to "coloader.producer", after the local date and
+#   time as `coloader serve` writes them.
 _LOG_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 logger = logging.getLogger("coloader")
+producer_logger = logging.getLogger("coloader.producer")
 
 
-def _log_from_library(level, message, _user):
-    text = message.decode(errors="replace")
-    if logger.hasHandlers():
-        logger.log(level, text)
-    else:
-        print("coloader: " + text, file=sys.stderr, flush=True)
+def _with_time(text):
+    now = time.time()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + ".%03d " % int(now % 1 * 1000) + text
 
 
-_log_callback = _LOG_HANDLER(_log_from_library)  # kept alive as long as the library may call it
+def _log_handler(to, as_stderr_line):
+    def handle(level, message, _user):
+        text = message.decode(errors="replace")
+        if to.hasHandlers():
+            to.log(level, text)
+        else:
+            print(as_stderr_line(text), file=sys.stderr, flush=True)
+    return _LOG_HANDLER(handle)
 
 
-def _stop_logging_to_python(lib):
+# Kept alive as long as the libraries may call them.
+_log_callback = _log_handler(logger, lambda text: "coloader: " + text)
+_producer_log_callback = _log_handler(producer_logger, _with_time)
+
+
+def _stop_logging_to_python(set_handler):
     # At exit, before the interpreter goes: a library thread still running then writes to
     # stderr instead of calling into a finalising Python.
-    lib.coloader_set_log_handler(_LOG_HANDLER(), None)
+    set_handler(_LOG_HANDLER(), None)
 
 
 def _declare(lib):
@@ -307,13 +322,14 @@ def _declare(lib):
     _check_sizes(lib.coloader_struct_size, {"consumer_options": ConsumerOptions, "batch_info": BatchInfo,
                                             "field": Field})
     lib.coloader_set_log_handler(_log_callback, None)
-    atexit.register(_stop_logging_to_python, lib)
+    atexit.register(_stop_logging_to_python, lib.coloader_set_log_handler)
 
 
 def _declare_producer(lib):
     protos = {
         "coloader_producer_last_error": (ctypes.c_char_p, []),
         "coloader_producer_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
+        "coloader_producer_set_log_handler": (None, [_LOG_HANDLER, ctypes.c_void_p]),
         "coloader_producer_open": (ctypes.c_int, [ctypes.POINTER(ProducerOptions), ctypes.POINTER(ctypes.c_void_p)]),
         "coloader_producer_publish": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
                                                      ctypes.c_uint32, ctypes.c_void_p]),
@@ -332,6 +348,8 @@ def _declare_producer(lib):
     }
     _set_prototypes(lib, protos)
     _check_sizes(lib.coloader_producer_struct_size, {"producer_options": ProducerOptions, "field": Field})
+    lib.coloader_producer_set_log_handler(_producer_log_callback, None)
+    atexit.register(_stop_logging_to_python, lib.coloader_producer_set_log_handler)
 
 
 def _set_prototypes(lib, protos):

@@ -1,6 +1,7 @@
 """coloader.Producer: a producer fed by the user's own torch DataLoader (custom Dataset), its
 batches consumed with other batch sizes by real consumer processes and by Loaders."""
 import json
+import logging
 import subprocess
 import threading
 
@@ -222,6 +223,25 @@ def test_run_ends_when_its_consumers_are_gone_and_says_so(env):
     assert not thread.is_alive(), "run() still waits for consumers that left"
     assert ended == ["consumers gone"]
     assert not any(f.name.startswith("left") for f in env.iterdir()), "its socket was left behind"
+
+
+def test_the_producers_log_lines_go_to_python_logging_at_their_levels(env, caplog, capfd):
+    # Issue 43: the producer side wrote its lines to stderr with printf, out of reach of the
+    # program's logging; they now go to the "coloader.producer" logger once logging is set up.
+    caplog.set_level(logging.INFO, logger="coloader")
+    producer = coloader.Producer(torch.utils.data.DataLoader(Squares(), batch_size=4), name="logs",
+                                 alone_timeout=0.5)
+    thread, ended = run_in_thread(producer, epochs=3)
+    with coloader.Loader("logs", batch_size=4, wait_for_producer=20) as consumer:
+        next(iter(consumer))
+    thread.join(timeout=30)
+    assert ended == ["consumers gone"]
+    lines = [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name == "coloader.producer"]
+    assert any(level == logging.INFO and "[coloader logs] consumer 1 connected" in text for _, level, text in lines), \
+        lines
+    assert any(level == logging.WARNING and "every consumer left and none came back" in text
+               for _, level, text in lines), lines
+    assert "[coloader logs]" not in capfd.readouterr().err  # none went past logging to stderr
 
 
 def test_run_that_delivers_every_epoch_says_so(env):

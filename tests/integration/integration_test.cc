@@ -503,6 +503,12 @@ TEST_F(IntegrationTest, StatusWithoutANameListsTheRunningProducersAndAMisspeltNa
   EXPECT_NE(far.Stderr().find("no producer named 'cifar' is running; running here: eval-set, imagenet"),
             std::string::npos)
       << far.Stderr();
+  // A job that names a producer not running here gets the same hint (the Python Loader too).
+  Child job(Coloader({"consume", "--name", "imagnet", "--wait-ms", "0"}), env_);
+  EXPECT_EQ(job.Wait(), 1);
+  EXPECT_NE(job.Stderr().find("); did you mean 'imagenet'? (running here: eval-set, imagenet); start one with: "),
+            std::string::npos)
+      << job.Stderr();
   imagenet->Signal(SIGTERM);
   eval->Signal(SIGTERM);
   EXPECT_EQ(imagenet->Wait(10000), 0) << imagenet->Stderr();
