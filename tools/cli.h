@@ -13,6 +13,10 @@
 #include "common/endpoint.h"
 #include "common/status.h"
 
+namespace coloader {
+class JsonWriter;  // toolbox/json.h
+}  // namespace coloader
+
 namespace coloader::cli {
 
 // CLI11 2.1 reads integers with strtoull/strtoll in base 0, so "010" would be 8, "0x10" 16,
@@ -100,5 +104,8 @@ int Keygen(const std::vector<std::string>& args);
 int Clean(const std::vector<std::string>& args);
 int Shard(const std::vector<std::string>& args);
 void PrintLeftovers(const std::vector<Leftover>& items, size_t foreign, const char* verb);
+// The same as fields of an open JSON object: "leftovers" (name, kind, path, bytes of each) and
+// "other_run_dirs".
+void LeftoversJson(JsonWriter& w, const std::vector<Leftover>& items, size_t foreign);
 
 }  // namespace coloader::cli

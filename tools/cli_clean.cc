@@ -33,6 +33,13 @@ void PrintLeftovers(const std::vector<Leftover>& items, size_t foreign, const ch
   }
 }
 
+void LeftoversJson(JsonWriter& w, const std::vector<Leftover>& items, size_t foreign) {
+  w.BeginArray("leftovers");
+  for (const Leftover& l : items)
+    w.BeginObject().Field("name", l.name).Field("kind", l.kind).Field("path", l.path).Field("bytes", l.bytes).EndObject();
+  w.EndArray().Field("other_run_dirs", static_cast<uint64_t>(foreign));
+}
+
 int Clean(const std::vector<std::string>& args) {
   bool yes = false, json = false;
   Command cmd("clean", kCleanSynopsis,
@@ -51,10 +58,8 @@ int Clean(const std::vector<std::string>& args) {
   if (json) {
     JsonWriter w;
     w.BeginObject().Field("removed", yes);
-    w.BeginArray("leftovers");
-    for (const Leftover& l : *r)
-      w.BeginObject().Field("name", l.name).Field("kind", l.kind).Field("path", l.path).Field("bytes", l.bytes).EndObject();
-    w.EndArray().Field("other_run_dirs", static_cast<uint64_t>(foreign)).EndObject();
+    LeftoversJson(w, *r, foreign);
+    w.EndObject();
     std::printf("%s\n", w.str().c_str());
     return 0;
   }

@@ -71,25 +71,60 @@ Result<StatusReply> Query(const std::string& name, std::string endpoint, int tim
 
 std::string PathName(uint8_t path) { return path == 0 ? "host" : "cuda:" + std::to_string(path - 1); }
 
-// One line per producer running in this run directory: its name, pid, state, epoch, consumers
-// and rate (each asked for at most `timeout_ms`).
-void ListRunning(int timeout_ms) {
-  Result<std::vector<std::string>> running = RunningProducers();
+struct Running {
+  std::string name;
+  Result<StatusReply> reply;
+};
+
+// The producers running in this run directory, each asked for its state for at most `timeout_ms`.
+Result<std::vector<Running>> AskRunning(int timeout_ms) {
+  COLOADER_ASSIGN_OR_RETURN(std::vector<std::string> names, RunningProducers());
+  std::vector<Running> out;
+  for (std::string& n : names) {
+    Result<StatusReply> r = Query(n, "", timeout_ms, "", "");
+    out.push_back({std::move(n), std::move(r)});
+  }
+  return out;
+}
+
+// One line per producer running here: its name, pid, state, epoch, consumers and rate.
+void ListRunning(const Result<std::vector<Running>>& running) {
   if (!running.ok() || running->empty()) {
     std::printf("no producer is running here%s\n", running.ok() ? "" : (": " + running.status().message()).c_str());
     return;
   }
   std::printf("%-24s %-8s %-22s %-6s %-10s %s\n", "running", "pid", "state", "epoch", "consumers", "images/s");
-  for (const std::string& n : *running) {
-    Result<StatusReply> r = Query(n, "", timeout_ms, "", "");
-    if (!r.ok()) {
-      std::printf("%-24s (did not answer: %s)\n", n.c_str(), r.status().message().c_str());
+  for (const Running& p : *running) {
+    if (!p.reply.ok()) {
+      std::printf("%-24s (did not answer: %s)\n", p.name.c_str(), p.reply.status().message().c_str());
       continue;
     }
-    std::printf("%-24s %-8u %-22s %-6llu %-10zu %.0f\n", n.c_str(), r->pid, ProducerStateName(r->state),
-                static_cast<unsigned long long>(r->epoch), r->consumers.size(), r->images_per_s);
+    const StatusReply& r = *p.reply;
+    std::printf("%-24s %-8u %-22s %-6llu %-10zu %.0f\n", p.name.c_str(), r.pid, ProducerStateName(r.state),
+                static_cast<unsigned long long>(r.epoch), r.consumers.size(), r.images_per_s);
   }
   std::printf("(`coloader status --name NAME` shows one in full)\n");
+}
+
+// The same as a JSON array field "running" of an open object (a producer that did not answer
+// has its "error").
+void RunningJson(JsonWriter& w, const std::vector<Running>& running) {
+  w.BeginArray("running");
+  for (const Running& p : running) {
+    w.BeginObject().Field("name", p.name);
+    if (p.reply.ok()) {
+      const StatusReply& r = *p.reply;
+      w.Field("pid", r.pid)
+          .Field("state", ProducerStateName(r.state))
+          .Field("epoch", r.epoch)
+          .Field("consumers", static_cast<uint64_t>(r.consumers.size()))
+          .Field("images_per_s", r.images_per_s);
+    } else {
+      w.Field("error", p.reply.status().message());
+    }
+    w.EndObject();
+  }
+  w.EndArray();
 }
 
 }  // namespace
@@ -113,14 +148,24 @@ int StatusCommand(const std::vector<std::string>& args) {
   if (name.empty() && endpoint.empty()) {
     // No producer named: those running now, then what dead ones left (the listing `coloader
     // clean` works from).
-    if (json) return Clean({"--json"});
-    ListRunning(timeout_ms);
+    const Result<std::vector<Running>> running = AskRunning(timeout_ms);
     size_t foreign = 0;
     Result<std::vector<Leftover>> left = FindLeftovers(&foreign);
-    if (!left.ok()) {
-      std::fprintf(stderr, "coloader status: %s\n", left.status().message().c_str());
+    if (!left.ok() || (json && !running.ok())) {
+      std::fprintf(stderr, "coloader status: %s\n",
+                   (left.ok() ? running.status() : left.status()).message().c_str());
       return 1;
     }
+    if (json) {
+      JsonWriter w;
+      w.BeginObject();
+      RunningJson(w, *running);
+      LeftoversJson(w, *left, foreign);
+      w.EndObject();
+      std::printf("%s\n", w.str().c_str());
+      return 0;
+    }
+    ListRunning(running);
     if (left->empty()) std::printf("no leftovers of dead producers\n");
     PrintLeftovers(*left, foreign, "found");
     if (!left->empty()) std::printf("run `coloader clean --yes` to remove them\n");

@@ -492,6 +492,15 @@ TEST_F(IntegrationTest, StatusWithoutANameListsTheRunningProducersAndAMisspeltNa
     const std::regex row(std::string("(^|\n)") + name + " +" + std::to_string(child->pid()) + " +waiting for consumers ");
     EXPECT_TRUE(std::regex_search(list.Stdout(), row)) << list.Stdout();
   }
+  Child json(Coloader({"status", "--json"}), env_);
+  ASSERT_EQ(json.Wait(), 0) << json.Stderr();
+  for (const auto& [name, child] : {std::pair{"eval-set", eval.get()}, std::pair{"imagenet", imagenet.get()}}) {
+    EXPECT_NE(json.Stdout().find(std::string("{\"name\":\"") + name + "\",\"pid\":" + std::to_string(child->pid()) +
+                                 ",\"state\":\"waiting for consumers\""),
+              std::string::npos)
+        << json.Stdout();
+  }
+  EXPECT_NE(json.Stdout().find("\"leftovers\":["), std::string::npos) << json.Stdout();
   Child typo(Coloader({"status", "--name", "imagnet"}), env_);
   EXPECT_EQ(typo.Wait(), 1);
   EXPECT_NE(typo.Stderr().find("no producer named 'imagnet' is running; did you mean 'imagenet'? (running here: "
