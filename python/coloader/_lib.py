@@ -212,7 +212,7 @@ def _candidates(library, env_var, subdir):
     return found
 
 
-def find_library(library=LIBRARY_NAME):
+def find_library(library: str = LIBRARY_NAME) -> str:
     """The path of `library` (the consumer's by default) that loading would use; LibraryNotFound if none."""
     env_var, subdir = (("COLOADER_PRODUCER_LIBRARY", "producer") if library == PRODUCER_LIBRARY_NAME
                        else ("COLOADER_LIBRARY", "client"))
@@ -461,6 +461,6 @@ def _names(fn):
         code += 1
 
 
-def version():
+def version() -> str:
     """The C library's version string."""
     return lib().coloader_version().decode()

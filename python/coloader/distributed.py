@@ -4,6 +4,7 @@ position (state_dict / load_state_dict). docs/DISTRIBUTED.md states the rules.
 """
 
 import os
+from typing import Any, Dict
 
 from . import _lib
 
@@ -83,7 +84,7 @@ class _Stateful:
         lib = _lib.lib()
         return int(lib.coloader_consumer_seed(ptr)), lib.coloader_consumer_data_key(ptr).decode()
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """Where this rank stands, to save with the model: the epoch, the samples this rank has
         taken in it, and what a resume checks (seed, data key, group and topology)."""
         seed, data_key = self._producer_identity()
@@ -103,7 +104,7 @@ class _Stateful:
             "num_nodes": int(_lib.lib().coloader_consumer_num_nodes(ptr)),
         }
 
-    def load_state_dict(self, state):
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes `state` (from state_dict()): call it before iterating. The next iter() gives the
         rest of the saved epoch exactly when the producer still serves it at or before the
         group's resume point, else a ResumeWarning and the next whole epoch. A state of another

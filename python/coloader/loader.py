@@ -112,7 +112,7 @@ from __future__ import annotations
 import ctypes
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -354,7 +354,7 @@ class Loader(_Stateful):
         self._fields, self._structure = _batches.read_schema(self._torch, ptr)
 
     @property
-    def schema(self):
+    def schema(self) -> Optional[List[Tuple[str, "torch.dtype", Tuple[int, ...]]]]:
         """A caller-fed producer's batches (coloader.Producer): [(path, dtype, per-sample shape)];
         None for a producer of images (`coloader serve`), whose batches are (images, labels)."""
         self._require_open()
@@ -529,12 +529,12 @@ class Loader(_Stateful):
         return bool(self._opts_args[3])
 
     @property
-    def dataset(self):
+    def dataset(self) -> _Dataset:
         """An object whose len() is the dataset's size (all of it, not this node's shard)."""
         return _Dataset(self)
 
     @property
-    def sampler(self):
+    def sampler(self) -> _Sampler:
         """An object with set_epoch() and len() (this consumer's samples per epoch), as a
         DistributedSampler has."""
         if getattr(self, "_sampler", None) is None:

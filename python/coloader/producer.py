@@ -36,7 +36,7 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, Union
 
 from . import _lib, _structure
 
@@ -204,14 +204,14 @@ class Producer:
         self._schema = schema
 
     @property
-    def schema(self):
+    def schema(self) -> Optional[List[Tuple[str, "torch.dtype", Tuple[int, ...]]]]:
         """[(path, dtype, per-sample shape)] of the batches, as the first batch stated them (None
         before it)."""
         s = self._schema
         return None if s is None else list(zip(s.paths, s.dtypes, s.shapes))
 
     @property
-    def tcp_endpoint(self):
+    def tcp_endpoint(self) -> Optional[str]:
         """The tcp:// endpoint remote consumers connect to, its port resolved: known once the
         first batch has opened the producer (None before, and without tcp)."""
         return self._tcp_endpoint
@@ -236,7 +236,7 @@ class Producer:
         rc = _lib.check_producer(lib.coloader_producer_publish(ptr, pointers, count, None))
         return rc != _lib.END
 
-    def end_epoch(self):
+    def end_epoch(self) -> None:
         if self._ptr is not None:
             _lib.check_producer(_lib.producer_lib().coloader_producer_end_epoch(self._ptr))
 

@@ -27,9 +27,14 @@ import ctypes
 import json
 import math
 import numbers
+import os
 import runpy
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from . import _lib
+
+if TYPE_CHECKING:
+    import numpy
 
 __all__ = ["translate", "to_json", "save", "load_python", "apply", "augment_op", "image_size", "UnsupportedOp"]
 
@@ -188,7 +193,7 @@ def _steps(transform):
     return [transform]
 
 
-def translate(transform):
+def translate(transform: Any) -> List[Dict[str, Any]]:
     """The native recipe of a torchvision Compose (or a list of transforms): a list of ops, each a
     dict with its torchvision name under "op" and its keyword arguments. Raises UnsupportedOp
     naming the op and argument it cannot honour."""
@@ -199,20 +204,20 @@ def translate(transform):
     return ops
 
 
-def to_json(transform, indent=None):
+def to_json(transform: Any, indent: Optional[int] = None) -> str:
     """translate(transform) as the JSON text `coloader serve --transform recipe.json` reads."""
     ops = transform if isinstance(transform, list) and all(isinstance(o, dict) for o in transform) \
         else translate(transform)
     return json.dumps(ops, indent=indent)
 
 
-def save(transform, path):
+def save(transform: Any, path: Union[str, os.PathLike]) -> None:
     """Writes the recipe of `transform` to `path` (JSON)."""
     with open(path, "w") as f:
         f.write(to_json(transform, indent=1) + "\n")
 
 
-def load_python(path):
+def load_python(path: Union[str, os.PathLike]) -> List[Dict[str, Any]]:
     """Runs a recipe file (Python) and returns the native recipe of the `transform` it binds."""
     namespace = runpy.run_path(str(path))
     if "transform" not in namespace:
@@ -233,7 +238,7 @@ def _recipe_text(recipe):
     return to_json(recipe).encode()
 
 
-def image_size(recipe):
+def image_size(recipe: Any) -> int:
     """The side of the square images the recipe makes."""
     lib = _lib.producer_lib()
     size = ctypes.c_int32()
@@ -241,7 +246,8 @@ def image_size(recipe):
     return size.value
 
 
-def apply(recipe, image, seed=0, epoch=0, index=0, output="uint8"):
+def apply(recipe: Any, image: "numpy.ndarray", seed: int = 0, epoch: int = 0, index: int = 0,
+          output: str = "uint8") -> "numpy.ndarray":
     """The native twin of `recipe` (a Compose, a list of ops or their JSON) on one decoded image
     (a uint8 numpy array H x W x 3, RGB), with the random draws of sample (seed, epoch, index) of
     a producer started with --seed seed. Returns size x size x 3: uint8 pixels before the
@@ -264,7 +270,8 @@ def apply(recipe, image, seed=0, epoch=0, index=0, output="uint8"):
     return out
 
 
-def augment_op(name, magnitude, image, fill=None):
+def augment_op(name: str, magnitude: float, image: "numpy.ndarray",
+               fill: Union[None, float, Sequence[float]] = None) -> "numpy.ndarray":
     """One op of the automatic augmentations ("ShearX", "Rotate", "Color", "Posterize", ...) at a
     fixed magnitude on a copy of `image` (uint8 H x W x 3), as torchvision's _apply_op with
     nearest interpolation; for testing the native kernels against torchvision's."""
