@@ -170,6 +170,11 @@ COLOADER_C_EXPORT const char* coloader_consumer_data_key(const coloader_consumer
 /* The producer's node shard: its --rank and --world-size. */
 COLOADER_C_EXPORT int32_t coloader_consumer_node_rank(const coloader_consumer* c);
 COLOADER_C_EXPORT int32_t coloader_consumer_num_nodes(const coloader_consumer* c);
+/* The producer's class names in label order (an ImageFolder's folders): how many (0: it has
+ * none, e.g. a file list or shards), and the i-th (owned by the consumer, valid until close;
+ * NULL past the last). */
+COLOADER_C_EXPORT uint32_t coloader_consumer_num_classes(const coloader_consumer* c);
+COLOADER_C_EXPORT const char* coloader_consumer_class_name(const coloader_consumer* c, uint32_t i);
 /* In a group (or resuming): where the current epoch's split began, and the samples this rank
  * has taken in it (a resumed rank counts those of its saved state). */
 COLOADER_C_EXPORT uint64_t coloader_consumer_split_begin(const coloader_consumer* c);

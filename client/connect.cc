@@ -17,7 +17,7 @@ Cursor::Cursor(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) 
   resume_pending_ = state_->opts.resume;
   const Welcome& w = state_->welcome;
   producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key, w.node_rank,
-                           w.num_nodes};
+                           w.num_nodes, w.classes};
 }
 Cursor::~Cursor() { Close(); }
 

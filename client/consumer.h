@@ -131,6 +131,7 @@ struct ProducerInfo {
   std::string data_key;        // a key of its data and settings (the same for the same files,
                                // labels and augmentation/output settings)
   int32_t node_rank = 0, num_nodes = 1;  // its node shard (serve --rank of --world-size)
+  std::vector<std::string> classes;      // class names in label order (an ImageFolder's); empty: none
 };
 
 class Batch {

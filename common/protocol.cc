@@ -1,5 +1,6 @@
 #include "common/protocol.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -453,6 +454,9 @@ void Encode(Writer& w, const Welcome& m) {
   w.Put(static_cast<uint8_t>(m.has_device ? 1 : 0));
   if (m.has_device) PutDeviceTable(w, m.device);
   WelcomeTail(w, m);
+  const size_t classes = std::min<size_t>(m.classes.size(), kMaxClasses);
+  w.Put(static_cast<uint32_t>(classes));
+  for (size_t i = 0; i < classes; ++i) w.PutString(m.classes[i]);
 }
 bool DecodeBody(Reader& r, Welcome* m) {
   uint8_t has_device = 0;
@@ -460,7 +464,16 @@ bool DecodeBody(Reader& r, Welcome* m) {
   if (has_device > 1) return Invalid(r, "bad device flag");
   m->has_device = has_device == 1;
   if (m->has_device && !GetDeviceTable(r, m->slots, &m->device)) return false;
-  return WelcomeTail(r, *m) && Valid(r, *m);
+  uint32_t classes = 0;
+  if (!(WelcomeTail(r, *m) && r.Get(&classes))) return false;
+  // Each name takes at least its 2-byte length: a count the message cannot hold is refused
+  // before anything is allocated for it.
+  if (classes > kMaxClasses || classes > r.remaining() / 2)
+    return Invalid(r, std::to_string(classes) + " class names in " + std::to_string(r.remaining()) + " bytes");
+  m->classes.resize(classes);
+  for (std::string& c : m->classes)
+    if (!r.GetString(&c)) return false;
+  return Valid(r, *m);
 }
 
 void Encode(Writer& w, const StatusReply& m) {

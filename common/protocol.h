@@ -42,7 +42,7 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // and idle_ms, the PID namespace and start time of each side (Hello, Welcome). 5: a caller-fed
 // producer's schema (Welcome's fields and structure), the dtypes beyond the image pipeline's.
 // 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines).
-inline constexpr uint16_t kProtocolVersion = 6;
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -92,6 +92,8 @@ size_t DTypeSize(DType t);
 // against the fields before it is published.
 inline constexpr size_t kMaxFields = 256;
 inline constexpr size_t kMaxFieldDims = 8;
+// At most this many class names in a Welcome (ImageNet-21k has 21,841).
+inline constexpr uint32_t kMaxClasses = 1u << 20;
 inline constexpr size_t kMaxStructureBytes = 1 << 20;
 struct FieldSpec {
   std::string path;            // where it sits, as its user writes it: ["input_ids"], [1]["mask"]
@@ -195,6 +197,9 @@ struct Welcome {
   uint64_t seed = 0;
   std::string data_key;
   int32_t node_rank = 0, num_nodes = 1;
+  // The class names in label order (an ImageFolder's folders); empty when the producer has none
+  // (a file list, shards, a caller-fed producer).
+  std::vector<std::string> classes;
 };
 
 // kMismatch: the consumer states a group, topology, seed or data key this producer does not

@@ -41,6 +41,11 @@ class BatchSource {
   // What the producer asks before the run.
   virtual uint64_t epoch_samples() const = 0;  // samples per epoch on this node (0: not known)
   virtual uint64_t dataset_size() const = 0;   // samples in all, for `status`
+  // The class names in label order, told to consumers (loader.dataset.classes); empty: none.
+  virtual const std::vector<std::string>& classes() const {
+    static const std::vector<std::string> kNone;
+    return kNone;
+  }
   // Feeds `mix` what decides each sample's content: the data key a resumed run checks.
   virtual void MixDataKey(const std::function<void(const std::string&)>& mix) const = 0;
   // Whether the run can start mid-way (`serve --resume`): a dataset can, a caller's stream cannot.

@@ -26,6 +26,7 @@ class DatasetSource : public BatchSource {
 
   uint64_t epoch_samples() const override { return sampler_->epoch_size(); }
   uint64_t dataset_size() const override { return dataset_.size(); }
+  const std::vector<std::string>& classes() const override { return dataset_.classes(); }
   void MixDataKey(const std::function<void(const std::string&)>& mix) const override;
   bool resumable() const override { return true; }
 

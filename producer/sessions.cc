@@ -255,6 +255,7 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   w.slots = table;
   w.seed = opts.dataset.seed;
   w.data_key = data_key;
+  w.classes = source->classes();
   w.node_rank = opts.dataset.rank;
   w.num_nodes = opts.dataset.world_size;
   if (s.remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload

@@ -3,6 +3,7 @@ arguments whose work the producer does (accepted, with a one-time note), and the
 `sampler` attributes that training loops read (len(), set_epoch())."""
 
 import warnings
+from typing import Dict, List
 
 
 class IgnoredArgumentWarning(UserWarning):
@@ -46,13 +47,30 @@ def _note_dataloader_arguments(kwargs):
 
 
 class _Dataset:
-    """What `loader.dataset` is: its len() is the dataset's size, as for a DataLoader."""
+    """What `loader.dataset` is: its len() is the dataset's size, and for a producer of an image
+    folder `classes` and `class_to_idx` are its folders' names, as torchvision's ImageFolder has."""
 
     def __init__(self, loader):
         self._loader = loader
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._loader.dataset_size
+
+    @property
+    def classes(self) -> List[str]:
+        """The class names in label order (label i is classes[i]). AttributeError when the producer
+        has none: its labels come from a file list, shards or the caller's own batches."""
+        names = self._loader._class_names()
+        if not names:
+            raise AttributeError("producer %r has no class names: its labels come from a file list, WebDataset "
+                                 "shards or a coloader.Producer's batches, not from an image folder's "
+                                 "subfolders" % self._loader.name)
+        return list(names)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        """{class name: label}, as ImageFolder's."""
+        return {name: i for i, name in enumerate(self.classes)}
 
     def __repr__(self):
         return "<dataset of coloader producer %r: %d samples>" % (self._loader.name, len(self))

@@ -222,6 +222,7 @@ class Loader(_Stateful):
         self._fields = None  # a caller-fed producer's schema: [(path, torch dtype, shape, bytes)]
         self._structure = None
         self._generation = 0
+        self._classes = None        # the producer's class names, read once when asked for
         self._indices = None        # the last batch's dataset indices: a tensor made when asked for,
         self._indices_bytes = None  # from these bytes (copied at next(): the slot may go first)
         self._count = 0             # samples in the last batch
@@ -532,6 +533,13 @@ class Loader(_Stateful):
     def dataset(self) -> _Dataset:
         """An object whose len() is the dataset's size (all of it, not this node's shard)."""
         return _Dataset(self)
+
+    def _class_names(self):
+        if self._classes is None:
+            ptr, lib = self._require_open(), _lib.lib()
+            self._classes = tuple(lib.coloader_consumer_class_name(ptr, i).decode(errors="replace")
+                                  for i in range(lib.coloader_consumer_num_classes(ptr)))
+        return self._classes
 
     @property
     def sampler(self) -> _Sampler:

@@ -140,6 +140,21 @@ def test_exact_epochs_for_any_batch_size(serve):
     assert p.wait() == 0
 
 
+def test_the_datasets_classes_are_the_image_folders(serve, dataset):
+    # Issue 43: loader.dataset had no classes / class_to_idx, which ImageFolder users read.
+    import torchvision
+    folder = torchvision.datasets.ImageFolder(str(dataset))
+    p = serve()
+    loader = loader_for(p, batch_size=16)
+    assert loader.dataset.classes == folder.classes == ["class%d" % i for i in range(NUM_CLASSES)]
+    assert loader.dataset.class_to_idx == folder.class_to_idx
+    # The labels name the same classes: sample i's label is that of ImageFolder's sample i.
+    _, indices, labels = run_epoch(loader)
+    assert sorted(indices) == list(range(len(folder)))
+    assert all(labels[i] == folder.samples[i][1] for i in indices)
+    loader.close()
+
+
 def test_new_iter_skips_the_rest_of_an_unfinished_epoch(serve):
     p = serve(epochs=3)
     with loader_for(p, batch_size=10) as loader:

@@ -63,6 +63,9 @@ def test_loader_gets_the_datasets_own_samples(env):
     thread = start(producer, epochs=1)
     with coloader.Loader("squares2", batch_size=13, wait_for_producer=20) as consumer:
         assert len(consumer) == -(-N // 13)
+        assert not hasattr(consumer.dataset, "classes")  # no image folder: no class names
+        with pytest.raises(AttributeError, match="'squares2' has no class names"):
+            consumer.dataset.class_to_idx
         seen = []
         for images, labels in consumer:
             assert images.shape[1:] == (3, 4, 4) and images.dtype == torch.float32

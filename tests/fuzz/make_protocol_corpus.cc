@@ -38,6 +38,7 @@ Welcome HostWelcome() {
   w.dataset_size = 103;
   w.epoch_samples = 103;
   w.slots = HostSlots();
+  w.classes = {"cat", "dog", "horse"};
   return w;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 namespace coloader {
@@ -69,6 +70,7 @@ std::vector<Message> Samples() {
   w.mailbox_capacity = 16;
   w.seed = 17;
   w.data_key = "9f3a2b4c5d6e7f80";
+  w.classes = {"n01440764", "n01443537", "n01484850"};
   w.node_rank = 1;
   w.num_nodes = 2;
   StatusReply r;
@@ -200,6 +202,7 @@ TEST(ProtocolTest, GroupAndTopologyFieldsSurvive) {
   EXPECT_EQ(std::get<Welcome>(*w).data_key, "9f3a2b4c5d6e7f80");
   EXPECT_EQ(std::get<Welcome>(*w).node_rank, 1);
   EXPECT_EQ(std::get<Welcome>(*w).num_nodes, 2);
+  EXPECT_EQ(std::get<Welcome>(*w).classes, (std::vector<std::string>{"n01440764", "n01443537", "n01484850"}));
   auto bb = Encode(Bye{ByeReason::kGroupBroken, "rank 2 left"});
   auto b = Decode(bb.data(), bb.size());
   ASSERT_TRUE(b.ok());
@@ -277,9 +280,22 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 6) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 9733021253347302613ull) << "the wire format changed without a new kProtocolVersion (it is "
+  EXPECT_EQ(kProtocolVersion, 7) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 9269901860765330953ull) << "the wire format changed without a new kProtocolVersion (it is "
                             << kProtocolVersion << ")";
+}
+
+TEST(ProtocolTest, AClassCountTheWelcomeCannotHoldIsRefusedBeforeAllocating) {
+  Welcome w = std::get<Welcome>(Samples()[3]);
+  w.classes.clear();
+  std::vector<uint8_t> bytes = Encode(w);
+  // The count is the last field: claim a million names in a message that ends there.
+  ASSERT_GE(bytes.size(), 4u);
+  const uint32_t claimed = 1000000;
+  std::memcpy(bytes.data() + bytes.size() - 4, &claimed, 4);
+  Result<Message> r = Decode(bytes.data(), bytes.size());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1000000 class names in 0 bytes"), std::string::npos) << r.status().ToString();
 }
 
 TEST(ProtocolTest, InconsistentSlotTableIsRejected) {
