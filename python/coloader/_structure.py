@@ -140,3 +140,10 @@ def check_counts(leaves, paths):
             raise ValueError("batch%s has %d samples, batch%s %d: every tensor must have the batch's samples "
                              "along its first dimension" % (path, int(t.shape[0]), first, count))
     return count
+
+
+def batch_size(batch, torch):
+    """The number of samples of `batch` (ValueError when its tensors disagree, or TypeError when
+    a leaf cannot travel, as publish() says)."""
+    leaves, _, paths = flatten(batch, torch)
+    return check_counts(leaves, paths)

@@ -21,8 +21,9 @@ tensor's per-sample shape is kept exactly. The first batch states the schema (ea
 path, dtype and per-sample shape); every later batch must match it, or publish() raises
 ValueError naming the tensor and the fix (shapes padded to each batch's longest are refused:
 pad to one fixed length). Consumers get the same structure at their own batch size
-(coloader.Loader yields it; tuples stay tuples, dicts keep their order). The dataset indices
-consumers see (loader.indices) are the samples' positions in the epoch.
+(coloader.Loader yields it; tuples stay tuples, dicts keep their order). The indices consumers
+see (loader.indices) are the samples' dataset indices where the DataLoader's batch sampler says
+them (a map-style Dataset, batches in order: _BatchIndices), else their positions in the epoch.
 
 With device="cuda:N" the ring also lives in GPU N's memory: consumers there that ask for the
 device path (coloader.Loader(..., device="cuda")) get every tensor on the GPU, each batch their
@@ -31,12 +32,14 @@ own copy; others read host memory.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import ctypes
 import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib, _structure
 
@@ -79,6 +82,49 @@ class _sigterm_as_exit:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
         return False
+
+
+class _BatchIndices:
+    """The dataset indices of each batch a torch DataLoader yields, where its batch sampler says
+    them: a map-style Dataset batched by the DataLoader, its batches delivered in order. For the
+    run, the DataLoader's batch sampler is one that records each list of indices as the
+    DataLoader's iterator takes it (workers prefetch ahead of what was yielded: a queue), and
+    take() gives those of the batch just yielded. Restored when the run ends."""
+
+    def __init__(self, loader):
+        self._loader = loader
+        self._inner = loader.batch_sampler
+        self._taken = collections.deque()
+
+    @staticmethod
+    def applies(iterable, torch) -> bool:
+        data = torch.utils.data
+        return (isinstance(iterable, data.DataLoader) and iterable.batch_sampler is not None and
+                not isinstance(iterable.dataset, data.IterableDataset) and getattr(iterable, "in_order", True))
+
+    def __iter__(self):
+        for indices in self._inner:
+            self._taken.append(indices)
+            yield indices
+
+    def __len__(self):
+        return len(self._inner)
+
+    def __enter__(self):
+        # DataLoader refuses a new batch_sampler once made; its iterators read the attribute
+        # at each epoch's start, so setting it underneath is what they see.
+        object.__setattr__(self._loader, "batch_sampler", self)
+        return self
+
+    def __exit__(self, *exc):
+        object.__setattr__(self._loader, "batch_sampler", self._inner)
+        return False
+
+    def take(self, count: int) -> Optional[List[int]]:
+        """The indices of the batch just yielded, when it holds `count` samples (else None: a
+        collate that changed the batch's size; its samples get positions)."""
+        indices = [int(i) for i in self._taken.popleft()] if self._taken else None
+        return indices if indices is not None and len(indices) == count else None
 
 
 class Producer:
@@ -216,14 +262,18 @@ class Producer:
         first batch has opened the producer (None before, and without tcp)."""
         return self._tcp_endpoint
 
-    def publish(self, batch: Any) -> bool:
+    def publish(self, batch: Any, indices: Optional[Sequence[int]] = None) -> bool:
         """Publishes one batch (blocks while every slot is in use). True once published; False
         when the run has ended because its consumers all left (alone_timeout). The first batch
-        states the schema; a later one that breaks it raises ValueError naming the tensor."""
+        states the schema; a later one that breaks it raises ValueError naming the tensor.
+        `indices`: the samples' dataset indices, one per sample (consumers' loader.indices);
+        None: their positions in the epoch."""
         leaves, structure, paths = _structure.flatten(batch, self._torch)
         if self._ptr is None:
             self._open(leaves, structure, paths)
         count = self._schema.check(leaves, structure, paths)
+        if indices is not None and len(indices) != count:
+            raise ValueError("publish() got %d indices for a batch of %d samples" % (len(indices), count))
         # Host memory, contiguous: what the library copies into the slot (a no-op for the
         # usual CPU batch).
         # resolve_conj/resolve_neg: a lazily conjugated or negated view's memory holds the
@@ -233,7 +283,8 @@ class Producer:
         lib, ptr = _lib.producer_lib(), self._ptr
         if _lib.wait_producer(lambda ms: lib.coloader_producer_wait(ptr, ms)) == _lib.END:
             return False
-        rc = _lib.check_producer(lib.coloader_producer_publish(ptr, pointers, count, None))
+        index_array = None if indices is None else (ctypes.c_int64 * count)(*indices)
+        rc = _lib.check_producer(lib.coloader_producer_publish(ptr, pointers, count, index_array))
         return rc != _lib.END
 
     def end_epoch(self) -> None:
@@ -243,7 +294,8 @@ class Producer:
     def run(self, epochs: int = 1) -> str:
         """Publishes `epochs` epochs of the iterable, then close()s. Returns how it ended:
         "delivered" (every batch published and released) or "consumers gone"."""
-        with _sigterm_as_exit():
+        recorded = _BatchIndices(self._iterable) if _BatchIndices.applies(self._iterable, self._torch) else None
+        with _sigterm_as_exit(), (recorded or contextlib.nullcontext()):
             source = "its %s" % type(self._iterable).__name__
             epoch = batches = 0
             doing = source
@@ -252,7 +304,8 @@ class Producer:
                     batches = 0
                     for batch in self._iterable:
                         doing = "publishing its batch"
-                        if not self.publish(batch):
+                        indices = recorded.take(_structure.batch_size(batch, self._torch)) if recorded else None
+                        if not self.publish(batch, indices):
                             return self.close()
                         doing = source
                         batches += 1

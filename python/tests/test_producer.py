@@ -79,6 +79,36 @@ def test_loader_gets_the_datasets_own_samples(env):
     assert not thread.is_alive()
 
 
+def test_consumers_of_a_shuffled_dataloader_see_the_datasets_own_indices(env):
+    # Issue 40: loader.indices were positions in the epoch, so a job could not tell which
+    # samples it got. Sample i is filled with i and labelled i: each consumer's indices must be
+    # its samples' own, through the workers' prefetching and a consumer batch size that slices
+    # across the producer's batches.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, shuffle=True, num_workers=2)
+    sampler_before = loader.batch_sampler
+    producer = coloader.Producer(loader, name="shuffled")
+    thread = start(producer, epochs=2)
+    with coloader.Loader("shuffled", batch_size=13, wait_for_producer=20) as consumer:
+        for _ in range(2):
+            seen = []
+            for images, labels in consumer:
+                assert torch.equal(consumer.indices, labels)
+                assert torch.equal(images[:, 0, 0, 0], labels.float())
+                seen += consumer.indices.tolist()
+            assert sorted(seen) == list(range(N)) and seen != list(range(N))  # whole, and shuffled
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert loader.batch_sampler is sampler_before  # the DataLoader is as it was
+
+
+def test_publish_takes_the_batchs_indices_and_refuses_a_wrong_count(env):
+    producer = coloader.Producer([], name="given")
+    batch = (torch.zeros(3, 2), torch.zeros(3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="2 indices for a batch of 3 samples"):
+        producer.publish(batch, indices=[7, 8])
+    producer.close(timeout=1)
+
+
 def test_a_batch_that_breaks_the_first_ones_schema_is_refused_naming_the_tensor(env):
     # The first batch states the schema; one that pads to its own longest sequence is refused
     # with the tensor's path and the fix, not reinterpreted.
