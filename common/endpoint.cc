@@ -256,6 +256,9 @@ Result<std::vector<std::string>> RunningProducers() {
 std::string WhatRunsInstead(const std::string& name) {
   Result<std::vector<std::string>> running = RunningProducers();
   if (!running.ok() || running->empty()) return "";
+  // It holds its name from the start, and answers once its ring and socket are made.
+  if (std::find(running->begin(), running->end(), name) != running->end())
+    return "; a producer of this name is starting (it holds the name, its socket is not there yet)";
   const std::string* closest = nullptr;
   size_t best = std::max<size_t>(2, name.size() / 3) + 1;
   for (const std::string& r : *running) {

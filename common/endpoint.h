@@ -88,7 +88,8 @@ Result<std::vector<Leftover>> FindLeftovers(size_t* foreign_segments = nullptr);
 Result<std::vector<std::string>> RunningProducers();
 
 // For a message about a name no producer runs under: "; did you mean 'NAME'? (running here:
-// ...)" when a running one is a typo away, "; running here: ..." otherwise, "" when none runs.
+// ...)" when a running one is a typo away, "; running here: ..." otherwise, "" when none runs;
+// that one is starting when `name` itself holds its lock (its socket is not made yet).
 std::string WhatRunsInstead(const std::string& name);
 
 // Removes the leftovers of every dead producer of this run directory, each under its name lock

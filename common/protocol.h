@@ -92,8 +92,10 @@ size_t DTypeSize(DType t);
 // against the fields before it is published.
 inline constexpr size_t kMaxFields = 256;
 inline constexpr size_t kMaxFieldDims = 8;
-// At most this many class names in a Welcome (ImageNet-21k has 21,841).
+// At most this many class names in a Welcome (ImageNet-21k has 21,841), of at most this many
+// bytes in all: a Welcome stays well within what a consumer takes (kMaxLocalReplyBytes).
 inline constexpr uint32_t kMaxClasses = 1u << 20;
+inline constexpr uint64_t kMaxClassNameBytes = 16ull << 20;
 inline constexpr size_t kMaxStructureBytes = 1 << 20;
 struct FieldSpec {
   std::string path;            // where it sits, as its user writes it: ["input_ids"], [1]["mask"]

@@ -59,8 +59,8 @@ COLOADER_C_EXPORT int coloader_producer_open(const coloader_producer_options* op
 COLOADER_C_EXPORT const char* coloader_producer_tcp_endpoint(const coloader_producer* p);
 /* Waits at most `timeout_ms` until a publish would not block: 0 when it would, COLOADER_AGAIN
  * when the time passed (call again: a caller that must stay responsive to signals waits in
- * short steps), COLOADER_END when the run ended because its consumers all left (the message
- * says how far it got), COLOADER_E_DISCONNECTED when the producer stopped otherwise. */
+ * short steps), COLOADER_END when the run ended because its consumers all left (the producer's
+ * log says how far it got), COLOADER_E_DISCONNECTED when the producer stopped otherwise. */
 COLOADER_C_EXPORT int coloader_producer_wait(coloader_producer* p, int32_t timeout_ms);
 /* Copies `count` samples of every field (fields[i]: count x field i's sample bytes, contiguous
  * host memory) into a free slot and publishes them as the next batch of the current epoch.
@@ -106,7 +106,8 @@ COLOADER_C_EXPORT int coloader_augment_op(const char* name, double magnitude, ui
 
 COLOADER_C_EXPORT const char* coloader_producer_last_error(void);
 /* Where the producer's log lines go (consumers coming and going, decode choices, skipped files,
- * how the run ended; coloader_log_handler in common/c_abi.h): warnings at 30, the rest at 20;
+ * how the run ended; coloader_log_handler in common/c_abi.h): a failed run at 40, warnings at 30,
+ * the rest at 20;
  * NULL: stderr, each after the local date and time (the default). Returns once no call of the
  * previous handler is under way (2 s at most). */
 COLOADER_C_EXPORT void coloader_producer_set_log_handler(coloader_log_handler handler, void* user);

@@ -177,9 +177,22 @@ void Producer::Impl::WarnOfALargeRing(uint64_t bytes) const {
     LogLineAt(LogLevel::kWarning, "[coloader %s] warning: %s\n", opts.name.c_str(), w->c_str());
 }
 
+Status Producer::Impl::CheckClassNames() const {
+  // Every consumer's Welcome carries them: they must fit it whole.
+  const std::vector<std::string>& classes = source->classes();
+  uint64_t bytes = 0;
+  for (const std::string& c : classes) bytes += 2 + c.size();
+  if (classes.size() <= kMaxClasses && bytes <= kMaxClassNameBytes) return Status::OK();
+  return Status::Invalid(opts.dataset.data + " has " + std::to_string(classes.size()) + " class folders (" +
+                         HumanBytes(bytes) + " of names); coloader tells every consumer their names, at most " +
+                         std::to_string(kMaxClasses) + " and " + HumanBytes(kMaxClassNameBytes) +
+                         ": give the labels as a file list (one path,label per line) instead");
+}
+
 Status Producer::Impl::Setup() {
   COLOADER_ASSIGN_OR_RETURN(paths, PathsFor(opts.name));
   COLOADER_RETURN_NOT_OK(MakeSource());
+  COLOADER_RETURN_NOT_OK(CheckClassNames());
   data_key = ComputeDataKey();
   COLOADER_RETURN_NOT_OK(CheckStart());
   COLOADER_RETURN_NOT_OK(ClaimName());

@@ -190,6 +190,8 @@ struct Producer::Impl {
   // Says so when the ring takes more than half of the machine's memory (it still starts).
   void WarnOfALargeRing(uint64_t bytes) const;
   Result<Producer::RunEnd> Loop();
+  // The class names fit a Welcome (kMaxClasses, kMaxClassNameBytes).
+  Status CheckClassNames() const;
   Status ReadMessages();
   // Reserves the host tensor areas of a GPU ring in /dev/shm before the first host-path reader
   // (they are reserved at start without a GPU ring); a clear error when it does not fit.

@@ -98,8 +98,10 @@ class _BatchIndices:
 
     @staticmethod
     def applies(iterable, torch) -> bool:
+        # DataLoader itself: a subclass may yield other batches than its sampler's, in another
+        # order (a repeating sampler, batches re-yielded to even out ranks).
         data = torch.utils.data
-        return (isinstance(iterable, data.DataLoader) and iterable.batch_sampler is not None and
+        return (type(iterable) is data.DataLoader and iterable.batch_sampler is not None and
                 not isinstance(iterable.dataset, data.IterableDataset) and getattr(iterable, "in_order", True))
 
     def __iter__(self):
@@ -111,20 +113,32 @@ class _BatchIndices:
         return len(self._inner)
 
     def __enter__(self):
-        # DataLoader refuses a new batch_sampler once made; its iterators read the attribute
-        # at each epoch's start, so setting it underneath is what they see.
-        object.__setattr__(self._loader, "batch_sampler", self)
+        self._install(self)
         return self
 
     def __exit__(self, *exc):
-        object.__setattr__(self._loader, "batch_sampler", self._inner)
+        self._install(self._inner)
         return False
+
+    def _install(self, sampler):
+        # DataLoader refuses a new batch_sampler once made, so it is set underneath; a new
+        # iterator reads it when made. One kept by persistent_workers holds the one it was made
+        # with, and reads that at each epoch's start: it is set there too.
+        object.__setattr__(self._loader, "batch_sampler", sampler)
+        kept = getattr(self._loader, "_iterator", None)
+        if kept is not None and hasattr(kept, "_index_sampler"):
+            kept._index_sampler = sampler
 
     def take(self, count: int) -> Optional[List[int]]:
         """The indices of the batch just yielded, when it holds `count` samples (else None: a
         collate that changed the batch's size; its samples get positions)."""
-        indices = [int(i) for i in self._taken.popleft()] if self._taken else None
-        return indices if indices is not None and len(indices) == count else None
+        if not self._taken:
+            return None
+        try:
+            indices = [int(i) for i in self._taken.popleft()]
+        except (TypeError, ValueError):  # not dataset indices (keys, (index, size) pairs, ...)
+            return None
+        return indices if len(indices) == count else None
 
 
 class Producer:
@@ -295,7 +309,7 @@ class Producer:
         """Publishes `epochs` epochs of the iterable, then close()s. Returns how it ended:
         "delivered" (every batch published and released) or "consumers gone"."""
         recorded = _BatchIndices(self._iterable) if _BatchIndices.applies(self._iterable, self._torch) else None
-        with _sigterm_as_exit(), (recorded or contextlib.nullcontext()):
+        with _sigterm_as_exit(), (recorded if recorded is not None else contextlib.nullcontext()):
             source = "its %s" % type(self._iterable).__name__
             epoch = batches = 0
             doing = source
@@ -304,7 +318,7 @@ class Producer:
                     batches = 0
                     for batch in self._iterable:
                         doing = "publishing its batch"
-                        indices = recorded.take(_structure.batch_size(batch, self._torch)) if recorded else None
+                        indices = None if recorded is None else recorded.take(_structure.batch_size(batch, self._torch))
                         if not self.publish(batch, indices):
                             return self.close()
                         doing = source

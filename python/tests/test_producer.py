@@ -79,13 +79,18 @@ def test_loader_gets_the_datasets_own_samples(env):
     assert not thread.is_alive()
 
 
-def test_consumers_of_a_shuffled_dataloader_see_the_datasets_own_indices(env):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_consumers_of_a_shuffled_dataloader_see_the_datasets_own_indices(env, persistent):
     # Issue 40: loader.indices were positions in the epoch, so a job could not tell which
     # samples it got. Sample i is filled with i and labelled i: each consumer's indices must be
     # its samples' own, through the workers' prefetching and a consumer batch size that slices
-    # across the producer's batches.
-    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, shuffle=True, num_workers=2)
+    # across the producer's batches; with persistent workers too, whose iterator was made
+    # (by an epoch read before) with the DataLoader's own batch sampler.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, shuffle=True, num_workers=2,
+                                         persistent_workers=persistent)
     sampler_before = loader.batch_sampler
+    if persistent:
+        assert sum(len(labels) for _, labels in loader) == N
     producer = coloader.Producer(loader, name="shuffled")
     thread = start(producer, epochs=2)
     with coloader.Loader("shuffled", batch_size=13, wait_for_producer=20) as consumer:
@@ -99,6 +104,9 @@ def test_consumers_of_a_shuffled_dataloader_see_the_datasets_own_indices(env):
     thread.join(timeout=30)
     assert not thread.is_alive()
     assert loader.batch_sampler is sampler_before  # the DataLoader is as it was
+    if persistent:
+        assert loader._iterator._index_sampler is sampler_before
+        assert sum(len(labels) for _, labels in loader) == N
 
 
 def test_publish_takes_the_batchs_indices_and_refuses_a_wrong_count(env):
