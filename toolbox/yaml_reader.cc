@@ -107,7 +107,7 @@ class YamlReader {
     if (tag == nullptr) return Status::OK();
     const std::string t(reinterpret_cast<const char*>(tag));
     if (t == "!") return Status::OK();
-    return At(m, "the tag " + t + " is not supported (quote a value to make it a string)");
+    return At(m, "the tag " + Abbreviated(t) + " is not supported (quote a value to make it a string)");
   }
 
   // The value that begins with event `e` (consumed, with every event of the value).
