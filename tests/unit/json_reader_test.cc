@@ -159,6 +159,7 @@ TEST(JsonReader, UnbalancedDocumentsAreRefusedBeforeYamlCppReadsThem) {
   const std::pair<const char*, const char*> cases[] = {
       {",", "f.json:1:1: ',' outside any [...] or {...}"},
       {"{\"a\": 1}, \"b\"", "f.json:1:9: content after the end of the document"},
+      {"\"a string\" fc\n?\n", "f.json:1:12: content after the end of the document"},
       {"{\"a\": [1, 2}", "f.json:1:12: '}' closes the '[' opened at 1:7"},
       {"]", "f.json:1:1: ']' closes nothing"},
       {"[1, , 2]", "f.json:1:5: expected a value before ','"},
