@@ -28,10 +28,20 @@ Result<Policy> ParsePolicy(const std::string& name) {
   return Status::Invalid("unknown policy '" + name + "' (fifo-exclusive, most-memory, least-utilised, sharing-aware)");
 }
 
-const char* RecoveryName(Recovery r) { return r == Recovery::kAlone ? "alone" : "grow"; }
+const char* RecoveryName(Recovery r) {
+  switch (r) {
+    case Recovery::kAlone:
+      return "alone";
+    case Recovery::kGrow:
+      return "grow";
+    case Recovery::kGrowThenAlone:
+      return "grow-then-alone";
+  }
+  return "?";
+}
 
 Result<Recovery> ParseRecovery(const std::string& name) {
-  for (Recovery r : {Recovery::kAlone, Recovery::kGrow}) {
+  for (Recovery r : {Recovery::kAlone, Recovery::kGrow, Recovery::kGrowThenAlone}) {
     if (name == RecoveryName(r)) return r;
   }
   return Status::Invalid("unknown recovery rule '" + name + "' (alone, grow)");
@@ -348,6 +358,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   if (best->mode == Mode::kMig) load.mig_used[best->mig_profile]++;
   if (best->mode == Mode::kExclusive && (job.isolation || RunsAlone(j))) load.exclusive = true;
   cores_used_ += cores;
+  best->limit_mib = LimitWhenPlaced(*best);
   if (opts_.sharing) {
     producer_members_[job.pipeline][best->gpu]++;
     producer_cores_[job.pipeline] = std::max(ProducerCores(job.pipeline), job.loader_cores);
@@ -453,19 +464,29 @@ std::vector<Placement> Planner::PlaceRound(std::vector<int>* queue) {
 bool Planner::Recover(int j, int ooms, Mode mode, double* estimate_mib) {
   if (ooms > opts_.recovery.max_ooms) return false;
   if (mode == Mode::kExclusive) return false;  // it had a GPU of its own: no restart can help
-  if (opts_.recovery.rule == Recovery::kAlone) {
+  const double before = *estimate_mib;
+  if (opts_.recovery.rule == Recovery::kGrowThenAlone && ooms == 1) {
+    *estimate_mib = before * opts_.recovery.growth;
+    if (FitsEmpty(j)) return true;
+    *estimate_mib = before;  // no GPU holds the grown estimate beside others: alone, as it is
+  }
+  if (opts_.recovery.rule != Recovery::kGrow) {
     alone_.insert(j);
     if (FitsEmpty(j)) return true;
     alone_.erase(j);  // no whole GPU here (MIG only, or too small): grow instead
   }
-  *estimate_mib *= opts_.recovery.growth;
+  *estimate_mib = before * opts_.recovery.growth;
   return FitsEmpty(j);
 }
 
-double Planner::MemoryLimitMiB(const Placement& p) const {
+double Planner::LimitWhenPlaced(const Placement& p) const {
   if (p.mode == Mode::kMig) return p.reserved_mib;
-  if (p.mode == Mode::kExclusive) return gpus_[p.gpu].memory_mib - loads_[p.gpu].producer_mib;
-  return p.reserved_mib;
+  const double gpu = gpus_[p.gpu].memory_mib;
+  const GpuLoad& load = loads_[p.gpu];
+  if (p.mode == Mode::kExclusive) return gpu - load.producer_mib;
+  if (!opts_.memory_headroom || load.jobs.empty()) return p.reserved_mib;
+  const double unreserved = std::max(0.0, gpu - load.used_mib);
+  return p.reserved_mib + unreserved / static_cast<double>(load.jobs.size());
 }
 
 double Planner::MpsLimitMiB(const Placement& p) const {

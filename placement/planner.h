@@ -35,14 +35,16 @@ std::vector<Policy> AllPolicies();
 
 // What happens to a job that ran out of GPU memory (the launcher and the simulator both apply it
 // through Planner::Recover). kGrow requeues the job in its place with its estimate times
-// `growth`, collocated as before. kAlone is CARMA's rule: a recovery queue served before every
-// other job, whose jobs each run on a GPU of their own, with no memory limit but the GPU's.
-enum class Recovery { kAlone, kGrow };
+// `growth`, collocated as before. kAlone: a recovery queue served before every other job, whose
+// jobs each run on a GPU of their own, with no memory limit but the GPU's. kGrowThenAlone is
+// CARMA's: the first OOM is kGrow's (where the grown estimate still fits a GPU beside others),
+// the second, or a grown estimate no GPU holds, kAlone's.
+enum class Recovery { kAlone, kGrow, kGrowThenAlone };
 const char* RecoveryName(Recovery r);
 Result<Recovery> ParseRecovery(const std::string& name);
 
 struct OomRecovery {
-  Recovery rule = Recovery::kGrow;  // measured better than kAlone on every trace (docs/PLACEMENT.md)
+  Recovery rule = Recovery::kGrowThenAlone;  // docs/PLACEMENT.md, "A default for families of workloads"
   int max_ooms = 3;      // restarts per job; one more OOM and it has failed
   double growth = 1.5;   // kGrow: the estimate after an OOM, times this
 };
@@ -78,6 +80,10 @@ struct PlannerOptions {
   // Fraction added to every estimate: the estimator's worst underestimate on its 154 measured
   // configurations is 5% (docs/ESTIMATOR.md), and a job's estimate is its MPS memory limit.
   double memory_margin = 0.05;
+  // A job on a GPU it may share gets, beyond its reservation, its share of the memory that no
+  // reservation holds when it is placed (Planner::LimitWhenPlaced): an estimate's error is an OOM
+  // only where the GPU is really short. false: the limit is the reservation.
+  bool memory_headroom = true;
   double cpu_cores = 64;        // cores for loading on this machine
   std::string cpu_cores_from = "the default";  // where that figure came from, for the plan's report
   bool host_path = false;       // producers keep rings in host memory (no GPU cost): no CUDA here
@@ -94,6 +100,7 @@ struct Placement {
   std::string mig_profile;  // for kMig
   double reserved_mib = 0;  // held on that GPU: the job's estimate (plus margin) and client_mib
   double client_mib = 0;    // of which the coloader consumer's own device buffers (JobPipeline::ConsumerMiB)
+  double limit_mib = 0;     // the memory it may use there, fixed when placed (Planner::LimitWhenPlaced)
   int producer = -1;        // the pipeline whose shared producer it reads; -1: its own loader
   bool host_path = false;   // reads the producer's host-memory ring (MIG, or no CUDA)
 };
@@ -171,10 +178,18 @@ class Planner {
   // the JobSet this planner reads.
   bool Recover(int j, int ooms, Mode mode, double* estimate_mib);
   bool RunsAlone(int j) const { return alone_.count(j) > 0; }
-  // The device memory job j may use where it is placed; past it, it gets an out-of-memory error
-  // while its neighbours run on: a shared (or shareable) GPU's MPS pinned-memory limit, its
-  // reservation; a MIG instance's memory; on a GPU of its own, the GPU less its producer's ring.
-  double MemoryLimitMiB(const Placement& p) const;
+  // The device memory a job may use where it is placed (Placement::limit_mib, fixed by
+  // LimitWhenPlaced as TryPlace places it); past it, it gets an out-of-memory error while its
+  // neighbours run on.
+  double MemoryLimitMiB(const Placement& p) const { return p.limit_mib; }
+  // The rule, the launcher's and the simulator's both, for `p` just counted on its GPU: a MIG
+  // instance's memory; on a GPU of its own, the GPU less its producer's ring; on a GPU it may
+  // share (alone there or not), its reservation (estimate x (1 + margin) and client_mib) plus,
+  // with memory_headroom, an equal share among the GPU's jobs of what no reservation or ring
+  // holds now. Limits fixed at different moments may add up to more than the GPU: a job that
+  // uses its headroom takes memory a later job's reservation counted on, and that job's
+  // allocations fail (real pressure), which the recovery rule then handles.
+  double LimitWhenPlaced(const Placement& p) const;
   // What CUDA_MPS_PINNED_DEVICE_MEM_LIMIT says for a job on a GPU it may share: its limit plus,
   // when it maps its producer's ring through CUDA IPC, the ring, which MPS charges to every
   // client that maps it (the replay on an H100 saw jobs within their estimates fail at a limit

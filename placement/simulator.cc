@@ -94,15 +94,36 @@ class Simulation {
   void Place() {
     if (!queue_changed_) return;
     queue_changed_ = false;
-    for (const Placement& p : planner_.PlaceRound(&queue_)) {
+    const std::vector<Placement> placed = planner_.PlaceRound(&queue_);
+    // What really runs on each GPU before this round's jobs allocate: the rings (this round's
+    // too: a producer allocates before its consumers) and the jobs already running, each up to
+    // its limit (past it its allocations fail).
+    std::set<int> fresh;
+    for (const Placement& p : placed) fresh.insert(p.job);
+    std::vector<double> real(gpus_.size());
+    for (size_t g = 0; g < gpus_.size(); ++g) {
+      real[g] = planner_.loads()[g].producer_mib;
+      for (int k : planner_.loads()[g].jobs) {
+        if (fresh.count(k)) continue;
+        const Placement& q = planner_.placed().at(k);
+        real[g] += std::min(ActualMemory(set_.jobs[k]) + q.client_mib, planner_.MemoryLimitMiB(q));
+      }
+    }
+    for (const Placement& p : placed) {
       const int j = p.job;
       SimJob& sj = jobs_[j];
       sj.state = State::kRunning;
       sj.started_at = t_;
       sj.progress_s = 0;
-      // The job's limit where it is placed, as launch sets it: past it, this job fails.
+      // The job's limit where it is placed, as launch sets it: past it, this job fails. So does
+      // a job whose GPU has no memory left for what it really needs, though within its limit
+      // (neighbours using their headroom: real pressure), except on a MIG instance of its own.
       const double limit = planner_.MemoryLimitMiB(p);
-      sj.will_oom = ActualMemory(set_.jobs[j]) + p.client_mib > limit;
+      const double need = ActualMemory(set_.jobs[j]) + p.client_mib;
+      real[p.gpu] += std::min(need, limit);  // past its limit a job's allocations fail
+      const bool pressed = p.mode != Mode::kMig && real[p.gpu] > gpus_[p.gpu].memory_mib + 1e-6;
+      sj.will_oom = need > limit || pressed;
+      if (pressed && need <= limit) ++r_.pressure_ooms;
       Attempt a;
       a.gpu = gpus_[p.gpu].index;
       a.mode = p.mode;
@@ -209,8 +230,10 @@ class Simulation {
       run.oom = sj.will_oom;
       if (sj.will_oom) {
         ++r_.ooms;
+        r_.lost_gpu_s += run.end_s - run.start_s;
         sj.will_oom = false;
         if (planner_.Recover(j, ++sj.ooms, run.mode, &set_.jobs[j].memory_mib)) {
+          ++r_.retries;
           sj.state = State::kQueued;
           queue_.push_back(j);
         } else {
@@ -286,13 +309,14 @@ Result<SimResult> Simulate(const JobSet& trace, const std::vector<Gpu>& gpus, co
 
 std::string SimSummaryCsv(const std::vector<SimResult>& runs) {
   std::string out =
-      "policy,sharing,makespan_s,mean_jct_s,jobs_done,ooms,impossible,mean_memory_util,mean_sm_util,peak_cores,mean_cores,"
-      "failed,mean_speedup\n";
-  char line[256];
+      "policy,sharing,makespan_s,mean_jct_s,jobs_done,ooms,impossible,mean_memory_util,mean_sm_util,peak_cores,"
+      "mean_cores,failed,mean_speedup,retries,pressure_ooms,lost_gpu_s\n";
+  char line[320];
   for (const SimResult& r : runs) {
-    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f,%d,%.3f\n", r.policy.c_str(), r.sharing ? 1 : 0,
-                  r.makespan_s, r.mean_jct_s, r.jobs_done, r.ooms, r.impossible, r.mean_memory_util, r.mean_sm_util,
-                  r.peak_cores, r.mean_cores, r.failed, r.mean_speedup);
+    std::snprintf(line, sizeof(line), "%s,%d,%.0f,%.0f,%d,%d,%d,%.4f,%.4f,%.1f,%.1f,%d,%.3f,%d,%d,%.0f\n",
+                  r.policy.c_str(), r.sharing ? 1 : 0, r.makespan_s, r.mean_jct_s, r.jobs_done, r.ooms, r.impossible,
+                  r.mean_memory_util, r.mean_sm_util, r.peak_cores, r.mean_cores, r.failed, r.mean_speedup, r.retries,
+                  r.pressure_ooms, r.lost_gpu_s);
     out += line;
   }
   return out;

@@ -44,6 +44,9 @@ struct SimResult {
   double mean_jct_s = 0;
   int jobs_done = 0;
   int ooms = 0;
+  int pressure_ooms = 0;  // of which jobs within their limits, on a GPU neighbours had filled (real pressure)
+  int retries = 0;        // OOMs after which the job was queued again (Planner::Recover)
+  double lost_gpu_s = 0;  // the run time of attempts that ended in an OOM, summed over attempts
   int failed = 0;      // ran out of memory more than max_ooms times, or no GPU can hold it any more
   int impossible = 0;
   double mean_memory_util = 0;  // over GPUs and time until the makespan

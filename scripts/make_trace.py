@@ -10,7 +10,10 @@ described in docs/PLACEMENT.md. Light jobs (small CNNs) train fast, so their per
 need many CPU cores; heavy jobs (large models) fill the GPU and read slowly. The estimate is
 the real peak times U(0.97, 1.20) (--estimate-error): an estimator biased to overestimate that
 still misses by up to 3% now and then, as a measured one does. --mix sets the light/medium/heavy
-shares (CARMA's traces: 0.65,0.27,0.08 and 0.83,0.17,0).
+shares (CARMA's traces: 0.65,0.27,0.08 and 0.83,0.17,0). --sharing says how many jobs read one
+dataset: `project` (the five pipelines below), `none` (every job its own dataset: nothing to
+share) or `one` (every job the same ImageNet pipeline). scripts/placement_families.py draws
+whole families of traces through make_trace().
 """
 import argparse
 import json
@@ -29,6 +32,7 @@ PIPELINES = [  # name, share, definition
     ("inat", 0.15, {"data": "/data/inat2021/train", "image_size": 224}),
     ("food", 0.10, {"data": "/data/food101/train", "image_size": 224}),
 ]
+SHARING = ("project", "none", "one")
 
 
 def pick(rng, items):
@@ -40,33 +44,32 @@ def pick(rng, items):
     return items[-1]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seed", type=int, default=6)
-    ap.add_argument("--jobs", type=int, default=90)
-    ap.add_argument("--mean-gap-s", type=float, default=90.0, help="mean of the exponential arrival gaps")
-    ap.add_argument("--cpu-cores", type=int, default=64)
-    ap.add_argument("--mix", default=",".join(str(c[1]) for c in CLASSES),
-                    help="shares of light,medium,heavy jobs (summing to 1)")
-    ap.add_argument("--estimate-error", default="0.97,1.20", help="the estimate is the real peak times U(LO, HI)")
-    args = ap.parse_args()
-    try:
-        shares = [float(x) for x in args.mix.split(",")]
-        err_lo, err_hi = (float(x) for x in args.estimate_error.split(","))
-    except ValueError:
-        ap.error(f"--mix expects three numbers and --estimate-error two, got {args.mix!r} and {args.estimate_error!r}")
+def make_trace(seed, jobs, mean_gap_s=90.0, cpu_cores=64, mix=None, estimate_error=(0.97, 1.20),
+               sharing="project"):
+    """The trace as a dict (a jobs file); the same arguments give the same trace."""
+    shares = mix if mix is not None else [c[1] for c in CLASSES]
     if len(shares) != len(CLASSES) or abs(sum(shares) - 1) > 1e-6 or min(shares) < 0:
-        ap.error(f"--mix expects {len(CLASSES)} shares >= 0 summing to 1, got {args.mix!r}")
+        raise ValueError(f"mix expects {len(CLASSES)} shares >= 0 summing to 1, got {shares!r}")
+    err_lo, err_hi = estimate_error
     if not 0 < err_lo <= err_hi:
-        ap.error(f"--estimate-error expects 0 < LO <= HI, got {args.estimate_error!r}")
+        raise ValueError(f"estimate_error expects 0 < LO <= HI, got {estimate_error!r}")
+    if sharing not in SHARING:
+        raise ValueError(f"sharing expects one of {', '.join(SHARING)}, got {sharing!r}")
     classes = [(c[0], share) + c[2:] for c, share in zip(CLASSES, shares)]
-    rng = random.Random(args.seed)
-    t, jobs = 0.0, []
-    for i in range(args.jobs):
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    pipelines = {name: d for name, _, d in PIPELINES} if sharing == "project" else {}
+    for i in range(jobs):
         cls, _, mem, sm, minutes, cores, models = pick(rng, classes)
-        pipeline = pick(rng, PIPELINES)[0]
+        pipeline = pick(rng, PIPELINES)[0]  # drawn whatever the sharing, so one seed's jobs stay the same
+        if sharing == "none":
+            pipeline = f"own-{i:03d}"
+            pipelines[pipeline] = {"data": f"/data/own/{i:03d}/train", "image_size": 224}
+        elif sharing == "one":
+            pipeline = PIPELINES[0][0]
+            pipelines[pipeline] = PIPELINES[0][2]
         actual = round(rng.uniform(*mem))
-        jobs.append({
+        out.append({
             "name": f"{cls}-{i:02d}",
             "command": ["python3", "examples/train.py", "--loader", "coloader", "--name", "{producer}",
                         "--model", rng.choice(models)],
@@ -78,14 +81,39 @@ def main():
             "arrival_s": round(t, 1),
             "duration_s": round(rng.uniform(*minutes) * 60),
         })
-        t += rng.expovariate(1.0 / args.mean_gap_s)
-    trace = {
-        "comment": f"make_trace.py --seed {args.seed} --jobs {args.jobs} --mean-gap-s {args.mean_gap_s} "
-                   f"--mix {args.mix} --estimate-error {args.estimate_error}",
-        "cpu_cores": args.cpu_cores,
-        "pipelines": {name: d for name, _, d in PIPELINES},
-        "jobs": jobs,
+        t += rng.expovariate(1.0 / mean_gap_s)
+    return {
+        "comment": f"make_trace.py --seed {seed} --jobs {jobs} --mean-gap-s {mean_gap_s} "
+                   f"--mix {','.join(str(x) for x in shares)} --estimate-error {err_lo},{err_hi} --sharing {sharing}",
+        "cpu_cores": cpu_cores,
+        "pipelines": pipelines,
+        "jobs": out,
     }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seed", type=int, default=6)
+    ap.add_argument("--jobs", type=int, default=90)
+    ap.add_argument("--mean-gap-s", type=float, default=90.0, help="mean of the exponential arrival gaps")
+    ap.add_argument("--cpu-cores", type=int, default=64)
+    ap.add_argument("--mix", default=",".join(str(c[1]) for c in CLASSES),
+                    help="shares of light,medium,heavy jobs (summing to 1)")
+    ap.add_argument("--estimate-error", default="0.97,1.20", help="the estimate is the real peak times U(LO, HI)")
+    ap.add_argument("--sharing", default="project", choices=SHARING,
+                    help="how many jobs read one dataset: the project's five pipelines, none, or one for all")
+    args = ap.parse_args()
+    try:
+        shares = [float(x) for x in args.mix.split(",")]
+        err = tuple(float(x) for x in args.estimate_error.split(","))
+        if len(err) != 2:
+            raise ValueError
+    except ValueError:
+        ap.error(f"--mix expects three numbers and --estimate-error two, got {args.mix!r} and {args.estimate_error!r}")
+    try:
+        trace = make_trace(args.seed, args.jobs, args.mean_gap_s, args.cpu_cores, shares, err, args.sharing)
+    except ValueError as e:
+        ap.error(str(e))
     print(json.dumps(trace, indent=1))
 
 

@@ -76,10 +76,14 @@ std::string SmSources(const JobSet& set, double default_sm) {
   return buf;
 }
 
+// plan, launch and simulate all place through one rule (Planner::LimitWhenPlaced).
+constexpr const char* kNoHeadroomHelp =
+    "a job's memory limit is its reservation alone, not also its share of the GPU's unreserved memory";
+
 struct PlanFlags {
   std::string policy = "sharing-aware", gpus_from, jobs_path;
   std::string python = DefaultPython();
-  bool no_sharing = false, json = false;
+  bool no_sharing = false, no_headroom = false, json = false;
   SmLimitFlag sm_limit;
 
   void Add(Command* cmd, PlannerOptions* o) {
@@ -95,6 +99,7 @@ struct PlanFlags {
     sm_limit.Add(cmd);
     cmd->Add("--memory-margin", &o->memory_margin, "fraction added to every memory estimate")
         ->check(NumberIn(0.0, 10.0));
+    cmd->Add("--no-headroom", &no_headroom, kNoHeadroomHelp);
     AddEstimatorFlags(cmd, &python, o);
     cmd->Add("--json", &json, "the result as one JSON object");
   }
@@ -106,6 +111,7 @@ struct PlanFlags {
   void ToOptions(const Command& cmd, const JobSet& set, PlannerOptions* o) const {
     o->policy = *ParsePolicy(policy);  // checked by --policy's IsMember
     o->sharing = !no_sharing;
+    o->memory_headroom = !no_headroom;
     o->sm_limit = sm_limit.Value();
     if (cmd.Given("--cpu-cores")) {
       o->cpu_cores_from = "--cpu-cores";
@@ -124,11 +130,14 @@ struct RecoveryFlags {
   std::string rule = RecoveryName(OomRecovery{}.rule);
   void Add(Command* cmd, OomRecovery* r) {
     cmd->Add("--recovery", &rule,
-             "after an OOM: alone (a recovery queue first, each job on a GPU of its own) or grow (requeued with "
-             "--oom-growth times its estimate)")
-        ->check(CLI::IsMember({RecoveryName(Recovery::kAlone), RecoveryName(Recovery::kGrow)}));
+             "after an OOM: grow-then-alone (grow the first time, alone the second or when no GPU holds the grown "
+             "estimate), grow (requeued with --oom-growth times its estimate) or alone (a recovery queue first, "
+             "each job on a GPU of its own)")
+        ->check(CLI::IsMember(
+            {RecoveryName(Recovery::kGrowThenAlone), RecoveryName(Recovery::kGrow), RecoveryName(Recovery::kAlone)}));
     cmd->Add("--max-ooms", &r->max_ooms, "out-of-memory restarts per job before it counts as failed");
-    cmd->Add("--oom-growth", &r->growth, "with --recovery grow, the estimate after an OOM times this")
+    cmd->Add("--oom-growth", &r->growth,
+             "with --recovery grow or grow-then-alone, the estimate after an OOM times this")
         ->check(NumberIn(1.01, 100.0));
   }
   Status Check(const Command& cmd, const OomRecovery& r) const {
@@ -281,6 +290,8 @@ int SimulateCommand(const std::vector<std::string>& args) {
   sm_limit.Add(&cmd);
   cmd.Add("--memory-margin", &so.planner.memory_margin, "fraction added to every memory estimate (as plan)")
       ->check(NumberIn(0.0, 10.0));
+  bool no_headroom = false;
+  cmd.Add("--no-headroom", &no_headroom, kNoHeadroomHelp);
   std::string python = DefaultPython();
   AddEstimatorFlags(&cmd, &python, &so.planner);
   cmd.Add("--step-s", &so.dt_s, "simulated time step, seconds")->check(NumberIn(0.01, 3600.0));
@@ -306,6 +317,7 @@ int SimulateCommand(const std::vector<std::string>& args) {
   if (sms < 1) return cmd.UsageError("--gpu-sms expects SMs per GPU >= 1, got " + std::to_string(sms));
   rf.ToOptions(&so.planner.recovery);
   so.planner.sm_limit = sm_limit.Value();
+  so.planner.memory_headroom = !no_headroom;
   Result<JobSet> trace = LoadJobSet(trace_path);
   if (!trace.ok()) return Fail("simulate", trace.status());
   // As plan and launch: "auto" memory and the SM activity a job does not state come from the

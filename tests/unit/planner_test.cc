@@ -53,6 +53,7 @@ PlannerOptions Opts(Policy p, bool sharing = true, double cores = 64) {
   o.sharing = sharing;
   o.cpu_cores = cores;
   o.memory_margin = 0;  // the figures below are the reservations themselves
+  o.memory_headroom = false;  // and the limits too (AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreserved)
   return o;
 }
 
@@ -226,6 +227,62 @@ TEST(Planner, EveryJobRunsUnderTheLimitItWasPlannedWith) {
   env = JobEnvironment(set, fifo, q);
   EXPECT_EQ(env.count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u);
   EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(81920 - ring))));
+}
+
+TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreserved) {
+  // The default: a job on a GPU it may share may use, beyond its reservation, its share of what
+  // no reservation or ring holds as it is placed; the limit stays what it was when placed.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.25}, {20000, 0.25}, {30000, 0.25}})));
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.memory_headroom = true;
+  EXPECT_TRUE(PlannerOptions{}.memory_headroom);
+  Planner planner(o, Gpus(1), &set);
+  const double ring = set.pipelines[0].DeviceMiB();
+  const std::optional<Placement> first = planner.TryPlace(0);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_DOUBLE_EQ(first->reserved_mib, 10000 + first->client_mib);
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*first), 81920 - ring);  // alone: all that is unreserved
+  const std::optional<Placement> second = planner.TryPlace(1);
+  ASSERT_TRUE(second.has_value());
+  const double unreserved = 81920 - ring - first->reserved_mib - second->reserved_mib;
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*second), second->reserved_mib + unreserved / 2);
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(planner.placed().at(0)), 81920 - ring);  // fixed when placed
+  EXPECT_DOUBLE_EQ(planner.MpsLimitMiB(*second), planner.MemoryLimitMiB(*second) + set.pipelines[0].RingMiB());
+  std::map<std::string, std::string> env = JobEnvironment(set, planner, *second);
+  EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"],
+            std::to_string(static_cast<long long>(std::ceil(second->reserved_mib + unreserved / 2))));
+  // The packing is by reservations: a third job fits where the headroom promised is not free.
+  const std::optional<Placement> third = planner.TryPlace(2);
+  ASSERT_TRUE(third.has_value());
+  EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib,
+                   ring + first->reserved_mib + second->reserved_mib + third->reserved_mib);
+  // --no-headroom: the reservation is the limit.
+  o.memory_headroom = false;
+  Planner bare(o, Gpus(1), &set);
+  const std::optional<Placement> lone = bare.TryPlace(0);
+  ASSERT_TRUE(lone.has_value());
+  EXPECT_DOUBLE_EQ(bare.MemoryLimitMiB(*lone), lone->reserved_mib);
+}
+
+TEST(Planner, GrowThenAloneGrowsTheFirstTimeAndRunsAloneTheSecond) {
+  // CARMA's rule, the default: requeued with the grown estimate where that still fits a GPU
+  // beside others; after a second OOM, or when no GPU holds the grown estimate, alone.
+  EXPECT_EQ(OomRecovery{}.rule, Recovery::kGrowThenAlone);
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}, {60000, 0.25}})));
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.recovery = OomRecovery{Recovery::kGrowThenAlone, 3, 1.5};
+  Planner planner(o, Gpus(1), &set);
+  EXPECT_TRUE(planner.Recover(0, 1, Mode::kMps, &set.jobs[0].memory_mib));
+  EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9000);
+  EXPECT_FALSE(planner.RunsAlone(0));
+  EXPECT_TRUE(planner.Recover(0, 2, Mode::kMps, &set.jobs[0].memory_mib));
+  EXPECT_TRUE(planner.RunsAlone(0));
+  EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9000);  // alone, its limit is the GPU's: no more growth
+  EXPECT_FALSE(planner.Recover(0, 3, Mode::kExclusive, &set.jobs[0].memory_mib));  // out of memory alone
+  // 60,000 x 1.5 fits no 81,920 MiB GPU: alone at once, as it was.
+  EXPECT_TRUE(planner.Recover(1, 1, Mode::kMps, &set.jobs[1].memory_mib));
+  EXPECT_TRUE(planner.RunsAlone(1));
+  EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 60000);
 }
 
 TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {

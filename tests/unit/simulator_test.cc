@@ -54,6 +54,7 @@ SimOptions Opts(Policy p, bool sharing) {
   o.planner.sharing = sharing;
   o.planner.cpu_cores = 64;
   o.planner.memory_margin = 0;  // the limits are the estimates below
+  o.planner.memory_headroom = false;  // (the headroom's own tests turn it on)
   o.planner.recovery.rule = Recovery::kAlone;
   o.dt_s = 1;
   return o;
@@ -118,6 +119,39 @@ TEST(Simulator, TheJobOverItsLimitIsTheOneThatRunsOutOfMemoryThenRunsAlone) {
   EXPECT_NE(lines[2].find(",j0,done,2,0,exclusive,,40000,"), std::string::npos) << lines[2];
   EXPECT_EQ(lines[2].back(), '0');
   EXPECT_NE(lines[3].find(",j1,done,1,0,"), std::string::npos) << lines[3];
+}
+
+TEST(Simulator, WithHeadroomAnEstimatesErrorIsAnOomOnlyUnderRealPressure) {
+  // The trace above under the default limits (LimitWhenPlaced): j0, 1,500 MiB over its
+  // estimate, runs on within the headroom it was given alone; j1 then reserves 21,000 of what
+  // j0 left (40,000 - 18,000 reserved) and is placed, but the GPU really holds 19,500 + 21,000:
+  // j1's allocations fail (real pressure, counted apart), and its recovery (grow-then-alone)
+  // requeues it grown 1.5x, which waits for j0 to end.
+  JobSet set = Trace({{18000, 19500, 0.2, 500, 0}, {21000, 21000, 0.2, 500, 10}});
+  SimOptions o = Opts(Policy::kMostMemory, false);
+  o.planner.memory_headroom = true;
+  o.planner.recovery.rule = Recovery::kGrowThenAlone;
+  ASSERT_OK_AND_ASSIGN(SimResult r, Simulate(set, Gpus(1), o));
+  EXPECT_EQ(r.jobs_done, 2);
+  ASSERT_EQ(r.jobs[0].runs.size(), 1u);
+  EXPECT_FALSE(r.jobs[0].runs[0].oom);
+  EXPECT_DOUBLE_EQ(r.jobs[0].runs[0].limit_mib, 40000);
+  ASSERT_EQ(r.jobs[1].runs.size(), 2u);
+  EXPECT_TRUE(r.jobs[1].runs[0].oom);
+  EXPECT_DOUBLE_EQ(r.jobs[1].runs[0].limit_mib, 21000 + 1000 / 2.0);
+  EXPECT_GE(r.jobs[1].runs[1].start_s, r.jobs[0].runs[0].end_s);
+  EXPECT_EQ(r.ooms, 1);
+  EXPECT_EQ(r.pressure_ooms, 1);
+  EXPECT_EQ(r.retries, 1);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_s, r.jobs[1].runs[0].end_s - r.jobs[1].runs[0].start_s);
+  const std::vector<std::string> summary = Lines(SimSummaryCsv({r}));
+  ASSERT_EQ(summary.size(), 2u);
+  EXPECT_NE(summary[0].find(",retries,pressure_ooms,lost_gpu_s"), std::string::npos) << summary[0];
+  // Where the GPU has room for both, nobody runs out of memory: j1 is smaller.
+  set.jobs[1].memory_mib = set.jobs[1].actual_memory_mib = 20000;
+  ASSERT_OK_AND_ASSIGN(SimResult roomy, Simulate(set, Gpus(1), o));
+  EXPECT_EQ(roomy.ooms, 0);
+  EXPECT_EQ(roomy.jobs_done, 2);
 }
 
 TEST(Simulator, AJobAloneOnItsGpuIsLimitedToo) {
