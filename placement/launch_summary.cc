@@ -18,12 +18,13 @@ std::string LaunchSummaryText(const LaunchSummary& s) {
                   j.attempts, j.ooms, j.runtime_s, j.gpu, j.mode.c_str(), j.memory_mib);
     out += line;
   }
-  std::snprintf(line, sizeof(line),
-                "\n%d job(s) done, %d failed, %d OOM(s)%s; %d producer(s); %.1f s wall\n"
-                "loading CPU: producers used %.1f core-seconds; per-job loaders would use %.1f "
-                "(each job's loader_cores x its runtime)\nlogs: %s\n",
-                s.done, s.failed, s.ooms, s.stopped ? ", stopped by a signal" : "", s.producers_started, s.wall_s,
-                s.producer_cpu_s, s.per_job_loader_cpu_s, s.run_dir.c_str());
+  std::snprintf(
+      line, sizeof(line),
+      "\n%d job(s) done, %d failed, %d OOM(s) (%d retried, %.1f s of runs lost)%s; %d producer(s); %.1f s wall\n"
+      "loading CPU: producers used %.1f core-seconds; per-job loaders would use %.1f "
+      "(each job's loader_cores x its runtime)\nlogs: %s\n",
+      s.done, s.failed, s.ooms, s.retries, s.lost_gpu_s, s.stopped ? ", stopped by a signal" : "", s.producers_started,
+      s.wall_s, s.producer_cpu_s, s.per_job_loader_cpu_s, s.run_dir.c_str());
   out += line;
   if (!s.speedup.empty()) {
     out += "co-location speedup (delta: the jobs' time alone, duration_s, over the GPU's busy time):";
@@ -42,6 +43,8 @@ std::string LaunchSummaryJson(const LaunchSummary& s) {
       .Field("done", s.done)
       .Field("failed", s.failed)
       .Field("ooms", s.ooms)
+      .Field("retries", s.retries)
+      .Field("lost_gpu_s", s.lost_gpu_s)
       .Field("stopped", s.stopped)
       .Field("producers", s.producers_started)
       .Field("producer_cpu_s", s.producer_cpu_s)

@@ -38,6 +38,8 @@ struct LaunchJobReport {
 struct LaunchSummary {
   std::vector<LaunchJobReport> jobs;
   int done = 0, failed = 0, ooms = 0;
+  int retries = 0;                   // OOMs after which the job was queued again (Planner::Recover)
+  double lost_gpu_s = 0;             // the run time of attempts that ended in an OOM, summed
   bool stopped = false;              // by a signal
   double producer_cpu_s = 0;         // loading CPU time the producers really used (rusage)
   double per_job_loader_cpu_s = 0;   // sum of each job's loader_cores x its runtime: what per-job loaders would use

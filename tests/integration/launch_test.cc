@@ -90,6 +90,8 @@ TEST_F(LaunchTest, SharedProducerRequeuesAnOomJobAndSummarises) {
   EXPECT_EQ(s.Find("done")->number(), 4);
   EXPECT_EQ(s.Find("failed")->number(), 0);
   EXPECT_EQ(s.Find("ooms")->number(), 2);
+  EXPECT_EQ(s.Find("retries")->number(), 2);     // both requeued (grow-then-alone's first OOM: grown)
+  EXPECT_GT(s.Find("lost_gpu_s")->number(), 0);  // the two attempts that ran out of memory
   EXPECT_EQ(s.Find("producers")->number(), 1);  // three jobs, one pipeline, one producer
   EXPECT_FALSE(s.Find("stopped")->bool_value());
   EXPECT_GT(s.Find("producer_cpu_s")->number(), 0);  // its CPU time, from wait4
