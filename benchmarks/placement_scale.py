@@ -51,7 +51,8 @@ def main():
             for sharing in ("on", "off"):
                 s, rc = cpu_seconds([args.coloader, "simulate", "--trace", str(sim_path), "--gpus", "16", "--policy",
                                      policy, "--sharing", sharing])
-                if rc != 0:
+                # Exit 1: some job fits no GPU beside its producer's ring (counted, and timed all the same).
+                if rc not in (0, 1):
                     sys.exit(f"simulate --policy {policy} --sharing {sharing} failed (exit {rc})")
                 worst = max(worst, s)
                 print(f"simulate, 1,000 jobs on 16 GPUs, {policy}, sharing {sharing}: {s:.2f} CPU s")

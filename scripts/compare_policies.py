@@ -91,7 +91,8 @@ def main():
                   f"{float(a['mean_jct_s']) / float(d['mean_jct_s']):.2f} x |")
     for note in notes:
         print(f"\n{note}.")
-    print(f"\nThe default (sharing-aware, sharing on, --sm-limit auto, --recovery grow, --memory-margin 0.05): "
+    print(f"\nThe default (sharing-aware, sharing on, --sm-limit auto, --recovery grow-then-alone, --memory-margin 0.05, "
+          f"limits with headroom): "
           f"at worst {worst[0]:.3f} x the best makespan and {worst[1]:.3f} x the best mean JCT.")
     print("\nTraces (scripts/make_trace.py):")
     for name, flags, what in TRACES:
