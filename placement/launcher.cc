@@ -294,7 +294,7 @@ void Launcher::JobEnded(int j, int exit_code, bool by_us, double runtime_s) {
     ++rep.ooms;
     ++summary_.ooms;
     summary_.lost_gpu_s += run.end_s - run.start_s;
-    if (planner_.Recover(j, rep.ooms, run.mode, &set_.jobs[j].memory_mib)) {
+    if (planner_.Recover(j, rep.ooms, run, &set_.jobs[j].memory_mib)) {
       ++summary_.retries;
       if (planner_.RunsAlone(j)) {
         Log("job %s ran out of GPU memory (exit %d); requeued to run alone", job.name.c_str(), exit_code);

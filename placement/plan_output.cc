@@ -34,8 +34,8 @@ std::map<std::string, std::string> JobEnvironment(const JobSet& set, const Plann
   const auto mib = [](double x) { return std::to_string(static_cast<long long>(std::ceil(x))); };
   if (p.mode == Mode::kMps) {
     // Shared, or alone for now with room for others: the job sees one device, ordinal 0, and
-    // its estimate (and the ring it maps) as its limit, so that past it the job itself gets an
-    // out-of-memory error (and recovers, Planner::Recover) while its neighbours run on.
+    // the limit it was placed with (Planner::LimitWhenPlaced, and the ring it maps), so that
+    // past it the job itself gets an out-of-memory error (and recovers, Planner::Recover).
     env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + mib(planner.MpsLimitMiB(p)) + "M";
   }
   // The same figure for the job itself, with or without MPS (e.g. for

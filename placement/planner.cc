@@ -44,7 +44,7 @@ Result<Recovery> ParseRecovery(const std::string& name) {
   for (Recovery r : {Recovery::kAlone, Recovery::kGrow, Recovery::kGrowThenAlone}) {
     if (name == RecoveryName(r)) return r;
   }
-  return Status::Invalid("unknown recovery rule '" + name + "' (alone, grow)");
+  return Status::Invalid("unknown recovery rule '" + name + "' (grow-then-alone, grow, alone)");
 }
 
 const char* ModeName(Mode m) {
@@ -461,22 +461,38 @@ std::vector<Placement> Planner::PlaceRound(std::vector<int>* queue) {
   return placed;
 }
 
-bool Planner::Recover(int j, int ooms, Mode mode, double* estimate_mib) {
+bool Planner::Recover(int j, int ooms, const Attempt& run, double* estimate_mib) {
   if (ooms > opts_.recovery.max_ooms) return false;
-  if (mode == Mode::kExclusive) return false;  // it had a GPU of its own: no restart can help
+  // It had all a GPU can give it (a GPU of its own, or a limit as large): no restart can help.
+  if (run.mode == Mode::kExclusive || (run.mode == Mode::kMps && run.limit_mib >= AloneLimitMiB(j) - 0.5)) return false;
   const double before = *estimate_mib;
+  const double grown = before * opts_.recovery.growth;
   if (opts_.recovery.rule == Recovery::kGrowThenAlone && ooms == 1) {
-    *estimate_mib = before * opts_.recovery.growth;
+    *estimate_mib = grown;
     if (FitsEmpty(j)) return true;
-    *estimate_mib = before;  // no GPU holds the grown estimate beside others: alone, as it is
+    *estimate_mib = before;  // no GPU holds the grown estimate: alone, as it is
   }
   if (opts_.recovery.rule != Recovery::kGrow) {
     alone_.insert(j);
     if (FitsEmpty(j)) return true;
     alone_.erase(j);  // no whole GPU here (MIG only, or too small): grow instead
   }
-  *estimate_mib = before * opts_.recovery.growth;
-  return FitsEmpty(j);
+  *estimate_mib = grown;
+  if (FitsEmpty(j)) return true;
+  *estimate_mib = before;  // failed: the estimate stays what the job last ran with
+  return false;
+}
+
+double Planner::AloneLimitMiB(int j) const {
+  const Job& job = set_->jobs[j];
+  const double ring = opts_.sharing && !PipelineOnHostPath(job.pipeline) && !opts_.host_path
+                          ? set_->pipelines[job.pipeline].DeviceMiB()
+                          : 0.0;
+  double most = 0;
+  for (const Gpu& g : gpus_) {
+    if (!g.mig) most = std::max(most, g.memory_mib - ring);
+  }
+  return most;
 }
 
 double Planner::LimitWhenPlaced(const Placement& p) const {
@@ -484,9 +500,10 @@ double Planner::LimitWhenPlaced(const Placement& p) const {
   const double gpu = gpus_[p.gpu].memory_mib;
   const GpuLoad& load = loads_[p.gpu];
   if (p.mode == Mode::kExclusive) return gpu - load.producer_mib;
-  if (!opts_.memory_headroom || load.jobs.empty()) return p.reserved_mib;
+  if (!opts_.memory_headroom) return p.reserved_mib;
   const double unreserved = std::max(0.0, gpu - load.used_mib);
-  return p.reserved_mib + unreserved / static_cast<double>(load.jobs.size());
+  const double share = unreserved / static_cast<double>(load.jobs.size());
+  return p.reserved_mib + std::min(share, kHeadroomShare * p.reserved_mib);
 }
 
 double Planner::MpsLimitMiB(const Placement& p) const {

@@ -171,12 +171,17 @@ class Planner {
   // HoldsTheQueue must wait. Returns what was placed, in that order.
   std::vector<Placement> PlaceRound(std::vector<int>* queue);
 
-  // Job j (released) ran out of memory, its `ooms`-th time, in an attempt placed in `mode`:
-  // applies the recovery rule and says whether it is to be queued again; false when it has
-  // failed (more than max_ooms; out of memory with a GPU of its own, where no restart can help;
-  // or no GPU here can hold it any more). kGrow raises `*estimate_mib`, the job's estimate in
-  // the JobSet this planner reads.
-  bool Recover(int j, int ooms, Mode mode, double* estimate_mib);
+  // Job j (released) ran out of memory, its `ooms`-th time, in attempt `run`: applies the
+  // recovery rule and says whether it is to be queued again; false when it has failed (more
+  // than max_ooms; out of memory with all a GPU can give it, as on a GPU of its own or with a
+  // limit as large, where no restart can help; or no GPU here can hold it any more). kGrow
+  // raises `*estimate_mib`, the job's estimate in the JobSet this planner reads. An OOM from
+  // real pressure (a neighbour using its headroom) looks the same to the launcher as one past
+  // the job's own limit, so it is recovered the same way.
+  bool Recover(int j, int ooms, const Attempt& run, double* estimate_mib);
+  // The most memory job j could be given: the largest GPU (not MIG) less its producer's ring
+  // and context where it shares one.
+  double AloneLimitMiB(int j) const;
   bool RunsAlone(int j) const { return alone_.count(j) > 0; }
   // The device memory a job may use where it is placed (Placement::limit_mib, fixed by
   // LimitWhenPlaced as TryPlace places it); past it, it gets an out-of-memory error while its
@@ -185,11 +190,15 @@ class Planner {
   // The rule, the launcher's and the simulator's both, for `p` just counted on its GPU: a MIG
   // instance's memory; on a GPU of its own, the GPU less its producer's ring; on a GPU it may
   // share (alone there or not), its reservation (estimate x (1 + margin) and client_mib) plus,
-  // with memory_headroom, an equal share among the GPU's jobs of what no reservation or ring
-  // holds now. Limits fixed at different moments may add up to more than the GPU: a job that
-  // uses its headroom takes memory a later job's reservation counted on, and that job's
-  // allocations fail (real pressure), which the recovery rule then handles.
+  // with memory_headroom, its headroom: an equal share among the GPU's jobs of what no
+  // reservation or ring holds now, up to kHeadroomShare of its reservation. The packing is by
+  // reservations, so a later job may be placed in memory an earlier one was given as headroom;
+  // if that one uses it, the later job's allocations fail (real pressure), which the recovery
+  // rule then handles. The cap bounds what one job's underestimate can take from its
+  // neighbours. (Counting the headroom already given as taken gave ten times the OOMs over the
+  // tuning families: later jobs got none; docs/PLACEMENT.md.)
   double LimitWhenPlaced(const Placement& p) const;
+  static constexpr double kHeadroomShare = 0.5;
   // What CUDA_MPS_PINNED_DEVICE_MEM_LIMIT says for a job on a GPU it may share: its limit plus,
   // when it maps its producer's ring through CUDA IPC, the ring, which MPS charges to every
   // client that maps it (the replay on an H100 saw jobs within their estimates fail at a limit

@@ -120,8 +120,10 @@ class Simulation {
       // (neighbours using their headroom: real pressure), except on a MIG instance of its own.
       const double limit = planner_.MemoryLimitMiB(p);
       const double need = ActualMemory(set_.jobs[j]) + p.client_mib;
-      real[p.gpu] += std::min(need, limit);  // past its limit a job's allocations fail
-      const bool pressed = p.mode != Mode::kMig && real[p.gpu] > gpus_[p.gpu].memory_mib + 1e-6;
+      const double room = std::max(0.0, gpus_[p.gpu].memory_mib - real[p.gpu]);
+      const bool pressed = p.mode != Mode::kMig && real[p.gpu] + need > gpus_[p.gpu].memory_mib + 1e-6;
+      // Past its limit, or past what is free, a job's allocations fail: it holds no more than that.
+      real[p.gpu] += p.mode == Mode::kMig ? std::min(need, limit) : std::min({need, limit, room});
       sj.will_oom = need > limit || pressed;
       if (pressed && need <= limit) ++r_.pressure_ooms;
       Attempt a;
@@ -232,7 +234,7 @@ class Simulation {
         ++r_.ooms;
         r_.lost_gpu_s += run.end_s - run.start_s;
         sj.will_oom = false;
-        if (planner_.Recover(j, ++sj.ooms, run.mode, &set_.jobs[j].memory_mib)) {
+        if (planner_.Recover(j, ++sj.ooms, run, &set_.jobs[j].memory_mib)) {
           ++r_.retries;
           sj.state = State::kQueued;
           queue_.push_back(j);

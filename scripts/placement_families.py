@@ -13,7 +13,7 @@ never take, and nothing was chosen looking at it; it is reported apart.
 
 Arguments after `--` go to every `coloader simulate` (to weigh a candidate rule). Writes
 traces.csv (one row per trace), summary.md (the tables) and families.png (the distributions);
-CPU only, about two minutes on two cores.
+CPU only, about 20 s on two cores.
 """
 import argparse
 import csv
@@ -96,7 +96,8 @@ def score(axes, runs):
         "jct_ratio": float(d["mean_jct_s"]) / float(best_j["mean_jct_s"]),
         "best_makespan_run": f"{best_m['policy']}/{'on' if best_m['sharing'] == '1' else 'off'}",
         "best_jct_run": f"{best_j['policy']}/{'on' if best_j['sharing'] == '1' else 'off'}",
-        "ooms": int(d["ooms"]), "failed": int(d["failed"]),
+        "ooms": int(d["ooms"]), "pressure_ooms": int(d["pressure_ooms"]), "retries": int(d["retries"]),
+        "lost_gpu_s": float(d["lost_gpu_s"]), "failed": int(d["failed"]), "impossible": int(d["impossible"]),
         "exclusive_ooms": int(runs[EXCLUSIVE]["ooms"]), "exclusive_failed": int(runs[EXCLUSIVE]["failed"]),
         "jobs_done": done, "most_done": max(int(r["jobs_done"]) for r in runs.values()),
         "memory_util": float(d["mean_memory_util"]),
@@ -122,11 +123,14 @@ def summarize(rows, title):
                      ("worst", lambda xs: f"{max(xs):.3f}")]:
         out.append(f"| {label} | {f([r['makespan_ratio'] for r in rows])} | {f([r['jct_ratio'] for r in rows])} |")
     more_ooms = [r for r in rows if r["ooms"] > r["exclusive_ooms"]]
-    out += ["", f"OOMs: the default {sum(r['ooms'] for r in rows)} (failed jobs {sum(r['failed'] for r in rows)}), "
+    out += ["", f"OOMs: the default {sum(r['ooms'] for r in rows)} (of which from real pressure "
+            f"{sum(r['pressure_ooms'] for r in rows)}; retried {sum(r['retries'] for r in rows)}; "
+            f"{sum(r['lost_gpu_s'] for r in rows) / 3600:.1f} h of runs lost; failed jobs {sum(r['failed'] for r in rows)}), "
             f"fifo-exclusive {sum(r['exclusive_ooms'] for r in rows)} (failed "
             f"{sum(r['exclusive_failed'] for r in rows)}); the default has more OOMs than fifo-exclusive on "
             f"{len(more_ooms)} of {n} traces. Where the default finished fewer jobs than another run: "
-            f"{sum(r['jobs_done'] < r['most_done'] for r in rows)} traces.", ""]
+            f"{sum(r['jobs_done'] < r['most_done'] for r in rows)} traces (jobs that fit a GPU with a loader of "
+            f"their own but not beside their producer's ring: {sum(r['impossible'] for r in rows)} in all).", ""]
     # Where it loses: the worst traces by either ratio, with their axes.
     worst = sorted(rows, key=lambda r: -max(r["makespan_ratio"], r["jct_ratio"]))[:5]
     out += ["Worst five (makespan / JCT ratio; best runs):", ""]
@@ -136,7 +140,7 @@ def summarize(rows, title):
                    f"{r['jct_ratio']:.3f} ({r['best_makespan_run']}; {r['best_jct_run']}), OOMs {r['ooms']}")
     by_axis = []
     for axis in ("mix", "sharing", "estimate_error", "gpus", "mean_gap_s"):
-        values = sorted({r[axis] for r in rows}, key=str)
+        values = sorted({r[axis] for r in rows}, key=lambda v: (isinstance(v, str), v))
         if len(values) < 2:
             continue
         cells = []
@@ -201,6 +205,8 @@ def main():
     lines = [f"Extra simulate flags: {flags}.", ""]
     lines += summarize([r for r in rows if r["family"] == "tuning"], "Tuning families")
     lines += summarize([r for r in rows if r["family"] == "held-out"], "Held-out family")
+    if not rows:
+        ap.error("no traces: --traces and --held-out are both 0")
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -186,12 +186,16 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
     int line, column;
   };
   std::vector<Open> open;
-  bool ended = false;  // the top-level collection has closed: only white space may follow
+  bool ended = false;       // the top-level value has ended: only white space may follow
+  bool one_string = false;  // ... and it was a string
   for (size_t i = 0; i < text.size();) {
     const char c = text[i];
     if (!in_string && c != ' ' && c != '\t' && c != '\n' && c != '\r') {
       if (ended && c != '#')
-        return FailAt(source, line, column, "content after the end of the document (an extra '}' or ']' before it?)");
+        return FailAt(source, line, column,
+                      one_string
+                          ? "content after the end of the document, which is one string (a missing '{' before it?)"
+                          : "content after the end of the document (an extra '}' or ']' before it?)");
       if (c == '{' || c == '[') {
         open.push_back({c, line, column});
       } else if (c == '}' || c == ']') {
@@ -254,7 +258,7 @@ Status PrepareJson(const std::string& text, const std::string& source, std::stri
       in_string = c != '"';
       // A document that is one string ends with it (yaml-cpp 0.7 never returned from some text
       // after a top-level string: the json fuzz target's timeout-top-level-string-then-text).
-      if (!in_string && open.empty()) ended = true;
+      if (!in_string && open.empty()) ended = one_string = true;
     } else if (c == '"') {
       in_string = true;
       string_line = line;
@@ -318,7 +322,7 @@ class Converter {
     const char at = m.pos >= 0 && static_cast<size_t>(m.pos) < text_.size() ? text_[static_cast<size_t>(m.pos)] : '\0';
     const std::string& tag = n.Tag();
     if (!tag.empty() && tag != "?" && tag != "!") {
-      return ErrorAt(m, "the tag " + tag + " is not supported (quote a value to make it a string)");
+      return ErrorAt(m, "the tag " + Abbreviated(tag) + " is not supported (quote a value to make it a string)");
     }
     JsonValue v;
     switch (n.Type()) {

@@ -262,6 +262,9 @@ TEST_F(LaunchTest, SimulateChecksBothOutputsAndItsGpus) {
 // and roughly when each started. b is the job over its limit (beside c, placed after it, which
 // runs on); d waits for room under the SM limit. With --recovery grow b comes back at 1.5x its
 // estimate beside a; with alone it waits for a's GPU to empty and holds d back until then.
+// Limits are the reservations (--no-headroom): the stand-ins see their own limit only, not what
+// their neighbours really use, so real pressure (which headroom can cause) is the simulator's
+// alone; a last pass checks that with headroom both hand out the same first limits.
 TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
   struct StandIn {
     const char* name;
@@ -295,12 +298,14 @@ TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
     so.planner.host_path = true;  // as launch without a GPU
     so.planner.cpu_cores = set.cpu_cores;
     so.planner.recovery.rule = rule;
+    so.planner.memory_headroom = false;
     so.dt_s = 0.02;
     so.oom_after_s = 0;  // the stand-ins fail at once
     ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(set, set.gpus, so));
 
     const std::string run = tmp_.path() + "/run-" + RecoveryName(rule);
-    Child launch(Coloader({"launch", path, "--json", "--no-sharing", "--recovery", RecoveryName(rule), "--run-dir", run}));
+    Child launch(Coloader({"launch", path, "--json", "--no-sharing", "--no-headroom", "--recovery", RecoveryName(rule),
+                           "--run-dir", run}));
     ASSERT_EQ(launch.Wait(60000), 0) << launch.Stderr();
     ASSERT_OK_AND_ASSIGN(JsonValue summary, ParseJson(launch.Stdout(), "launch summary"));
     const std::vector<JsonValue>& reports = summary.Find("jobs")->items();
@@ -337,6 +342,29 @@ TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
       EXPECT_GE(sim.jobs[3].runs[0].start_s, sim.jobs[1].runs[1].start_s);  // behind the recovery queue
     }
   }
+
+  // With headroom (the default): a, b and c start together and get the same limits from both;
+  // b's 9,000 is within its 6,000 + half, so it runs on.
+  SimOptions so;
+  so.planner.sharing = false;
+  so.planner.host_path = true;
+  so.planner.cpu_cores = set.cpu_cores;
+  so.dt_s = 0.02;
+  so.oom_after_s = 0;
+  ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(set, set.gpus, so));
+  Child launch(Coloader({"launch", path, "--json", "--no-sharing", "--run-dir", tmp_.path() + "/run-headroom"}));
+  ASSERT_EQ(launch.Wait(60000), 0) << launch.Stderr();
+  ASSERT_OK_AND_ASSIGN(JsonValue summary, ParseJson(launch.Stdout(), "launch summary"));
+  const std::vector<JsonValue>& reports = summary.Find("jobs")->items();
+  ASSERT_EQ(reports.size(), sim.jobs.size());
+  for (size_t k = 0; k < 3; ++k) {
+    SCOPED_TRACE(sim.jobs[k].name);
+    const JsonValue& first = reports[k].Find("runs")->items().at(0);
+    EXPECT_EQ(first.Find("gpu")->number(), sim.jobs[k].runs.at(0).gpu);
+    EXPECT_NEAR(first.Find("limit_mib")->number(), sim.jobs[k].runs.at(0).limit_mib, 1);
+  }
+  EXPECT_DOUBLE_EQ(sim.jobs[1].runs[0].limit_mib, 6000 * 1.05 * 1.5);
+  EXPECT_FALSE(sim.jobs[1].runs[0].oom);
 }
 
 TEST_F(LaunchTest, BadInputIsAClearError) {

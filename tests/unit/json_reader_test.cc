@@ -159,7 +159,7 @@ TEST(JsonReader, UnbalancedDocumentsAreRefusedBeforeYamlCppReadsThem) {
   const std::pair<const char*, const char*> cases[] = {
       {",", "f.json:1:1: ',' outside any [...] or {...}"},
       {"{\"a\": 1}, \"b\"", "f.json:1:9: content after the end of the document"},
-      {"\"a string\" fc\n?\n", "f.json:1:12: content after the end of the document"},
+      {"\"a string\" fc\n?\n", "f.json:1:12: content after the end of the document, which is one string"},
       {"{\"a\": [1, 2}", "f.json:1:12: '}' closes the '[' opened at 1:7"},
       {"]", "f.json:1:1: ']' closes nothing"},
       {"[1, , 2]", "f.json:1:5: expected a value before ','"},
@@ -204,6 +204,20 @@ TEST(JsonReader, MissingFileIsNotFound) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("/nonexistent/jobs.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coloader
+
+namespace coloader {
+namespace {
+
+TEST(JsonReader, AnUnsupportedTagIsQuotedByItsStartAndLength) {
+  // The json fuzz target's bound (an error of at most 1 KiB): a long tag came back whole.
+  Result<JsonValue> r = ParseJson("!" + std::string(1100, 't') + " 1", "t.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("characters) is not supported"), std::string::npos) << r.status().message();
+  EXPECT_LT(r.status().message().size(), 200u) << r.status().message();
 }
 
 }  // namespace

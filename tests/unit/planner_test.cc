@@ -47,6 +47,14 @@ std::string JobsJson(const std::vector<std::pair<double, double>>& mem_sm, int p
   return s + "]}";
 }
 
+// An attempt placed in `mode` under `limit_mib` (what Planner::Recover reads of one).
+Attempt AttemptIn(Mode mode, double limit_mib = 1000) {
+  Attempt a;
+  a.mode = mode;
+  a.limit_mib = limit_mib;
+  return a;
+}
+
 PlannerOptions Opts(Policy p, bool sharing = true, double cores = 64) {
   PlannerOptions o;
   o.policy = p;
@@ -229,10 +237,11 @@ TEST(Planner, EveryJobRunsUnderTheLimitItWasPlannedWith) {
   EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"], std::to_string(static_cast<long long>(std::ceil(81920 - ring))));
 }
 
-TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreserved) {
-  // The default: a job on a GPU it may share may use, beyond its reservation, its share of what
-  // no reservation or ring holds as it is placed; the limit stays what it was when placed.
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.25}, {20000, 0.25}, {30000, 0.25}})));
+TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreservedUpToHalfOfIt) {
+  // The default: a job on a GPU it may share may use, beyond its reservation, an equal share
+  // among the GPU's jobs of what no reservation or ring holds as it is placed, up to half its
+  // reservation; the limit stays what it was when placed.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.25}, {20000, 0.25}, {40000, 0.25}})));
   PlannerOptions o = Opts(Policy::kSharingAware);
   o.memory_headroom = true;
   EXPECT_TRUE(PlannerOptions{}.memory_headroom);
@@ -241,21 +250,24 @@ TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreserved) {
   const std::optional<Placement> first = planner.TryPlace(0);
   ASSERT_TRUE(first.has_value());
   EXPECT_DOUBLE_EQ(first->reserved_mib, 10000 + first->client_mib);
-  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*first), 81920 - ring);  // alone: all that is unreserved
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*first), 1.5 * first->reserved_mib);  // the GPU has room: the cap
   const std::optional<Placement> second = planner.TryPlace(1);
   ASSERT_TRUE(second.has_value());
-  const double unreserved = 81920 - ring - first->reserved_mib - second->reserved_mib;
-  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*second), second->reserved_mib + unreserved / 2);
-  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(planner.placed().at(0)), 81920 - ring);  // fixed when placed
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*second), 1.5 * second->reserved_mib);
   EXPECT_DOUBLE_EQ(planner.MpsLimitMiB(*second), planner.MemoryLimitMiB(*second) + set.pipelines[0].RingMiB());
   std::map<std::string, std::string> env = JobEnvironment(set, planner, *second);
   EXPECT_EQ(env["COLOADER_MEMORY_LIMIT_MIB"],
-            std::to_string(static_cast<long long>(std::ceil(second->reserved_mib + unreserved / 2))));
-  // The packing is by reservations: a third job fits where the headroom promised is not free.
+            std::to_string(static_cast<long long>(std::ceil(1.5 * second->reserved_mib))));
+  // The packing is by reservations: a third job fits in memory the first two were given as
+  // headroom, and shares what is still unreserved with them (a third each: less than its cap).
   const std::optional<Placement> third = planner.TryPlace(2);
   ASSERT_TRUE(third.has_value());
   EXPECT_DOUBLE_EQ(planner.loads()[0].used_mib,
                    ring + first->reserved_mib + second->reserved_mib + third->reserved_mib);
+  const double unreserved = 81920 - planner.loads()[0].used_mib;
+  ASSERT_LT(unreserved / 3, 0.5 * third->reserved_mib);
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(*third), third->reserved_mib + unreserved / 3);
+  EXPECT_DOUBLE_EQ(planner.MemoryLimitMiB(planner.placed().at(0)), 1.5 * first->reserved_mib);  // fixed when placed
   // --no-headroom: the reservation is the limit.
   o.memory_headroom = false;
   Planner bare(o, Gpus(1), &set);
@@ -265,22 +277,27 @@ TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreserved) {
 }
 
 TEST(Planner, GrowThenAloneGrowsTheFirstTimeAndRunsAloneTheSecond) {
-  // CARMA's rule, the default: requeued with the grown estimate where that still fits a GPU
-  // beside others; after a second OOM, or when no GPU holds the grown estimate, alone.
+  // CARMA's rule, the default: requeued with the grown estimate where that still fits a GPU;
+  // after a second OOM, or when no GPU holds the grown estimate, alone.
   EXPECT_EQ(OomRecovery{}.rule, Recovery::kGrowThenAlone);
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{6000, 0.25}, {60000, 0.25}})));
   PlannerOptions o = Opts(Policy::kSharingAware);
   o.recovery = OomRecovery{Recovery::kGrowThenAlone, 3, 1.5};
   Planner planner(o, Gpus(1), &set);
-  EXPECT_TRUE(planner.Recover(0, 1, Mode::kMps, &set.jobs[0].memory_mib));
+  EXPECT_TRUE(planner.Recover(0, 1, AttemptIn(Mode::kMps), &set.jobs[0].memory_mib));
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9000);
   EXPECT_FALSE(planner.RunsAlone(0));
-  EXPECT_TRUE(planner.Recover(0, 2, Mode::kMps, &set.jobs[0].memory_mib));
+  EXPECT_TRUE(planner.Recover(0, 2, AttemptIn(Mode::kMps), &set.jobs[0].memory_mib));
   EXPECT_TRUE(planner.RunsAlone(0));
   EXPECT_DOUBLE_EQ(set.jobs[0].memory_mib, 9000);  // alone, its limit is the GPU's: no more growth
-  EXPECT_FALSE(planner.Recover(0, 3, Mode::kExclusive, &set.jobs[0].memory_mib));  // out of memory alone
+  EXPECT_FALSE(planner.Recover(0, 3, AttemptIn(Mode::kExclusive), &set.jobs[0].memory_mib));  // out of memory alone
+  // With a limit as large as any GPU could give it, another attempt cannot help: failed, as
+  // it was.
+  EXPECT_FALSE(planner.Recover(1, 1, AttemptIn(Mode::kMps, planner.AloneLimitMiB(1)), &set.jobs[1].memory_mib));
+  EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 60000);
+  EXPECT_FALSE(planner.RunsAlone(1));
   // 60,000 x 1.5 fits no 81,920 MiB GPU: alone at once, as it was.
-  EXPECT_TRUE(planner.Recover(1, 1, Mode::kMps, &set.jobs[1].memory_mib));
+  EXPECT_TRUE(planner.Recover(1, 1, AttemptIn(Mode::kMps), &set.jobs[1].memory_mib));
   EXPECT_TRUE(planner.RunsAlone(1));
   EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 60000);
 }
@@ -292,7 +309,7 @@ TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {
   Planner alone(o, Gpus(1), &set);
   ASSERT_TRUE(alone.TryPlace(0).has_value());
   double estimate = 6000;
-  EXPECT_TRUE(alone.Recover(1, 1, Mode::kMps, &estimate));
+  EXPECT_TRUE(alone.Recover(1, 1, AttemptIn(Mode::kMps), &estimate));
   EXPECT_DOUBLE_EQ(estimate, 6000);
   EXPECT_TRUE(alone.RunsAlone(1));
   EXPECT_EQ(alone.QueueOrder({0, 1}), (std::vector<int>{1, 0}));  // the recovery queue first
@@ -303,16 +320,16 @@ TEST(Planner, RecoveryRunsAJobAloneOrGrowsItsEstimateAndIsCapped) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->mode, Mode::kExclusive);
   EXPECT_FALSE(alone.TryPlace(0).has_value());  // nothing joins it
-  EXPECT_FALSE(alone.Recover(1, 2, Mode::kExclusive, &estimate));  // out of memory with a whole GPU: failed
+  EXPECT_FALSE(alone.Recover(1, 2, AttemptIn(Mode::kExclusive), &estimate));  // out of memory with a whole GPU: failed
   o.recovery = OomRecovery{Recovery::kGrow, 2, 1.5};
   Planner grow(o, Gpus(1), &set);
-  EXPECT_FALSE(grow.Recover(1, 1, Mode::kExclusive, &set.jobs[1].memory_mib));  // had a GPU of its own
+  EXPECT_FALSE(grow.Recover(1, 1, AttemptIn(Mode::kExclusive), &set.jobs[1].memory_mib));  // had a GPU of its own
   EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 6000);
-  EXPECT_TRUE(grow.Recover(1, 1, Mode::kMps, &set.jobs[1].memory_mib));
+  EXPECT_TRUE(grow.Recover(1, 1, AttemptIn(Mode::kMps), &set.jobs[1].memory_mib));
   EXPECT_DOUBLE_EQ(set.jobs[1].memory_mib, 9000);
   EXPECT_FALSE(grow.RunsAlone(1));
-  EXPECT_TRUE(grow.Recover(1, 2, Mode::kMps, &set.jobs[1].memory_mib));
-  EXPECT_FALSE(grow.Recover(1, 3, Mode::kMps, &set.jobs[1].memory_mib));  // past max_ooms
+  EXPECT_TRUE(grow.Recover(1, 2, AttemptIn(Mode::kMps), &set.jobs[1].memory_mib));
+  EXPECT_FALSE(grow.Recover(1, 3, AttemptIn(Mode::kMps), &set.jobs[1].memory_mib));  // past max_ooms
 }
 
 TEST(Planner, MemoryMustFitWithTheRing) {

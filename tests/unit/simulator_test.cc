@@ -123,9 +123,10 @@ TEST(Simulator, TheJobOverItsLimitIsTheOneThatRunsOutOfMemoryThenRunsAlone) {
 
 TEST(Simulator, WithHeadroomAnEstimatesErrorIsAnOomOnlyUnderRealPressure) {
   // The trace above under the default limits (LimitWhenPlaced): j0, 1,500 MiB over its
-  // estimate, runs on within the headroom it was given alone; j1 then reserves 21,000 of what
-  // j0 left (40,000 - 18,000 reserved) and is placed, but the GPU really holds 19,500 + 21,000:
-  // j1's allocations fail (real pressure, counted apart), and its recovery (grow-then-alone)
+  // estimate, runs on within the headroom it was given alone (half its reservation: 27,000);
+  // j1 then reserves 21,000 of what j0 left (40,000 - 18,000 reserved), with half of the 1,000
+  // still unreserved as its headroom, and is placed, but the GPU really holds 19,500 + 21,000: j1's
+  // allocations fail (real pressure, counted apart), and its recovery (grow-then-alone)
   // requeues it grown 1.5x, which waits for j0 to end.
   JobSet set = Trace({{18000, 19500, 0.2, 500, 0}, {21000, 21000, 0.2, 500, 10}});
   SimOptions o = Opts(Policy::kMostMemory, false);
@@ -135,7 +136,7 @@ TEST(Simulator, WithHeadroomAnEstimatesErrorIsAnOomOnlyUnderRealPressure) {
   EXPECT_EQ(r.jobs_done, 2);
   ASSERT_EQ(r.jobs[0].runs.size(), 1u);
   EXPECT_FALSE(r.jobs[0].runs[0].oom);
-  EXPECT_DOUBLE_EQ(r.jobs[0].runs[0].limit_mib, 40000);
+  EXPECT_DOUBLE_EQ(r.jobs[0].runs[0].limit_mib, 27000);
   ASSERT_EQ(r.jobs[1].runs.size(), 2u);
   EXPECT_TRUE(r.jobs[1].runs[0].oom);
   EXPECT_DOUBLE_EQ(r.jobs[1].runs[0].limit_mib, 21000 + 1000 / 2.0);
