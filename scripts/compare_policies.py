@@ -36,10 +36,11 @@ TRACES = [
 DEFAULT = ("sharing-aware", "1")
 
 
-def simulate(coloader, trace, *flags):
-    # Exit 1 with "cannot run on these GPUs" is a trace with jobs no GPU holds: the CSV counts
-    # them (impossible), and so does the table below.
-    run = subprocess.run([coloader, "simulate", "--trace", str(trace), "--gpus", "4", "--csv", *flags],
+def simulate(coloader, trace, *flags, gpus=4):
+    """`coloader simulate --csv` of `trace` on `gpus` GPUs: one row (a dict) per policy x sharing.
+    Exit 1 with "cannot run on these GPUs" is a trace with jobs no GPU holds: the CSV counts
+    them (impossible), and so do the tables made from it."""
+    run = subprocess.run([coloader, "simulate", "--trace", str(trace), "--gpus", str(gpus), "--csv", *flags],
                          capture_output=True, text=True)
     if run.returncode != 0 and not (run.returncode == 1 and "cannot run on these GPUs" in run.stderr):
         raise SystemExit(f"coloader simulate --trace {trace} failed ({run.returncode}): {run.stderr}")

@@ -17,11 +17,9 @@ CPU only, about 20 s on two cores.
 """
 import argparse
 import csv
-import io
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+from compare_policies import simulate  # noqa: E402
 from make_trace import make_trace  # noqa: E402
 
 # The axes the tuning families are drawn from: each trace takes one value of each at random.
@@ -71,15 +70,6 @@ def draw(index, held_out):
     axes = {"family": "held-out" if held_out else "tuning", "index": index, "mix": mix_name, "mean_gap_s": gap,
             "sharing": sharing, "estimate_error": err_name, "gpus": gpus, "jobs": JOBS_PER_GPU * gpus, "seed": seed}
     return axes, trace
-
-
-def simulate(coloader, path, gpus, extra):
-    run = subprocess.run([coloader, "simulate", "--trace", str(path), "--gpus", str(gpus), "--csv", *extra],
-                         capture_output=True, text=True)
-    # Exit 1 naming jobs no GPU holds: the CSV counts them (impossible), as every run does.
-    if run.returncode != 0 and not (run.returncode == 1 and "cannot run on these GPUs" in run.stderr):
-        raise SystemExit(f"coloader simulate --trace {path} failed ({run.returncode}): {run.stderr}")
-    return {(r["policy"], r["sharing"]): r for r in csv.DictReader(io.StringIO(run.stdout))}
 
 
 def score(axes, runs):
@@ -193,7 +183,8 @@ def main():
             axes, trace = draw(*d)
             path = Path(tmp) / f"{axes['family']}-{axes['index']}.json"
             path.write_text(json.dumps(trace))
-            return score(axes, simulate(args.coloader, path, axes["gpus"], args.extra))
+            rows = simulate(args.coloader, path, *args.extra, gpus=axes["gpus"])
+            return score(axes, {(r["policy"], r["sharing"]): r for r in rows})
 
         rows = []
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
