@@ -203,7 +203,7 @@ Status Launcher::PlaceRound() {
         MarkFailed(q.job);
       }
       for (int j : std::vector<int>(queue_)) {
-        if (set_.jobs[j].pipeline == p.producer && opts_.planner.sharing) {
+        if (set_.jobs[j].pipeline == p.producer && planner_.SharesProducer(j)) {
           queue_.erase(std::find(queue_.begin(), queue_.end(), j));
           MarkFailed(j);
         }

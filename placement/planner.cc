@@ -91,7 +91,7 @@ int Planner::MigSlicesUsed(int gpu) const {
 
 double Planner::ClientMiBOf(int j, bool host_path) const {
   const Job& job = set_->jobs[j];
-  if (!opts_.sharing || host_path) return 0;
+  if (!SharesProducer(j) || host_path) return 0;
   return set_->pipelines[job.pipeline].ConsumerMiB(job.batch_size);
 }
 
@@ -102,10 +102,26 @@ double Planner::ProducerCores(int pipeline) const {
 
 double Planner::CoresToAdd(int j) const {
   const Job& job = set_->jobs[j];
-  if (!opts_.sharing) return job.loader_cores;
+  if (!SharesProducer(j)) return job.loader_cores;
   // One producer makes one stream at the pace of its group: the cores of the most demanding
   // member's own loader serve all of them.
   return std::max(0.0, job.loader_cores - ProducerCores(job.pipeline));
+}
+
+bool Planner::SharesProducer(int j) const {
+  if (!opts_.sharing) return false;
+  const Job& job = set_->jobs[j];
+  if (PipelineOnHostPath(job.pipeline)) return true;  // no ring on any GPU
+  const JobPipeline& pl = set_->pipelines[job.pipeline];
+  const double alone = ReservationOf(j);
+  const double beside = alone + pl.ConsumerMiB(job.batch_size) + pl.DeviceMiB();
+  bool fits_alone = false;
+  for (const Gpu& g : gpus_) {
+    if (g.mig) continue;  // its instances read the host ring: they do not decide
+    if (beside <= g.memory_mib) return true;
+    fits_alone = fits_alone || alone <= g.memory_mib;
+  }
+  return !fits_alone;  // fits no whole GPU either way: as the pipeline's other jobs
 }
 
 bool Planner::PipelineOnHostPath(int pipeline) const {
@@ -125,7 +141,7 @@ std::set<int> Planner::ProducerGpus(int pipeline) const {
 double Planner::RingCostOn(int j, int g) const {
   const int p = set_->jobs[j].pipeline;
   // MIG consumers read the host-memory ring: nothing of the producer lives on a MIG GPU.
-  if (!opts_.sharing || PipelineOnHostPath(p) || gpus_[g].mig) return 0;
+  if (!SharesProducer(j) || PipelineOnHostPath(p) || gpus_[g].mig) return 0;
   auto it = producer_members_.find(p);
   if (it != producer_members_.end() && it->second.count(g) && it->second.at(g) > 0) return 0;
   return set_->pipelines[p].DeviceMiB();
@@ -272,8 +288,9 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   Placement p;
   p.job = j;
   p.gpu = g;
-  p.producer = opts_.sharing ? job.pipeline : -1;
-  p.host_path = opts_.sharing && PipelineOnHostPath(job.pipeline);
+  const bool shares = SharesProducer(j);
+  p.producer = shares ? job.pipeline : -1;
+  p.host_path = shares && PipelineOnHostPath(job.pipeline);
   // The estimate is of the training step; MPS's pinned-memory limit also counts what our own
   // consumer allocates, so that is held too.
   p.client_mib = gpu.mig ? 0 : ClientMiBOf(j, p.host_path);
@@ -296,7 +313,7 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
     p.mode = Mode::kMig;
     p.mig_profile = best->name;
     p.reserved_mib = best->memory_mib;
-    p.host_path = opts_.sharing;  // CUDA IPC does not cross MIG instances
+    p.host_path = shares;  // CUDA IPC does not cross MIG instances
     return p;
   }
   const bool empty = load.jobs.empty();
@@ -318,8 +335,9 @@ std::optional<Placement> Planner::TryPlace(int j) {
     return std::nullopt;
   }
   // A producer whose process already runs cannot grow a ring on another GPU: its jobs go where it is.
+  const bool shares = SharesProducer(j);
   std::set<int> allowed;
-  if (opts_.sharing) {
+  if (shares) {
     auto lk = locked_.find(job.pipeline);
     if (lk != locked_.end()) allowed = lk->second;
   }
@@ -339,7 +357,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
       case Policy::kSharingAware:
         // Next to its producer first (ring already paid, zero-copy), then where SMs are least
         // busy, then where most memory is left.
-        score = (RingCostOn(j, g) == 0 && opts_.sharing && ProducerRunning(job.pipeline) ? 0 : 1e9) +
+        score = (RingCostOn(j, g) == 0 && shares && ProducerRunning(job.pipeline) ? 0 : 1e9) +
                 (load.sm + SmOf(j)) * 1e6 - free_after * 1e-3;
         break;
     }
@@ -359,7 +377,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
   if (best->mode == Mode::kExclusive && (job.isolation || RunsAlone(j))) load.exclusive = true;
   cores_used_ += cores;
   best->limit_mib = LimitWhenPlaced(*best);
-  if (opts_.sharing) {
+  if (best->producer >= 0) {
     producer_members_[job.pipeline][best->gpu]++;
     producer_cores_[job.pipeline] = std::max(ProducerCores(job.pipeline), job.loader_cores);
     UpdateDecoder(job.pipeline, best->gpu);
@@ -383,7 +401,7 @@ void Planner::Release(int j) {
     load.exclusive = false;
     load.sm = 0;  // no drift from repeated float adds
   }
-  if (!opts_.sharing) {
+  if (p.producer < 0) {
     cores_used_ -= job.loader_cores;
     return;
   }
@@ -485,7 +503,7 @@ bool Planner::Recover(int j, int ooms, const Attempt& run, double* estimate_mib)
 
 double Planner::AloneLimitMiB(int j) const {
   const Job& job = set_->jobs[j];
-  const double ring = opts_.sharing && !PipelineOnHostPath(job.pipeline) && !opts_.host_path
+  const double ring = SharesProducer(j) && !PipelineOnHostPath(job.pipeline) && !opts_.host_path
                           ? set_->pipelines[job.pipeline].DeviceMiB()
                           : 0.0;
   double most = 0;
@@ -524,23 +542,15 @@ int Planner::MpsThreadPercentage(const Placement& p) const {
 }
 
 std::string WhyItCannotRun(const JobSet& set, const std::vector<Gpu>& gpus, const PlannerOptions& opts, int j) {
-  const Job& job = set.jobs[j];
-  if (opts.sharing) {
-    PlannerOptions alone = opts;
-    alone.sharing = false;
-    if (Planner(alone, gpus, &set).FitsEmpty(j)) {
-      char why[320];
-      std::snprintf(why, sizeof why,
-                    "fits a GPU with its own loader, but not beside its producer's ring (%.0f MiB on the GPU): give "
-                    "its pipeline a smaller window or batch size, or plan without sharing (--no-sharing)",
-                    set.pipelines[job.pipeline].DeviceMiB());
-      return why;
-    }
-  }
+  // A job that fits a GPU alone but not beside its producer's ring runs with its own loader
+  // (Planner::SharesProducer): what cannot run is a job larger than every GPU.
   double largest = 0;
   for (const Gpu& g : gpus) largest = std::max(largest, g.memory_mib);
-  char why[200];
-  std::snprintf(why, sizeof why, "needs more than any GPU has (the largest: %.0f MiB)", largest);
+  char why[240];
+  std::snprintf(why, sizeof why,
+                "needs %.0f MiB (its estimate and the %.0f%% margin), more than any GPU has (the "
+                "largest: %.0f MiB)",
+                set.jobs[j].memory_mib * (1.0 + opts.memory_margin), 100.0 * opts.memory_margin, largest);
   return why;
 }
 

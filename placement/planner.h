@@ -213,6 +213,12 @@ class Planner {
   double ClientMiBOf(int j, bool host_path) const;
   // Cores a job adds when placed now: its own loader's, or what its producer needs beyond what it has.
   double CoresToAdd(int j) const;
+  // Whether job j reads its pipeline's producer when placed now: with sharing on, unless its
+  // reservation with the producer's device ring and its consumer's copies fits no whole GPU
+  // while the job alone fits one; then it runs with its own loader, as without sharing, rather
+  // than never (a large job of a pipeline with a large window). Placement::producer says what
+  // was decided for a placed job.
+  bool SharesProducer(int j) const;
   double cores_used() const { return cores_used_; }
   const std::vector<Gpu>& gpus() const { return gpus_; }
   const std::vector<GpuLoad>& loads() const { return loads_; }

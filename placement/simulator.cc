@@ -157,20 +157,24 @@ class Simulation {
   // fractions of each job's speed alone, which is right only for readers of equal pace.
   void HoldToTheSlowestReader(std::map<int, double>* speed) const {
     auto alone_rate = [this](int j) { return set_.jobs[j].samples / set_.jobs[j].duration_s; };
-    std::map<int, bool> in_samples;  // pipeline -> every reader states its samples
+    // A job with a loader of its own (Planner::SharesProducer) reads no producer.
+    auto producer = [this](int j) { return planner_.placed().at(j).producer; };
+    std::map<int, bool> in_samples;  // producer -> every reader states its samples
     for (const auto& [j, s] : *speed) {
-      const int pl = set_.jobs[j].pipeline;
+      const int pl = producer(j);
+      if (pl < 0) continue;
       in_samples[pl] = (in_samples.count(pl) ? in_samples[pl] : true) && set_.jobs[j].samples > 0;
     }
-    std::map<int, double> pace;  // pipeline -> its slowest reader's samples/s, or speed
+    std::map<int, double> pace;  // producer -> its slowest reader's samples/s, or speed
     for (const auto& [j, s] : *speed) {
-      const int pl = set_.jobs[j].pipeline;
+      const int pl = producer(j);
+      if (pl < 0) continue;
       const double rate = in_samples[pl] ? s * alone_rate(j) : s;
       pace[pl] = pace.count(pl) ? std::min(pace[pl], rate) : rate;
     }
     for (auto& [j, s] : *speed) {
-      const int pl = set_.jobs[j].pipeline;
-      s = std::min(s, in_samples[pl] ? pace[pl] / alone_rate(j) : pace[pl]);
+      const int pl = producer(j);
+      if (pl >= 0) s = std::min(s, in_samples[pl] ? pace[pl] / alone_rate(j) : pace[pl]);
     }
   }
 

@@ -119,8 +119,8 @@ def summarize(rows, title):
             f"fifo-exclusive {sum(r['exclusive_ooms'] for r in rows)} (failed "
             f"{sum(r['exclusive_failed'] for r in rows)}); the default has more OOMs than fifo-exclusive on "
             f"{len(more_ooms)} of {n} traces. Where the default finished fewer jobs than another run: "
-            f"{sum(r['jobs_done'] < r['most_done'] for r in rows)} traces (jobs that fit a GPU with a loader of "
-            f"their own but not beside their producer's ring: {sum(r['impossible'] for r in rows)} in all).", ""]
+            f"{sum(r['jobs_done'] < r['most_done'] for r in rows)} traces (jobs that no GPU can hold, in every run: "
+            f"{sum(r['impossible'] for r in rows)} in all).", ""]
     # Where it loses: the worst traces by either ratio, with their axes.
     worst = sorted(rows, key=lambda r: -max(r["makespan_ratio"], r["jct_ratio"]))[:5]
     out += ["Worst five (makespan / JCT ratio; best runs):", ""]

@@ -344,21 +344,35 @@ TEST(Planner, MemoryMustFitWithTheRing) {
   EXPECT_EQ(no_ring.placements.size(), 2u);
 }
 
-// A job that no GPU takes is told why: too large for any GPU, or too large only beside its
-// producer's ring (it would fit with a loader of its own).
-TEST(Planner, AJobThatCannotRunIsToldWhy) {
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{79990, 0.1}, {90000, 0.1}}, 2)));
-  Plan plan = MakePlan(set, Gpus(1, 80000), Opts(Policy::kSharingAware));
-  ASSERT_EQ(plan.impossible, (std::vector<int>{0, 1}));
-  ASSERT_EQ(plan.impossible_why.size(), 2u);
-  EXPECT_NE(plan.impossible_why[0].find("fits a GPU with its own loader, but not beside its producer's ring"),
-            std::string::npos) << plan.impossible_why[0];
-  EXPECT_NE(plan.impossible_why[1].find("needs more than any GPU has (the largest: 80000 MiB)"), std::string::npos)
-      << plan.impossible_why[1];
-  Planner planner(Opts(Policy::kSharingAware), Gpus(1, 80000), &set);
-  const std::string table = PlanTable(set, planner, MakePlan(set, Gpus(1, 80000), Opts(Policy::kSharingAware), &planner));
-  EXPECT_NE(table.find("cannot run on these GPUs: j0: fits a GPU with its own loader"), std::string::npos) << table;
+// A job that fits a GPU alone but not beside its producer's ring runs with its own loader (it
+// used to wait for ever, "impossible"); one larger than every GPU is told why.
+TEST(Planner, AJobTooLargeOnlyBesideTheRingRunsWithItsOwnLoader) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{79990, 0.1}, {90000, 0.1}, {30000, 0.1}}, 2)));
+  Planner planner(Opts(Policy::kSharingAware), Gpus(2, 80000), &set);
+  EXPECT_FALSE(planner.SharesProducer(0));
+  EXPECT_TRUE(planner.SharesProducer(2));
+  const Plan plan = MakePlan(set, Gpus(2, 80000), Opts(Policy::kSharingAware), &planner);
+  ASSERT_EQ(plan.impossible, (std::vector<int>{1}));
+  ASSERT_EQ(plan.impossible_why.size(), 1u);
+  EXPECT_NE(plan.impossible_why[0].find("needs 90000 MiB (its estimate and the 0% margin), more than any GPU has "
+                                        "(the largest: 80000 MiB)"),
+            std::string::npos)
+      << plan.impossible_why[0];
+  ASSERT_EQ(plan.placements.size(), 2u);
+  std::map<int, Placement> by_job;
+  for (const Placement& p : plan.placements) by_job[p.job] = p;
+  EXPECT_EQ(by_job.at(0).producer, -1);  // its own loader: no ring, no consumer copies
+  EXPECT_EQ(by_job.at(0).client_mib, 0);
+  EXPECT_EQ(by_job.at(2).producer, set.jobs[2].pipeline);  // the other reads the producer
+  EXPECT_NE(by_job.at(0).gpu, by_job.at(2).gpu);
+  const std::string table = PlanTable(set, planner, plan);
+  EXPECT_NE(table.find("(own loader)"), std::string::npos) << table;
+  EXPECT_NE(table.find("cannot run on these GPUs: j1: needs 90000 MiB"), std::string::npos) << table;
   EXPECT_NE(table.find("of 64 (the default;"), std::string::npos) << table;
+  // Its loader's cores are its own; released, they are given back.
+  const double cores = planner.cores_used();
+  planner.Release(0);
+  EXPECT_NEAR(planner.cores_used(), cores - set.jobs[0].loader_cores, 1e-9);
 }
 
 TEST(Planner, PoliciesChooseDifferentGpus) {
@@ -807,11 +821,18 @@ TEST(Planner, NoConsumerTermOffTheDevicePath) {
 TEST(Planner, TheConsumerTermCanKeepAJobOffAFullGpu) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(kConsumerJobs));
   const double ring = set.pipelines[0].DeviceMiB();
-  // Room for b96's estimate and the ring, but not for its batch copies too.
+  // Room for b96's estimate and the ring, but not for its batch copies too: it runs with a
+  // loader of its own (no ring, no copies) rather than beside the producer.
   Planner tight(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 100), &set);
-  EXPECT_FALSE(tight.TryPlace(2));
+  std::optional<Placement> own = tight.TryPlace(2);
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->producer, -1);
+  EXPECT_EQ(own->client_mib, 0);
   Planner roomy(Opts(Policy::kSharingAware), Gpus(1, 2774 + ring + 111), &set);
-  EXPECT_TRUE(roomy.TryPlace(2));
+  std::optional<Placement> shared = roomy.TryPlace(2);
+  ASSERT_TRUE(shared);
+  EXPECT_EQ(shared->producer, 0);
+  EXPECT_GT(shared->client_mib, 100);
 }
 
 TEST(Planner, ALockedProducerKeepsItsLaterJobsOnItsGpu) {
