@@ -10,10 +10,12 @@ ahead and what is timed is the hand-off, not the making), and times:
   ready     next() until the batch is usable by GPU work: a host batch copied to the GPU, a
             device batch's stream synchronised (µs)
 
-Setups: coloader-host (coloader.Producer, host ring; the job copies to the GPU), coloader-device
-(Producer(device="cuda:0"); the job gets CUDA tensors, its own copy), tensorsocket (TensorSocket
-0.0.5's TensorProducer and TensorConsumer: CUDA tensors through CUDA IPC). Without a GPU only
-coloader-host runs.
+Setups: coloader-host (coloader.Producer, host ring; the job copies to the GPU), coloader-host-prefetch
+(the same with Loader(prefetch=True): the next batch taken on the Loader's thread), coloader-device
+(Producer(device="cuda:0"); the job gets CUDA tensors, its own copy; prefetch on, the default
+there), coloader-device-inline (the same with prefetch=False: the batch taken inside next()),
+tensorsocket (TensorSocket 0.0.5's TensorProducer and TensorConsumer: CUDA tensors through CUDA
+IPC). Without a GPU only the host setups run.
 
     python benchmarks/token_handoff.py --out OUT      # every setup this machine can run; prints the table
     (token_handoff.py feed|job SETUP ... are the two processes it starts)
@@ -27,7 +29,8 @@ import subprocess
 import sys
 import time
 
-SETUPS = ["coloader-host", "coloader-device", "tensorsocket"]
+SETUPS = ["coloader-host", "coloader-host-prefetch", "coloader-device", "coloader-device-inline", "tensorsocket"]
+PREFETCH = {"coloader-host-prefetch": True, "coloader-device-inline": False}  # else the Loader's default
 
 
 def batches(n, batch, seq, seed=0):
@@ -62,7 +65,7 @@ def feed(a):
     else:
         import coloader
 
-        device = "cuda:0" if a.setup == "coloader-device" else None
+        device = "cuda:0" if a.setup.startswith("coloader-device") else None
         coloader.Producer(data, name=a.name, batch_size=a.batch_size, device=device).run(epochs=a.epochs)
 
 
@@ -79,7 +82,8 @@ def job(a):
         import coloader
 
         loader = coloader.Loader(a.name, batch_size=a.batch_size, wait_for_producer=120, timeout=60,
-                                 device="cuda" if a.setup == "coloader-device" else None)
+                                 device="cuda" if a.setup.startswith("coloader-device") else None,
+                                 prefetch=PREFETCH.get(a.setup))
     next_us, ready_us, nbytes, taken = [], [], 0, 0
     while taken < a.warmup + a.batches:
         it = iter(loader)
@@ -117,7 +121,7 @@ def job(a):
 def run(a):
     import torch
 
-    setups = SETUPS if torch.cuda.is_available() else ["coloader-host"]
+    setups = SETUPS if torch.cuda.is_available() else [s for s in SETUPS if s.startswith("coloader-host")]
     os.makedirs(a.out, exist_ok=True)
     me = [sys.executable, os.path.abspath(__file__), "--batch-size", str(a.batch_size), "--seq", str(a.seq),
           "--distinct", str(a.distinct), "--batches", str(a.batches), "--warmup", str(a.warmup),

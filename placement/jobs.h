@@ -47,7 +47,11 @@ struct JobPipeline {
   // (DeviceMapper::Allocate, client/slicing.cc), 256-aligned labels (8 bytes each) then
   // batch x SampleBytes(), freed stream-ordered when the batch goes. kCopyDepth of them are live
   // at once: the batch the training step still holds while the loop's next() copies the
-  // following one. `batch` 0 (not stated) reads at the producer's batch size.
+  // following one (or, with the Loader's batch ahead, the batch handed out and the one taken
+  // ahead: the loop drops the previous batch as next() returns, usually before the Loader's
+  // thread, which waits for the GIL, allocates the next copy in its memory, stream-ordered; a
+  // job that keeps its previous batch longer has three). `batch` 0 (not stated) reads at the
+  // producer's batch size.
   double ConsumerMiB(uint32_t batch) const;
   static constexpr int kCopyDepth = 2;
 };

@@ -133,13 +133,14 @@ def close_session(ptr, streams):
 class BatchLease:
     """Owns one coloader_batch*: the producer's slot stays held until this object goes."""
 
-    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "__weakref__")
+    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "_order", "__weakref__")
 
     def __init__(self, ptr, session, cuda=None):
         self._ptr = ptr
         self._session = session  # released after the batch (attributes outlive __del__)
         self._cuda = cuda        # torch.cuda on the device path
         self._wait = None        # (stream the batch was ordered on, device whose current stream reads it)
+        self._order = None       # device path: the torch stream it was taken on
 
     def release(self):
         ptr, self._ptr = self._ptr, None

@@ -140,6 +140,7 @@ class _Stateful:
                                                           int(state["samples_seen_in_epoch"])))
         else:
             # Mid-run: leave and come back asking for the saved point.
+            self._discard_ahead()
             self._session = None
             self._connect(self._options(resume=state))
         self._resume_warned = False

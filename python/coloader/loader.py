@@ -62,7 +62,10 @@ The device path (device="cuda")
     tensor goes, ordered after the work enqueued on that same stream by then; work queued on
     other streams is not waited for (`tensor.record_stream()` does not help: the memory is not
     torch's allocator's). One stream per Loader is the intended use; when the current stream
-    changes between batches, the new stream is made to wait for the previous one.
+    changes between batches, the new stream is made to wait for the previous one. (With
+    prefetch, the batch ahead is copied on the stream that was current at the previous next();
+    if another is current when it is handed out, that one is made to wait for it, and its
+    memory is freed after the work of both.)
 
     Fallback: when the producer has no device ring, this process cannot map it (another
     container, a MIG instance), or PyTorch has no CUDA, the Loader warns once
@@ -101,7 +104,18 @@ Distributed jobs and resume (docs/DISTRIBUTED.md, coloader/distributed.py)
 Waiting
     timeout=0 waits for a batch as long as the producer lives. A timeout raises
     coloader.Timeout, after which next() may be called again and resumes the batch it
-    interrupted (a batch that straddles producer slots keeps what it had gathered).
+    interrupted (a batch that straddles producer slots keeps what it had gathered). The timeout
+    counts from the call of next(), not from the previous batch: a job may compute for longer.
+
+Prefetch
+    On the device path, as next() hands out a batch, a thread of the Loader's takes the next one
+    from the producer (its copy queued on the job's stream) and makes its tensors, so that the
+    next next() only hands over what is ready (docs/BENCHMARKS.md, "Hand-off"). One batch ahead,
+    never more, and never at iter(); the batch ahead is counted (state_dict(), indices) only when
+    handed out, and discarded unread by iter(), load_state_dict() and close(). It holds a copy of
+    its own, not the producer's memory: on the host path or with zero_copy it would hold a ring
+    slot, one more per consumer than the producer's spare slots are counted for, so there it is
+    off unless prefetch=True (then give the producer a --spare-slots more).
 
 Threads
     A Loader and its iterators are for one thread at a time. Tensors may be dropped anywhere.
@@ -111,12 +125,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import time
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _batches, _lib, _structure
+from . import _batches, _lib, _prefetch, _structure
 from ._dataloader import IgnoredArgumentWarning, _Dataset, _note_dataloader_arguments, _Sampler
 from .distributed import ResumeWarning, _Stateful, _topology
 
@@ -202,6 +218,9 @@ class Loader(_Stateful):
         --world-size); derived with the rank, or None: not checked.
       group_wait: seconds a group member waits for its group's first batch before it asks the
         producer whether every rank came, and fails naming those that did not.
+      prefetch: take the next batch and make its tensors on a thread of the Loader's while the
+        job computes (see "Prefetch"). None: where that holds no producer memory (the device
+        path, without zero_copy); True: on the host path too; False: in next().
       **dataloader_args: DataLoader's num_workers, pin_memory, shuffle, ... (see "DataLoader's
         arguments"); anything else is a TypeError.
     """
@@ -213,7 +232,7 @@ class Loader(_Stateful):
                  server_key: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
                  group: Optional[str] = None, node_rank: Optional[int] = None, num_nodes: Optional[int] = None,
                  zero_copy: bool = False, layout: str = "nchw", group_wait: float = 20.0,
-                 **dataloader_args: Any) -> None:
+                 prefetch: Optional[bool] = None, **dataloader_args: Any) -> None:
         import torch  # imported here so that `import coloader` works without torch
 
         _note_dataloader_arguments(dataloader_args)
@@ -226,6 +245,11 @@ class Loader(_Stateful):
         self._indices = None        # the last batch's dataset indices: a tensor made when asked for,
         self._indices_bytes = None  # from these bytes (copied at next(): the slot may go first)
         self._count = 0             # samples in the last batch
+        self._ahead_timeout = None  # the library's Timeout while taking the batch ahead
+        # The batch ahead (coloader/_prefetch.py): the thread holds this Loader only while it takes.
+        self._prefetch = _prefetch.Prefetcher(weakref.WeakMethod(self._take), "coloader-prefetch")
+        self._prefetch_wanted = prefetch
+        self._prefetching = False  # decided at each connection (the path may change)
         self._seen = 0  # samples yielded in the current epoch (state_dict)
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
@@ -349,6 +373,10 @@ class Loader(_Stateful):
                 self._cuda = None  # a reconnect may fall back where the first connection did not
                 reason = lib.coloader_consumer_fallback_reason(ptr.value)
                 self._fallback = reason.decode("utf-8", "replace") if reason else "unknown reason"
+        # A batch ahead on the host path, or zero-copy, holds a slot of the producer's ring: one
+        # more per consumer than the ring's spares are counted for (--spare-slots).
+        wanted = self._prefetch_wanted
+        self._prefetching = wanted if wanted is not None else (self._cuda is not None and not self._zero_copy)
 
     def _read_schema(self, ptr):
         """A caller-fed producer's schema, checked at connect (_batches.read_schema)."""
@@ -368,6 +396,7 @@ class Loader(_Stateful):
         ptr = self._require_open()
         if not self._started:
             self._check_topology_still_holds()
+        self._discard_ahead()  # of the epoch it skips the rest of
         self._generation += 1
         lib = _lib.lib()
         rc = _lib.wait(lambda ms: lib.coloader_consumer_next_epoch_wait(ptr, ms))
@@ -405,33 +434,91 @@ class Loader(_Stateful):
 
     def _next(self, session):
         """The next batch as (images, labels), or None at the end of the epoch."""
+        stream, handle = (None, None) if self._cuda is None else self._streams.current(self._cuda_device, session)
+        ahead = self._prefetch if self._prefetching else None
+        if ahead is None or not ahead.outstanding:
+            # Nothing taken ahead (the first batch of an epoch): taken here, as without prefetch.
+            taken = self._take((session, stream, handle), None)
+        else:
+            timeout = self._opts_args[6]
+            taken = ahead.collect(timeout if timeout else None)
+            # The take began before this call, so the library's own Timeout, which names who
+            # holds the producer back, comes within a wait slice of ours (the take waits on past it).
+            grace = time.monotonic() + 3 * _lib.WAIT_SLICE_MS / 1000
+            while taken is _prefetch.TIMED_OUT and self._ahead_timeout is None and time.monotonic() < grace:
+                taken = ahead.collect(0.01)
+            if taken is _prefetch.TIMED_OUT:
+                raise self._ahead_timeout or _lib.Timeout(
+                    "no batch from %r within %g s" % (self.name or self._endpoint, timeout), _lib.E_TIMEOUT)
+        if taken is None:
+            return None
+        batch, lease, count, indices = taken
+        del taken
+        if ahead is not None:
+            taken_on = lease._order
+            if stream is not None and taken_on is not stream:
+                # Taken ahead on the stream current at the previous next(); this one reads it, and
+                # the release must follow its work too.
+                stream.wait_stream(taken_on)
+                if lease._wait is None:
+                    lease._wait = (taken_on, stream.device.index)
+            self._ahead_timeout = None
+            ahead.ask((session, stream, handle))
+        del lease
+        self._count, self._indices, self._indices_bytes = count, None, indices
+        return batch
+
+    def _take(self, args, cancelled):
+        """Takes the next batch from the library: (the batch, its lease, its sample count, its
+        indices' bytes), or None at the end of the epoch. `cancelled` None: in next(), with the
+        Loader's timeout; else on the prefetch thread, waiting past it until `cancelled()`."""
+        session, stream, handle = args
         out = ctypes.c_void_p()
         lib = _lib.lib()
         ptr = session.ptr
-        cuda = self._cuda
-        if cuda is None:
-            rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, None, ms, ctypes.byref(out)))
-            return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session))
-
-        stream, handle = self._streams.current(self._cuda_device, session)
-        rc = _lib.wait(lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out)))
+        call = lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out))  # noqa: E731
+        if cancelled is None:
+            rc = _lib.wait(call)
+        else:
+            while True:
+                if cancelled():
+                    return None
+                rc = call(_lib.WAIT_SLICE_MS)
+                if rc == _lib.E_TIMEOUT:
+                    # The job's timeout is next()'s to apply, from its own call: kept for it, as
+                    # the library says who holds the producer back, and waited on past.
+                    try:
+                        _lib.check(rc)
+                    except _lib.Timeout as e:
+                        self._ahead_timeout = e
+                elif rc != _lib.AGAIN:
+                    _lib.check(rc)
+                    break
+        if rc == _lib.END:
+            return None
         # The library leaves the caller's current device as it was (it makes the producer's GPU
         # current only within each call).
-        return None if rc == _lib.END else self._wrap(_batches.BatchLease(out.value, session, cuda), stream)
+        lease = _batches.BatchLease(out.value, session, self._cuda if handle is not None else None)
+        lease._order = stream
+        batch, count, indices = self._wrap(lease, stream)
+        return batch, lease, count, indices
 
     def _wrap(self, lease, stream=None):
-        # On an error below, the lease is released when the last view made so far goes.
+        """(the batch, its sample count, its dataset indices as bytes). On an error, the lease is
+        released when the last view made so far goes."""
         info = _lib.BatchInfo()
         _lib.check(_lib.lib().coloader_batch_info_get(lease._ptr, ctypes.byref(info)))
+        # Copied now (loader.indices must not keep the slot held after the batch is dropped):
+        # one call; the tensor is made if loader.indices is read.
+        n, indices = info.size, ctypes.string_at(info.indices, 8 * info.size)
         if self._fields is not None:
-            return self._wrap_fields(lease, info, stream)
+            return self._wrap_fields(lease, info, stream), n, indices
         numpy_dtypes, typestrs, bfloat16_code = _batches.dtype_tables()
         dtype = numpy_dtypes.get(info.dtype)
         if dtype is None:
             raise _lib.ProtocolError("the producer's batches have an unknown dtype code %d" % info.dtype,
                                      _lib.E_PROTOCOL)
         torch = self._torch
-        n = self._take_indices(info)
         shape = tuple(info.shape[i] for i in range(info.ndim))
         if info.device >= 0:
             # The producer's GPU may not be the one this Loader computes on: the batch was
@@ -441,7 +528,7 @@ class Loader(_Stateful):
             images = _batches.cuda_tensor(torch, lease, info.data, typestrs[info.dtype], shape, info.device,
                                           handle, bfloat16=(info.dtype == bfloat16_code))
             labels = _batches.cuda_tensor(torch, lease, info.device_labels, "<i8", (n,), info.device, handle)
-            return self._laid_out(images, info.layout), labels
+            return (self._laid_out(images, info.layout), labels), n, indices
         writable = not self._zero_copy or bool(info.gathered)
         images = _batches.from_numpy(torch, _batches.host_view(lease, info.data, info.bytes, dtype, shape, writable))
         if info.dtype == bfloat16_code:
@@ -453,13 +540,12 @@ class Loader(_Stateful):
             # A synchronous copy from pageable memory: the views (and the slot) go right after.
             images = images.to(self._device)
             labels = labels.to(self._device)
-        return images, labels
+        return (images, labels), n, indices
 
     def _wrap_fields(self, lease, info, stream):
         """The batch of a caller-fed producer: its structure, each field a tensor over the batch's
         memory (the same ownership as images: every tensor holds the lease)."""
         torch = self._torch
-        n = self._take_indices(info)
         if info.device >= 0:
             self._order_on(lease, info.device, stream)
         leaves = _batches.field_tensors(torch, lease, info, self._fields, stream,
@@ -467,14 +553,6 @@ class Loader(_Stateful):
         if info.device < 0 and self._device is not None:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
         return _structure.rebuild(self._structure, leaves)
-
-    def _take_indices(self, info):
-        """Copies the batch's dataset indices (loader.indices must not keep the slot held after
-        the batch is dropped) as bytes: one call; the tensor is made if loader.indices is read.
-        Returns the batch's sample count."""
-        n = self._count = info.size
-        self._indices, self._indices_bytes = None, ctypes.string_at(info.indices, 8 * n)
-        return n
 
     def _order_on(self, lease, device, stream):
         """A device batch read on `stream`: when that stream is another device's, order the
@@ -578,7 +656,13 @@ class Loader(_Stateful):
     def close(self) -> None:
         """Ends this Loader. Tensors already handed out stay valid, and keep their memory, until
         they are dropped; the consumer leaves the producer when the last of them goes."""
+        if getattr(self, "_prefetch", None) is not None:  # (a Loader whose __init__ failed has none)
+            self._prefetch.close()
         self._session = None
+
+    def _discard_ahead(self):
+        """Drops the batch taken ahead, unread (iter(), load_state_dict())."""
+        self._prefetch.discard()
 
     def __enter__(self) -> "Loader":
         return self

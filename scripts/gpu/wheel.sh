@@ -148,7 +148,8 @@ elif [[ $what == smoke ]]; then
   :  # steps 1-3 only
 elif [[ $what == contract ]]; then
   # CONTRACT names the steps (default all): bench (first: its figures come back even if a suite
-  # overruns the command's limit), pixel_ops (pixel_ops_test), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
+  # overruns the command's limit), handoff (benchmarks/token_handoff.py beside TensorSocket, with
+  # .whl/ from benchmarks/fetch_wheels.sh), pixel_ops (pixel_ops_test), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
   # which files).
   steps=${CONTRACT:-bench,gpu_test,pytest}
   if [[ ,$steps, == *,bench,* ]]; then
@@ -157,6 +158,24 @@ elif [[ $what == contract ]]; then
     python3 benchmarks/isolation_cost.py --data "$data" --batches "${BENCH_BATCHES:-20}" --repeats "${BENCH_REPEATS:-3}" \
       --out "$out/isolation_cost.json" 2>&1 | tee -a "$out/isolation_cost.log" | tail -8
     [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  fi
+  if [[ ,$steps, == *,handoff,* ]]; then
+    # Token batches beside TensorSocket, with and without the Loader's batch ahead, three runs
+    # one after another (their raw files stay in /tmp: the log carries each run's rows).
+    echo "== hand-off of token batches (benchmarks/token_handoff.py, 3 runs)"
+    nvidia-smi --query-gpu=name --format=csv,noheader >"$out/token_handoff.log"
+    if compgen -G ".whl/*.whl" >/dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/handoff-site \
+        .whl/*.whl 2>&1 | grep -v "running pip as the 'root'" | tee -a "$out/token_handoff.log"
+    else
+      echo "gpu_wheel: no wheels in .whl/ (benchmarks/fetch_wheels.sh): the tensorsocket setup will fail" | tee -a "$out/token_handoff.log"
+    fi
+    for run in 1 2 3; do
+      echo "-- run $run" >>"$out/token_handoff.log"
+      PYTHONPATH=$site:/tmp/handoff-site python3 benchmarks/token_handoff.py --out "/tmp/token_handoff$run" \
+        --batches "${HANDOFF_BATCHES:-500}" 2>&1 | tee -a "$out/token_handoff.log" | tail -7
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+    done
   fi
   if [[ ,$steps, == *,pixel_ops,* ]]; then
     echo "== pixel_ops_test (the pixel ops' GPU twin against the CPU twin)"
