@@ -258,8 +258,15 @@ class Producer:
         opts.insecure = 1 if self._insecure else 0
         opts.alone_timeout_ms = min(2**31 - 1, max(1, int(self._alone_timeout * 1000))) if self._alone_timeout else 0
         ptr = ctypes.c_void_p()
-        _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+        # Held before the call: a signal (Ctrl-C) handled as it returns must find the producer
+        # to close, whose socket and ring exist by then (the library fills `ptr` in place).
         self._ptr = ptr
+        try:
+            _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
+        except BaseException:
+            if not ptr.value:
+                self._ptr = None
+            raise
         self._tcp_endpoint = _lib.producer_lib().coloader_producer_tcp_endpoint(ptr).decode() or None
         self._schema = schema
 
@@ -338,7 +345,7 @@ class Producer:
         consumers read what was published, then get ProducerStopped naming it, their epoch cut.
         run() and a `with` block that raises call it; call it yourself when you publish() in a
         loop of your own. Waits at most 5 s for consumers to release their batches."""
-        if self._ptr is None:
+        if self._ptr is None or not self._ptr.value:
             return self.ended
         if isinstance(error, BaseException):
             said = str(error)
@@ -354,7 +361,8 @@ class Producer:
         while any consumer lives, and alone_timeout once none does), tells them the producer is
         done, and frees it. Returns how the run ended (also in .ended): "delivered", "consumers
         gone", or "stopped" when `timeout` passed first."""
-        if self._ptr is None:
+        if self._ptr is None or not self._ptr.value:  # (not opened, or its open failed)
+            self._ptr = None
             return self.ended
         lib, ptr = _lib.producer_lib(), self._ptr
         # Wait in short steps, so that Ctrl-C and SIGTERM are heard while consumers read on (an

@@ -332,6 +332,35 @@ def test_a_stopped_producer_cleans_up(env, sig):
     assert not mine & set(os.listdir("/dev/shm"))
 
 
+def test_a_signal_as_the_producer_opens_still_cleans_up(env, monkeypatch):
+    """The socket and ring exist once the library's open returns; a Ctrl-C handled right then
+    (before Python has kept the pointer) must still close them. The signal is made
+    deterministic here: the open itself raises KeyboardInterrupt as it returns."""
+    import os
+
+    import torch
+
+    from coloader import _lib
+
+    lib = _lib.producer_lib()
+    real = lib.coloader_producer_open
+
+    def open_then_interrupted(*args):
+        assert real(*args) == 0
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lib, "coloader_producer_open", open_then_interrupted)
+    name = "interrupted-at-open"
+    before = set(os.listdir("/dev/shm"))
+    batches = [(torch.zeros(4, 3), torch.zeros(4, dtype=torch.int64))] * 2
+    producer = coloader.Producer(batches, name=name)
+    with pytest.raises(KeyboardInterrupt):
+        producer.run(epochs=1)
+    assert not (env / (name + ".sock")).exists()
+    assert not {f for f in set(os.listdir("/dev/shm")) - before if name in f}
+    assert producer.ended == "failed"
+
+
 # Ctrl-C while run() waits at its end for a consumer that still reads (a slow training step):
 # heard within a wait step, and the producer is stopped and cleaned up.
 SLOW_END = """
