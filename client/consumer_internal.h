@@ -346,19 +346,22 @@ class Cursor {
   void FreeStash();
   bool split_mode() const;  // in a group, or resuming: batches follow common/split.h
   std::shared_ptr<ConsumerState> state_;
-  // The iteration cursor; touched only by the thread that calls NextEpoch/Next.
+  // The iteration cursor; touched only by the thread that calls NextEpoch/Next (but see epoch_).
   std::optional<BatchAnnouncement> pending_;       // read ahead, belongs to a later epoch
   std::shared_ptr<SlotLease> current_;   // the slot being sliced
   uint32_t offset_ = 0;                            // samples of current_ already handed out
   std::vector<Piece> gathering_;         // a batch in assembly, kept across a timeout
   std::optional<Batch> assembling_;                // ... and what of it is already copied out
-  uint64_t epoch_ = 0;
-  bool partial_ = false;
+  // epoch_, partial_, finished_ and samples_seen_ are also read by the getters above from
+  // another thread than the one in Next() (the Python Loader's batch ahead is taken on a
+  // thread of its own while the job asks for its state): atomic, written only here.
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<bool> partial_{false};
   bool in_epoch_ = false;
   bool epoch_ended_ = false;
   bool stream_ended_ = false;
   bool attached_ = false;
-  bool finished_ = false;       // the stream ended: the producer served every epoch
+  std::atomic<bool> finished_{false};  // the stream ended: the producer served every epoch
   Status stopped_;              // the producer stopped after the last batch delivered: said next
   bool group_checked_ = false;  // an incomplete group was looked for (group_wait_ms)
   // The newest announcement taken (where the stream stands), and since when the current wait
@@ -370,7 +373,7 @@ class Cursor {
   SplitSpec split_{};
   SplitPlan plan_{};
   uint64_t group_batch_ = 0;
-  uint64_t samples_seen_ = 0;
+  std::atomic<uint64_t> samples_seen_{0};
   bool stream_epoch_done_ = false;
   bool resume_pending_ = false;
   std::string resume_note_;
