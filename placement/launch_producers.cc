@@ -111,7 +111,14 @@ void Launcher::StopProducerIfIdle(int pipeline) {
   auto it = producer_of_.find(pipeline);
   if (it == producer_of_.end() || !opts_.planner.sharing) return;
   for (size_t k = 0; k < set_.jobs.size(); ++k) {
-    if (set_.jobs[k].pipeline == pipeline && !ended_[k]) return;  // running or queued: still needed
+    if (set_.jobs[k].pipeline != pipeline || ended_[k]) continue;
+    // A reader running or queued still needs it; a job of the pipeline with its own loader
+    // (Planner::SharesProducer) does not, and the planner no longer counts the ring once its
+    // last reader is released: left running, the ring would sit where that job may be placed.
+    auto placed = planner_.placed().find(static_cast<int>(k));
+    if (placed != planner_.placed().end() ? placed->second.producer == pipeline
+                                          : planner_.SharesProducer(static_cast<int>(k)))
+      return;
   }
   if (!it->second->term_sent) {
     ::kill(it->second->pid, SIGTERM);

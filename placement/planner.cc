@@ -415,8 +415,8 @@ void Planner::Release(int j) {
     }
   }
   double still_needed = 0;
-  for (const auto& [k, q] : placed_) {
-    if (set_->jobs[k].pipeline == job.pipeline) still_needed = std::max(still_needed, set_->jobs[k].loader_cores);
+  for (const auto& [k, q] : placed_) {  // its readers (a job of it with its own loader is not one)
+    if (q.producer == job.pipeline) still_needed = std::max(still_needed, set_->jobs[k].loader_cores);
   }
   cores_used_ -= ProducerCores(job.pipeline) - still_needed;
   if (members.empty()) {

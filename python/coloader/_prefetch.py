@@ -10,13 +10,16 @@ does the same). Private to the package; coloader.loader's docstring states the r
 - The take ignores the Loader's timeout (the job may compute for longer than that); next()
   applies it from its own call, and a Timeout there leaves the take going on for the next call.
 - iter() (the rest of the epoch is skipped anyway), load_state_dict() and close() discard what
-  was taken; a take under way stops within one wait slice (_lib.WAIT_SLICE_MS).
-- The thread holds the Loader only while it takes a batch, so that a Loader the job drops is
-  still collected, and closing it stops the thread.
+  was taken; a take under way stops within one wait slice (_lib.WAIT_SLICE_MS), or at most the
+  library's own wait for a status answer (1 s) when it is building a Timeout's message.
+- The thread holds the Loader only while it takes a batch, and an error it keeps for the job
+  keeps no frame of it, so that a Loader the job drops is still collected; the thread then ends,
+  as it does when the Loader is closed.
 """
 
 import threading
 import time
+import traceback
 
 # What collect() gives when the wait for the job's timeout ended first.
 TIMED_OUT = object()
@@ -99,7 +102,10 @@ class Prefetcher:
         while True:
             with self._cond:
                 while self._asked is None and not self._closed:
-                    self._cond.wait()
+                    if self._take() is None:  # the owner was collected without close()
+                        self._closed = True
+                        break
+                    self._cond.wait(1.0)
                 if self._closed:
                     return
                 args, self._asked, self._busy = self._asked, None, True
@@ -109,6 +115,7 @@ class Prefetcher:
                 try:
                     value = take(args, lambda: self._cancel)
                 except BaseException as e:  # the job's to see, at its next()
+                    traceback.clear_frames(e.__traceback__)  # its frames would hold the owner
                     error = e
             del take, args
             with self._cond:

@@ -445,14 +445,17 @@ class Loader(_Stateful):
             timeout = self._opts_args[6]
             taken = ahead.collect(timeout if timeout else None)
             # The take began before this call, so the library's own Timeout, which names who
-            # holds the producer back, comes within a wait slice of ours (the take waits on past it).
-            grace = time.monotonic() + 3 * _lib.WAIT_SLICE_MS / 1000
+            # holds the producer back, comes soon after ours (the take waits on past it): within
+            # a wait slice, and the 1 s the library waits for the producer's status answer.
+            grace = time.monotonic() + 1.5
             while taken is _prefetch.TIMED_OUT and self._ahead_timeout is None and time.monotonic() < grace:
                 taken = ahead.collect(0.01)
             if taken is _prefetch.TIMED_OUT:
-                raise self._ahead_timeout or _lib.Timeout(
+                said, self._ahead_timeout = self._ahead_timeout, None
+                raise said or _lib.Timeout(
                     "no batch from %r within %g s" % (self.name or self._endpoint, timeout), _lib.E_TIMEOUT)
         if taken is None:
+            self._ahead_timeout = None
             return None
         batch, lease, count, indices = taken
         del taken
@@ -492,7 +495,7 @@ class Loader(_Stateful):
                     try:
                         _lib.check(rc)
                     except _lib.Timeout as e:
-                        self._ahead_timeout = e
+                        self._ahead_timeout = e.with_traceback(None)  # its frames would hold this Loader
                 elif rc != _lib.AGAIN:
                     _lib.check(rc)
                     break
@@ -660,11 +663,13 @@ class Loader(_Stateful):
         they are dropped; the consumer leaves the producer when the last of them goes."""
         if getattr(self, "_prefetch", None) is not None:  # (a Loader whose __init__ failed has none)
             self._prefetch.close()
+            self._ahead_timeout = None
         self._session = None
 
     def _discard_ahead(self):
         """Drops the batch taken ahead, unread (iter(), load_state_dict())."""
         self._prefetch.discard()
+        self._ahead_timeout = None
 
     def __enter__(self) -> "Loader":
         return self

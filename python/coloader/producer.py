@@ -260,15 +260,15 @@ class Producer:
         ptr = ctypes.c_void_p()
         # Held before the call: a signal (Ctrl-C) handled as it returns must find the producer
         # to close, whose socket and ring exist by then (the library fills `ptr` in place).
+        self._schema = schema
         self._ptr = ptr
         try:
             _lib.check_producer(_lib.producer_lib().coloader_producer_open(ctypes.byref(opts), ctypes.byref(ptr)))
         except BaseException:
             if not ptr.value:
-                self._ptr = None
+                self._ptr = self._schema = None
             raise
         self._tcp_endpoint = _lib.producer_lib().coloader_producer_tcp_endpoint(ptr).decode() or None
-        self._schema = schema
 
     @property
     def schema(self) -> Optional[List[Tuple[str, "torch.dtype", Tuple[int, ...]]]]:

@@ -94,8 +94,9 @@ def test_a_loader_dropped_or_closed_with_a_batch_ahead_lets_go(serve):
     pid = os.getpid()
     loader = loader_for(p, batch_size=PRODUCER_BATCH, prefetch=True)
     images, labels = next(iter(loader))
-    wait_until(lambda: loader._prefetch.ready, "the batch ahead")
-    thread = loader._prefetch._thread
+    ahead = loader._prefetch
+    wait_until(lambda: ahead.ready, "the batch ahead")
+    thread = ahead._thread
     loader.close()
     thread.join(5)
     assert not thread.is_alive(), "close() left the prefetch thread running"
@@ -107,9 +108,10 @@ def test_a_loader_dropped_or_closed_with_a_batch_ahead_lets_go(serve):
     # Loader is collected, and its consumer leaves once its tensors are gone.
     loader = loader_for(p, batch_size=PRODUCER_BATCH, prefetch=True)
     images, labels = next(iter(loader))
-    wait_until(lambda: loader._prefetch.ready, "the batch ahead")
+    ahead = loader._prefetch
+    wait_until(lambda: ahead.ready, "the batch ahead")
     p.wait_for(lambda st: [c["pid"] for c in st["consumers"]] == [pid], "the second consumer")
-    thread = loader._prefetch._thread
+    thread = ahead._thread
     del loader, images, labels
     gc.collect()
     p.wait_for(lambda st: st["consumers"] == [], "the dropped consumer to leave")
@@ -145,3 +147,46 @@ def test_a_timeout_counts_from_next_and_names_the_holder(serve):
     assert got + len(sizes) == len(expected_sizes(PRODUCER_BATCH))
     for loader in (stopper, other):
         loader.close()
+
+
+def held_back(serve, **kwargs):
+    """A producer whose window a stopped reader ('stopper') fills, and a Loader read until its
+    next() timed out with a take ahead waiting: (producer, the Loader, its iterator, the batch
+    the stopper holds)."""
+    p = serve("--min-consumers", "2", "--stall-timeout-ms", "60000", epochs=1, window=2)
+    stopper = loader_for(p, batch_size=PRODUCER_BATCH, client_name="stopper")
+    loader = loader_for(p, batch_size=PRODUCER_BATCH, prefetch=True, **kwargs)
+    stopper_start = start_reading(stopper)
+    it = iter(loader)
+    held = next(stopper_start())
+    with pytest.raises(coloader.Timeout):
+        while True:
+            next(it)
+    assert loader._prefetch.outstanding
+    return p, loader, it, held
+
+
+def test_a_loader_whose_take_ahead_failed_or_timed_out_still_lets_go(serve):
+    """An error the take ahead keeps for the job (a Timeout, the producer's death) keeps no frame
+    of the take: closed, the consumer leaves at once; dropped, the Loader is collected and its
+    thread ends."""
+    import weakref
+
+    p, other, it, held = held_back(serve, timeout=0.5, client_name="other")
+    other.close()
+    del it
+    gc.collect()
+    p.wait_for(lambda st: [c["name"] for c in st["consumers"]] == ["stopper"], "the closed consumer to leave")
+
+    # The producer dies while a take ahead waits: the error is kept for a next() that never
+    # comes, and the Loader is dropped.
+    p, again, it, held = held_back(serve, timeout=0.5)
+    ahead, alive = again._prefetch, weakref.ref(again)
+    thread = ahead._thread
+    p.stop()
+    wait_until(lambda: ahead.ready, "the take ahead to fail")
+    del again, it
+    gc.collect()
+    assert alive() is None, "the Loader outlived the error its take ahead kept"
+    thread.join(5)
+    assert not thread.is_alive(), "the prefetch thread outlived its Loader"

@@ -346,6 +346,24 @@ TEST(Planner, MemoryMustFitWithTheRing) {
 
 // A job that fits a GPU alone but not beside its producer's ring runs with its own loader (it
 // used to wait for ever, "impossible"); one larger than every GPU is told why.
+// A job of a pipeline with its own loader is none of its producer's readers: releasing a reader
+// first gives back the reader's cores alone, and nothing is left once both have gone.
+TEST(Planner, AnOwnLoaderIsNotCountedAsItsPipelinesProducer) {
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(R"({"jobs": [
+    {"name": "reader", "pipeline": {"data": "/d/0"}, "memory_mib": 30000, "sm_activity": 0.1, "loader_cores": 2},
+    {"name": "big", "pipeline": {"data": "/d/0"}, "memory_mib": 79990, "sm_activity": 0.1, "loader_cores": 8}]})"));
+  Planner planner(Opts(Policy::kSharingAware), Gpus(2, 80000), &set);
+  ASSERT_TRUE(planner.TryPlace(0));
+  ASSERT_TRUE(planner.TryPlace(1));
+  EXPECT_EQ(planner.placed().at(1).producer, -1);
+  EXPECT_NEAR(planner.cores_used(), 10, 1e-9);
+  EXPECT_NEAR(planner.ProducerCores(0), 2, 1e-9);
+  planner.Release(0);
+  EXPECT_NEAR(planner.cores_used(), 8, 1e-9);
+  planner.Release(1);
+  EXPECT_NEAR(planner.cores_used(), 0, 1e-9);
+}
+
 TEST(Planner, AJobTooLargeOnlyBesideTheRingRunsWithItsOwnLoader) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{79990, 0.1}, {90000, 0.1}, {30000, 0.1}}, 2)));
   Planner planner(Opts(Policy::kSharingAware), Gpus(2, 80000), &set);
