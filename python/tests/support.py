@@ -167,6 +167,30 @@ def in_thread(fn, *args):
     return join
 
 
+def read_until_held_back(producer, **kwargs):
+    """Under a producer started with --min-consumers 2: a reader ('stopper') takes one batch and
+    stops, and a Loader made with `kwargs` (a timeout among them) reads until its next() raises
+    the Timeout of a producer held back by it. Returns a namespace: stopper, stopper_it, held
+    (the stopper's batch), loader, it, got (batches the loader took), timeout (the exception)."""
+    import types
+
+    import pytest
+
+    stopper = loader_for(producer, batch_size=PRODUCER_BATCH, client_name="stopper")
+    loader = loader_for(producer, batch_size=PRODUCER_BATCH, **kwargs)
+    stopper_start = start_reading(stopper)
+    it = iter(loader)
+    stopper_it = stopper_start()
+    held = next(stopper_it)  # and then it stops reading
+    got = 0
+    with pytest.raises(coloader.Timeout) as e:
+        while True:
+            next(it)
+            got += 1
+    return types.SimpleNamespace(stopper=stopper, stopper_it=stopper_it, held=held, loader=loader, it=it, got=got,
+                                 timeout=e.value)
+
+
 def expected_sizes(batch, drop_last=False, n=NUM_IMAGES):
     full, rest = divmod(n, batch)
     return [batch] * full + ([] if drop_last or rest == 0 else [rest])

@@ -27,7 +27,7 @@ import pytest
 
 from support import (
     NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
-    loader_for, needs_build, run_epoch, start_reading, torch)
+    loader_for, needs_build, read_until_held_back, run_epoch, start_reading, torch)
 
 pytestmark = needs_build
 
@@ -272,6 +272,17 @@ try:
         print("waiting", flush=True)
         start = time.monotonic()
         next(iter(loader))
+    elif where == "ahead":  # next() waits for the batch the Loader's own thread is taking ahead
+        import threading
+        stopper = coloader.Loader(sys.argv[1], timeout=0, client_name="stopper")
+        loader = coloader.Loader(sys.argv[1], timeout=0, prefetch=True)
+        threading.Thread(target=lambda: next(iter(stopper)), daemon=True).start()  # one batch, then it stops
+        it = iter(loader)
+        next(it)
+        print("waiting", flush=True)
+        start = time.monotonic()
+        for _ in it:  # until the window is full: the producer waits for the stopper
+            pass
     else:  # a producer that has not started yet
         print("waiting", flush=True)
         start = time.monotonic()
@@ -281,10 +292,12 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.mark.parametrize("where", ["batch", "producer"])
+@pytest.mark.parametrize("where", ["batch", "ahead", "producer"])
 def test_ctrl_c_interrupts_every_wait_at_once(serve, where):
     if where == "batch":
         name = serve("--min-consumers", "2", epochs=1).name  # waits for a second consumer: no batch comes
+    elif where == "ahead":
+        name = serve("--min-consumers", "2", epochs=1, window=2).name
     else:
         name = "nobody-%d" % os.getpid()
     waiter = child(WAITER, name, where)
@@ -336,18 +349,11 @@ def test_a_job_that_stops_reading_is_named_then_detached_and_told_why(serve):
     (pid, unread batches, idle time); then it is detached, the others go on, and it is told it was
     the holder and what to do."""
     p = serve("--min-consumers", "2", "--stall-timeout-ms", "3000", epochs=1, window=2)
-    stopper = loader_for(p, batch_size=PRODUCER_BATCH, client_name="stopper")
-    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=0.7)
-    stopper_start = start_reading(stopper)
-    other_it = iter(other)
-    held = next(stopper_start())  # and then it stops reading
-    got = 0
-    with pytest.raises(coloader.Timeout) as e:
-        while True:
-            next(other_it)
-            got += 1
-    assert "pid %d" % os.getpid() in str(e.value) and "'stopper'" in str(e.value), str(e.value)
-    assert "holds it back" in str(e.value) and "--stall-timeout-ms" in str(e.value)
+    r = read_until_held_back(p, timeout=0.7)
+    stopper, stopper_it, held, other, other_it, got = r.stopper, r.stopper_it, r.held, r.loader, r.it, r.got
+    said = str(r.timeout)
+    assert "pid %d" % os.getpid() in said and "'stopper'" in said, said
+    assert "holds it back" in said and "--stall-timeout-ms" in said
     start = time.monotonic()
     rest = []
     while time.monotonic() - start < 3.0 + 2.0:  # until the stopper is detached, and a bit
@@ -360,7 +366,7 @@ def test_a_job_that_stops_reading_is_named_then_detached_and_told_why(serve):
     assert got + len(rest) == len(expected_sizes(PRODUCER_BATCH))
     with pytest.raises(coloader.ConsumerDetached) as detached:
         for _ in range(100):
-            next(stopper_start())
+            next(stopper_it)
     assert "took no batch for 3 s" in str(detached.value) and "--stall-timeout-ms" in str(detached.value)
     del held
     for loader in (stopper, other):

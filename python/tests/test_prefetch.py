@@ -15,8 +15,8 @@ import time
 import pytest
 
 from support import (
-    NUM_IMAGES, PRODUCER_BATCH, coloader, expected_sizes, in_thread, loader_for, needs_build, run_epoch,
-    start_reading)
+    NUM_IMAGES, PRODUCER_BATCH, expected_sizes, in_thread, loader_for, needs_build, read_until_held_back,
+    run_epoch)
 
 pytestmark = needs_build
 ALL = list(range(NUM_IMAGES))
@@ -125,18 +125,10 @@ def test_a_timeout_counts_from_next_and_names_the_holder(serve):
     producer back; after it the take goes on, and a job that computed longer than the timeout
     still gets its batch."""
     p = serve("--min-consumers", "2", "--stall-timeout-ms", "60000", epochs=1, window=2)
-    stopper = loader_for(p, batch_size=PRODUCER_BATCH, client_name="stopper")
-    other = loader_for(p, batch_size=PRODUCER_BATCH, timeout=0.7, prefetch=True)
-    stopper_start = start_reading(stopper)
-    other_it = iter(other)
-    stopper_it = stopper_start()
-    held = next(stopper_it)  # and then it stops reading
-    got = 0
-    with pytest.raises(coloader.Timeout) as e:
-        while True:
-            next(other_it)
-            got += 1
-    assert "pid %d" % os.getpid() in str(e.value) and "'stopper'" in str(e.value), str(e.value)
+    r = read_until_held_back(p, timeout=0.7, prefetch=True)
+    stopper, stopper_it, held, other, other_it, got = r.stopper, r.stopper_it, r.held, r.loader, r.it, r.got
+    said = str(r.timeout)
+    assert "pid %d" % os.getpid() in said and "'stopper'" in said, said
     assert other._prefetch.outstanding  # the take goes on
     time.sleep(1.5)  # the job computes for longer than its timeout
     del held
@@ -150,20 +142,12 @@ def test_a_timeout_counts_from_next_and_names_the_holder(serve):
 
 
 def held_back(serve, **kwargs):
-    """A producer whose window a stopped reader ('stopper') fills, and a Loader read until its
-    next() timed out with a take ahead waiting: (producer, the Loader, its iterator, the batch
-    the stopper holds)."""
+    """read_until_held_back with prefetch: (producer, the Loader, its iterator, the batch the
+    stopper holds), a take ahead waiting."""
     p = serve("--min-consumers", "2", "--stall-timeout-ms", "60000", epochs=1, window=2)
-    stopper = loader_for(p, batch_size=PRODUCER_BATCH, client_name="stopper")
-    loader = loader_for(p, batch_size=PRODUCER_BATCH, prefetch=True, **kwargs)
-    stopper_start = start_reading(stopper)
-    it = iter(loader)
-    held = next(stopper_start())
-    with pytest.raises(coloader.Timeout):
-        while True:
-            next(it)
-    assert loader._prefetch.outstanding
-    return p, loader, it, held
+    r = read_until_held_back(p, prefetch=True, **kwargs)
+    assert r.loader._prefetch.outstanding
+    return p, r.loader, r.it, r.held
 
 
 def test_a_loader_whose_take_ahead_failed_or_timed_out_still_lets_go(serve):
