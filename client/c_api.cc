@@ -258,6 +258,10 @@ uint32_t coloader_consumer_num_classes(const coloader_consumer* c) {
   return c != nullptr && c->impl ? static_cast<uint32_t>(c->impl->producer().classes.size()) : 0;
 }
 
+const char* coloader_consumer_no_catch_up(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->producer().no_catch_up.c_str() : "";
+}
+
 const char* coloader_consumer_class_name(const coloader_consumer* c, uint32_t i) {
   if (c == nullptr || !c->impl || i >= c->impl->producer().classes.size()) return nullptr;
   return c->impl->producer().classes[i].c_str();

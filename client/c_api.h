@@ -175,6 +175,9 @@ COLOADER_C_EXPORT int32_t coloader_consumer_num_nodes(const coloader_consumer* c
  * NULL past the last). */
 COLOADER_C_EXPORT uint32_t coloader_consumer_num_classes(const coloader_consumer* c);
 COLOADER_C_EXPORT const char* coloader_consumer_class_name(const coloader_consumer* c, uint32_t i);
+/* Why an epoch this consumer joins mid-way is partial (the producer does not serve it the
+ * samples it missed); "" when the producer catches it up. Owned by the consumer; never NULL. */
+COLOADER_C_EXPORT const char* coloader_consumer_no_catch_up(const coloader_consumer* c);
 /* In a group (or resuming): where the current epoch's split began, and the samples this rank
  * has taken in it (a resumed rank counts those of its saved state). */
 COLOADER_C_EXPORT uint64_t coloader_consumer_split_begin(const coloader_consumer* c);

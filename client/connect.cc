@@ -16,8 +16,8 @@ using Clock = std::chrono::steady_clock;
 Cursor::Cursor(std::shared_ptr<ConsumerState> state) : state_(std::move(state)) {
   resume_pending_ = state_->opts.resume;
   const Welcome& w = state_->welcome;
-  producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key, w.node_rank,
-                           w.num_nodes, w.classes};
+  producer_ = ProducerInfo{w.producer_pid, w.dataset_size, w.epoch_samples, w.seed, w.data_key,
+                           w.node_rank, w.num_nodes, w.classes, w.no_catch_up};
 }
 Cursor::~Cursor() { Close(); }
 

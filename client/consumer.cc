@@ -142,7 +142,8 @@ Status Cursor::Attach() {
   // The producer counts us, and sends batches, from here on: a refused resume state or an
   // idle consumer changed nothing before.
   attached_ = true;
-  state_->sink->attach.store(state_->mapper ? 1 : 0);
+  // A group member or a resumed state walks the epoch by positions: no catch-up batches for it.
+  state_->sink->attach.store((state_->mapper ? 1 : 0) | (split_mode() ? kAttachNoCatchUp << 1 : 0));
   state_->sink->Wake();
   return Status::OK();
 }
@@ -180,7 +181,8 @@ Result<Waited<bool>> Cursor::NextEpoch(int wait_ms) {
     }
     pending_ = a;
     epoch_ = a->epoch;
-    partial_ = a->first != 0;
+    // Joined mid-epoch: the rest of it, unless the producer serves what came before (catch-up).
+    partial_ = a->first != 0 && !(a->flags & kBatchMadeWhole);
     in_epoch_ = true;
     epoch_ended_ = false;
     offset_ = 0;

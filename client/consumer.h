@@ -132,6 +132,9 @@ struct ProducerInfo {
                                // labels and augmentation/output settings)
   int32_t node_rank = 0, num_nodes = 1;  // its node shard (serve --rank of --world-size)
   std::vector<std::string> classes;      // class names in label order (an ImageFolder's); empty: none
+  // Why a consumer that joins mid-epoch gets only its rest (a partial epoch); empty: the
+  // producer serves it the samples it missed as well (catch-up).
+  std::string no_catch_up;
 };
 
 class Batch {

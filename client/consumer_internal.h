@@ -49,7 +49,8 @@ struct AckSink {
   std::vector<uint64_t> acks;
   EventFd wake;                 // made by Consumer::Connect; the I/O thread polls it
   std::atomic<int> pending{0};  // stream-ordered releases whose ack is not queued yet
-  std::atomic<int> attach{-1};  // the user thread asks for Attach{attach} (0 host, 1 device)
+  // The user thread asks for Attach: bit 0 the device path, bit 1 kAttachNoCatchUp (-1: not asked).
+  std::atomic<int> attach{-1};
   std::atomic<bool> status_wanted{false};  // the user thread asks for a StatusReply
 
   void Queue(uint64_t seq) {

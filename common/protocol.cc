@@ -240,7 +240,7 @@ template <typename IO, typename M>
 bool WelcomeTail(IO& io, M& m) {
   return io.Field(m.mailbox_name) && io.Field(m.mailbox_index) && io.Field(m.mailbox_count) &&
          io.Field(m.mailbox_capacity) && io.Field(m.seed) && io.Field(m.data_key) && io.Field(m.node_rank) &&
-         io.Field(m.num_nodes);
+         io.Field(m.num_nodes) && io.Field(m.no_catch_up);
 }
 template <typename IO, typename M>
 std::enable_if_t<kIs<M, Reject>, bool> Fields(IO& io, M& m) {
@@ -252,7 +252,9 @@ std::enable_if_t<kIs<M, BatchAnnouncement>, bool> Fields(IO& io, M& m) {
          io.Field(m.flags) && io.Field(m.ready_ns);
 }
 template <typename IO, typename M>
-std::enable_if_t<kIs<M, Attach>, bool> Fields(IO& io, M& m) { return io.Field(m.device); }
+std::enable_if_t<kIs<M, Attach>, bool> Fields(IO& io, M& m) {
+  return io.Field(m.device) && io.Field(m.flags);
+}
 template <typename IO, typename M>
 std::enable_if_t<kIs<M, End>, bool> Fields(IO& io, M& m) { return io.Field(m.epochs); }
 template <typename IO, typename M>
@@ -404,6 +406,7 @@ bool Valid(Reader& r, const Reject& m) {
 
 bool Valid(Reader& r, const Attach& m) {
   if (m.device > 1) return Invalid(r, "bad device flag " + std::to_string(m.device));
+  if (m.flags & ~kAttachNoCatchUp) return Invalid(r, "unknown attach flags " + std::to_string(m.flags));
   return true;
 }
 

@@ -41,8 +41,9 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // kGroupBroken). 4: every consumer attaches (Attach), End, Reclaim, ConsumerStatus's unread
 // and idle_ms, the PID namespace and start time of each side (Hello, Welcome). 5: a caller-fed
 // producer's schema (Welcome's fields and structure), the dtypes beyond the image pipeline's.
-// 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines).
-inline constexpr uint16_t kProtocolVersion = 7;
+// 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines). 8: catch-up
+// (Batch's kBatchMadeWhole, Welcome's no_catch_up, Attach's flags).
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -202,6 +203,9 @@ struct Welcome {
   // The class names in label order (an ImageFolder's folders); empty when the producer has none
   // (a file list, shards, a caller-fed producer).
   std::vector<std::string> classes;
+  // Why a consumer that joins mid-epoch gets only the rest of that epoch (empty: this producer
+  // catches it up on the samples it missed; see kBatchMadeWhole).
+  std::string no_catch_up;
 };
 
 // kMismatch: the consumer states a group, topology, seed or data key this producer does not
@@ -214,7 +218,14 @@ struct Reject {
 
 enum BatchFlags : uint8_t {
   kBatchLastInEpoch = 1 << 0,
+  // The consumer's epoch began past its start (it joined mid-epoch), and the producer will serve
+  // it the samples it missed before this epoch's last batch: the epoch is whole, not partial.
+  kBatchMadeWhole = 1 << 1,
 };
+// Batches the producer decodes again for one consumer alone (catch-up) are numbered apart from
+// the shared stream's, whose numbers go up by one: their `seq` has this bit set.
+inline constexpr uint64_t kPrivateSeq = 1ull << 63;
+inline bool IsPrivateSeq(uint64_t seq) { return (seq & kPrivateSeq) != 0; }
 
 struct BatchAnnouncement {
   uint64_t seq = 0;    // producer-wide batch number, increasing by one
@@ -232,8 +243,14 @@ struct Ack {
 
 // The consumer starts reading. `device`: it mapped the device ring the Welcome offered (1),
 // or reads host memory (0: none was offered, or it could not open the IPC handle).
+enum AttachFlags : uint8_t {
+  // It walks its epoch by positions (a group member, or a resumed state): serve it only the
+  // shared stream, without catch-up (a resumed one knows what it has read).
+  kAttachNoCatchUp = 1 << 0,
+};
 struct Attach {
   uint8_t device = 0;
+  uint8_t flags = 0;
 };
 
 // Every epoch is published: nothing more will come to this consumer, which may still read and

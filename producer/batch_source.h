@@ -60,6 +60,16 @@ class BatchSource {
   virtual Status failure() const { return Status::OK(); }
   // Fills `slot` (its memory at `base`) as batch number `seq`; TakeCompleted gives it back.
   virtual void Fill(uint32_t slot, uint8_t* base, uint64_t seq) = 0;
+  // Catch-up: whether it can fill a batch of any stretch of any epoch again (FillAt), so that a
+  // consumer that joined mid-epoch gets the samples it missed. "" when it can; else why not.
+  virtual std::string WhyNoRefill() const { return "it cannot make a batch again"; }
+  // Fills `slot` with the samples at positions [first, first + count) of `epoch`, as batch
+  // `seq` (flagged last in its epoch when `last`), beside the run's own order (Fill), which it
+  // leaves where it was. Only where WhyNoRefill() is "".
+  virtual void FillAt(uint32_t slot, uint8_t* base, uint64_t seq, uint64_t epoch, uint64_t first, uint32_t count,
+                      bool last) {
+    (void)slot, (void)base, (void)seq, (void)epoch, (void)first, (void)count, (void)last;
+  }
   // Slots given to Fill that come back unfilled (the caller finished first), the newest last.
   virtual std::vector<uint32_t> TakeReturned() { return {}; }
   virtual std::vector<std::unique_ptr<BatchJob>> TakeCompleted() = 0;

@@ -63,6 +63,29 @@ void DatasetSource::Start(uint64_t epoch, uint64_t position) {
   epoch_indices_ = sampler_->EpochIndices(epoch_);
 }
 
+void DatasetSource::FillAt(uint32_t slot, uint8_t* base, uint64_t seq, uint64_t epoch, uint64_t first, uint32_t count,
+                           bool last) {
+  if (epoch == epoch_) {
+    refill_epoch_ = UINT64_MAX;  // the run's own order has it
+    refill_indices_.clear();
+  } else if (epoch != refill_epoch_) {
+    refill_indices_ = sampler_->EpochIndices(epoch);
+    refill_epoch_ = epoch;
+  }
+  const std::vector<int64_t>& order = epoch == epoch_ ? epoch_indices_ : refill_indices_;
+  const uint64_t end = std::min<uint64_t>(first + count, order.size());
+  auto job = std::make_unique<BatchJob>();
+  job->seq = seq;
+  job->slot = slot;
+  job->epoch = epoch;
+  job->first = first;
+  job->indices.assign(order.begin() + static_cast<std::ptrdiff_t>(std::min<uint64_t>(first, end)),
+                      order.begin() + static_cast<std::ptrdiff_t>(end));
+  job->slot_base = base;
+  job->last_in_epoch = last;
+  pipeline_->Submit(std::move(job));
+}
+
 void DatasetSource::Fill(uint32_t slot, uint8_t* base, uint64_t seq) {
   auto job = std::make_unique<BatchJob>();
   job->seq = seq;

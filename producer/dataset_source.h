@@ -33,6 +33,9 @@ class DatasetSource : public BatchSource {
   void Start(uint64_t epoch, uint64_t position) override;
   bool exhausted() const override { return exhausted_; }
   void Fill(uint32_t slot, uint8_t* base, uint64_t seq) override;
+  std::string WhyNoRefill() const override { return ""; }
+  void FillAt(uint32_t slot, uint8_t* base, uint64_t seq, uint64_t epoch, uint64_t first, uint32_t count,
+              bool last) override;
   std::vector<std::unique_ptr<BatchJob>> TakeCompleted() override { return pipeline_->TakeCompleted(); }
   int event_fd() const override { return pipeline_->event_fd(); }
   size_t in_flight() const override { return pipeline_->in_flight(); }
@@ -59,6 +62,9 @@ class DatasetSource : public BatchSource {
   uint64_t position_ = 0;  // samples handed out in that epoch
   std::vector<int64_t> epoch_indices_;
   bool exhausted_ = false;
+  // FillAt's last epoch order (catch-up reads one epoch at a time, mostly not the current one).
+  uint64_t refill_epoch_ = UINT64_MAX;
+  std::vector<int64_t> refill_indices_;
 };
 
 }  // namespace coloader

@@ -39,6 +39,11 @@ class ExternalSource : public BatchSource {
   uint64_t dataset_size() const override { return epoch_samples_; }
   void MixDataKey(const std::function<void(const std::string&)>& mix) const override;
   bool resumable() const override { return false; }
+  std::string WhyNoRefill() const override {
+    return "this producer is fed by its caller (coloader.Producer), which hands each batch over once: catching "
+           "a late consumer up would need a map-style Dataset to read the missed samples again, which it does not "
+           "take yet";
+  }
   void Start(uint64_t, uint64_t) override {}
   bool exhausted() const override;  // Finish() or Fail() was called
   Status failure() const override;   // Fail()'s reason

@@ -95,6 +95,10 @@ struct ProducerOptions {
   // forever, as `serve --forever` does (a consumer may come back).
   uint32_t alone_timeout_ms = 0;
   int progress_interval_ms = 1000;  // 0: no progress lines
+  // A consumer that joins mid-epoch reads the rest of it with the others, then the samples it
+  // missed, decoded again for it alone, so that its epoch is whole (publish.cc, "catch-up").
+  // Off: its first epoch is partial (the rest of the one it joined).
+  bool catch_up = true;
 
   // Also serve consumers on other machines at this tcp:// endpoint (host path, batches sent as
   // message payload). It takes CURVE keys: the producer's key pair and the consumers' public

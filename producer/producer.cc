@@ -375,7 +375,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, fatal.message());
       return fatal;
     }
-    if (all_submitted && done.empty() && InFlight() == 0 && !source->failure().ok()) {
+    if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0 && !source->failure().ok()) {
       // The caller's data failed: what it published is out, and the consumers hear why the
       // stream ends here (their epoch is cut), not that it was delivered.
       ReportProgress(MonotonicNs(), true);
@@ -384,7 +384,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, failed.message());
       return failed;
     }
-    if (all_submitted && done.empty() && InFlight() == 0) {
+    if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0) {
       // Every epoch is published: the consumers hear it now, not when they let go of what
       // they hold (a loop keeps its last batch bound while it asks for another epoch).
       AnnounceEnd();
@@ -397,7 +397,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
     }
     if (stop_requested.load()) {
       ReportProgress(MonotonicNs(), true);
-      if (all_submitted && done.empty() && InFlight() == 0 && source->failure().ok()) {
+      if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0 && source->failure().ok()) {
         // Stopped while consumers still held batches of a run that was published whole: each
         // was told the stream is complete (End), so this is a delivered run, not a cut one.
         Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,6 +93,23 @@ struct Session {
   std::string group;
   uint32_t rank = 0, world_size = 1;
   bool group_waiting = false;
+  bool resuming = false;  // its Hello stated a saved state: it knows what it has read
+  // Its mailbox's entries not yet known to be taken, oldest first: the `pushed` entries' last
+  // unread_seqs.size() (what ReadUpto reads, now that its batches need not be consecutive).
+  std::deque<uint64_t> unread_seqs;
+  uint64_t pushed = 0;
+  // Catch-up (publish.cc): a consumer that joins mid-epoch reads the shared stream's rest of it
+  // (kTail), then the positions it missed, [0, owed_end) of owed_epoch, decoded again for it
+  // alone (kPrivate), then the shared stream again from wherever it is (kRejoin: owed_epoch
+  // is the next epoch it reads), caught up the same way if that is mid-epoch. kDone: a
+  // finite run has nothing more for it.
+  enum class CatchUp : uint8_t { kNone, kTail, kPrivate, kRejoin, kDone };
+  CatchUp catch_up = CatchUp::kNone;
+  uint64_t owed_epoch = 0;
+  uint64_t owed_next = 0, owed_end = 0;  // kPrivate: positions still to hand the source
+  std::deque<uint64_t> private_jobs;     // its batches with the source, not yet published, in order
+  // Takes shared batches now (a consumer catching up reads its own).
+  bool reads_shared() const { return catch_up != CatchUp::kPrivate && catch_up != CatchUp::kDone; }
 };
 
 // The ranks of one consumer group attached to this producer, by routing id (empty: free).
@@ -128,6 +146,11 @@ struct Producer::Impl {
 
   RingAccounting ring{1};
   std::map<uint64_t, std::unique_ptr<BatchJob>> done;  // completed, waiting to publish in order
+  // Catch-up batches (one consumer's alone): completed ones, and whose each is (session id).
+  std::map<uint64_t, std::unique_ptr<BatchJob>> done_private;
+  std::unordered_map<uint64_t, uint64_t> private_owner;
+  uint64_t next_private_seq = kPrivateSeq;
+  uint64_t private_batches = 0, private_samples = 0;   // published, for the progress line and status
   std::unordered_map<std::string, Session> sessions;   // by routing id
   std::map<std::string, Group> groups;                 // by group name
   uint64_t next_consumer_id = 1;
@@ -208,7 +231,7 @@ struct Producer::Impl {
   // reads on is not behind and does not hold back the others: the kept slot is one of the
   // spares. One that stops reading stays behind, and the producer waits for it.
   bool WithinWindow() const {
-    const uint64_t on_the_way = next_submit_seq - next_publish_seq;
+    const uint64_t on_the_way = next_submit_seq - next_publish_seq;  // the shared stream's
     for (const auto& [id, s] : sessions)
       if (HoldsBackWindow(s)) return false;
     return on_the_way < opts.window;
@@ -216,13 +239,24 @@ struct Producer::Impl {
   // How far `s` has read: one past the newest batch it took from its mailbox (batches go to a
   // session with consecutive numbers from its first), or without a mailbox, one past the newest
   // it released.
+  // Counted in the shared stream's numbers: catch-up batches are not in it.
   uint64_t ReadUpto(const Session& s) const {
-    return s.mailbox >= 0 ? s.first_seq + mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken()
-                          : std::max(s.acked_upto, s.first_seq);
+    if (s.mailbox < 0) return std::max(s.acked_upto, s.first_seq);
+    const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+    const uint64_t base = s.pushed - s.unread_seqs.size();
+    for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
+      if (!IsPrivateSeq(s.unread_seqs[i])) return s.unread_seqs[i];  // the oldest shared one unread
+    // It has read every shared batch given to it.
+    return next_publish_seq;
+  }
+  // Entries of its mailbox it has not taken (without one: announced and not released).
+  uint64_t Unread(const Session& s) const {
+    if (s.mailbox < 0) return s.received - std::min(s.received, s.acked);
+    return s.pushed - std::min(s.pushed, mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken());
   }
   // `s` is `window` batches behind: the producer may not go further ahead of it.
   bool HoldsBackWindow(const Session& s) const {
-    if (s.pending || s.received == 0) return false;
+    if (s.pending || s.received == 0 || !s.reads_shared()) return false;
     return next_publish_seq - ReadUpto(s) + (next_submit_seq - next_publish_seq) >= opts.window;
   }
   // Attached consumer processes (what --min-consumers counts: each rank of a group is one).
@@ -233,7 +267,7 @@ struct Producer::Impl {
   // Those that take batches now: not still choosing a path, not waiting for their group.
   size_t Receivers() const {
     return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(), [](const auto& kv) {
-      return !kv.second.pending && !kv.second.group_waiting;
+      return !kv.second.pending && !kv.second.group_waiting && kv.second.reads_shared();
     }));
   }
   std::string ComputeDataKey() const;
@@ -249,7 +283,28 @@ struct Producer::Impl {
   // A member finished its share and said goodbye: the others go on (see Group::running).
   void FinishInGroup(const Session& gone);
   void SubmitWork();
+  // A free slot whose previous uploads are done (nullopt: none free, or the GPU failed: fatal).
+  std::optional<uint32_t> AcquireSlot();
   void PublishReady();
+  // Catch-up (publish.cc): whether `s` may be caught up (nothing it says rules it out, the
+  // source can refill, --no-catch-up not given); what the shared batch `job` means for `s`
+  // (false: not announced to it); catch-up batches handed to the source and published.
+  bool CanCatchUp(const Session& s) const;
+  bool TakesShared(Session& s, const BatchJob& job);
+  void SubmitCatchUp();
+  void PublishCatchUp();
+  // Any consumer still owed a catch-up batch (the run is not over while one is).
+  bool CatchUpOwed() const;
+  // A completed job's count once its failed samples are dealt with; nullopt when it is not
+  // published now (the run failed, or it went back to be filled again).
+  std::optional<uint32_t> Settle(std::unique_ptr<BatchJob>& job);
+  // Uploads `job` to each GPU ring with a reader among `readers` (and the host copy for a host reader).
+  Status Upload(const BatchJob& job, uint32_t count, const std::vector<const Session*>& readers);
+  // Uploads `job` for `readers` and says it (its flags those of the shared stream); nullopt when
+  // the upload failed (the run's fatal error, the slot given back).
+  std::optional<BatchAnnouncement> Ready(const BatchJob& job, uint32_t count, const std::vector<const Session*>& readers);
+  // Puts `a` in s's mailbox (false: full), or sends it.
+  bool Announce(Session& s, const BatchAnnouncement& a);
   // Every epoch is published: tells each reading consumer once (End), whatever it still holds.
   void AnnounceEnd();
   // The ring has no free slot: asks the consumers that keep the oldest batch, read past, for it

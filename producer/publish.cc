@@ -23,23 +23,30 @@ void Producer::Impl::SubmitWork() {
   }
   // Hand the source a slot while the window allows; each batch is published in order later.
   while (!source->exhausted() && fatal.ok() && WithinWindow()) {
-    std::optional<uint32_t> slot = ring.Acquire();
+    std::optional<uint32_t> slot = AcquireSlot();
     if (!slot) {
-      ReclaimOldest();
-      break;
-    }
-    // The slot's previous uploads may still be reading its staging area.
-    Status idle;
-    for (auto& r : device_rings)
-      if (idle.ok()) idle = r->WaitIdle(*slot);
-    if (!idle.ok()) {
-      fatal = idle;
-      ring.Abandon(*slot);
+      if (fatal.ok()) ReclaimOldest();
       break;
     }
     source->Fill(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, next_submit_seq++);
   }
-  all_submitted = source->exhausted();
+  SubmitCatchUp();
+  all_submitted = source->exhausted() && !CatchUpOwed();
+}
+
+std::optional<uint32_t> Producer::Impl::AcquireSlot() {
+  std::optional<uint32_t> slot = ring.Acquire();
+  if (!slot) return std::nullopt;
+  // The slot's previous uploads may still be reading its staging area.
+  Status idle;
+  for (auto& r : device_rings)
+    if (idle.ok()) idle = r->WaitIdle(*slot);
+  if (!idle.ok()) {
+    fatal = idle;
+    ring.Abandon(*slot);
+    return std::nullopt;
+  }
+  return slot;
 }
 
 void Producer::Impl::ReclaimOldest() {
@@ -113,111 +120,306 @@ Status Producer::Impl::CheckStart() {
   return Status::OK();
 }
 
+std::optional<uint32_t> Producer::Impl::Settle(std::unique_ptr<BatchJob>& job) {
+  if (!job->fatal.ok()) {
+    if (fatal.ok()) fatal = job->fatal;
+    ring.Abandon(job->slot);
+    return std::nullopt;
+  }
+  uint32_t count = static_cast<uint32_t>(job->indices.size());
+  if (job->failures.empty()) return count;
+  std::sort(job->failures.begin(), job->failures.end());
+  for (const auto& [pos, reason] : job->failures) {
+    ++bad_events;
+    const int64_t index = job->indices[pos];
+    const bool first_time = bad_indices.insert(index).second;
+    if (opts.dataset.on_bad_file == OnBadFile::kFail) {
+      if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
+    } else if (first_time) {
+      LogLineAt(LogLevel::kWarning, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
+    }
+  }
+  if (!fatal.ok()) {
+    ring.Abandon(job->slot);
+    return std::nullopt;
+  }
+  const std::string example = job->failures.front().second;
+  count = source->FillFailed(*job);
+  // Nothing of it decoded: it comes back in its place in the sequence with other files,
+  // so that it keeps its size too (a group's ranks stay in step even with batches of 1).
+  if (count == 0 && source->Resubmit(job)) return std::nullopt;
+  if (count == 0) {
+    // Neither its files nor any of their substitutes decoded: the data is unreadable, and an
+    // empty batch would report whole epochs of nothing.
+    fatal = Status::Invalid("no file of batch " + std::to_string(job->seq & ~kPrivateSeq) + " (epoch " +
+                            std::to_string(job->epoch) + ") nor any of its substitutes decoded (" +
+                            std::to_string(job->substitutions) + " tries), e.g. " + example +
+                            ": the data set looks unreadable; check --data");
+    ring.Abandon(job->slot);
+    return std::nullopt;
+  }
+  return count;
+}
+
+Status Producer::Impl::Upload(const BatchJob& job, uint32_t count, const std::vector<const Session*>& readers) {
+  if (device_rings.empty()) return Status::OK();
+  // One upload per GPU that has a reader; a host copy if one reads the host path.
+  std::vector<bool> in_use(device_rings.size(), false);
+  bool host_readers = false;
+  for (const Session* s : readers) {
+    if (s->device)
+      in_use[s->ring] = true;
+    else
+      host_readers = true;
+  }
+  if (host_readers) in_use[0] = true;  // the host copy comes down from the first ring
+  Status st;
+  for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
+    if (in_use[i])
+      st = device_rings[i]->Upload(job.slot, count, source->DeviceStaging(job), source->DecodeDevice(job),
+                                   source->EraseBoxes(job), source->PixelPrograms(job));
+  if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job.slot, count);
+  return st;
+}
+
+std::optional<BatchAnnouncement> Producer::Impl::Ready(const BatchJob& job, uint32_t count,
+                                                      const std::vector<const Session*>& readers) {
+  if (Status st = Upload(job, count, readers); !st.ok()) {
+    fatal = st;
+    ring.Abandon(job.slot);
+    return std::nullopt;
+  }
+  BatchAnnouncement a;
+  a.seq = job.seq;
+  a.slot = job.slot;
+  a.epoch = job.epoch;
+  a.first = job.first;
+  a.count = count;
+  a.flags = job.last_in_epoch ? kBatchLastInEpoch : 0;
+  a.ready_ns = MonotonicNs();
+  return a;
+}
+
+bool Producer::Impl::Announce(Session& s, const BatchAnnouncement& a) {
+  if (s.mailbox >= 0) {
+    Mailbox box = mailboxes.at(static_cast<uint32_t>(s.mailbox));
+    if (!box.Push(a)) return false;
+    // Forget what it has taken: ReadUpto looks from there on.
+    const uint64_t taken = box.taken();
+    while (!s.unread_seqs.empty() && s.pushed - s.unread_seqs.size() < taken) s.unread_seqs.pop_front();
+    s.unread_seqs.push_back(a.seq);
+    ++s.pushed;
+  }
+  if (s.received++ == 0) s.first_seq = a.seq;
+  if (s.remote)
+    SendWithPayload(s, a);
+  else if (s.mailbox < 0)
+    SendToSession(s, a);
+  return true;
+}
+
 void Producer::Impl::PublishReady() {
-  for (auto& job : source->TakeCompleted())
-    done.emplace(job->seq, std::move(job));
+  for (auto& job : source->TakeCompleted()) {
+    if (IsPrivateSeq(job->seq))
+      done_private.emplace(job->seq, std::move(job));
+    else
+      done.emplace(job->seq, std::move(job));
+  }
+  PublishCatchUp();
   // Publish strictly in sequence order, and only when someone is there to take it: a batch
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
-  // Members waiting for the rest of their group are not there yet either.
-  while (!done.empty() && done.begin()->first == next_publish_seq && Receivers() > 0) {
+  // Members waiting for the rest of their group are not there yet either, nor consumers
+  // reading their catch-up batches.
+  while (fatal.ok() && !done.empty() && done.begin()->first == next_publish_seq && Receivers() > 0) {
     std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
     done.erase(done.begin());
-
-    if (!job->fatal.ok()) {
-      if (fatal.ok()) fatal = job->fatal;
-      ring.Abandon(job->slot);
-      return;
-    }
-    uint32_t count = static_cast<uint32_t>(job->indices.size());
-    if (!job->failures.empty()) {
-      std::sort(job->failures.begin(), job->failures.end());
-      for (const auto& [pos, reason] : job->failures) {
-        ++bad_events;
-        const int64_t index = job->indices[pos];
-        const bool first_time = bad_indices.insert(index).second;
-        if (opts.dataset.on_bad_file == OnBadFile::kFail) {
-          if (fatal.ok()) fatal = Status::Invalid(reason + " (stopping: --on-bad-file fail)");
-        } else if (first_time) {
-          LogLineAt(LogLevel::kWarning, "[coloader %s] skipped bad file: %s\n", opts.name.c_str(), reason.c_str());
-        }
-      }
-      if (!fatal.ok()) {
-        ring.Abandon(job->slot);
-        return;
-      }
-      const std::string example = job->failures.front().second;
-      count = source->FillFailed(*job);
-      // Nothing of it decoded: it comes back in its place in the sequence with other files,
-      // so that it keeps its size too (a group's ranks stay in step even with batches of 1).
-      if (count == 0 && source->Resubmit(job)) return;
-      if (count == 0) {
-        // Neither its files nor any of their substitutes decoded: the data is unreadable, and an
-        // empty batch would report whole epochs of nothing.
-        fatal = Status::Invalid("no file of batch " + std::to_string(job->seq) + " (epoch " + std::to_string(job->epoch) +
-                                ") nor any of its substitutes decoded (" + std::to_string(job->substitutions) +
-                                " tries), e.g. " + example + ": the data set looks unreadable; check --data");
-        ring.Abandon(job->slot);
-        return;
-      }
-    }
+    const std::optional<uint32_t> count = Settle(job);
+    if (!count) return;
     ++next_publish_seq;
 
-    if (!device_rings.empty()) {
-      // One upload per GPU that has a consumer now; a host copy if anyone reads the host path.
-      std::vector<bool> in_use(device_rings.size(), false);
-      bool host_readers = false;
-      for (const auto& [id, s] : sessions) {
-        if (s.pending || s.group_waiting) continue;
-        if (s.device) in_use[s.ring] = true;
-        else host_readers = true;
-      }
-      if (host_readers) in_use[0] = true;  // the host copy comes down from the first ring
-      Status st;
-      for (size_t i = 0; i < device_rings.size() && st.ok(); ++i)
-        if (in_use[i])
-          st = device_rings[i]->Upload(job->slot, count, source->DeviceStaging(*job), source->DecodeDevice(*job),
-                                       source->EraseBoxes(*job), source->PixelPrograms(*job));
-      if (st.ok() && host_readers) st = device_rings[0]->DownloadToHost(job->slot, count);
-      if (!st.ok()) {
-        fatal = st;
-        ring.Abandon(job->slot);
-        return;
-      }
-    }
-
-    BatchAnnouncement a;
-    a.seq = job->seq;
-    a.slot = job->slot;
-    a.epoch = job->epoch;
-    a.first = job->first;
-    a.count = count;
-    a.flags = job->last_in_epoch ? kBatchLastInEpoch : 0;
-    a.ready_ns = MonotonicNs();
-    std::vector<uint64_t> holders;
-    std::vector<std::string> stuck;
+    // Who takes it: every consumer reading the shared stream, a group member too (it reads
+    // every batch, acks it, and keeps its own share: common/split.h).
+    std::vector<Session*> readers;
     for (auto& [identity, s] : sessions) {
-      // A group member reads every batch (and acks it) and keeps its own share (common/split.h).
-      if (s.pending || s.group_waiting) continue;
+      if (s.pending || s.group_waiting || !s.reads_shared()) continue;
       if (s.waiting_for_epoch) {
         if (job->first != 0) continue;
         s.waiting_for_epoch = false;  // joins at this epoch's start
       }
-      if (s.mailbox >= 0 && !mailboxes.at(static_cast<uint32_t>(s.mailbox)).Push(a)) {
-        stuck.push_back(identity);  // more outstanding than the window allows: not ours to fix
+      if (TakesShared(s, *job)) readers.push_back(&s);
+    }
+    std::optional<BatchAnnouncement> ready = Ready(*job, *count, {readers.begin(), readers.end()});
+    if (!ready) return;
+    BatchAnnouncement a = *ready;
+    std::vector<uint64_t> holders;
+    std::vector<std::string> stuck;
+    for (Session* s : readers) {
+      a.flags = ready->flags;
+      if (s->catch_up == Session::CatchUp::kTail) {
+        // Its epoch goes on with the positions it missed, decoded again for it alone.
+        a.flags = kBatchMadeWhole;
+        if (job->last_in_epoch) s->catch_up = Session::CatchUp::kPrivate;
+      }
+      if (!Announce(*s, a)) {
+        stuck.push_back(s->identity);  // more outstanding than the window allows: not ours to fix
         continue;
       }
-      holders.push_back(s.id);
-      if (s.received++ == 0) s.first_seq = job->seq;
-      if (s.remote) SendWithPayload(s, a);
-      else if (s.mailbox < 0) SendToSession(s, a);
+      holders.push_back(s->id);
     }
     ring.Publish(job->slot, job->seq, holders);
     for (const std::string& identity : stuck)
       DropSession(identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
     ++batches_published;
-    samples_published += count;
+    samples_published += *count;
     published_epoch = job->epoch;
     published_position = job->first + job->indices.size();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Catch-up. A consumer that joins mid-epoch (a job started late, or after another) reads the
+// shared stream's rest of that epoch, flagged kBatchMadeWhole, then the positions it missed,
+// decoded again for it alone; its epoch ends with the last of those. It then reads the shared
+// stream from wherever that is, caught up the same way when that is mid-epoch: a job as fast as
+// the others stays that far behind them, and that much of each of its epochs is decoded twice.
+// The shared stream is not held back for it (it takes no shared batch while it reads its own);
+// its own batches take the ring's free slots after the shared stream's, at most `window` at a
+// time.
+
+bool Producer::Impl::CanCatchUp(const Session& s) const {
+  return opts.catch_up && source->WhyNoRefill().empty() && s.group.empty() && !s.resuming;
+}
+
+bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
+  using CatchUp = Session::CatchUp;
+  if (s.catch_up == CatchUp::kRejoin) {
+    if (job.epoch < s.owed_epoch) return false;  // not reached yet (it caught up ahead)
+    if (job.epoch > s.owed_epoch) {              // the stream went past that epoch: all of it alone
+      s.catch_up = CatchUp::kPrivate;
+      s.owed_next = 0;
+      s.owed_end = epoch_samples();
+      return false;
+    }
+    s.first_seq = job.seq;  // its shared batches begin again here (ReadUpto without a mailbox)
+    s.catch_up = job.first == 0 ? CatchUp::kNone : CatchUp::kTail;
+    s.owed_next = 0;
+    s.owed_end = job.first;
+    return true;
+  }
+  // A run resumed at (start_epoch, start_position) was read up to there before it stopped: a
+  // consumer is owed only what this run published before it came.
+  const uint64_t begin = job.epoch == start_epoch ? start_position : 0;
+  if (s.catch_up == CatchUp::kNone && s.received == 0 && job.first > begin && CanCatchUp(s)) {
+    s.catch_up = CatchUp::kTail;  // joins mid-epoch: owed what it missed
+    s.owed_epoch = job.epoch;
+    s.owed_next = begin;
+    s.owed_end = job.first;
+    LogLine(
+        "[coloader %s] consumer %llu joined epoch %llu at sample %llu: it reads the rest with the others, then "
+        "the %llu it missed, decoded again for it\n",
+        opts.name.c_str(), static_cast<unsigned long long>(s.id), static_cast<unsigned long long>(job.epoch),
+        static_cast<unsigned long long>(job.first), static_cast<unsigned long long>(job.first - begin));
+  }
+  return true;
+}
+
+bool Producer::Impl::CatchUpOwed() const {
+  for (const auto& [identity, s] : sessions)
+    if (s.catch_up == Session::CatchUp::kTail || s.catch_up == Session::CatchUp::kPrivate ||
+        s.catch_up == Session::CatchUp::kRejoin)
+      return true;
+  return false;
+}
+
+void Producer::Impl::SubmitCatchUp() {
+  using CatchUp = Session::CatchUp;
+  // The shared stream is over (every epoch handed out and published): a consumer waiting to
+  // rejoin it reads its next epoch alone, or is done.
+  const bool shared_over = source->exhausted() && done.empty() && next_publish_seq == next_submit_seq;
+  for (auto& [identity, s] : sessions) {
+    if (s.catch_up != CatchUp::kRejoin || !shared_over) continue;
+    if (!opts.forever && s.owed_epoch >= opts.epochs) {
+      s.catch_up = CatchUp::kDone;
+    } else {
+      s.catch_up = CatchUp::kPrivate;
+      s.owed_next = 0;
+      s.owed_end = epoch_samples();
+    }
+  }
+  for (auto& [identity, s] : sessions) {
+    if (s.catch_up != CatchUp::kPrivate) continue;
+    while (fatal.ok() && s.owed_next < s.owed_end) {
+      // At most `window` of its own batches on the way or unread.
+      uint64_t outstanding = s.private_jobs.size();
+      if (s.mailbox >= 0) {
+        const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+        const uint64_t base = s.pushed - s.unread_seqs.size();
+        for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
+          outstanding += IsPrivateSeq(s.unread_seqs[i]) ? 1 : 0;
+      } else {
+        outstanding += ring.HeldBy(s.id);
+      }
+      if (outstanding >= opts.window) break;
+      std::optional<uint32_t> slot = AcquireSlot();
+      if (!slot) return;  // the shared stream's first; the next free slot comes back here
+      const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));
+      const uint64_t seq = next_private_seq++;
+      private_owner[seq] = s.id;
+      s.private_jobs.push_back(seq);
+      const bool last = s.owed_next + count == s.owed_end;
+      source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, s.owed_next, count,
+                     last);
+      s.owed_next += count;
+    }
+  }
+}
+
+void Producer::Impl::PublishCatchUp() {
+  using CatchUp = Session::CatchUp;
+  for (auto it = done_private.begin(); fatal.ok() && it != done_private.end();) {
+    auto owner = private_owner.find(it->first);
+    auto session = sessions.end();
+    if (owner != private_owner.end())
+      session =
+          std::find_if(sessions.begin(), sessions.end(), [&](const auto& kv) { return kv.second.id == owner->second; });
+    if (session == sessions.end()) {  // it left: the batch is nobody's
+      ring.Abandon(it->second->slot);
+      if (owner != private_owner.end()) private_owner.erase(owner);
+      it = done_private.erase(it);
+      continue;
+    }
+    Session& s = session->second;
+    if (s.private_jobs.empty() || s.private_jobs.front() != it->first) {
+      ++it;  // an earlier one of its own is not done yet
+      continue;
+    }
+    std::unique_ptr<BatchJob> job = std::move(it->second);
+    done_private.erase(it);
+    const std::optional<uint32_t> count = Settle(job);
+    if (!count) {
+      if (!fatal.ok()) return;
+      it = done_private.begin();  // it went back to be filled again
+      continue;
+    }
+    private_owner.erase(owner);
+    s.private_jobs.pop_front();
+    std::optional<BatchAnnouncement> a = Ready(*job, *count, {&s});
+    if (!a) return;
+    a->flags |= kBatchMadeWhole;
+    if (!Announce(s, *a)) {
+      ring.Publish(job->slot, job->seq, {});
+      DropSession(s.identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
+      it = done_private.begin();
+      continue;
+    }
+    ring.Publish(job->slot, job->seq, {s.id});
+    ++private_batches;
+    private_samples += *count;
+    if (job->last_in_epoch) {  // its epoch is whole: on to the next, with the shared stream
+      s.owed_epoch = job->epoch + 1;
+      s.catch_up = !opts.forever && s.owed_epoch >= opts.epochs ? CatchUp::kDone : CatchUp::kRejoin;
+    }
+    it = done_private.begin();
   }
 }
 

@@ -37,14 +37,14 @@ StatusReply Producer::Impl::MakeStatus() const {
     c.acked = s.acked;
     c.held = ring.HeldBy(s.id);
     auto oldest = ring.OldestHeldBy(s.id);
-    c.lag = oldest ? next_publish_seq - *oldest : 0;
+    c.lag = oldest && !IsPrivateSeq(*oldest) ? next_publish_seq - *oldest : 0;
     c.name = s.name;
     c.path = s.device ? static_cast<uint8_t>(1 + device_rings[s.ring]->device()) : 0;
     c.group = s.group;
     c.rank = s.rank;
     c.world_size = s.world_size;
     c.waiting = s.group_waiting ? 1 : 0;
-    if (!s.pending && s.received > 0) c.unread = s.first_seq + s.received - ReadUpto(s);
+    if (!s.pending && s.received > 0) c.unread = Unread(s);
     c.idle_ms = s.last_read_ns ? (MonotonicNs() - s.last_read_ns) / 1000000 : 0;
     r.consumers.push_back(std::move(c));
   }
@@ -73,7 +73,7 @@ void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
   uint64_t slowest = 0;
   for (const auto& [id, s] : sessions) {
     auto oldest = ring.OldestHeldBy(s.id);
-    if (oldest) slowest = std::max<uint64_t>(slowest, next_publish_seq - *oldest);
+    if (oldest && !IsPrivateSeq(*oldest)) slowest = std::max<uint64_t>(slowest, next_publish_seq - *oldest);
   }
   // With GPU decoding, the CPU workers' share of each batch now (per decoding GPU).
   std::string split;
@@ -82,6 +82,7 @@ void Producer::Impl::ReportProgress(uint64_t now, bool final_line) {
     std::snprintf(buf, sizeof(buf), "%s%.0f%%", split.empty() ? " | cpu share " : "/", 100.0 * share);
     split += buf;
   }
+  if (private_samples > 0) split += " | caught up " + std::to_string(private_samples) + " samples";
   const double pct = epoch_samples() ? 100.0 * static_cast<double>(published_position) / static_cast<double>(epoch_samples()) : 0.0;
   std::fprintf(stderr,
                "%s[coloader %s] %s epoch %llu %5.1f%% | %6.1f batches/s %8.0f images/s | consumers %zu | "

@@ -195,6 +195,7 @@ Session Producer::Impl::SessionFor(const std::string& identity, const Hello& hel
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
+  s.resuming = (hello.flags & kHelloExpectSeed) != 0 || !hello.expect_data_key.empty();
   s.remote = remote;
   s.group = hello.group;
   s.rank = hello.rank;
@@ -256,6 +257,12 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   w.seed = opts.dataset.seed;
   w.data_key = data_key;
   w.classes = source->classes();
+  if (!CanCatchUp(s)) {
+    w.no_catch_up = !opts.catch_up                   ? "the producer was started with --no-catch-up"
+                    : !source->WhyNoRefill().empty() ? source->WhyNoRefill()
+                    : !s.group.empty()               ? "a consumer group is not caught up (its ranks start together)"
+                                                     : "a resumed consumer continues from its saved state";
+  }
   w.node_rank = opts.dataset.rank;
   w.num_nodes = opts.dataset.world_size;
   if (s.remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
@@ -385,6 +392,7 @@ void Producer::Impl::HandleAttach(const std::string& identity, const Attach& att
   }
   s.pending = false;
   s.device = attach.device != 0;
+  if (attach.flags & kAttachNoCatchUp) s.resuming = true;
   s.last_read_ns = MonotonicNs();
   if (Status r = s.device ? Status::OK() : ReserveHostTensors(); !r.ok()) {
     DropSession(identity, "reads the host path, which /dev/shm cannot hold", Bye{ByeReason::kRejected, r.message()});
@@ -463,7 +471,7 @@ void Producer::Impl::HandleMessage(const std::string& identity, const uint8_t* d
     if (ring.Release(it->second.id, ack->seq)) {
       last_release_ns = now;
       ++it->second.acked;
-      it->second.acked_upto = std::max(it->second.acked_upto, ack->seq + 1);
+      if (!IsPrivateSeq(ack->seq)) it->second.acked_upto = std::max(it->second.acked_upto, ack->seq + 1);
     } else {
       ++rejected_messages;
       DropSession(identity, "acked a batch it did not hold",

@@ -110,7 +110,7 @@ constexpr const char* kServeSynopsis = "coloader serve --data DIR --name NAME [o
 struct ServeFlags {
   std::string augment = "train", output = "float32", layout, on_bad = "skip", device = "cpu", decode = "auto",
               gpu_wait = "block", cpu_share, resume, resume_key, transform;
-  bool no_shuffle = false, quiet = false, no_dct = false, no_crop_decode = false;
+  bool no_shuffle = false, no_catch_up = false, quiet = false, no_dct = false, no_crop_decode = false;
   double alone_timeout_s = -1;  // unset: 600 s for --epochs runs, never for --forever
 };
 
@@ -156,6 +156,9 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--on-bad-file", &f.on_bad, "a file that cannot be decoded is reported and skipped, or stops the run")
       ->check(CLI::IsMember({"skip", "fail"}));
   cmd.Add("--min-consumers", &o.min_consumers, "start the first epoch when this many consumers are attached");
+  cmd.Add("--no-catch-up", &f.no_catch_up,
+          "a consumer that joins mid-epoch gets the rest of it (a partial epoch), not also the samples it missed "
+          "decoded again for it");
   cmd.Add("--rank", &o.dataset.rank, "this producer's shard of the dataset, as torch's DistributedSampler");
   cmd.Add("--world-size", &o.dataset.world_size, "the number of shards (one producer per node)");
   cmd.Add("--heartbeat-ms", &o.heartbeat_ms, "liveness pings to consumers that are not local processes");
@@ -251,6 +254,7 @@ Status ApplyServeFlags(const ServeFlags& f, bool seed_given, bool size_given, Pr
   o.dataset.layout = layout == "nhwc" ? TensorLayout::kNHWC : TensorLayout::kNCHW;
   COLOADER_ASSIGN_OR_RETURN(o.devices, ParseDevices(f.device));
   o.dataset.shuffle = !f.no_shuffle;
+  o.catch_up = !f.no_catch_up;
   o.dataset.dct_scaling = !f.no_dct;
   o.dataset.crop_decode = !f.no_crop_decode;
   o.dataset.on_bad_file = f.on_bad == "fail" ? OnBadFile::kFail : OnBadFile::kSkip;

@@ -28,7 +28,8 @@ from ._lib import (
     find_library,
     version as library_version,
 )
-from .loader import DeviceFallbackWarning, FinishedWarning, IgnoredArgumentWarning, Loader, ResumeWarning
+from .loader import (DeviceFallbackWarning, FinishedWarning, IgnoredArgumentWarning, Loader, PartialEpochWarning,
+                     ResumeWarning)
 from .producer import Producer
 
 try:
@@ -53,6 +54,7 @@ __all__ = [
     "Producer",
     "DeviceFallbackWarning",
     "FinishedWarning",
+    "PartialEpochWarning",
     "IgnoredArgumentWarning",
     "ResumeWarning",
     "ColoaderError",

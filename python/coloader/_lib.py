@@ -304,6 +304,7 @@ def _declare(lib):
         "coloader_consumer_num_nodes": (ctypes.c_int32, [c_consumer_p]),
         "coloader_consumer_num_classes": (ctypes.c_uint32, [c_consumer_p]),
         "coloader_consumer_class_name": (ctypes.c_char_p, [c_consumer_p, ctypes.c_uint32]),
+        "coloader_consumer_no_catch_up": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_split_begin": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_samples_seen": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_resume": (ctypes.c_int, [c_consumer_p, ctypes.c_uint64, ctypes.c_uint64,

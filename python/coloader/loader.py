@@ -75,8 +75,11 @@ The device path (device="cuda")
 Epochs
     Each iter(loader) starts an epoch. Starting one before the previous finished skips the
     rest of the previous one (it is released unread). A consumer that joins while the producer
-    is mid-epoch first gets the rest of that epoch, with `loader.partial` True, then whole
-    epochs; `wait_for_epoch=True` joins at the next boundary instead. len(loader) is the
+    is mid-epoch reads the rest of that epoch with the others, then the samples it missed,
+    decoded again for it alone (catch-up): every epoch is whole. Where the producer cannot do
+    that (`serve --no-catch-up`, a coloader.Producer, a consumer group or a resumed state), the
+    first epoch is the rest of the one it joined, with `loader.partial` True and a
+    PartialEpochWarning saying why; `wait_for_epoch=True` joins at the next boundary instead. len(loader) is the
     number of batches of a whole epoch for this batch size. The consumer attaches to the
     producer (is counted, and waited for) at its first iter(): a Loader made early and not
     iterated yet holds nobody back.
@@ -148,6 +151,11 @@ class DeviceFallbackWarning(RuntimeWarning):
 
 class FinishedWarning(UserWarning):
     """An epoch was asked for after the producer served every epoch it was started for: it is empty."""
+
+
+class PartialEpochWarning(UserWarning):
+    """The Loader joined mid-epoch and the producer cannot serve it the samples it missed: this
+    epoch is the rest of the one it joined (`loader.partial`); the message says why."""
 
 
 class _EpochIterator:
@@ -256,6 +264,7 @@ class Loader(_Stateful):
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
         self._finished_warned = False
+        self._partial_warned = False
         self._explicit_topology = rank is not None or world_size is not None
         (self.rank, self.world_size, self.group, self.node_rank, self.num_nodes, local_rank,
          self._topology_source) = _topology(torch, rank, world_size, group, node_rank, num_nodes)
@@ -410,6 +419,13 @@ class Loader(_Stateful):
             self._resume_warned = True
             warnings.warn("coloader.Loader(%r): the saved state could not be resumed exactly: producer %s"
                           % (self.name, note.decode("utf-8", "replace")), ResumeWarning, stacklevel=2)
+        if rc != _lib.END and not self._partial_warned and lib.coloader_consumer_partial(ptr):
+            self._partial_warned = True
+            warnings.warn("coloader.Loader(%r) joined epoch %d mid-way and gets only the rest of it (loader.partial): %s"
+                          "; wait_for_epoch=True joins at the next epoch's start instead"
+                          % (self.name or self._endpoint, int(lib.coloader_consumer_epoch(ptr)),
+                             lib.coloader_consumer_no_catch_up(ptr).decode("utf-8", "replace")),
+                          PartialEpochWarning, stacklevel=2)
         if rc == _lib.END and not self._finished_warned:
             self._finished_warned = True
             warnings.warn("coloader.Loader(%r): the producer has served every epoch it was started for "
@@ -588,8 +604,8 @@ class Loader(_Stateful):
 
     @property
     def partial(self) -> bool:
-        """True when the current epoch is not whole: joined mid-way (late join), or cut by the
-        producer's stop."""
+        """True when the current epoch is not whole: joined mid-way where the producer cannot
+        catch it up (see PartialEpochWarning), or cut by the producer's stop."""
         return bool(_lib.lib().coloader_consumer_partial(self._require_open()))
 
     @property

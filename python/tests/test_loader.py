@@ -172,8 +172,12 @@ def test_new_iter_skips_the_rest_of_an_unfinished_epoch(serve):
     assert p.wait() == 0
 
 
-def test_late_join_gets_a_partial_epoch_then_whole_ones(serve):
-    p = serve(epochs=3, window=2)
+@pytest.mark.parametrize("catch_up", [True, False], ids=["catch-up", "no-catch-up"])
+def test_late_join_is_caught_up_or_warned_of(serve, catch_up):
+    """A Loader that joins mid-epoch: with catch-up (the default) every epoch is whole, the first
+    one too; with --no-catch-up the first is the rest of the one it joined, partial, and a
+    PartialEpochWarning says why."""
+    p = serve(*([] if catch_up else ["--no-catch-up"]), epochs=3, window=2)
     first = loader_for(p, batch_size=PRODUCER_BATCH)
     go = threading.Event()
 
@@ -198,17 +202,26 @@ def test_late_join_gets_a_partial_epoch_then_whole_ones(serve):
     # Every consumer must keep moving (back-pressure), so each runs in its own thread. A Loader
     # attaches at its first iter(): both are attached (the producer says so) while `first`
     # still holds epoch 0, so that `waiting` joins at epoch 1's boundary.
-    join_late, join_waiting = in_thread(three_epochs, late), in_thread(three_epochs, waiting)
-    deadline = time.monotonic() + STEP_TIMEOUT
-    while sum(" attached: " in line for line in p.lines) < 3:
-        assert time.monotonic() < deadline, "the consumers did not attach:\n" + "".join(p.lines)
-        time.sleep(0.01)
-    go.set()
-    late_epochs, waiting_epochs = join_late(), join_waiting()
+    # (The warnings of every thread land in one record: catch_warnings patches the module.)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        join_late, join_waiting = in_thread(three_epochs, late), in_thread(three_epochs, waiting)
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while sum(" attached: " in line for line in p.lines) < 3:
+            assert time.monotonic() < deadline, "the consumers did not attach:\n" + "".join(p.lines)
+            time.sleep(0.01)
+        go.set()
+        late_epochs, waiting_epochs = join_late(), join_waiting()
+    late_warned = [w for w in caught if issubclass(w.category, coloader.PartialEpochWarning)]
 
     (sizes, indices, _), epoch, partial = late_epochs[0]
-    assert partial and epoch == 0
-    assert 0 < len(indices) < NUM_IMAGES and len(set(indices)) == len(indices)
+    if catch_up:
+        assert not partial and epoch == 0 and not late_warned
+        assert sorted(indices) == list(range(NUM_IMAGES)) and sizes == expected_sizes(7)
+    else:
+        assert partial and epoch == 0
+        assert 0 < len(indices) < NUM_IMAGES and len(set(indices)) == len(indices)
+        assert len(late_warned) == 1 and "--no-catch-up" in str(late_warned[0].message)  # `waiting` has none
     for n, ((sizes, indices, _), epoch, partial) in enumerate(late_epochs[1:], start=1):
         assert not partial and epoch == n
         assert sorted(indices) == list(range(NUM_IMAGES)) and sizes == expected_sizes(7)

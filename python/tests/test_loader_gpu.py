@@ -450,3 +450,44 @@ def test_the_device_stream_ends_finished_or_stopped_and_says_which(serve):
             for _ in range(1000):
                 next(it)
         assert loader.partial
+
+
+def test_a_late_device_reader_is_caught_up_with_the_samples_it_missed(serve):
+    # Catch-up on the device path: the samples a late Loader missed are decoded again and
+    # uploaded for its ring alone; each equals what the shared stream gave the first reader.
+    p = serve_gpu(serve, "--seed", "11", epochs=2, window=2)
+    first = loader_for(p, batch_size=PRODUCER_BATCH)
+    late = loader_for(p, batch_size=7, device="cuda")
+    assert late.on_device
+    it = iter(first)
+    seen = {}
+    for _ in range(2):  # the producer is mid-epoch 0, held there by this reader (window 2)
+        images, _ = next(it)
+        seen.update(zip(first.indices.tolist(), images.clone()))
+
+    def late_epochs():
+        out = []
+        for _ in range(2):
+            got = {}
+            for images, labels in late:
+                got.update(zip(late.indices.tolist(), images.cpu()))
+            out.append((got, late.epoch, late.partial))
+        return out
+
+    join_late = in_thread(late_epochs)
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while sum(" attached: " in line for line in p.lines) < 2:
+        assert time.monotonic() < deadline, "the late reader did not attach:\n" + "".join(p.lines)
+        time.sleep(0.01)
+    for images, _ in it:
+        seen.update(zip(first.indices.tolist(), images.clone()))
+    first_epoch1 = run_epoch(first)
+    got = join_late()
+    for epoch, (samples, number, partial) in enumerate(got):
+        assert number == epoch and not partial and sorted(samples) == list(range(NUM_IMAGES))
+    for index, image in got[0][0].items():  # epoch 0: host normalised on the CPU, device on the GPU
+        torch.testing.assert_close(image, seen[index], rtol=1e-5, atol=1e-5)
+    assert sorted(first_epoch1[1]) == list(range(NUM_IMAGES))
+    first.close()
+    late.close()
+    assert p.wait() == 0

@@ -4,6 +4,8 @@ import json
 import logging
 import subprocess
 import threading
+import time
+import warnings
 
 import pytest
 import torch
@@ -396,3 +398,67 @@ def test_ctrl_c_is_heard_while_run_waits_for_a_slow_consumer(env):
     finally:
         consumer.kill()
         consumer.wait()
+
+
+def test_a_loader_joining_mid_epoch_is_told_why_its_epoch_is_partial(env):
+    # A caller-fed producer hands each batch over once: it cannot catch a late Loader up, so that
+    # Loader's first epoch is the rest of the one it joined, and a PartialEpochWarning says why.
+    loader = torch.utils.data.DataLoader(Squares(), batch_size=8, shuffle=False)
+    producer = coloader.Producer(loader, name="squares-late", window=2, heartbeat=0.1, heartbeat_timeout=1.5)
+    attached = threading.Event()
+
+    class Watch(logging.Handler):  # the producer's lines reach the "coloader.producer" logger
+        def emit(self, record):
+            if "consumer 2 attached" in record.getMessage():
+                attached.set()
+
+    watch, said = Watch(), logging.getLogger("coloader.producer")
+    level = said.level
+    said.addHandler(watch)
+    said.setLevel(logging.INFO)  # "attached" is INFO
+    thread = start(producer, epochs=2)
+    try:
+        with coloader.Loader("squares-late", batch_size=8, wait_for_producer=20) as first, \
+                coloader.Loader("squares-late", batch_size=8, wait_for_producer=20) as late:
+            it = iter(first)
+            next(it)  # the producer is mid-epoch 0, held there by this reader (window 2)
+
+            def late_reader():
+                return [[i for _ in late for i in late.indices.tolist()] + [late.partial] for _ in range(2)]
+
+            def first_reader():
+                assert attached.wait(20), "the late Loader did not attach"  # at its first iter()
+                return [i for _ in it for i in first.indices.tolist()], [i for _ in first for i in first.indices.tolist()]
+
+            # (The warnings of every thread land in one record: catch_warnings patches the module.)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                late_epochs, (first_rest, first_whole) = in_parallel(late_reader, first_reader)
+    finally:
+        said.removeHandler(watch)
+        said.setLevel(level)
+    warned = [w for w in caught if issubclass(w.category, coloader.PartialEpochWarning)]
+    *rest, partial = late_epochs[0]
+    assert partial and 0 < len(rest) < N and rest == list(range(N - len(rest), N))
+    assert len(warned) == 1 and "coloader.Producer" in str(warned[0].message)
+    assert "map-style Dataset" in str(warned[0].message)
+    assert late_epochs[1] == list(range(N)) + [False] and first_whole == list(range(N))
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+
+
+def in_parallel(*calls):
+    """Runs each call on a thread of its own (readers of one producer must move together) and
+    returns their results in order."""
+    results = [None] * len(calls)
+
+    def run(i):
+        results[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a reader did not finish"
+    return results

@@ -136,8 +136,31 @@ void HoldEpochZeroWhile(const std::string& name, int epochs, Then then) {
   }
 }
 
-TEST_F(IntegrationTest, LateJoinerGetsTheRestThenWholeEpochs) {
+// Catch-up: a consumer that joins mid-epoch reads the rest of it with the others, then what it
+// missed, decoded again for it alone: its first epoch is whole, and so is every one after it.
+TEST_F(IntegrationTest, LateJoinerIsCaughtUpOnWhatItMissed) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3"});
+  std::unique_ptr<Child> late;
+  HoldEpochZeroWhile("p", 3, [&] {
+    late = Consume("p", {"--batch-size", "7"});
+    ASSERT_TRUE(producer->WaitForStderr("consumer 2 attached", 20000)) << producer->Stderr();
+  });
+  ASSERT_TRUE(late);
+  ASSERT_EQ(late->Wait(), 0) << late->Stderr();
+  auto late_epochs = ParseJsonLines(late->Stdout());
+  ASSERT_EQ(late_epochs.size(), 3u) << late->Stdout();
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(U64(late_epochs[e], "epoch"), e);
+    EXPECT_EQ(late_epochs[e].at("partial"), "false") << "epoch " << e;
+    EXPECT_EQ(U64(late_epochs[e], "samples"), static_cast<uint64_t>(kImages)) << "epoch " << e;
+    EXPECT_EQ(U64(late_epochs[e], "unique_samples"), static_cast<uint64_t>(kImages)) << "epoch " << e;
+    EXPECT_EQ(U64(late_epochs[e], "batches"), (kImages + 6u) / 7u) << "epoch " << e;
+  }
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
+TEST_F(IntegrationTest, WithoutCatchUpALateJoinerGetsTheRestThenWholeEpochs) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--no-catch-up"});
   std::unique_ptr<Child> late;
   HoldEpochZeroWhile("p", 3, [&] {
     late = Consume("p");
