@@ -283,8 +283,8 @@ void Producer::Impl::PublishReady() {
 // stream from wherever that is, caught up the same way when that is mid-epoch: a job as fast as
 // the others stays that far behind them, and that much of each of its epochs is decoded twice.
 // The shared stream is not held back for it (it takes no shared batch while it reads its own);
-// its own batches take the ring's free slots after the shared stream's, at most `window` at a
-// time.
+// its own batches take the ring's free slots after the shared stream's, at most its spare slots'
+// worth at a time.
 
 bool Producer::Impl::CanCatchUp(const Session& s) const {
   return opts.catch_up && source->WhyNoRefill().empty() && s.group.empty() && !s.resuming;
@@ -349,7 +349,8 @@ void Producer::Impl::SubmitCatchUp() {
   for (auto& [identity, s] : sessions) {
     if (s.catch_up != CatchUp::kPrivate) continue;
     while (fatal.ok() && s.owed_next < s.owed_end) {
-      // At most `window` of its own batches on the way or unread.
+      // At most the ring's spare slots of its own on the way or unread: the shared stream keeps
+      // its `window`.
       uint64_t outstanding = s.private_jobs.size();
       if (s.mailbox >= 0) {
         const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
@@ -359,7 +360,7 @@ void Producer::Impl::SubmitCatchUp() {
       } else {
         outstanding += ring.HeldBy(s.id);
       }
-      if (outstanding >= opts.window) break;
+      if (outstanding >= std::max<uint64_t>(1, ring.num_slots() - std::min(ring.num_slots(), opts.window))) break;
       std::optional<uint32_t> slot = AcquireSlot();
       if (!slot) return;  // the shared stream's first; the next free slot comes back here
       const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));

@@ -149,7 +149,7 @@ elif [[ $what == smoke ]]; then
 elif [[ $what == contract ]]; then
   # CONTRACT names the steps (default all): bench (first: its figures come back even if a suite
   # overruns the command's limit), handoff (benchmarks/token_handoff.py beside TensorSocket, with
-  # .whl/ from benchmarks/fetch_wheels.sh), pixel_ops (pixel_ops_test), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
+  # .whl/ from benchmarks/fetch_wheels.sh), catchup (benchmarks/catch_up.py), pixel_ops (pixel_ops_test), gpu_decode (gpu_decode_test), gpu_test, pytest (PYTEST_FILES:
   # which files).
   steps=${CONTRACT:-bench,gpu_test,pytest}
   if [[ ,$steps, == *,bench,* ]]; then
@@ -176,6 +176,19 @@ elif [[ $what == contract ]]; then
         --batches "${HANDOFF_BATCHES:-500}" 2>&1 | tee -a "$out/token_handoff.log" | tail -7
       [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
     done
+  fi
+  if [[ ,$steps, == *,catchup,* ]]; then
+    # Issue 39: what catch-up costs the jobs that share a producer, host and device path, jobs
+    # reading as fast as the producer decodes and jobs with a training step.
+    echo "== what catching late jobs up costs the shared ones (benchmarks/catch_up.py)"
+    nvidia-smi --query-gpu=name --format=csv,noheader >"$out/catch_up.log"
+    cdata=/tmp/coloader-catchup-data
+    [[ -d $cdata ]] || python3 scripts/make_dataset.py --source .device/photos --out "$cdata" \
+      --images "${CATCHUP_IMAGES:-4000}" --classes 10 >/dev/null 2>&1
+    python3 benchmarks/catch_up.py --data "$cdata" --device cuda:0 --binary "$COLOADER_BINARY" \
+      --epochs "${CATCHUP_EPOCHS:-4}" --step-ms "${CATCHUP_STEP_MS:-0,20}" --out "$out/catch_up.json" 2>&1 |
+      tee -a "$out/catch_up.log" | grep -v '^{' | tail -8
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   fi
   if [[ ,$steps, == *,pixel_ops,* ]]; then
     echo "== pixel_ops_test (the pixel ops' GPU twin against the CPU twin)"

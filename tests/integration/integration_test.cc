@@ -159,6 +159,54 @@ TEST_F(IntegrationTest, LateJoinerIsCaughtUpOnWhatItMissed) {
   ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
 }
 
+// Issue 39, test 1: a job joining in each of three epochs, while two others read on, gets whole
+// epochs, at batch sizes that do and do not divide N. This process holds a batch of epoch k so
+// that the producer stays mid-epoch (the window) until the k-th late job has attached.
+TEST_F(IntegrationTest, JobsJoiningInEachEpochGetWholeEpochsWhileOthersReadOn) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "6", "--window", "3"});
+  auto other = Consume("p", {"--batch-size", "5"});  // reads on by itself
+  const std::vector<std::string> sizes = {"7", "103", "1"};
+  std::vector<std::unique_ptr<Child>> late;
+  ConsumerOptions o;
+  o.name = "p";
+  ASSERT_OK_AND_ASSIGN(auto reader, Consumer::Connect(o));
+  for (uint64_t epoch = 0; epoch < 6; ++epoch) {
+    ASSERT_OK_AND_ASSIGN(bool more, reader->NextEpoch());
+    ASSERT_TRUE(more) << "epoch " << epoch;
+    std::vector<int64_t> seen;
+    for (size_t n = 0;; ++n) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, reader->Next());
+      if (!b) break;
+      seen.insert(seen.end(), b->indices(), b->indices() + b->size());
+      if (epoch < sizes.size() && n == epoch + 1) {  // held while the next job joins
+        late.push_back(Consume("p", {"--batch-size", sizes[epoch], "--epochs", "3"}));
+        const std::string attached = "consumer " + std::to_string(3 + epoch) + " attached";
+        ASSERT_TRUE(producer->WaitForStderr(attached, 20000)) << producer->Stderr();
+      }
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kImages)) << "the reader's epoch " << epoch;
+  }
+  ASSERT_EQ(other->Wait(), 0) << other->Stderr();
+  for (const auto& e : ParseJsonLines(other->Stdout())) ExpectExactEpoch(e);
+  for (size_t k = 0; k < late.size(); ++k) {
+    ASSERT_EQ(late[k]->Wait(), 0) << late[k]->Stderr();
+    const auto epochs = ParseJsonLines(late[k]->Stdout());
+    ASSERT_EQ(epochs.size(), 3u) << late[k]->Stdout();
+    for (size_t e = 0; e < 3; ++e) {
+      EXPECT_EQ(U64(epochs[e], "epoch"), k + e) << "job " << k;
+      EXPECT_EQ(epochs[e].at("partial"), "false") << "job " << k << ", epoch " << e;
+      ExpectExactEpoch(epochs[e]);
+    }
+    // It came mid-epoch: the producer says what it owed it.
+    EXPECT_NE(producer->Stderr().find("consumer " + std::to_string(3 + k) + " joined epoch " + std::to_string(k) +
+                                      " at sample "),
+              std::string::npos)
+        << producer->Stderr();
+  }
+  reader.reset();
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, WithoutCatchUpALateJoinerGetsTheRestThenWholeEpochs) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--no-catch-up"});
   std::unique_ptr<Child> late;
