@@ -65,14 +65,17 @@ void DatasetSource::Start(uint64_t epoch, uint64_t position) {
 
 void DatasetSource::FillAt(uint32_t slot, uint8_t* base, uint64_t seq, uint64_t epoch, uint64_t first, uint32_t count,
                            bool last) {
-  if (epoch == epoch_) {
-    refill_epoch_ = UINT64_MAX;  // the run's own order has it
-    refill_indices_.clear();
-  } else if (epoch != refill_epoch_) {
-    refill_indices_ = sampler_->EpochIndices(epoch);
-    refill_epoch_ = epoch;
+  // The epoch's order: the run's own, or one kept for catching up (a few epochs at once, when
+  // consumers catch up on different ones; each is computed once, not per batch).
+  const std::vector<int64_t>* found = epoch == epoch_ && !exhausted_ ? &epoch_indices_ : nullptr;
+  for (const auto& [e, order] : refill_)
+    if (!found && e == epoch) found = &order;
+  if (!found) {
+    if (refill_.size() >= 4) refill_.erase(refill_.begin());
+    refill_.emplace_back(epoch, sampler_->EpochIndices(epoch));
+    found = &refill_.back().second;
   }
-  const std::vector<int64_t>& order = epoch == epoch_ ? epoch_indices_ : refill_indices_;
+  const std::vector<int64_t>& order = *found;
   const uint64_t end = std::min<uint64_t>(first + count, order.size());
   auto job = std::make_unique<BatchJob>();
   job->seq = seq;

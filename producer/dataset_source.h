@@ -62,9 +62,8 @@ class DatasetSource : public BatchSource {
   uint64_t position_ = 0;  // samples handed out in that epoch
   std::vector<int64_t> epoch_indices_;
   bool exhausted_ = false;
-  // FillAt's last epoch order (catch-up reads one epoch at a time, mostly not the current one).
-  uint64_t refill_epoch_ = UINT64_MAX;
-  std::vector<int64_t> refill_indices_;
+  // FillAt's epoch orders, the oldest first (catch-up mostly reads other epochs than the run's).
+  std::vector<std::pair<uint64_t, std::vector<int64_t>>> refill_;
 };
 
 }  // namespace coloader

@@ -371,11 +371,12 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
   for (;;) {
     SubmitWork();
     PublishReady();
+    SubmitCatchUp(/*first_only=*/false);  // a consumer PublishReady moved on to its own batches
     if (!fatal.ok()) {
       Shutdown(ByeReason::kStopping, fatal.message());
       return fatal;
     }
-    if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0 && !source->failure().ok()) {
+    if (AllSubmitted() && done.empty() && done_private.empty() && InFlight() == 0 && !source->failure().ok()) {
       // The caller's data failed: what it published is out, and the consumers hear why the
       // stream ends here (their epoch is cut), not that it was delivered.
       ReportProgress(MonotonicNs(), true);
@@ -384,9 +385,11 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
       Shutdown(ByeReason::kStopping, failed.message());
       return failed;
     }
-    if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0) {
-      // Every epoch is published: the consumers hear it now, not when they let go of what
-      // they hold (a loop keeps its last batch bound while it asks for another epoch).
+    // The shared stream is published whole: each consumer owed nothing hears it now (a loop
+    // keeps its last batch bound while it asks for another epoch), one still catching up when
+    // it is through.
+    if (all_submitted && done.empty() && next_publish_seq == next_submit_seq) AnnounceEnd();
+    if (AllSubmitted() && done.empty() && done_private.empty() && InFlight() == 0) {
       AnnounceEnd();
       ReclaimAtEnd();
       if (ring.in_use() == 0) {
@@ -397,7 +400,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
     }
     if (stop_requested.load()) {
       ReportProgress(MonotonicNs(), true);
-      if (all_submitted && done.empty() && done_private.empty() && InFlight() == 0 && source->failure().ok()) {
+      if (AllSubmitted() && done.empty() && done_private.empty() && InFlight() == 0 && source->failure().ok()) {
         // Stopped while consumers still held batches of a run that was published whole: each
         // was told the stream is complete (End), so this is a delivered run, not a cut one.
         Shutdown(ByeReason::kFinished, "the producer has delivered every epoch");

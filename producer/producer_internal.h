@@ -107,6 +107,7 @@ struct Session {
   CatchUp catch_up = CatchUp::kNone;
   uint64_t owed_epoch = 0;
   uint64_t owed_next = 0, owed_end = 0;  // kPrivate: positions still to hand the source
+  bool owed_whole = true;                // its epoch is whole once caught up (not a resumed run's rest)
   std::deque<uint64_t> private_jobs;     // its batches with the source, not yet published, in order
   // Takes shared batches now (a consumer catching up reads its own).
   bool reads_shared() const { return catch_up != CatchUp::kPrivate && catch_up != CatchUp::kDone; }
@@ -291,7 +292,25 @@ struct Producer::Impl {
   // (false: not announced to it); catch-up batches handed to the source and published.
   bool CanCatchUp(const Session& s) const;
   bool TakesShared(Session& s, const BatchJob& job);
-  void SubmitCatchUp();
+  // Hands the source catch-up batches: with `first_only`, one to each catching-up consumer with
+  // nothing on the way or unread; else more, within the ring's spare slots for all together.
+  void SubmitCatchUp(bool first_only);
+  // Its catch-up batches on the way or unread; how many catching-up consumers have none (each
+  // is kept a free slot).
+  uint64_t PrivateOutstanding(const Session& s) const;
+  uint32_t CatchUpWaiting() const;
+  // `s` has read past batch `seq` (it took a later one): a Reclaim may ask for it back.
+  bool ReadPast(const Session& s, uint64_t seq) const {
+    if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1;
+    if (s.mailbox < 0) return false;  // without a mailbox it cannot copy what it keeps anyway
+    const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+    const uint64_t base = s.pushed - s.unread_seqs.size();
+    for (size_t i = 0; i < s.unread_seqs.size(); ++i)
+      if (s.unread_seqs[i] == seq) return taken > base + i + 1;
+    return true;  // forgotten: taken long ago
+  }
+  // Every epoch is handed out and every consumer caught up (the run's end, once published).
+  bool AllSubmitted() const { return all_submitted && !CatchUpOwed(); }
   void PublishCatchUp();
   // Any consumer still owed a catch-up batch (the run is not over while one is).
   bool CatchUpOwed() const;

@@ -21,8 +21,12 @@ void Producer::Impl::SubmitWork() {
     ring.Abandon(slot);
     --next_submit_seq;
   }
+  // A consumer catching up with nothing of its own on the way gets a slot first, and one stays
+  // free for each such consumer: the shared stream, whose readers free slots all the time, would
+  // otherwise take every one of them (and a lone catching-up reader would wait for ever).
+  SubmitCatchUp(/*first_only=*/true);
   // Hand the source a slot while the window allows; each batch is published in order later.
-  while (!source->exhausted() && fatal.ok() && WithinWindow()) {
+  while (!source->exhausted() && fatal.ok() && WithinWindow() && ring.free_slots() > CatchUpWaiting()) {
     std::optional<uint32_t> slot = AcquireSlot();
     if (!slot) {
       if (fatal.ok()) ReclaimOldest();
@@ -30,8 +34,8 @@ void Producer::Impl::SubmitWork() {
     }
     source->Fill(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, next_submit_seq++);
   }
-  SubmitCatchUp();
-  all_submitted = source->exhausted() && !CatchUpOwed();
+  SubmitCatchUp(/*first_only=*/false);
+  all_submitted = source->exhausted();
 }
 
 std::optional<uint32_t> Producer::Impl::AcquireSlot() {
@@ -56,7 +60,7 @@ void Producer::Impl::ReclaimOldest() {
     bool asked = false;
     for (auto& [identity, s] : sessions) {
       if (std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
-      if (ReadUpto(s) <= h.seq + 1 || s.reclaim_asked > h.seq) continue;  // still reading it, or asked
+      if (!ReadPast(s, h.seq) || s.reclaim_asked > h.seq) continue;  // still reading it, or asked
       s.reclaim_asked = h.seq + 1;
       SendToSession(s, Reclaim{h.seq});
       asked = true;
@@ -72,8 +76,9 @@ void Producer::Impl::ReclaimAtEnd() {
       // Only a consumer that has taken every batch: one still reading releases as it goes (and
       // is asked once it is through; the loop calls again). Without a mailbox, what was
       // announced to it is what it has.
-      const uint64_t taken = s.mailbox >= 0 ? ReadUpto(s) : s.first_seq + s.received;
-      if (taken < next_publish_seq) continue;
+      if (s.mailbox >= 0 ? Unread(s) > 0 : s.catch_up != Session::CatchUp::kNone &&
+                                               s.catch_up != Session::CatchUp::kDone)
+        continue;
       s.reclaim_asked = h.seq + 1;
       SendToSession(s, Reclaim{h.seq});
     }
@@ -83,7 +88,8 @@ void Producer::Impl::ReclaimAtEnd() {
 void Producer::Impl::AnnounceEnd() {
   const uint64_t epochs = batches_published > 0 ? published_epoch + 1 : start_epoch;
   for (auto& [identity, s] : sessions) {
-    if (s.pending || s.end_sent) continue;
+    if (s.pending || s.end_sent || (s.catch_up != Session::CatchUp::kNone && s.catch_up != Session::CatchUp::kDone))
+      continue;  // one still catching up hears it when it is through
     s.end_sent = true;
     SendToSession(s, End{epochs});
   }
@@ -206,7 +212,7 @@ bool Producer::Impl::Announce(Session& s, const BatchAnnouncement& a) {
     if (!box.Push(a)) return false;
     // Forget what it has taken: ReadUpto looks from there on.
     const uint64_t taken = box.taken();
-    while (!s.unread_seqs.empty() && s.pushed - s.unread_seqs.size() < taken) s.unread_seqs.pop_front();
+    while (!s.unread_seqs.empty() && s.pushed - s.unread_seqs.size() + 1 < taken) s.unread_seqs.pop_front();
     s.unread_seqs.push_back(a.seq);
     ++s.pushed;
   }
@@ -257,7 +263,7 @@ void Producer::Impl::PublishReady() {
       a.flags = ready->flags;
       if (s->catch_up == Session::CatchUp::kTail) {
         // Its epoch goes on with the positions it missed, decoded again for it alone.
-        a.flags = kBatchMadeWhole;
+        a.flags = s->owed_whole ? kBatchMadeWhole : 0;
         if (job->last_in_epoch) s->catch_up = Session::CatchUp::kPrivate;
       }
       if (!Announce(*s, a)) {
@@ -298,22 +304,26 @@ bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
       s.catch_up = CatchUp::kPrivate;
       s.owed_next = 0;
       s.owed_end = epoch_samples();
+      s.owed_whole = true;
       return false;
     }
     s.first_seq = job.seq;  // its shared batches begin again here (ReadUpto without a mailbox)
     s.catch_up = job.first == 0 ? CatchUp::kNone : CatchUp::kTail;
     s.owed_next = 0;
     s.owed_end = job.first;
+    s.owed_whole = true;
     return true;
   }
   // A run resumed at (start_epoch, start_position) was read up to there before it stopped: a
-  // consumer is owed only what this run published before it came.
+  // consumer is owed only what this run published before it came, and that epoch stays the
+  // rest of the saved one (partial), as for a consumer that came at its start.
   const uint64_t begin = job.epoch == start_epoch ? start_position : 0;
   if (s.catch_up == CatchUp::kNone && s.received == 0 && job.first > begin && CanCatchUp(s)) {
     s.catch_up = CatchUp::kTail;  // joins mid-epoch: owed what it missed
     s.owed_epoch = job.epoch;
     s.owed_next = begin;
     s.owed_end = job.first;
+    s.owed_whole = begin == 0;
     LogLine(
         "[coloader %s] consumer %llu joined epoch %llu at sample %llu: it reads the rest with the others, then "
         "the %llu it missed, decoded again for it\n",
@@ -331,7 +341,24 @@ bool Producer::Impl::CatchUpOwed() const {
   return false;
 }
 
-void Producer::Impl::SubmitCatchUp() {
+uint64_t Producer::Impl::PrivateOutstanding(const Session& s) const {
+  uint64_t outstanding = s.private_jobs.size();
+  if (s.mailbox < 0) return outstanding + ring.HeldBy(s.id);
+  const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+  const uint64_t base = s.pushed - s.unread_seqs.size();
+  for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
+    outstanding += IsPrivateSeq(s.unread_seqs[i]) ? 1 : 0;
+  return outstanding;
+}
+
+uint32_t Producer::Impl::CatchUpWaiting() const {
+  uint32_t waiting = 0;
+  for (const auto& [identity, s] : sessions)
+    waiting += s.catch_up == Session::CatchUp::kPrivate && s.owed_next < s.owed_end && PrivateOutstanding(s) == 0;
+  return waiting;
+}
+
+void Producer::Impl::SubmitCatchUp(bool first_only) {
   using CatchUp = Session::CatchUp;
   // The shared stream is over (every epoch handed out and published): a consumer waiting to
   // rejoin it reads its next epoch alone, or is done.
@@ -344,25 +371,25 @@ void Producer::Impl::SubmitCatchUp() {
       s.catch_up = CatchUp::kPrivate;
       s.owed_next = 0;
       s.owed_end = epoch_samples();
+      s.owed_whole = true;
     }
   }
-  for (auto& [identity, s] : sessions) {
-    if (s.catch_up != CatchUp::kPrivate) continue;
-    while (fatal.ok() && s.owed_next < s.owed_end) {
-      // At most the ring's spare slots of its own on the way or unread: the shared stream keeps
-      // its `window`.
-      uint64_t outstanding = s.private_jobs.size();
-      if (s.mailbox >= 0) {
-        const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
-        const uint64_t base = s.pushed - s.unread_seqs.size();
-        for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
-          outstanding += IsPrivateSeq(s.unread_seqs[i]) ? 1 : 0;
-      } else {
-        outstanding += ring.HeldBy(s.id);
-      }
-      if (outstanding >= std::max<uint64_t>(1, ring.num_slots() - std::min(ring.num_slots(), opts.window))) break;
+  // Beyond each one's first batch, all of them together have at most the ring's spare slots'
+  // worth on the way or unread: the shared stream keeps its window.
+  const uint64_t spare = std::max<uint64_t>(1, ring.num_slots() - std::min(ring.num_slots(), opts.window));
+  uint64_t total = 0;
+  for (const auto& [identity, s] : sessions) total += s.catch_up == CatchUp::kPrivate ? PrivateOutstanding(s) : 0;
+  for (bool progress = true; progress && fatal.ok();) {
+    progress = false;
+    for (auto& [identity, s] : sessions) {  // one batch each per round
+      if (s.catch_up != CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
+      const uint64_t outstanding = PrivateOutstanding(s);
+      if (first_only ? outstanding > 0 : (outstanding > 0 && total >= spare)) continue;
       std::optional<uint32_t> slot = AcquireSlot();
-      if (!slot) return;  // the shared stream's first; the next free slot comes back here
+      if (!slot) {
+        if (fatal.ok()) ReclaimOldest();  // kept batches fill the ring: ask for the oldest back
+        return;
+      }
       const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));
       const uint64_t seq = next_private_seq++;
       private_owner[seq] = s.id;
@@ -371,6 +398,8 @@ void Producer::Impl::SubmitCatchUp() {
       source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, s.owed_next, count,
                      last);
       s.owed_next += count;
+      ++total;
+      progress = true;
     }
   }
 }
@@ -406,7 +435,7 @@ void Producer::Impl::PublishCatchUp() {
     s.private_jobs.pop_front();
     std::optional<BatchAnnouncement> a = Ready(*job, *count, {&s});
     if (!a) return;
-    a->flags |= kBatchMadeWhole;
+    if (s.owed_whole) a->flags |= kBatchMadeWhole;
     if (!Announce(s, *a)) {
       ring.Publish(job->slot, job->seq, {});
       DropSession(s.identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
@@ -419,6 +448,9 @@ void Producer::Impl::PublishCatchUp() {
     if (job->last_in_epoch) {  // its epoch is whole: on to the next, with the shared stream
       s.owed_epoch = job->epoch + 1;
       s.catch_up = !opts.forever && s.owed_epoch >= opts.epochs ? CatchUp::kDone : CatchUp::kRejoin;
+      // Counted from here on in the shared stream (ReadUpto without a mailbox; a stall's clock).
+      s.first_seq = s.acked_upto = next_publish_seq;
+      s.last_read_ns = MonotonicNs();
     }
     it = done_private.begin();
   }

@@ -384,7 +384,7 @@ void Producer::Impl::HandleAttach(const std::string& identity, const Attach& att
                 Bye{ByeReason::kRejected, "Attach asks for the device ring, which the Welcome did not offer"});
     return;
   }
-  if (all_submitted && done.empty() && InFlight() == 0) {
+  if (AllSubmitted() && done.empty() && InFlight() == 0) {
     // Nothing more will be produced: say so at once rather than let it wait.
     DropSession(identity, "attached after the last epoch",
                 Bye{ByeReason::kFinished, "the producer has delivered every epoch"});

@@ -144,3 +144,4 @@ class _Stateful:
             self._session = None
             self._connect(self._options(resume=state))
         self._resume_warned = False
+        self._resumed = True

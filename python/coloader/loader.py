@@ -265,6 +265,7 @@ class Loader(_Stateful):
         self._resume_warned = False
         self._finished_warned = False
         self._partial_warned = False
+        self._resumed = False  # load_state_dict(): a resumed epoch is the rest of the saved one
         self._explicit_topology = rank is not None or world_size is not None
         (self.rank, self.world_size, self.group, self.node_rank, self.num_nodes, local_rank,
          self._topology_source) = _topology(torch, rank, world_size, group, node_rank, num_nodes)
@@ -419,12 +420,13 @@ class Loader(_Stateful):
             self._resume_warned = True
             warnings.warn("coloader.Loader(%r): the saved state could not be resumed exactly: producer %s"
                           % (self.name, note.decode("utf-8", "replace")), ResumeWarning, stacklevel=2)
-        if rc != _lib.END and not self._partial_warned and lib.coloader_consumer_partial(ptr):
+        if rc != _lib.END and not self._partial_warned and not self._resumed and lib.coloader_consumer_partial(ptr):
             self._partial_warned = True
+            why = lib.coloader_consumer_no_catch_up(ptr).decode("utf-8", "replace") or \
+                "the producer resumed this epoch from a saved state (serve --resume) and serves the rest of it"
             warnings.warn("coloader.Loader(%r) joined epoch %d mid-way and gets only the rest of it (loader.partial): %s"
                           "; wait_for_epoch=True joins at the next epoch's start instead"
-                          % (self.name or self._endpoint, int(lib.coloader_consumer_epoch(ptr)),
-                             lib.coloader_consumer_no_catch_up(ptr).decode("utf-8", "replace")),
+                          % (self.name or self._endpoint, int(lib.coloader_consumer_epoch(ptr)), why),
                           PartialEpochWarning, stacklevel=2)
         if rc == _lib.END and not self._finished_warned:
             self._finished_warned = True

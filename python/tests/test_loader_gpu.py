@@ -452,10 +452,11 @@ def test_the_device_stream_ends_finished_or_stopped_and_says_which(serve):
         assert loader.partial
 
 
-def test_a_late_device_reader_is_caught_up_with_the_samples_it_missed(serve):
+@pytest.mark.parametrize("decode", ["cpu", "gpu", "auto"])
+def test_a_late_device_reader_is_caught_up_with_the_samples_it_missed(serve, decode):
     # Catch-up on the device path: the samples a late Loader missed are decoded again and
     # uploaded for its ring alone; each equals what the shared stream gave the first reader.
-    p = serve_gpu(serve, "--seed", "11", epochs=2, window=2)
+    p = serve_gpu(serve, "--seed", "11", "--decode", decode, epochs=2, window=2)
     first = loader_for(p, batch_size=PRODUCER_BATCH)
     late = loader_for(p, batch_size=7, device="cuda")
     assert late.on_device
@@ -485,8 +486,17 @@ def test_a_late_device_reader_is_caught_up_with_the_samples_it_missed(serve):
     got = join_late()
     for epoch, (samples, number, partial) in enumerate(got):
         assert number == epoch and not partial and sorted(samples) == list(range(NUM_IMAGES))
-    for index, image in got[0][0].items():  # epoch 0: host normalised on the CPU, device on the GPU
-        torch.testing.assert_close(image, seen[index], rtol=1e-5, atol=1e-5)
+    # Epoch 0 in the order the late reader got it: the shared stream's rest, then what it missed.
+    # The host reader's images were normalised on the CPU, the device reader's on the GPU. With
+    # --decode auto the CPU workers and the JPEG engines split each batch as demand goes, so a
+    # sample decoded again may come from the other decoder (a few levels apart): there only the
+    # shared part is compared.
+    [joined] = [line for line in p.lines if "joined epoch 0 at sample" in line]
+    tail = NUM_IMAGES - int(joined.split(" at sample ")[1].split(":")[0])
+    differ = [(k, index, float((image - seen[index]).abs().max()))
+              for k, (index, image) in enumerate(got[0][0].items())
+              if (k < tail or decode != "auto") and not torch.allclose(image, seen[index], rtol=1e-5, atol=1e-5)]
+    assert not differ, "%d of %d samples differ (k, index, most): %s; %s" % (len(differ), NUM_IMAGES, differ[:12], joined)
     assert sorted(first_epoch1[1]) == list(range(NUM_IMAGES))
     first.close()
     late.close()

@@ -140,21 +140,29 @@ TEST_F(GpuTest, TwoDeviceConsumersWithDifferentBatchSizesSeeTheSameSamples) {
   EXPECT_EQ(p->Wait(60000), 0);
 }
 
+// Catch-up on the device path: a consumer that joins mid-epoch gets the rest of it, then what it
+// missed, decoded again and uploaded for it alone; every epoch whole, each sample the same bytes
+// as the first consumer's (content_hash: indices, labels and pixels).
 TEST_F(GpuTest, LateJoinOnTheDevice) {
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0"});
-  auto first = Consume("p", {"--device", "--step-ms", "40"});
+  auto first = Consume("p", {"--device", "--step-ms", "40", "--checksum"});
   // Wait until the first consumer is mid-epoch: its own batches, read from the status.
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
     return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
   }));
-  auto late = Consume("p", {"--device"});
+  auto late = Consume("p", {"--device", "--checksum", "--batch-size", "7"});
   ASSERT_EQ(late->Wait(120000), 0) << late->Stderr();
-  auto epochs = ParseJsonLines(late->Stdout());
+  ASSERT_EQ(first->Wait(120000), 0) << first->Stderr();
+  auto epochs = ParseJsonLines(late->Stdout()), firsts = ParseJsonLines(first->Stdout());
   ASSERT_EQ(epochs.size(), 3u);
-  EXPECT_EQ(epochs[0].at("partial"), "true");
-  ExpectExactEpoch(epochs[1]);
-  ExpectExactEpoch(epochs[2]);
-  ASSERT_EQ(first->Wait(120000), 0);
+  ASSERT_EQ(firsts.size(), 3u);
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(epochs[e].at("partial"), "false") << "epoch " << e;
+    ExpectExactEpoch(epochs[e]);
+    EXPECT_EQ(epochs[e].at("content_hash"), firsts[e].at("content_hash")) << "epoch " << e;
+  }
+  EXPECT_NE(p->Stderr().find("joined epoch 0 at sample "), std::string::npos) << p->Stderr();
+  EXPECT_EQ(p->Wait(60000), 0);
 }
 
 TEST_F(GpuTest, KilledDeviceConsumerIsReclaimedAndOthersStayExact) {

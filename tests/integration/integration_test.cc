@@ -163,8 +163,10 @@ TEST_F(IntegrationTest, LateJoinerIsCaughtUpOnWhatItMissed) {
 // epochs, at batch sizes that do and do not divide N. This process holds a batch of epoch k so
 // that the producer stays mid-epoch (the window) until the k-th late job has attached.
 TEST_F(IntegrationTest, JobsJoiningInEachEpochGetWholeEpochsWhileOthersReadOn) {
-  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "6", "--window", "3"});
-  auto other = Consume("p", {"--batch-size", "5"});  // reads on by itself
+  // Both shared readers from the start (the other reads on by itself); the late ones are 3, 4, 5.
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "6", "--window", "3", "--min-consumers", "2"});
+  auto other = Consume("p", {"--batch-size", "5", "--checksum"});
+  ASSERT_TRUE(producer->WaitForStderr("consumer 1 attached", 20000)) << producer->Stderr();
   const std::vector<std::string> sizes = {"7", "103", "1"};
   std::vector<std::unique_ptr<Child>> late;
   ConsumerOptions o;
@@ -179,7 +181,7 @@ TEST_F(IntegrationTest, JobsJoiningInEachEpochGetWholeEpochsWhileOthersReadOn) {
       if (!b) break;
       seen.insert(seen.end(), b->indices(), b->indices() + b->size());
       if (epoch < sizes.size() && n == epoch + 1) {  // held while the next job joins
-        late.push_back(Consume("p", {"--batch-size", sizes[epoch], "--epochs", "3"}));
+        late.push_back(Consume("p", {"--batch-size", sizes[epoch], "--epochs", "3", "--checksum"}));
         const std::string attached = "consumer " + std::to_string(3 + epoch) + " attached";
         ASSERT_TRUE(producer->WaitForStderr(attached, 20000)) << producer->Stderr();
       }
@@ -187,7 +189,9 @@ TEST_F(IntegrationTest, JobsJoiningInEachEpochGetWholeEpochsWhileOthersReadOn) {
     EXPECT_EQ(seen.size(), static_cast<size_t>(kImages)) << "the reader's epoch " << epoch;
   }
   ASSERT_EQ(other->Wait(), 0) << other->Stderr();
-  for (const auto& e : ParseJsonLines(other->Stdout())) ExpectExactEpoch(e);
+  const auto others = ParseJsonLines(other->Stdout());
+  ASSERT_EQ(others.size(), 6u) << other->Stdout();
+  for (const auto& e : others) ExpectExactEpoch(e);
   for (size_t k = 0; k < late.size(); ++k) {
     ASSERT_EQ(late[k]->Wait(), 0) << late[k]->Stderr();
     const auto epochs = ParseJsonLines(late[k]->Stdout());
@@ -196,6 +200,8 @@ TEST_F(IntegrationTest, JobsJoiningInEachEpochGetWholeEpochsWhileOthersReadOn) {
       EXPECT_EQ(U64(epochs[e], "epoch"), k + e) << "job " << k;
       EXPECT_EQ(epochs[e].at("partial"), "false") << "job " << k << ", epoch " << e;
       ExpectExactEpoch(epochs[e]);
+      // The samples decoded again are the same bytes as the shared stream's.
+      EXPECT_EQ(epochs[e].at("content_hash"), others[k + e].at("content_hash")) << "job " << k << ", epoch " << e;
     }
     // It came mid-epoch: the producer says what it owed it.
     EXPECT_NE(producer->Stderr().find("consumer " + std::to_string(3 + k) + " joined epoch " + std::to_string(k) +
