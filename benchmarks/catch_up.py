@@ -63,7 +63,9 @@ def run(a, env, device, step_ms, joiners, tag):
             time.sleep(0.02)  # a drive schedule, not a test's wait
         if producer.poll() is not None:
             break
-        late.append(subprocess.Popen(consume + ["--epochs", "1", "--batch-size", "7"] + steps, env=env,
+        # At the shared jobs' pace (a slower job would hold them back while it reads the shared
+        # part of its epoch, catch-up or not): what is measured is what catching up costs.
+        late.append(subprocess.Popen(consume + ["--epochs", "1", "--batch-size", str(a.batch_size)] + steps, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     results = [p.communicate(timeout=a.timeout) for p in shared]
     late_results = [p.communicate(timeout=a.timeout) for p in late]

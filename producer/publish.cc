@@ -26,8 +26,8 @@ void Producer::Impl::SubmitWork() {
   // otherwise take every one of them (and a lone catching-up reader would wait for ever).
   SubmitCatchUp(/*first_only=*/true);
   // Hand the source a slot while the window allows; each batch is published in order later.
-  while (!source->exhausted() && fatal.ok() && WithinWindow() && ring.free_slots() > CatchUpWaiting()) {
-    std::optional<uint32_t> slot = AcquireSlot();
+  while (!source->exhausted() && fatal.ok() && WithinWindow()) {
+    std::optional<uint32_t> slot = ring.free_slots() > CatchUpWaiting() ? AcquireSlot() : std::nullopt;
     if (!slot) {
       if (fatal.ok()) ReclaimOldest();
       break;

@@ -406,12 +406,13 @@ class Loader(_Stateful):
     def __iter__(self):
         """Starts the next epoch (skipping what is left of the current one)."""
         ptr = self._require_open()
+        session = self._session
         if not self._started:
             self._check_topology_still_holds()
         self._discard_ahead()  # of the epoch it skips the rest of
         self._generation += 1
         lib = _lib.lib()
-        rc = _lib.wait(lambda ms: lib.coloader_consumer_next_epoch_wait(ptr, ms))
+        rc = _lib.wait(self._while_open(session, lambda ms: lib.coloader_consumer_next_epoch_wait(ptr, ms)))
         self._started = True
         # A resumed epoch counts what the saved state had seen.
         self._seen = int(lib.coloader_consumer_samples_seen(ptr))
@@ -501,7 +502,7 @@ class Loader(_Stateful):
         ptr = session.ptr
         call = lambda ms: lib.coloader_consumer_next_batch_wait(ptr, handle, ms, ctypes.byref(out))  # noqa: E731
         if cancelled is None:
-            rc = _lib.wait(call)
+            rc = _lib.wait(self._while_open(session, call))
         else:
             while True:
                 if cancelled():
@@ -700,6 +701,15 @@ class Loader(_Stateful):
             self.close()
         except Exception:  # interpreter shutdown
             pass
+
+    def _while_open(self, session, call):
+        """`call` for _lib.wait, holding `session` (its consumer stays alive while the wait goes
+        on) and ended by a ColoaderError once this Loader is closed, e.g. from another thread."""
+        def bounded(ms):
+            if self._session is not session:
+                raise _lib.ColoaderError("the loader was closed while this call waited in it")
+            return call(ms)
+        return bounded
 
     def _require_open(self):
         session = self._session

@@ -575,3 +575,19 @@ def test_tcp_endpoint_with_curve_keys(serve, tmp_path):
     with pytest.raises(coloader.InvalidArgument, match="refused this consumer's key"):
         coloader.Loader(endpoint=endpoint, curve_key=str(tmp_path / "stranger.key"),
                         server_key=str(tmp_path / "server.pub"))
+
+
+def test_closing_a_loader_another_thread_waits_in_ends_that_wait(serve):
+    # A Loader closed (or dropped) while another thread waits in its iter() or next(): the wait
+    # ends with an error saying so. It held only the consumer's raw pointer before, and the
+    # consumer was freed under it (a segfault).
+    p = serve("--min-consumers", "2", epochs=1)  # one reader: the run never starts
+    loader = loader_for(p, batch_size=PRODUCER_BATCH)
+    waiter = in_thread(lambda: pytest.raises(coloader.ColoaderError, iter, loader).value)
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while " attached: " not in "".join(p.lines):  # the waiter is in iter()
+        assert time.monotonic() < deadline, "".join(p.lines)
+        time.sleep(0.01)
+    loader.close()
+    gc.collect()
+    assert "closed while this call waited" in str(waiter(STEP_TIMEOUT))

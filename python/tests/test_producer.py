@@ -4,7 +4,6 @@ import json
 import logging
 import subprocess
 import threading
-import time
 import warnings
 
 import pytest

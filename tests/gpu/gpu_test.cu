@@ -144,7 +144,10 @@ TEST_F(GpuTest, TwoDeviceConsumersWithDifferentBatchSizesSeeTheSameSamples) {
 // missed, decoded again and uploaded for it alone; every epoch whole, each sample the same bytes
 // as the first consumer's (content_hash: indices, labels and pixels).
 TEST_F(GpuTest, LateJoinOnTheDevice) {
-  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0"});
+  // --decode gpu: nvJPEG decodes every sample, the same bytes each time (with auto, the CPU
+  // workers and the engines split each batch as demand goes, and a sample decoded again may come
+  // from the other decoder).
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0", "--decode", "gpu"});
   auto first = Consume("p", {"--device", "--step-ms", "40", "--checksum"});
   // Wait until the first consumer is mid-epoch: its own batches, read from the status.
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
