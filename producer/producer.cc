@@ -388,7 +388,7 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
     // The shared stream is published whole: each consumer owed nothing hears it now (a loop
     // keeps its last batch bound while it asks for another epoch), one still catching up when
     // it is through.
-    if (all_submitted && done.empty() && next_publish_seq == next_submit_seq) AnnounceEnd();
+    if (all_submitted && done.empty() && next_publish_seq == next_submit_seq && source->failure().ok()) AnnounceEnd();
     if (AllSubmitted() && done.empty() && done_private.empty() && InFlight() == 0) {
       AnnounceEnd();
       ReclaimAtEnd();

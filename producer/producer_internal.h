@@ -85,6 +85,7 @@ struct Session {
   uint64_t read_upto = 0;   // how far it had read when last looked at (Impl::ReadUpto)
   uint64_t last_read_ns = 0;  // when that last moved (or it attached): what a stall is timed by
   uint64_t reclaim_asked = 0;  // one past the newest batch it was asked to give back (Reclaim)
+  uint64_t reclaim_asked_private = 0;  // the same among its catch-up batches (numbered apart)
   bool end_sent = false;    // told that every epoch is published (End)
   RateWindow rate;              // its messages this second
   uint64_t received_at_rate = 0;  // `received` when that second began
@@ -299,6 +300,11 @@ struct Producer::Impl {
   // is kept a free slot).
   uint64_t PrivateOutstanding(const Session& s) const;
   uint32_t CatchUpWaiting() const;
+  // Its catch-up batches that take a slot (with the source, or published and held); the slots all
+  // of them may take; the consumer served now (one at a time).
+  uint64_t PrivateFootprint(const Session& s) const;
+  uint64_t CatchUpBudget() const;
+  const Session* CatchingUp() const;
   // `s` has read past batch `seq` (it took a later one): a Reclaim may ask for it back.
   bool ReadPast(const Session& s, uint64_t seq) const {
     if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1;

@@ -29,7 +29,7 @@ void Producer::Impl::SubmitWork() {
   while (!source->exhausted() && fatal.ok() && WithinWindow()) {
     std::optional<uint32_t> slot = ring.free_slots() > CatchUpWaiting() ? AcquireSlot() : std::nullopt;
     if (!slot) {
-      if (fatal.ok()) ReclaimOldest();
+      if (fatal.ok() && ring.free_slots() == 0) ReclaimOldest();  // not for the slot kept for catch-up
       break;
     }
     source->Fill(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, next_submit_seq++);
@@ -60,8 +60,10 @@ void Producer::Impl::ReclaimOldest() {
     bool asked = false;
     for (auto& [identity, s] : sessions) {
       if (std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
-      if (!ReadPast(s, h.seq) || s.reclaim_asked > h.seq) continue;  // still reading it, or asked
-      s.reclaim_asked = h.seq + 1;
+      // Asked already? (catch-up batches are numbered apart: counted apart)
+      uint64_t& asked = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
+      if (!ReadPast(s, h.seq) || asked > h.seq) continue;  // still reading it, or asked
+      asked = h.seq + 1;
       SendToSession(s, Reclaim{h.seq});
       asked = true;
     }
@@ -72,14 +74,15 @@ void Producer::Impl::ReclaimOldest() {
 void Producer::Impl::ReclaimAtEnd() {
   for (const RingAccounting::Held& h : ring.Published()) {  // oldest first: reclaim_asked only grows
     for (auto& [identity, s] : sessions) {
-      if (s.reclaim_asked > h.seq || std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
+      uint64_t& asked = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
+      if (asked > h.seq || std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
       // Only a consumer that has taken every batch: one still reading releases as it goes (and
       // is asked once it is through; the loop calls again). Without a mailbox, what was
       // announced to it is what it has.
       if (s.mailbox >= 0 ? Unread(s) > 0 : s.catch_up != Session::CatchUp::kNone &&
                                                s.catch_up != Session::CatchUp::kDone)
         continue;
-      s.reclaim_asked = h.seq + 1;
+      asked = h.seq + 1;
       SendToSession(s, Reclaim{h.seq});
     }
   }
@@ -351,11 +354,37 @@ uint64_t Producer::Impl::PrivateOutstanding(const Session& s) const {
   return outstanding;
 }
 
+uint64_t Producer::Impl::PrivateFootprint(const Session& s) const {
+  uint64_t n = s.private_jobs.size();
+  for (const RingAccounting::Held& h : ring.Published())
+    if (IsPrivateSeq(h.seq) && std::find(h.holders.begin(), h.holders.end(), s.id) != h.holders.end()) ++n;
+  return n;
+}
+
+uint64_t Producer::Impl::CatchUpBudget() const {
+  const uint64_t spare = ring.num_slots() - std::min(ring.num_slots(), opts.window);
+  return std::max<uint64_t>(2, spare);
+}
+
+const Session* Producer::Impl::CatchingUp() const {
+  // One at a time: the one already under way (it holds or waits for its own batches), else the
+  // first to come. Two, each holding the batch it reads while it waits for its next, would fill a
+  // budget of two and wait for each other.
+  const Session* first = nullptr;
+  for (const auto& [identity, s] : sessions) {
+    if (s.catch_up != Session::CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
+    if (PrivateFootprint(s) > 0) return &s;
+    if (!first || s.id < first->id) first = &s;
+  }
+  return first;
+}
+
 uint32_t Producer::Impl::CatchUpWaiting() const {
-  uint32_t waiting = 0;
-  for (const auto& [identity, s] : sessions)
-    waiting += s.catch_up == Session::CatchUp::kPrivate && s.owed_next < s.owed_end && PrivateOutstanding(s) == 0;
-  return waiting;
+  const Session* s = CatchingUp();
+  if (!s || PrivateOutstanding(*s) > 0) return 0;
+  uint64_t total = 0;
+  for (const auto& [identity, t] : sessions) total += PrivateFootprint(t);
+  return total < CatchUpBudget() ? 1 : 0;
 }
 
 void Producer::Impl::SubmitCatchUp(bool first_only) {
@@ -374,33 +403,31 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
       s.owed_whole = true;
     }
   }
-  // Beyond each one's first batch, all of them together have at most the ring's spare slots'
-  // worth on the way or unread: the shared stream keeps its window.
-  const uint64_t spare = std::max<uint64_t>(1, ring.num_slots() - std::min(ring.num_slots(), opts.window));
+  // One consumer at a time is served; all catch-up batches together (with the source, unread,
+  // or held) take at most the ring's spare slots, and two at least (a job holds the batch it
+  // reads while it waits for the next): the shared stream keeps its window.
+  const Session* served = CatchingUp();
+  if (!served || !fatal.ok()) return;
+  Session& s = sessions.at(served->identity);
   uint64_t total = 0;
-  for (const auto& [identity, s] : sessions) total += s.catch_up == CatchUp::kPrivate ? PrivateOutstanding(s) : 0;
-  for (bool progress = true; progress && fatal.ok();) {
-    progress = false;
-    for (auto& [identity, s] : sessions) {  // one batch each per round
-      if (s.catch_up != CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
-      const uint64_t outstanding = PrivateOutstanding(s);
-      if (first_only ? outstanding > 0 : (outstanding > 0 && total >= spare)) continue;
-      std::optional<uint32_t> slot = AcquireSlot();
-      if (!slot) {
-        if (fatal.ok()) ReclaimOldest();  // kept batches fill the ring: ask for the oldest back
-        return;
-      }
-      const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));
-      const uint64_t seq = next_private_seq++;
-      private_owner[seq] = s.id;
-      s.private_jobs.push_back(seq);
-      const bool last = s.owed_next + count == s.owed_end;
-      source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, s.owed_next, count,
-                     last);
-      s.owed_next += count;
-      ++total;
-      progress = true;
+  for (const auto& [identity, t] : sessions) total += PrivateFootprint(t);
+  while (s.owed_next < s.owed_end && total < CatchUpBudget()) {
+    if (first_only && PrivateOutstanding(s) > 0) return;
+    std::optional<uint32_t> slot = AcquireSlot();
+    if (!slot) {
+      // Kept batches fill the ring (no slot came back for a while): ask for the oldest back.
+      if (fatal.ok() && MonotonicNs() - last_release_ns > 100'000'000) ReclaimOldest();
+      return;
     }
+    const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));
+    const uint64_t seq = next_private_seq++;
+    private_owner[seq] = s.id;
+    s.private_jobs.push_back(seq);
+    const bool last = s.owed_next + count == s.owed_end;
+    source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, s.owed_next, count,
+                   last);
+    s.owed_next += count;
+    ++total;
   }
 }
 

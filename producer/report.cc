@@ -11,7 +11,7 @@ StatusReply Producer::Impl::MakeStatus() const {
   StatusReply r;
   r.name = opts.name;
   r.pid = static_cast<uint32_t>(::getpid());
-  const bool produced_all = AllSubmitted() && done.empty() && InFlight() == 0;
+  const bool produced_all = AllSubmitted() && done.empty() && done_private.empty() && InFlight() == 0;
   r.state = stop_requested ? 3 : !started ? 0 : !produced_all ? 1 : ring.in_use() > 0 ? 4 : 2;
   r.epoch = published_epoch;
   r.position = published_position;

@@ -529,7 +529,7 @@ void Producer::Impl::DetachStalled(uint64_t now) {
     }
   }
   if (last_release_ns == 0) last_release_ns = now;
-  const bool producing = !source->exhausted();
+  const bool producing = !source->exhausted() || CatchUpOwed();  // catch-up goes on after the shared stream
   if (opts.stall_timeout_ms == 0 || !started || !producing) return;
   const uint64_t limit = uint64_t{opts.stall_timeout_ms} * 1000000;
   const std::string seconds = SecondsText(opts.stall_timeout_ms);

@@ -405,8 +405,10 @@ class Loader(_Stateful):
 
     def __iter__(self):
         """Starts the next epoch (skipping what is left of the current one)."""
-        ptr = self._require_open()
-        session = self._session
+        session = self._session  # read once: close() on another thread may clear it
+        if session is None:
+            raise _lib.ColoaderError("the loader is closed")
+        ptr = session.ptr
         if not self._started:
             self._check_topology_still_holds()
         self._discard_ahead()  # of the epoch it skips the rest of
