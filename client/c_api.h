@@ -178,8 +178,9 @@ COLOADER_C_EXPORT const char* coloader_consumer_class_name(const coloader_consum
 /* Why an epoch this consumer joins mid-way is partial (the producer does not serve it the
  * samples it missed); "" when the producer catches it up. Owned by the consumer; never NULL. */
 COLOADER_C_EXPORT const char* coloader_consumer_no_catch_up(const coloader_consumer* c);
-/* In a group (or resuming): where the current epoch's split began, and the samples this rank
- * has taken in it (a resumed rank counts those of its saved state). */
+/* Where the current epoch's positions began (in a group: its split; alone: its first batch's,
+ * the positions running on modulo the epoch when it was caught up), and the samples this
+ * consumer has taken in it (a resumed one counts those of its saved state). */
 COLOADER_C_EXPORT uint64_t coloader_consumer_split_begin(const coloader_consumer* c);
 COLOADER_C_EXPORT uint64_t coloader_consumer_samples_seen(const coloader_consumer* c);
 /* Resumes a saved state on this connection (as the resume fields of the options would): only

@@ -1,5 +1,6 @@
 // Reading: announcements from the mailbox or the I/O thread, epochs, and how a stream ends.
 #include "client/consumer_internal.h"
+#include "common/log.h"
 
 namespace coloader {
 
@@ -141,9 +142,35 @@ Status Cursor::Attach() {
   if (attached_) return Status::OK();
   // The producer counts us, and sends batches, from here on: a refused resume state or an
   // idle consumer changed nothing before.
+  const ConsumerOptions& o = state_->opts;
+  coloader::Attach& m = state_->sink->attach_request;
+  m = coloader::Attach{};
+  m.device = state_->mapper ? 1 : 0;
+  // A resumed state of a job alone, where the producer catches consumers up: it serves the
+  // saved epoch's rest itself, whatever the shared stream has passed meanwhile.
+  served_resume_ = o.resume && o.group.empty() && state_->welcome.no_catch_up.empty();
+  if (served_resume_) {
+    const uint64_t n = state_->welcome.epoch_samples;
+    if (o.resume_begin >= n || o.resume_samples > n)
+      return Status::Invalid("the saved state's position (begin " + std::to_string(o.resume_begin) + ", " +
+                             std::to_string(o.resume_samples) + " samples) is outside an epoch of " +
+                             std::to_string(n) + " samples: a state of another dataset?");
+    // It had taken positions begin, begin + 1, ... (modulo n) of its epoch: the rest follow on.
+    // With drop_last, fewer than a batch left was the epoch's end.
+    const uint64_t left = n - o.resume_samples;
+    m.flags = kAttachResume;
+    if (left == 0 || (o.drop_last && left < o.batch_size)) {
+      m.resume_epoch = o.resume_epoch + 1;  // complete: the next epoch, whole
+    } else {
+      m.resume_epoch = o.resume_epoch;
+      m.resume_from = o.resume_begin + o.resume_samples;
+      m.resume_to = o.resume_begin + n;
+    }
+  } else if (split_mode()) {
+    m.flags = kAttachNoCatchUp;  // a group member or a resumed state walks the epoch by positions
+  }
   attached_ = true;
-  // A group member or a resumed state walks the epoch by positions: no catch-up batches for it.
-  state_->sink->attach.store((state_->mapper ? 1 : 0) | (split_mode() ? kAttachNoCatchUp << 1 : 0));
+  state_->sink->attach_wanted.store(true);
   state_->sink->Wake();
   return Status::OK();
 }
@@ -177,15 +204,32 @@ Result<Waited<bool>> Cursor::NextEpoch(int wait_ms) {
     std::optional<BatchAnnouncement> a = **std::move(taken);
     if (!a) {
       stream_ended_ = true;
+      if (served_resume_ && resume_pending_) {
+        resume_note_ = "ended its run before the saved epoch's rest came";
+        Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
+      }
       return false;
     }
     pending_ = a;
     epoch_ = a->epoch;
     // Joined mid-epoch: the rest of it, unless the producer serves what came before (catch-up).
     partial_ = a->first != 0 && !(a->flags & kBatchMadeWhole);
+    epoch_begin_ = a->first;
+    samples_seen_ = 0;
     in_epoch_ = true;
     epoch_ended_ = false;
     offset_ = 0;
+    if (served_resume_ && resume_pending_) {
+      resume_pending_ = false;
+      const ConsumerOptions& o = state_->opts;
+      if (a->epoch == o.resume_epoch &&
+          state_->sink->attach_request.resume_from < state_->sink->attach_request.resume_to) {
+        // The saved epoch's rest: counted on from the state (a state at its start is whole).
+        epoch_begin_ = o.resume_begin;
+        samples_seen_ = o.resume_samples;
+        partial_ = o.resume_samples > 0;
+      }
+    }
     if (!split_mode()) return true;
     COLOADER_ASSIGN_OR_RETURN(bool take, StartSplit(*a));
     if (take) return true;

@@ -91,9 +91,12 @@ struct ConsumerOptions {
   std::optional<uint64_t> expect_seed;
   std::string expect_data_key;
   // Resume a saved state: in epoch `resume_epoch`, whose split began at position
-  // `resume_begin`, this member had taken `resume_samples` samples. It skips exactly those
-  // when the producer still serves that epoch at or before the group's resume point;
-  // otherwise it says so (resume_note()) and continues at the next whole epoch.
+  // `resume_begin`, this member had taken `resume_samples` samples. A consumer alone, of a
+  // producer that catches consumers up, is served the rest of that epoch by the producer
+  // (decoded again for it, whatever the others have read since), then whole epochs. A group
+  // member (or one of a producer without catch-up) skips exactly those when the producer still
+  // serves that epoch at or before the group's resume point; otherwise it says so
+  // (resume_note()) and continues at the next whole epoch.
   bool resume = false;
   uint64_t resume_epoch = 0;
   uint64_t resume_begin = 0;
@@ -250,8 +253,9 @@ class Consumer {
   bool partial() const;        // this epoch began mid-way (late join, or resumed)
   uint64_t size() const;       // batches per whole epoch for this consumer's batch size (and
                                // in a group, for this rank's share)
-  // In a group (or resuming): where this epoch's split began, and the samples this member
-  // has taken in the epoch (a resumed member counts those of its saved state).
+  // Where this epoch's positions began (in a group: its split; alone: its first batch's, the
+  // positions running on modulo the epoch when it was caught up), and the samples this
+  // consumer has taken in the epoch (a resumed one counts those of its saved state).
   uint64_t split_begin() const;
   uint64_t samples_seen() const;
   // Resumes a saved state (see ConsumerOptions::resume) on this connection; only before the

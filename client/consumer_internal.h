@@ -49,8 +49,9 @@ struct AckSink {
   std::vector<uint64_t> acks;
   EventFd wake;                 // made by Consumer::Connect; the I/O thread polls it
   std::atomic<int> pending{0};  // stream-ordered releases whose ack is not queued yet
-  // The user thread asks for Attach: bit 0 the device path, bit 1 kAttachNoCatchUp (-1: not asked).
-  std::atomic<int> attach{-1};
+  // The user thread asks for Attach: it writes attach_request, then sets attach_wanted.
+  Attach attach_request;
+  std::atomic<bool> attach_wanted{false};
   std::atomic<bool> status_wanted{false};  // the user thread asks for a StatusReply
 
   void Queue(uint64_t seq) {
@@ -286,7 +287,9 @@ class Cursor {
   uint64_t epoch() const { return epoch_; }
   bool partial() const { return partial_; }
   uint64_t size() const;
-  uint64_t split_begin() const { return split_.begin; }
+  // Where this epoch's positions begin (they run on modulo the epoch's samples: a caught-up
+  // epoch is the shared stream's rest, then what came before).
+  uint64_t split_begin() const { return split_mode() ? split_.begin : epoch_begin_.load(); }
   uint64_t samples_seen() const { return samples_seen_; }
   const std::string& resume_note() const { return resume_note_; }
   uint32_t batch_size() const { return state_->opts.batch_size; }
@@ -377,6 +380,9 @@ class Cursor {
   std::atomic<uint64_t> samples_seen_{0};
   bool stream_epoch_done_ = false;
   bool resume_pending_ = false;
+  // The producer serves a resumed state's rest itself (kAttachResume): no split, no skipping.
+  bool served_resume_ = false;
+  std::atomic<uint64_t> epoch_begin_{0};  // a plain consumer's split_begin()
   std::string resume_note_;
   std::vector<Segment> padding_;
   std::map<uint64_t, PadSample> stash_;

@@ -323,6 +323,6 @@ Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   return Status::OK();
 }
 
-bool Cursor::split_mode() const { return !state_->opts.group.empty() || state_->opts.resume; }
+bool Cursor::split_mode() const { return !state_->opts.group.empty() || (state_->opts.resume && !served_resume_); }
 
 }  // namespace coloader

@@ -117,8 +117,7 @@ void ConsumerState::IoLoop() {
       return;
     }
     // The user thread's requests, then acks: they free the producer.
-    if (int attach = sink->attach.exchange(-1); attach >= 0)
-      send(Attach{static_cast<uint8_t>(attach & 1), static_cast<uint8_t>(attach >> 1)});
+    if (sink->attach_wanted.exchange(false)) send(sink->attach_request);
     if (sink->status_wanted.exchange(false)) send(StatusRequest{});
     for (uint64_t seq : sink->Take()) send(Ack{seq});
 

@@ -252,6 +252,7 @@ Result<Waited<std::optional<Batch>>> Cursor::NextSliced(void* stream,
     epoch_ended_ = true;
     return std::optional<Batch>();  // a partly gathered batch gives its buffer back
   }
+  samples_seen_ += collected;
   COLOADER_ASSIGN_OR_RETURN(std::optional<Batch> batch, Deliver(pieces, gathered, collected, stream));
   return batch;
 }

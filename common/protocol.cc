@@ -253,7 +253,8 @@ std::enable_if_t<kIs<M, BatchAnnouncement>, bool> Fields(IO& io, M& m) {
 }
 template <typename IO, typename M>
 std::enable_if_t<kIs<M, Attach>, bool> Fields(IO& io, M& m) {
-  return io.Field(m.device) && io.Field(m.flags);
+  return io.Field(m.device) && io.Field(m.flags) && io.Field(m.resume_epoch) && io.Field(m.resume_from) &&
+         io.Field(m.resume_to);
 }
 template <typename IO, typename M>
 std::enable_if_t<kIs<M, End>, bool> Fields(IO& io, M& m) { return io.Field(m.epochs); }
@@ -406,7 +407,13 @@ bool Valid(Reader& r, const Reject& m) {
 
 bool Valid(Reader& r, const Attach& m) {
   if (m.device > 1) return Invalid(r, "bad device flag " + std::to_string(m.device));
-  if (m.flags & ~kAttachNoCatchUp) return Invalid(r, "unknown attach flags " + std::to_string(m.flags));
+  if (m.flags & ~(kAttachNoCatchUp | kAttachResume))
+    return Invalid(r, "unknown attach flags " + std::to_string(m.flags));
+  if ((m.flags & kAttachNoCatchUp) && (m.flags & kAttachResume))
+    return Invalid(r, "an Attach both without catch-up and resumed by the producer");
+  if (!(m.flags & kAttachResume) && (m.resume_epoch || m.resume_from || m.resume_to))
+    return Invalid(r, "a resume range without kAttachResume");
+  if (m.resume_from > m.resume_to) return Invalid(r, "a resume range that ends before it begins");
   return true;
 }
 

@@ -42,8 +42,9 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // and idle_ms, the PID namespace and start time of each side (Hello, Welcome). 5: a caller-fed
 // producer's schema (Welcome's fields and structure), the dtypes beyond the image pipeline's.
 // 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines). 8: catch-up
-// (Batch's kBatchMadeWhole, Welcome's no_catch_up, Attach's flags).
-inline constexpr uint16_t kProtocolVersion = 8;
+// (Batch's kBatchMadeWhole, Welcome's no_catch_up, Attach's flags). 9: a resumed state the
+// producer serves (Attach's kAttachResume and resume range).
+inline constexpr uint16_t kProtocolVersion = 9;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -247,10 +248,18 @@ enum AttachFlags : uint8_t {
   // It walks its epoch by positions (a group member, or a resumed state): serve it only the
   // shared stream, without catch-up (a resumed one knows what it has read).
   kAttachNoCatchUp = 1 << 0,
+  // It resumes a saved state and is owed the rest of that epoch: positions [resume_from,
+  // resume_to) of epoch resume_epoch, each taken modulo the epoch's samples (the rest of an
+  // epoch that began at resume_to - epoch_samples, as a caught-up one does), decoded for it
+  // alone; then the shared stream, caught up like a late joiner. An empty range: its saved
+  // epoch was complete, and it joins at the start of resume_epoch.
+  kAttachResume = 1 << 1,
 };
 struct Attach {
   uint8_t device = 0;
   uint8_t flags = 0;
+  uint64_t resume_epoch = 0;
+  uint64_t resume_from = 0, resume_to = 0;
 };
 
 // Every epoch is published: nothing more will come to this consumer, which may still read and

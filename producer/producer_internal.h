@@ -94,7 +94,9 @@ struct Session {
   std::string group;
   uint32_t rank = 0, world_size = 1;
   bool group_waiting = false;
-  bool resuming = false;  // its Hello stated a saved state: it knows what it has read
+  // It walks its epoch by positions (kAttachNoCatchUp: a group member, or a resumed state the
+  // producer does not serve), or reads a resumed epoch's rest from the shared stream: no catch-up.
+  bool resuming = false;
   // Its mailbox's entries not yet known to be taken, oldest first: the `pushed` entries' last
   // unread_seqs.size() (what ReadUpto reads, now that its batches need not be consecutive).
   std::deque<uint64_t> unread_seqs;
@@ -292,6 +294,9 @@ struct Producer::Impl {
   // source can refill, --no-catch-up not given); what the shared batch `job` means for `s`
   // (false: not announced to it); catch-up batches handed to the source and published.
   bool CanCatchUp(const Session& s) const;
+  // A consumer attaching with a saved state's rest to serve (kAttachResume): why not, or OK
+  // and `s` set to read it (decoded for it alone) before the shared stream.
+  Status ServeResume(Session& s, const Attach& attach);
   bool TakesShared(Session& s, const BatchJob& job);
   // Hands the source catch-up batches: with `first_only`, one to each catching-up consumer with
   // nothing on the way or unread; else more, within the ring's spare slots for all together.

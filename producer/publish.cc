@@ -219,7 +219,7 @@ bool Producer::Impl::Announce(Session& s, const BatchAnnouncement& a) {
     s.unread_seqs.push_back(a.seq);
     ++s.pushed;
   }
-  if (s.received++ == 0) s.first_seq = a.seq;
+  if (s.received++ == 0 && !IsPrivateSeq(a.seq)) s.first_seq = a.seq;
   if (s.remote)
     SendWithPayload(s, a);
   else if (s.mailbox < 0)
@@ -297,6 +297,51 @@ void Producer::Impl::PublishReady() {
 
 bool Producer::Impl::CanCatchUp(const Session& s) const {
   return opts.catch_up && source->WhyNoRefill().empty() && s.group.empty() && !s.resuming;
+}
+
+Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
+  if (!CanCatchUp(s))
+    return Status::Invalid("this producer does not serve a saved state's rest (" +
+                           (!opts.catch_up ? std::string("--no-catch-up") : source->WhyNoRefill()) + ")");
+  const uint64_t n = epoch_samples(), epoch = attach.resume_epoch;
+  const uint64_t owed = attach.resume_to - attach.resume_from;
+  if (owed > n || attach.resume_to > 2 * n || (owed > 0 && attach.resume_to < n))
+    return Status::Invalid("a resume range [" + std::to_string(attach.resume_from) + ", " +
+                           std::to_string(attach.resume_to) + ") that is not the rest of an epoch of " +
+                           std::to_string(n) + " samples");
+  if (!opts.forever && epoch >= opts.epochs) {
+    return Status::Invalid("the saved state resumes epoch " + std::to_string(epoch) + ", but this producer serves " +
+                           std::to_string(opts.epochs) + " (--epochs counts from epoch 0 of the whole run)");
+  }
+  s.owed_epoch = epoch;
+  s.owed_whole = false;  // the rest of an epoch another process began
+  s.first_seq = s.acked_upto = next_publish_seq;
+  s.owed_next = attach.resume_from;
+  s.owed_end = attach.resume_to;
+  // Where the shared stream's next batch begins (a run started with --resume: where it resumes).
+  const bool fresh = !started || batches_published == 0;
+  const uint64_t next_epoch = fresh ? start_epoch : published_position >= n ? published_epoch + 1 : published_epoch;
+  const uint64_t next_position = fresh ? start_position : published_position >= n ? 0 : published_position;
+  const char* how = "decoded again for it";
+  if (owed == 0) {
+    s.catch_up = Session::CatchUp::kRejoin;  // its saved epoch was whole: the next one, whole
+    how = "none owed; whole epochs";
+  } else if (next_epoch == epoch && next_position == attach.resume_from) {
+    // The shared stream is where the state stopped (`serve --resume` with it, or by chance):
+    // it reads on from there, then what its epoch began with, if it began mid-way.
+    s.catch_up = attach.resume_to > n ? Session::CatchUp::kTail : Session::CatchUp::kNone;
+    s.owed_next = n;
+    s.resuming = true;  // nothing more is owed to it than that
+    how = "read from the shared stream, which is there";
+  } else {
+    s.catch_up = Session::CatchUp::kPrivate;
+  }
+  LogLine(
+      "[coloader %s] consumer %llu resumes a saved state: %llu sample(s) of epoch %llu %s, then the shared "
+      "stream\n",
+      opts.name.c_str(), static_cast<unsigned long long>(s.id), static_cast<unsigned long long>(owed),
+      static_cast<unsigned long long>(epoch), how);
+  return Status::OK();
 }
 
 bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
@@ -419,13 +464,15 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
       if (fatal.ok() && MonotonicNs() - last_release_ns > 100'000'000) ReclaimOldest();
       return;
     }
-    const uint32_t count = static_cast<uint32_t>(std::min<uint64_t>(opts.batch_size, s.owed_end - s.owed_next));
+    // Positions run on modulo the epoch (a resumed rest may wrap round): no batch crosses its end.
+    const uint64_t n = epoch_samples(), at = s.owed_next % n;
+    const uint32_t count =
+        static_cast<uint32_t>(std::min<uint64_t>({opts.batch_size, s.owed_end - s.owed_next, n - at}));
     const uint64_t seq = next_private_seq++;
     private_owner[seq] = s.id;
     s.private_jobs.push_back(seq);
     const bool last = s.owed_next + count == s.owed_end;
-    source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, s.owed_next, count,
-                   last);
+    source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, at, count, last);
     s.owed_next += count;
     ++total;
   }

@@ -195,7 +195,6 @@ Session Producer::Impl::SessionFor(const std::string& identity, const Hello& hel
   s.batch_size = hello.batch_size;
   s.name = hello.client_name;
   s.waiting_for_epoch = (hello.flags & kHelloWaitForEpoch) != 0;
-  s.resuming = (hello.flags & kHelloExpectSeed) != 0 || !hello.expect_data_key.empty();
   s.remote = remote;
   s.group = hello.group;
   s.rank = hello.rank;
@@ -260,8 +259,7 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   if (!CanCatchUp(s)) {
     w.no_catch_up = !opts.catch_up                   ? "the producer was started with --no-catch-up"
                     : !source->WhyNoRefill().empty() ? source->WhyNoRefill()
-                    : !s.group.empty()               ? "a consumer group is not caught up (its ranks start together)"
-                                                     : "a resumed consumer continues from its saved state";
+                                                     : "a consumer group is not caught up (its ranks start together)";
   }
   w.node_rank = opts.dataset.rank;
   w.num_nodes = opts.dataset.world_size;
@@ -389,6 +387,20 @@ void Producer::Impl::HandleAttach(const std::string& identity, const Attach& att
     DropSession(identity, "attached after the last epoch",
                 Bye{ByeReason::kFinished, "the producer has delivered every epoch"});
     return;
+  }
+  if ((attach.flags & kAttachResume) && attach.resume_from == attach.resume_to && !opts.forever &&
+      attach.resume_epoch >= opts.epochs) {
+    // Its saved state had read the last epoch whole.
+    DropSession(identity, "resumed after the last epoch",
+                Bye{ByeReason::kFinished,
+                    "the saved state had read every epoch this producer serves (" + std::to_string(opts.epochs) + ")"});
+    return;
+  }
+  if (attach.flags & kAttachResume) {
+    if (Status r = ServeResume(s, attach); !r.ok()) {
+      DropSession(identity, "asked for a resume it cannot serve", Bye{ByeReason::kRejected, r.message()});
+      return;
+    }
   }
   s.pending = false;
   s.device = attach.device != 0;

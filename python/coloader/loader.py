@@ -77,10 +77,11 @@ Epochs
     rest of the previous one (it is released unread). A consumer that joins while the producer
     is mid-epoch reads the rest of that epoch with the others, then the samples it missed,
     decoded again for it alone (catch-up): every epoch is whole. Where the producer cannot do
-    that (`serve --no-catch-up`, a coloader.Producer, a consumer group or a resumed state), the
-    first epoch is the rest of the one it joined, with `loader.partial` True and a
-    PartialEpochWarning saying why; `wait_for_epoch=True` joins at the next boundary instead. len(loader) is the
-    number of batches of a whole epoch for this batch size. The consumer attaches to the
+    that (`serve --no-catch-up`, a coloader.Producer, a consumer group), the first epoch is the
+    rest of the one it joined, with `loader.partial` True and a PartialEpochWarning saying why;
+    `wait_for_epoch=True` joins at the next boundary instead. After load_state_dict() the first
+    epoch is the rest of the saved one (`partial` True unless the state was at its start, no
+    warning). len(loader) is the number of batches of a whole epoch for this batch size. The consumer attaches to the
     producer (is counted, and waited for) at its first iter(): a Loader made early and not
     iterated yet holds nobody back.
 
@@ -101,8 +102,9 @@ Distributed jobs and resume (docs/DISTRIBUTED.md, coloader/distributed.py)
     all the same number of batches (len(loader) per rank). rank=None reads torch.distributed,
     torchrun or Slurm (repr says which). A rank that leaves ends its group: the others get
     coloader.GroupBroken. A group that misses ranks says so within group_wait seconds.
-    state_dict()/load_state_dict() checkpoint and resume the position; a state that does not
-    fit is refused before anything is read.
+    state_dict()/load_state_dict() checkpoint and resume the position (a job alone resumes
+    exactly even while the producer serves others: it serves the rest of the saved epoch); a
+    state that does not fit is refused before anything is read.
 
 Waiting
     timeout=0 waits for a batch as long as the producer lives. A timeout raises

@@ -9,6 +9,7 @@ the producer, machine-wide). Readiness is always explicit: the producer's "servi
 child's "ready" line, or the producer's status; the only waits are bounded polls of status.
 """
 
+import contextlib
 import itertools
 import json
 import os
@@ -194,6 +195,18 @@ def read_until_held_back(producer, **kwargs):
 def expected_sizes(batch, drop_last=False, n=NUM_IMAGES):
     full, rest = divmod(n, batch)
     return [batch] * full + ([] if drop_last or rest == 0 else [rest])
+
+
+@contextlib.contextmanager
+def reaped(child):
+    """A child process (subprocess.Popen) that is killed and waited for when the block ends,
+    whatever happened in it."""
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def start_reading(loader):

@@ -21,7 +21,7 @@ import pytest
 
 from support import (
     BINARY, NUM_CLASSES, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
-    loader_for, needs_build, run_epoch, start_reading, torch)
+    loader_for, needs_build, reaped, run_epoch, start_reading, torch)
 
 # These tests read to the end of the stream on purpose; test_contract.py checks the warning.
 pytestmark = [needs_build, pytest.mark.filterwarnings("ignore::coloader.FinishedWarning")]
@@ -253,15 +253,11 @@ def test_killed_consumer_does_not_stall_the_others(serve):
     first_epoch = start_reading(survivor)  # attached: the producer starts once the child is too
     env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
     child = subprocess.Popen([sys.executable, "-c", CHILD, p.name], stdout=subprocess.PIPE, text=True, env=env)
-    try:
+    with reaped(child):
         assert child.stdout.readline().strip() == "ready"  # mid-epoch 0, holding a batch
         assert p.consumer(child.pid)["held"] >= 1
         child.send_signal(signal.SIGKILL)
         child.wait(STEP_TIMEOUT)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     start = time.monotonic()
     epochs = [first_epoch(), None]
     for epoch in range(2):

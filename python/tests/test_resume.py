@@ -8,12 +8,16 @@ Runs with: /usr/bin/python3 -m pytest -q python/tests/test_resume.py
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import threading
 import warnings
 
 import pytest
 
-from support import BINARY, NUM_IMAGES, coloader, in_thread, loader_for, needs_build, run_epoch, start_reading, torch
+from support import (BINARY, NUM_IMAGES, PRODUCER_BATCH, PYTHON_DIR, STEP_TIMEOUT, coloader, expected_sizes, in_thread,
+                     loader_for, needs_build, reaped, run_epoch, start_reading, torch)
 
 pytestmark = needs_build
 
@@ -180,3 +184,114 @@ def test_a_group_restarted_under_another_name_resumes(serve, tmp_path):
     assert sorted(set(seen + rest)) == ALL and not set(seen) & set(rest)
     for r in again:
         r.close()
+
+
+# A job that saves its state after 3 batches of epoch 0, reads 2 more and trains on (until it is
+# killed); restarted with the state, it reads to the end of the run. One JSON line per batch.
+JOB = r"""
+import json, sys, time, warnings, coloader
+name, state_path, restarted = sys.argv[1], sys.argv[2], sys.argv[3] == "restarted"
+warnings.simplefilter("always")
+loader = coloader.Loader(name, batch_size=10, timeout=30)
+if restarted:
+    with open(state_path) as f:
+        loader.load_state_dict(json.load(f))
+read = 0
+while True:
+    got = False
+    for images, labels in loader:
+        got = True
+        read += 1
+        print(json.dumps({"epoch": loader.epoch, "partial": loader.partial, "indices": loader.indices.tolist()}),
+              flush=True)
+        if not restarted and read == 3:
+            with open(state_path, "w") as f:
+                json.dump(loader.state_dict(), f)
+        if not restarted and read == 5:
+            print("training", flush=True)
+            time.sleep(600)  # killed here
+    if not got:
+        break
+"""
+
+
+def _job(p, state_path, restarted):
+    env = dict(os.environ, PYTHONPATH=str(PYTHON_DIR))
+    return subprocess.Popen([sys.executable, "-c", JOB, p.name, str(state_path), "restarted" if restarted else "first"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.parametrize("catch_up", [True, False], ids=["catch-up", "no-catch-up"])
+def test_a_job_killed_and_restarted_while_another_reads_on_resumes_exactly(serve, tmp_path, catch_up):
+    """Issue 39's test 2: a job SIGKILLed mid-epoch 0 and restarted from its state_dict while
+    another job reads on (the shared stream is in epoch 1 by then) gets exactly the samples of
+    epoch 0 it had not read when it saved, then whole epochs 1 and 2; the other job's epochs stay
+    whole. Without catch-up the rest cannot be served: a ResumeWarning says so."""
+    p = serve("--min-consumers", "2", *([] if catch_up else ["--no-catch-up"]), epochs=3, window=2)
+    other = loader_for(p, batch_size=PRODUCER_BATCH)
+    first_epoch = start_reading(other)  # both start at epoch 0's beginning
+    go = threading.Event()
+
+    def read_on():  # epoch 0, two batches of epoch 1, then (once the job is back) on to the end
+        epochs = [run_epoch(other, first_epoch())]
+        it = iter(other)
+        head = [next(it) for _ in range(2)]
+        go.wait(3 * STEP_TIMEOUT)
+        sizes, indices, _ = run_epoch(other, it)
+        epochs.append(([h[1].shape[0] for h in head] + sizes, None, None))
+        epochs.append(run_epoch(other))
+        return epochs
+
+    state_path = tmp_path / "state.json"
+    first = _job(p, state_path, restarted=False)
+    reading = in_thread(read_on)
+    with reaped(first):
+        lines = [first.stdout.readline() for _ in range(6)]
+        assert lines[-1].strip() == "training", lines + [first.stderr.read()]
+        seen = [i for line in lines[:3] for i in json.loads(line)["indices"]]
+        first.send_signal(signal.SIGKILL)
+        first.wait(STEP_TIMEOUT)
+    # The shared stream went on into epoch 1 (the other job holds it there) past the saved point.
+    p.wait_for(lambda st: st["epoch"] >= 1 and len(st["consumers"]) == 1, "the other job in epoch 1 alone")
+    restarted = _job(p, state_path, restarted=True)
+    p.wait_for(lambda st: len(st["consumers"]) == 2, "the restarted job")
+    go.set()
+    out, err = restarted.communicate(timeout=3 * STEP_TIMEOUT)
+    assert restarted.returncode == 0, err
+    batches = [json.loads(line) for line in out.splitlines()]
+    epochs = {}
+    for b in batches:
+        epochs.setdefault(b["epoch"], []).append(b)
+    if catch_up:
+        assert sorted(epochs) == [0, 1, 2], (sorted(epochs), err)
+        rest = [i for b in epochs[0] for i in b["indices"]]
+        assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+        assert all(b["partial"] for b in epochs[0])  # the rest of an epoch begun before
+        for e in (1, 2):
+            assert sorted(i for b in epochs[e] for i in b["indices"]) == ALL
+            assert not any(b["partial"] for b in epochs[e])
+        assert "ResumeWarning" not in err and "PartialEpochWarning" not in err, err
+    else:
+        assert 0 not in epochs and "ResumeWarning" in err and "rest is skipped" in err, err
+    sizes = [s for s, _, _ in reading()]
+    assert sizes == [expected_sizes(PRODUCER_BATCH)] * 3  # the other job: whole epochs throughout
+    other.close()
+
+
+def test_a_state_of_an_epoch_this_run_does_not_serve_is_refused_naming_both(serve):
+    """A saved epoch beyond the producer's run (--epochs counts from epoch 0 of the whole run):
+    the producer says so instead of serving nothing; a state that had read the last epoch whole
+    ends the stream (the run is over for it)."""
+    _, state = _three_batches_then_state(serve)
+    p = serve(epochs=2)
+    loader = loader_for(p, batch_size=10)
+    loader.load_state_dict(dict(state, epoch=7))
+    with pytest.raises(coloader.ColoaderError, match="resumes epoch 7, but this producer serves 2"):
+        next(iter(loader))
+    loader.close()
+    done = loader_for(p, batch_size=10)
+    done.load_state_dict(dict(state, epoch=1, samples_seen_in_epoch=NUM_IMAGES))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert list(done) == []
+    done.close()

@@ -101,6 +101,7 @@ std::vector<std::pair<std::string, Message>> Samples() {
   s.push_back({"attach-host", Attach{0}});
   s.push_back({"attach-device", Attach{1}});
   s.push_back({"attach-no-catch-up", Attach{0, kAttachNoCatchUp}});
+  s.push_back({"attach-resume", Attach{0, kAttachResume, 2, 300, 600}});
   s.push_back({"batch-caught-up",
                BatchAnnouncement{kPrivateSeq | 5, 2, 1, 0, 256, kBatchLastInEpoch | kBatchMadeWhole, 123456791}});
   s.push_back({"end", End{90}});

@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -157,6 +158,132 @@ TEST_F(IntegrationTest, LateJoinerIsCaughtUpOnWhatItMissed) {
     EXPECT_EQ(U64(late_epochs[e], "batches"), (kImages + 6u) / 7u) << "epoch " << e;
   }
   ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
+// Resume while shared: a job caught up from position P (its epoch runs P..N-1, then 0..P-1)
+// saves its state, once within the shared part and once within the part decoded for it, and
+// is closed; restarted from the state while another job reads on in epoch 1, it gets exactly
+// the positions of epoch 0 it had not read (the producer serves them, wrapping round the
+// epoch's end), then whole epochs 1 and 2.
+TEST_F(IntegrationTest, AJobResumedWhileAnotherReadsOnGetsExactlyTheRestOfItsEpoch) {
+  for (const bool in_own_part : {false, true}) {
+    SCOPED_TRACE(in_own_part ? "saved within the part decoded for it" : "saved within the shared part");
+    const std::string name = in_own_part ? "own" : "shared";
+    // Spare slots enough for B's batches while the holder, waiting for C, keeps its window full.
+    auto producer = Serve(name, {"--batch-size", "8", "--epochs", "3", "--window", "3", "--spare-slots", "6"});
+    std::atomic<int> stage{0};  // 1: the holder holds epoch 0's first batch; 2: B attached; 3: C attached
+    auto wait_stage = [&](int at_least) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (stage.load() < at_least && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return stage.load() >= at_least;
+    };
+    std::vector<std::vector<int64_t>> held_epochs(3);
+    std::thread holder([&] {
+      ConsumerOptions o;
+      o.name = name;
+      auto first = Consumer::Connect(o);
+      if (!first.ok()) return;
+      for (int epoch = 0; epoch < 3; ++epoch) {
+        auto more = (*first)->NextEpoch();
+        if (!more.ok() || !*more) return;
+        for (int n = 0;; ++n) {
+          auto b = (*first)->Next();
+          if (!b.ok() || !*b) break;
+          held_epochs[epoch].insert(held_epochs[epoch].end(), (*b)->indices(), (*b)->indices() + (*b)->size());
+          if (epoch == 0 && n == 0) {  // the producer stays mid-epoch 0 while B joins
+            stage = 1;
+            if (!wait_stage(2)) return;
+          }
+          if (epoch == 1 && n == 0 && !wait_stage(3)) return;  // ... and in epoch 1 while C comes
+        }
+      }
+    });
+    struct Joiner {  // an assertion that returns early lets the holder read on, and joins it
+      std::thread& t;
+      std::atomic<int>& stage;
+      ~Joiner() {
+        stage = 99;
+        if (t.joinable()) t.join();
+      }
+    } joiner{holder, stage};
+    ASSERT_TRUE(wait_stage(1));
+    ConsumerOptions ob;
+    ob.name = name;
+    ob.batch_size = 5;
+    ob.timeout_ms = 20000;  // a stall fails the test, saying who holds the producer back
+    ASSERT_OK_AND_ASSIGN(auto b, Consumer::Connect(ob));
+    ASSERT_OK(b->NextEpoch(0).status());  // attaches; its first batch comes once the holder reads on
+    ASSERT_TRUE(producer->WaitForStderr("consumer 2 attached", 20000)) << producer->Stderr();
+    stage = 2;
+    ASSERT_OK_AND_ASSIGN(bool more, b->NextEpoch());
+    ASSERT_TRUE(more);
+    const uint64_t begin = b->split_begin();
+    ASSERT_GT(begin, 0u);  // it joined mid-epoch
+    const uint64_t shared_part = kImages - begin;
+    // Saved 2 batches into the shared part, or 2 batches into its own.
+    const uint64_t save_at = in_own_part ? shared_part + 10 : 10;
+    ASSERT_LT(save_at, static_cast<uint64_t>(kImages));
+    std::vector<int64_t> seen;
+    while (b->samples_seen() < save_at) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Batch> batch, b->Next());
+      ASSERT_TRUE(batch);
+      seen.insert(seen.end(), batch->indices(), batch->indices() + batch->size());
+    }
+    const uint64_t epoch = b->epoch(), samples = b->samples_seen();
+    EXPECT_EQ(b->split_begin(), begin);
+    EXPECT_EQ(samples, seen.size());
+    b.reset();  // the job dies
+
+    ConsumerOptions oc = ob;
+    oc.resume = true;
+    oc.resume_epoch = epoch;
+    oc.resume_begin = begin;
+    oc.resume_samples = samples;
+    ASSERT_OK_AND_ASSIGN(auto c, Consumer::Connect(oc));
+    // The holder reads on once C is attached (C's batches need the slots the holder frees).
+    ASSERT_OK(c->NextEpoch(0).status());
+    ASSERT_TRUE(producer->WaitForStderr("consumer 3 attached", 20000)) << producer->Stderr();
+    stage = 3;
+    std::vector<std::vector<int64_t>> c_epochs;
+    for (;;) {
+      ASSERT_OK_AND_ASSIGN(bool again, c->NextEpoch());
+      if (!again) break;
+      c_epochs.emplace_back();
+      EXPECT_EQ(c->epoch(), c_epochs.size() - 1);
+      EXPECT_EQ(c->partial(), c_epochs.size() == 1) << "epoch " << c->epoch();
+      for (;;) {
+        Result<std::optional<Batch>> next = c->Next();
+        ASSERT_TRUE(next.ok()) << next.status().ToString() << "\n" << producer->Stderr();
+        std::optional<Batch> batch = *std::move(next);
+        if (!batch) break;
+        c_epochs.back().insert(c_epochs.back().end(), batch->indices(), batch->indices() + batch->size());
+      }
+    }
+    EXPECT_EQ(c->resume_note(), "");
+    stage = 99;
+    holder.join();
+    std::vector<int64_t> all(kImages);
+    std::iota(all.begin(), all.end(), 0);
+    ASSERT_EQ(c_epochs.size(), 3u);
+    std::vector<int64_t> epoch0 = seen;
+    epoch0.insert(epoch0.end(), c_epochs[0].begin(), c_epochs[0].end());
+    std::sort(epoch0.begin(), epoch0.end());
+    EXPECT_EQ(epoch0, all) << "what B read and C got of epoch 0";
+    for (size_t e = 1; e < 3; ++e) {
+      std::sort(c_epochs[e].begin(), c_epochs[e].end());
+      EXPECT_EQ(c_epochs[e], all) << "C's epoch " << e;
+    }
+    for (size_t e = 0; e < 3; ++e) {
+      std::sort(held_epochs[e].begin(), held_epochs[e].end());
+      EXPECT_EQ(held_epochs[e], all) << "the holder's epoch " << e;
+    }
+    EXPECT_NE(producer->Stderr().find("resumes a saved state: " + std::to_string(kImages - samples) +
+                                      " sample(s) of epoch 0 decoded again for it"),
+              std::string::npos)
+        << producer->Stderr();
+    ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+  }
 }
 
 // Issue 39, test 1: a job joining in each of three epochs, while two others read on, gets whole

@@ -114,7 +114,18 @@ std::vector<Message> Samples() {
           SchemaWelcome(w),
           WelcomeWithDevice(SchemaWelcome(w)),
           Attach{0, kAttachNoCatchUp},
-          BatchAnnouncement{kPrivateSeq | 7, 2, 0, 0, 256, kBatchLastInEpoch | kBatchMadeWhole, 987654321}};
+          BatchAnnouncement{kPrivateSeq | 7, 2, 0, 0, 256, kBatchLastInEpoch | kBatchMadeWhole, 987654321},
+          Attach{1, kAttachResume, 3, 900, 1100}};
+}
+
+TEST(ProtocolTest, AnAttachWhoseResumeRangeContradictsItselfIsRejected) {
+  for (const Attach& bad : {Attach{0, kAttachNoCatchUp | kAttachResume, 1, 0, 10}, Attach{0, 0, 1, 0, 10},
+                            Attach{0, kAttachResume, 1, 10, 9}, Attach{0, 1 << 2}}) {
+    auto bytes = Encode(bad);
+    EXPECT_FALSE(Decode(bytes.data(), bytes.size()).ok()) << int{bad.flags} << " " << bad.resume_from;
+  }
+  auto good = Encode(Attach{0, kAttachResume, 2, 5, 5});  // an empty range: join at epoch 2's start
+  EXPECT_TRUE(Decode(good.data(), good.size()).ok());
 }
 
 TEST(ProtocolTest, ASchemaTravelsWholeAndOneThatDoesNotFitItsSlotIsRejected) {
@@ -283,9 +294,9 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 8) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 8296901568764490526ull) << "the wire format changed without a new kProtocolVersion (it is "
-                                       << kProtocolVersion << ")";
+  EXPECT_EQ(kProtocolVersion, 9) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 13359328275262728676ull) << "the wire format changed without a new kProtocolVersion (it is "
+                                        << kProtocolVersion << ")";
 }
 
 TEST(ProtocolTest, AClassCountTheWelcomeCannotHoldIsRefusedBeforeAllocating) {
