@@ -172,6 +172,38 @@ def test_new_iter_skips_the_rest_of_an_unfinished_epoch(serve):
     assert p.wait() == 0
 
 
+def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve):
+    """Issue 39's item 4, side by side with torch's DataLoader over the same number of samples:
+    a peek (next(iter(loader))) and then a loop, a loop broken after 3 batches and then another:
+    every loop yields the batches DataLoader's does, each a whole epoch; each iter() takes the
+    job's next epoch (a peek or a broken loop uses one: the producer's epochs are the job's
+    passes). len() is a whole epoch's batches throughout, `epoch` the current pass's number."""
+    p = serve(epochs=4)
+    loader = loader_for(p, batch_size=10)
+    dl = torch.utils.data.DataLoader(range(NUM_IMAGES), batch_size=10, shuffle=True)
+    assert len(loader) == len(dl) == len(expected_sizes(10))
+
+    def loop(it):
+        return [len(batch[0] if isinstance(batch, (list, tuple)) else batch) for batch in it]
+
+    next(iter(loader)), next(iter(dl))  # a peek
+    assert loader.epoch == 0 and loop(loader) == loop(dl) == expected_sizes(10)
+    assert loader.epoch == 1 and not loader.partial and len(loader) == len(dl)
+    for source in (loader, dl):  # a loop broken after 3 batches
+        for n, _ in enumerate(source):
+            if n == 2:
+                break
+    assert loader.epoch == 2
+    indices = []
+    for images, _ in loader:
+        indices += loader.indices.tolist()
+    assert loader.epoch == 3 and sorted(indices) == list(range(NUM_IMAGES))
+    assert len(indices) == sum(loop(dl))
+    with pytest.warns(coloader.FinishedWarning):  # the producer's 4 epochs were the job's 4 passes
+        assert list(loader) == []
+    loader.close()
+
+
 @pytest.mark.parametrize("catch_up", [True, False], ids=["catch-up", "no-catch-up"])
 def test_late_join_is_caught_up_or_warned_of(serve, catch_up):
     """A Loader that joins mid-epoch: with catch-up (the default) every epoch is whole, the first
