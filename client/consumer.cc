@@ -204,7 +204,8 @@ Result<Waited<bool>> Cursor::NextEpoch(int wait_ms) {
     std::optional<BatchAnnouncement> a = **std::move(taken);
     if (!a) {
       stream_ended_ = true;
-      if (served_resume_ && resume_pending_) {
+      const coloader::Attach& asked = state_->sink->attach_request;
+      if (served_resume_ && resume_pending_ && asked.resume_from < asked.resume_to) {
         resume_note_ = "ended its run before the saved epoch's rest came";
         Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
       }

@@ -33,6 +33,14 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
       return false;
     }
     resume_pending_ = false;
+    const uint64_t n = state_->welcome.epoch_samples;
+    if (a.epoch == o.resume_epoch && o.group.empty() && o.resume_begin < n && o.resume_samples > n - o.resume_begin) {
+      // Saved in a caught-up epoch, past its end and round (this producer does not catch up).
+      resume_note_ = "does not serve the rest of " + where + ", which this consumer had been caught up on (" +
+                     state_->welcome.no_catch_up + "): it is skipped; continuing at the next whole epoch";
+      Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
+      return false;
+    }
     if (a.epoch == o.resume_epoch) {
       SplitSpec saved = split_;
       saved.begin = o.resume_begin;
@@ -312,7 +320,10 @@ Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
   // The checks `serve --resume` makes of the same state: a position past the epoch is another
   // data set's or shard's, not the start of the next epoch.
   if (const uint64_t n = state_->welcome.epoch_samples; n > 0) {
-    const SplitSpec spec{begin, n, o.world_size, o.rank, batch_size(), o.drop_last};
+    SplitSpec spec{begin, n, o.world_size, o.rank, batch_size(), o.drop_last};
+    // A consumer alone: a caught-up epoch's positions run on from `begin` round the epoch's
+    // end, so a whole epoch's samples may follow any begin.
+    if (o.group.empty() && begin < n) spec.begin = 0;
     COLOADER_RETURN_NOT_OK(PlanSavedPosition(spec, epoch, samples).status());
   }
   o.resume = true;

@@ -260,7 +260,8 @@ struct Producer::Impl {
   }
   // `s` is `window` batches behind: the producer may not go further ahead of it.
   bool HoldsBackWindow(const Session& s) const {
-    if (s.pending || s.received == 0 || !s.reads_shared()) return false;
+    // One waiting to rejoin takes no shared batch until it does (it may be an epoch ahead).
+    if (s.pending || s.received == 0 || !s.reads_shared() || s.catch_up == Session::CatchUp::kRejoin) return false;
     return next_publish_seq - ReadUpto(s) + (next_submit_seq - next_publish_seq) >= opts.window;
   }
   // Attached consumer processes (what --min-consumers counts: each rank of a group is one).

@@ -106,12 +106,17 @@ Status Producer::Impl::CheckStart() {
     return Status::Invalid("--resume: the state was saved from data key " + r.data_key + ", but this producer's is " +
                            data_key + " (another dataset, or other --image-size/--augment/--output/--layout/--no-shuffle)");
   }
-  const SplitSpec spec{r.begin, epoch_samples(), r.world_size, 0, r.batch_size, r.drop_last};
+  SplitSpec spec{r.begin, epoch_samples(), r.world_size, 0, r.batch_size, r.drop_last};
+  // A consumer alone whose epoch was caught up: its positions ran on from `begin` round the
+  // epoch's end. Saved past that end, its rest ([begin + k - N, begin)) is served to it alone
+  // (ServeResume) and this run starts at the next epoch.
+  const bool wrapped = r.world_size == 1 && r.begin < spec.end && r.samples > spec.end - r.begin;
+  if (wrapped) spec.begin = 0;  // (checked as a whole epoch's samples)
   Result<SplitPlan> plan = PlanSavedPosition(spec, r.epoch, r.samples);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
   const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
-  if (done >= plan->batches) {
-    start_epoch = r.epoch + 1;  // that epoch was complete: the next one from its start
+  if (done >= plan->batches || wrapped) {
+    start_epoch = r.epoch + 1;  // that epoch was complete (or its rest is served alone): the next one
     start_position = 0;
   } else {
     start_epoch = r.epoch;
@@ -314,7 +319,8 @@ Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
                            std::to_string(opts.epochs) + " (--epochs counts from epoch 0 of the whole run)");
   }
   s.owed_epoch = epoch;
-  s.owed_whole = false;  // the rest of an epoch another process began
+  s.owed_whole = false;         // the rest of an epoch another process began
+  s.waiting_for_epoch = false;  // it continues its own epoch
   s.first_seq = s.acked_upto = next_publish_seq;
   s.owed_next = attach.resume_from;
   s.owed_end = attach.resume_to;

@@ -291,7 +291,44 @@ def test_a_state_of_an_epoch_this_run_does_not_serve_is_refused_naming_both(serv
     loader.close()
     done = loader_for(p, batch_size=10)
     done.load_state_dict(dict(state, epoch=1, samples_seen_in_epoch=NUM_IMAGES))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         assert list(done) == []
+    assert not [w for w in caught if issubclass(w.category, coloader.ResumeWarning)]  # nothing was owed
     done.close()
+
+
+def test_a_caught_up_jobs_state_resumes_exactly_through_serve_resume(serve, tmp_path):
+    """A job that joined mid-epoch was caught up (its epoch runs from its first position P to
+    the end, then 0..P-1) and saved its state within the part decoded for it; the job and its
+    producer die. `serve --resume` with that state and load_state_dict() give exactly the rest,
+    [P + k - N, P), then whole epochs."""
+    p = serve(epochs=2, window=2)
+    first = loader_for(p, batch_size=PRODUCER_BATCH)
+    it = iter(first)
+    next(it)  # holds the producer mid-epoch 0 while `late` joins
+    late = loader_for(p, batch_size=10)
+    late_it = start_reading(late)
+    p.wait_for(lambda st: len(st["consumers"]) == 2, "the late job")
+    reading = in_thread(lambda: (run_epoch(first, it), run_epoch(first)))  # on to the end, holding nobody
+    late_it = late_it()
+    seen = []
+    while len(seen) < NUM_IMAGES - 10:  # well into its own part (P > 10: it joined after a batch)
+        next(late_it)
+        seen += late.indices.tolist()
+    state = late.state_dict()
+    assert state["split_begin"] > 0 and state["samples_seen_in_epoch"] > NUM_IMAGES - state["split_begin"]
+    late.close()  # the job dies
+    reading()
+    first.close()
+    p.stop()
+
+    p2, resumed = _resume(serve, tmp_path / "state.json", state, 10, epochs=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", coloader.ResumeWarning)
+        rest = run_epoch(resumed)[1]
+        assert resumed.epoch == 0 and resumed.partial
+        assert sorted(seen + rest) == ALL and not set(seen) & set(rest)
+        whole = run_epoch(resumed)[1]
+    assert resumed.epoch == 1 and not resumed.partial and sorted(whole) == ALL
+    resumed.close()
