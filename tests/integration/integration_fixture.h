@@ -7,9 +7,15 @@
 // an exact epoch has samples == unique == N and index_sum == N(N-1)/2.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "client/consumer.h"
 
 #include "tests/support/producer_test.h"
 #include "tests/support/test_support.h"
@@ -54,5 +60,31 @@ class IntegrationTest : public testing::ProducerTest {
 
   static void ExpectExactEpoch(const testing::JsonLine& e, uint64_t n = kImages) { testing::ExpectExactEpoch(e, n); }
 };
+
+// A first reader in this process (for the late-join tests): it takes epoch 0's first batch and
+// holds it, so that the producer waits inside epoch 0 (the window) while a second consumer
+// starts, however slowly it starts on a loaded or instrumented machine; `then` runs meanwhile.
+// Afterwards it reads all `epochs`, each of which must be exact.
+template <typename Then>
+void HoldEpochZeroWhile(const std::string& name, int epochs, Then then) {
+  ConsumerOptions o;
+  o.name = name;
+  ASSERT_OK_AND_ASSIGN(auto first, Consumer::Connect(o));
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    ASSERT_OK_AND_ASSIGN(bool more, first->NextEpoch());
+    ASSERT_TRUE(more) << "epoch " << epoch;
+    std::vector<int64_t> seen;
+    for (int n = 0;; ++n) {
+      ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, first->Next());
+      if (!b) break;
+      seen.insert(seen.end(), b->indices(), b->indices() + b->size());
+      if (epoch == 0 && n == 0) then();  // while this batch is held
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int64_t> all(kImages);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all) << "the first reader's epoch " << epoch;
+  }
+}
 
 }  // namespace coloader

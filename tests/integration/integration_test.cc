@@ -111,32 +111,6 @@ TEST_F(IntegrationTest, DropLastDropsOnlyTheShortTail) {
   EXPECT_EQ(U64(epochs[0], "expected_batches"), 10u);
 }
 
-// The first reader of the two tests below, in this process: it takes epoch 0's first batch and
-// holds it, so that the producer waits inside epoch 0 (the window) while a second consumer
-// starts, however slowly it starts on a loaded or instrumented machine; `then` runs meanwhile.
-// Afterwards it reads all `epochs`, each of which must be exact.
-template <typename Then>
-void HoldEpochZeroWhile(const std::string& name, int epochs, Then then) {
-  ConsumerOptions o;
-  o.name = name;
-  ASSERT_OK_AND_ASSIGN(auto first, Consumer::Connect(o));
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    ASSERT_OK_AND_ASSIGN(bool more, first->NextEpoch());
-    ASSERT_TRUE(more) << "epoch " << epoch;
-    std::vector<int64_t> seen;
-    for (int n = 0;; ++n) {
-      ASSERT_OK_AND_ASSIGN(std::optional<Batch> b, first->Next());
-      if (!b) break;
-      seen.insert(seen.end(), b->indices(), b->indices() + b->size());
-      if (epoch == 0 && n == 0) then();  // while this batch is held
-    }
-    std::sort(seen.begin(), seen.end());
-    std::vector<int64_t> all(kImages);
-    std::iota(all.begin(), all.end(), 0);
-    EXPECT_EQ(seen, all) << "the first reader's epoch " << epoch;
-  }
-}
-
 // Catch-up: a consumer that joins mid-epoch reads the rest of it with the others, then what it
 // missed, decoded again for it alone: its first epoch is whole, and so is every one after it.
 TEST_F(IntegrationTest, LateJoinerIsCaughtUpOnWhatItMissed) {

@@ -152,6 +152,32 @@ TEST_F(IntegrationTest, TcpWithoutKeysRefusesToStartUnlessInsecure) {
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
+// Catch-up over tcp://: batches travel as payload and without a mailbox; a remote consumer that
+// joins mid-epoch gets whole epochs all the same (the private batches, and its rejoining).
+TEST_F(IntegrationTest, ARemoteConsumerJoiningMidEpochIsCaughtUp) {
+  auto producer =
+      Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--tcp", "tcp://127.0.0.1:*", "--insecure"});
+  const std::string ep = TcpEndpointOf(*producer);
+  ASSERT_FALSE(ep.empty());
+  std::unique_ptr<Child> remote;
+  HoldEpochZeroWhile("p", 3, [&] {
+    remote = std::make_unique<Child>(
+        Coloader({"consume", "--endpoint", ep, "--batch-size", "7", "--json", "--checksum"}), env_);
+    ASSERT_TRUE(producer->WaitForStderr("consumer 2 attached", 20000)) << producer->Stderr();
+  });
+  ASSERT_TRUE(remote);
+  ASSERT_EQ(remote->Wait(), 0) << remote->Stderr();
+  auto epochs = ParseJsonLines(remote->Stdout());
+  ASSERT_EQ(epochs.size(), 3u) << remote->Stdout();
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_EQ(U64(epochs[e], "epoch"), e);
+    EXPECT_EQ(epochs[e].at("partial"), "false") << "epoch " << e;
+    ExpectExactEpoch(epochs[e]);
+  }
+  EXPECT_NE(producer->Stderr().find("consumer 2 joined epoch 0 at sample "), std::string::npos) << producer->Stderr();
+  ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
+}
+
 TEST_F(IntegrationTest, TcpConsumerThatVanishesIsDetachedByHeartbeatAndOthersStayExact) {
   // A remote consumer has no pidfd: when it dies, the heartbeat timeout (1.5 s) frees its slots.
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "2",
