@@ -260,8 +260,12 @@ struct Producer::Impl {
   }
   // `s` is `window` batches behind: the producer may not go further ahead of it.
   bool HoldsBackWindow(const Session& s) const {
-    // One waiting to rejoin takes no shared batch until it does (it may be an epoch ahead).
-    if (s.pending || s.received == 0 || !s.reads_shared() || s.catch_up == Session::CatchUp::kRejoin) return false;
+    if (s.pending || s.received == 0 || !s.reads_shared()) return false;
+    // One waiting to rejoin, with every shared batch it was given read, takes none until it
+    // rejoins (it may be an epoch ahead of the shared stream).
+    if (s.catch_up == Session::CatchUp::kRejoin &&
+        (s.mailbox >= 0 ? ReadUpto(s) == next_publish_seq : s.acked_upto >= s.first_seq))
+      return false;
     return next_publish_seq - ReadUpto(s) + (next_submit_seq - next_publish_seq) >= opts.window;
   }
   // Attached consumer processes (what --min-consumers counts: each rank of a group is one).

@@ -111,6 +111,11 @@ Status Producer::Impl::CheckStart() {
   // epoch's end. Saved past that end, its rest ([begin + k - N, begin)) is served to it alone
   // (ServeResume) and this run starts at the next epoch.
   const bool wrapped = r.world_size == 1 && r.begin < spec.end && r.samples > spec.end - r.begin;
+  if (wrapped && !(opts.catch_up && source->WhyNoRefill().empty()))
+    return Status::Invalid("--resume: the state was saved in an epoch its job had been caught up on (positions from " +
+                           std::to_string(r.begin) +
+                           " round the epoch's end); serving its rest needs catch-up, "
+                           "which this producer does not do (drop --no-catch-up)");
   if (wrapped) spec.begin = 0;  // (checked as a whole epoch's samples)
   Result<SplitPlan> plan = PlanSavedPosition(spec, r.epoch, r.samples);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
