@@ -99,6 +99,7 @@ int ToOptions(const char* what, const coloader_consumer_options* options, coload
   o->resume_epoch = options->resume_epoch;
   o->resume_begin = options->resume_begin;
   o->resume_samples = options->resume_samples;
+  o->resume_origin = options->resume_origin;
   o->zero_copy = options->zero_copy != 0;
   if (options->group_wait_ms > 0) o->group_wait_ms = options->group_wait_ms;
   return COLOADER_OK;
@@ -271,15 +272,24 @@ uint64_t coloader_consumer_split_begin(const coloader_consumer* c) {
   return c != nullptr && c->impl ? c->impl->split_begin() : 0;
 }
 
+uint64_t coloader_consumer_split_origin(const coloader_consumer* c) {
+  return c != nullptr && c->impl ? c->impl->split_origin() : 0;
+}
+
 uint64_t coloader_consumer_samples_seen(const coloader_consumer* c) {
   return c != nullptr && c->impl ? c->impl->samples_seen() : 0;
 }
 
 int coloader_consumer_resume(coloader_consumer* c, uint64_t epoch, uint64_t begin, uint64_t samples) {
+  return coloader_consumer_resume_origin(c, epoch, begin, samples, 0);
+}
+
+int coloader_consumer_resume_origin(coloader_consumer* c, uint64_t epoch, uint64_t begin, uint64_t samples,
+                                    uint64_t origin) {
   constexpr const char* kWhat = "coloader_consumer_resume";
   return Guard(kWhat, [&]() -> int {
     if (c == nullptr || !c->impl) return NullArgument(kWhat, "consumer");
-    coloader::Status st = c->impl->Resume(epoch, begin, samples);
+    coloader::Status st = c->impl->Resume(epoch, begin, samples, origin);
     return st.ok() ? COLOADER_OK : Fail(st);
   });
 }

@@ -81,6 +81,9 @@ typedef struct coloader_consumer_options {
   /* A group member without a batch yet checks after this many ms that its group is complete
    * and fails naming the ranks that came and those that did not; 0: the default (20000). */
   int32_t group_wait_ms;
+  /* Appended after `group_wait_ms`. With `resume`: a group's state saved in an epoch it was
+   * caught up on (coloader_consumer_split_origin()); 0 otherwise. */
+  uint64_t resume_origin;
 } coloader_consumer_options;
 
 /* Describes a batch; pointers stay valid until the batch is released. */
@@ -182,10 +185,16 @@ COLOADER_C_EXPORT const char* coloader_consumer_no_catch_up(const coloader_consu
  * the positions running on modulo the epoch when it was caught up), and the samples this
  * consumer has taken in it (a resumed one counts those of its saved state). */
 COLOADER_C_EXPORT uint64_t coloader_consumer_split_begin(const coloader_consumer* c);
+/* A group member in an epoch it was caught up on: the position the epoch's order starts at (its
+ * split's positions count from there round the epoch's end); 0 otherwise. */
+COLOADER_C_EXPORT uint64_t coloader_consumer_split_origin(const coloader_consumer* c);
 COLOADER_C_EXPORT uint64_t coloader_consumer_samples_seen(const coloader_consumer* c);
 /* Resumes a saved state on this connection (as the resume fields of the options would): only
  * before the first coloader_consumer_next_epoch(), else COLOADER_E_INVALID. */
 COLOADER_C_EXPORT int coloader_consumer_resume(coloader_consumer* c, uint64_t epoch, uint64_t begin, uint64_t samples);
+/* The same with the state's split origin (a group's caught-up epoch; 0 is coloader_consumer_resume). */
+COLOADER_C_EXPORT int coloader_consumer_resume_origin(coloader_consumer* c, uint64_t epoch, uint64_t begin,
+                                                      uint64_t samples, uint64_t origin);
 /* What a resume could not give exactly ("" when it did, or none was asked); owned by the
  * consumer, valid until close; never NULL. */
 COLOADER_C_EXPORT const char* coloader_consumer_resume_note(const coloader_consumer* c);

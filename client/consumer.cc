@@ -166,8 +166,8 @@ Status Cursor::Attach() {
       m.resume_from = o.resume_begin + o.resume_samples;
       m.resume_to = o.resume_begin + n;
     }
-  } else if (split_mode()) {
-    m.flags = kAttachNoCatchUp;  // a group member or a resumed state walks the epoch by positions
+  } else if (o.resume) {
+    m.flags = kAttachNoCatchUp;  // a resumed state walks the epoch by positions
   }
   attached_ = true;
   state_->sink->attach_wanted.store(true);
@@ -273,14 +273,15 @@ Result<std::optional<Batch>> Consumer::Next(void* stream) { return internal::Out
 Result<Waited<std::optional<Batch>>> Consumer::Next(void* stream, int wait_ms) {
   return cursor_->Next(stream, wait_ms);
 }
-Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
-  return cursor_->Resume(epoch, begin, samples);
+Status Consumer::Resume(uint64_t epoch, uint64_t begin, uint64_t samples, uint64_t origin) {
+  return cursor_->Resume(epoch, begin, samples, origin);
 }
 bool Consumer::finished() const { return cursor_->finished(); }
 uint64_t Consumer::epoch() const { return cursor_->epoch(); }
 bool Consumer::partial() const { return cursor_->partial(); }
 uint64_t Consumer::size() const { return cursor_->size(); }
 uint64_t Consumer::split_begin() const { return cursor_->split_begin(); }
+uint64_t Consumer::split_origin() const { return cursor_->split_origin(); }
 uint64_t Consumer::samples_seen() const { return cursor_->samples_seen(); }
 const std::string& Consumer::resume_note() const { return cursor_->resume_note(); }
 uint32_t Consumer::batch_size() const { return cursor_->batch_size(); }

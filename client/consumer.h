@@ -96,11 +96,14 @@ struct ConsumerOptions {
   // (decoded again for it, whatever the others have read since), then whole epochs. A group
   // member (or one of a producer without catch-up) skips exactly those when the producer still
   // serves that epoch at or before the group's resume point; otherwise it says so
-  // (resume_note()) and continues at the next whole epoch.
+  // (resume_note()) and continues at the next whole epoch. `resume_origin`: a group's state
+  // saved in an epoch it was caught up on (split_origin()), whose rest a group is not served
+  // yet: it is skipped with a resume_note().
   bool resume = false;
   uint64_t resume_epoch = 0;
   uint64_t resume_begin = 0;
   uint64_t resume_samples = 0;
+  uint64_t resume_origin = 0;
 };
 
 namespace internal {
@@ -257,10 +260,14 @@ class Consumer {
   // positions running on modulo the epoch when it was caught up), and the samples this
   // consumer has taken in the epoch (a resumed one counts those of its saved state).
   uint64_t split_begin() const;
+  // A group member in an epoch it was caught up on (it joined mid-epoch and the producer served
+  // what came before after the rest): the position the epoch's order starts at, its split's
+  // positions counted from there round the epoch's end; 0 otherwise, and for a consumer alone.
+  uint64_t split_origin() const;
   uint64_t samples_seen() const;
   // Resumes a saved state (see ConsumerOptions::resume) on this connection; only before the
   // first NextEpoch(), when what was published since the handshake is still unread.
-  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples);
+  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples, uint64_t origin = 0);
   // What a resume did not give exactly (the producer had moved past the saved point); "" if
   // it did, or none was asked for.
   const std::string& resume_note() const;

@@ -281,7 +281,7 @@ class Cursor {
   // wait_ms < 0: until an outcome (never kNotYet).
   Result<Waited<bool>> NextEpoch(int wait_ms);
   Result<Waited<std::optional<Batch>>> Next(void* stream, int wait_ms);
-  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples);
+  Status Resume(uint64_t epoch, uint64_t begin, uint64_t samples, uint64_t origin);
   void Close();
   bool finished() const { return finished_; }
   uint64_t epoch() const { return epoch_; }
@@ -290,6 +290,10 @@ class Cursor {
   // Where this epoch's positions begin (they run on modulo the epoch's samples: a caught-up
   // epoch is the shared stream's rest, then what came before).
   uint64_t split_begin() const { return split_mode() ? split_.begin : epoch_begin_.load(); }
+  // A group member's caught-up epoch: the position its order starts at (its split's positions
+  // count from there round the epoch's end); 0 otherwise, and for a consumer alone (whose
+  // split_begin() says it).
+  uint64_t split_origin() const { return split_mode() ? origin_.load() : 0; }
   uint64_t samples_seen() const { return samples_seen_; }
   const std::string& resume_note() const { return resume_note_; }
   uint32_t batch_size() const { return state_->opts.batch_size; }
@@ -346,6 +350,9 @@ class Cursor {
   Result<bool> Advance(uint64_t upto, uint64_t take_from, std::vector<Piece>* pieces,
                  std::optional<Batch>* gathered, void* stream, std::chrono::steady_clock::time_point slice_end);
   Status Stash(uint32_t from, uint32_t n, void* stream);
+  // Where position `pos` of this epoch comes in its order: the split's coordinate (a caught-up
+  // epoch runs origin_..N-1, 0..origin_-1).
+  uint64_t Coord(uint64_t pos) const;
   Status AppendPadding(Batch& b, void* stream);
   void FreeStash();
   bool split_mode() const;  // in a group, or resuming: batches follow common/split.h
@@ -376,6 +383,7 @@ class Cursor {
   // epoch's end (a member's share can end before the stream's epoch does).
   SplitSpec split_{};
   SplitPlan plan_{};
+  std::atomic<uint64_t> origin_{0};  // where a caught-up epoch's order starts (split_origin())
   uint64_t group_batch_ = 0;
   std::atomic<uint64_t> samples_seen_{0};
   bool stream_epoch_done_ = false;

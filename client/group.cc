@@ -17,8 +17,16 @@ using internal::SlotLease;
 Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
   const ConsumerOptions& o = state_->opts;
   FreeStash();
-  split_ = SplitSpec{a.first, state_->welcome.epoch_samples, o.group.empty() ? 1 : o.world_size,
-                     o.group.empty() ? 0 : o.rank, o.batch_size, o.drop_last};
+  // A group that joined mid-epoch and is caught up (the shared stream's rest, flagged
+  // kBatchMadeWhole, then what came before): the epoch's order runs from a.first round its end,
+  // and the split is of that whole order. Otherwise the split is of the epoch's rest from a.first.
+  origin_ = (a.flags & kBatchMadeWhole) && a.first > 0 ? a.first : 0;
+  split_ = SplitSpec{origin_ > 0 ? 0 : a.first,
+                     state_->welcome.epoch_samples,
+                     o.group.empty() ? 1 : o.world_size,
+                     o.group.empty() ? 0 : o.rank,
+                     o.batch_size,
+                     o.drop_last};
   group_batch_ = 0;
   samples_seen_ = 0;
   stream_epoch_done_ = false;
@@ -38,6 +46,22 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
       // Saved in a caught-up epoch, past its end and round (this producer does not catch up).
       resume_note_ = "does not serve the rest of " + where + ", which this consumer had been caught up on (" +
                      state_->welcome.no_catch_up + "): it is skipped; continuing at the next whole epoch";
+      Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
+      return false;
+    }
+    if (a.epoch == o.resume_epoch && o.resume_origin > 0) {
+      SplitSpec saved = split_;
+      saved.begin = 0;
+      auto plan = PlanSavedPosition(saved, o.resume_epoch, o.resume_samples);
+      if (!plan.ok()) return plan.status();
+      if (BatchesTaken(saved, *plan, o.resume_samples) >= plan->batches) {
+        resume_note_.clear();  // it had finished the epoch: the next one is the resume point
+        return false;
+      }
+      // Its order ran from the origin round the epoch's end: not a walk of this stream.
+      resume_note_ = "does not serve a group the rest of " + where + ", which it had been caught up on (" +
+                     std::to_string(plan->per_rank - std::min(plan->per_rank, o.resume_samples)) +
+                     " samples of this rank): it is skipped; continuing at the next whole epoch";
       Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
       return false;
     }
@@ -75,7 +99,7 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
     // Past the saved epoch: exact if that epoch's share was all taken and this is the next
     // one from its start (a state saved at an epoch's end), else its rest is lost.
     SplitSpec saved = split_;
-    saved.begin = o.resume_begin;
+    saved.begin = o.resume_origin > 0 ? 0 : o.resume_begin;
     auto saved_plan = PlanSplit(saved);
     const bool complete = saved_plan.ok() && BatchesTaken(saved, *saved_plan, o.resume_samples) >= saved_plan->batches;
     if (!(complete && a.epoch == o.resume_epoch + 1 && a.first == 0)) {
@@ -108,7 +132,7 @@ Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
   for (const Segment& seg : padding_) slots += seg.size();
   const uint64_t labels_bytes = (slots * 8 + 255) / 256 * 256;
   for (uint32_t i = from; i < from + n; ++i) {
-    const uint64_t pos = a.first + i;
+    const uint64_t pos = Coord(a.first) + i;
     uint64_t slot = 0;
     bool wanted = false;
     for (const Segment& seg : padding_) {
@@ -182,8 +206,9 @@ Result<bool> Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piec
       offset_ = 0;
       continue;
     }
-    // Positions within a batch are consecutive; skipped bad files leave a gap at its end.
-    const uint64_t pos = current_->a.first + offset_;
+    // Positions within a batch are consecutive (no batch crosses the epoch's end, where a caught-up
+    // epoch's order wraps round); skipped bad files leave a gap at its end.
+    const uint64_t pos = Coord(current_->a.first) + offset_;
     if (pos >= upto) return true;
     uint64_t n = std::min<uint64_t>(current_->a.count - offset_, upto - pos);
     const bool take = pieces != nullptr && pos >= take_from;
@@ -313,7 +338,12 @@ Result<Waited<std::optional<Batch>>> Cursor::NextInGroup(void* stream,
   return batch;
 }
 
-Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
+uint64_t Cursor::Coord(uint64_t pos) const {
+  const uint64_t n = state_->welcome.epoch_samples, origin = origin_.load();
+  return origin == 0 || n == 0 ? pos : (pos + n - origin) % n;
+}
+
+Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples, uint64_t origin) {
   if (in_epoch_ || stream_ended_)
     return Status::Invalid("resume a saved state before the first epoch begins (load_state_dict before iterating)");
   ConsumerOptions& o = state_->opts;  // read by this (the user's) thread only
@@ -323,13 +353,18 @@ Status Cursor::Resume(uint64_t epoch, uint64_t begin, uint64_t samples) {
     SplitSpec spec{begin, n, o.world_size, o.rank, batch_size(), o.drop_last};
     // A consumer alone: a caught-up epoch's positions run on from `begin` round the epoch's
     // end, so a whole epoch's samples may follow any begin.
-    if (o.group.empty() && begin < n) spec.begin = 0;
+    // A group caught up: its split was of the whole epoch, from `origin` round.
+    if ((o.group.empty() && begin < n) || origin > 0) spec.begin = 0;
+    if (origin >= n)
+      return Status::Invalid("the saved state's split origin " + std::to_string(origin) + " is outside an epoch of " +
+                             std::to_string(n) + " samples");
     COLOADER_RETURN_NOT_OK(PlanSavedPosition(spec, epoch, samples).status());
   }
   o.resume = true;
   o.resume_epoch = epoch;
   o.resume_begin = begin;
   o.resume_samples = samples;
+  o.resume_origin = origin;
   resume_pending_ = true;
   return Status::OK();
 }

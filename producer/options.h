@@ -54,6 +54,7 @@ struct DatasetOptions {
     bool set = false;
     uint64_t epoch = 0;
     uint64_t begin = 0;    // where that epoch's split began (a late group: its join point)
+    uint64_t origin = 0;   // a group caught up in that epoch: where its order began (0: not)
     uint64_t samples = 0;  // samples each rank had taken in it
     uint32_t world_size = 1, batch_size = 1;
     bool drop_last = false;

@@ -150,9 +150,10 @@ struct Producer::Impl {
 
   RingAccounting ring{1};
   std::map<uint64_t, std::unique_ptr<BatchJob>> done;  // completed, waiting to publish in order
-  // Catch-up batches (one consumer's alone): completed ones, and whose each is (session id).
+  // Catch-up batches (one consumer's alone, or every member's of one group): completed ones,
+  // and whose each is (session ids).
   std::map<uint64_t, std::unique_ptr<BatchJob>> done_private;
-  std::unordered_map<uint64_t, uint64_t> private_owner;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> private_owner;
   uint64_t next_private_seq = kPrivateSeq;
   uint64_t private_batches = 0, private_samples = 0;   // published, for the progress line and status
   std::unordered_map<std::string, Session> sessions;   // by routing id
@@ -313,8 +314,16 @@ struct Producer::Impl {
   // Its catch-up batches that take a slot (with the source, or published and held); the slots all
   // of them may take; the consumer served now (one at a time).
   uint64_t PrivateFootprint(const Session& s) const;
-  uint64_t CatchUpBudget() const;
+  // Catch-up batches that take a slot, each counted once (a group's are every member's).
+  uint64_t PrivateSlotsInUse() const;
+  // The slots all catch-up batches may take while `s` is served: the ring's spare slots, two at
+  // least; for a group, enough for one of its steps (its first rank waits in the all-reduce
+  // holding its batch while the last reads (W - 1) * b samples further) and one more.
+  uint64_t CatchUpBudget(const Session& s) const;
   const Session* CatchingUp() const;
+  // Who reads the catch-up batches made for `s`: `s` alone, or every member of its group still
+  // here and catching up with it (a group is caught up as one: every rank reads every batch).
+  std::vector<Session*> CatchUpReaders(const Session& s);
   // `s` has read past batch `seq` (it took a later one): a Reclaim may ask for it back.
   bool ReadPast(const Session& s, uint64_t seq) const {
     if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1;

@@ -116,11 +116,26 @@ Status Producer::Impl::CheckStart() {
                            std::to_string(r.begin) +
                            " round the epoch's end); serving its rest needs catch-up, "
                            "which this producer does not do (drop --no-catch-up)");
-  if (wrapped) spec.begin = 0;  // (checked as a whole epoch's samples)
+  if (wrapped || r.origin > 0) spec.begin = 0;  // (checked as a whole epoch's samples)
+  if (r.origin >= spec.end && r.origin > 0)
+    return Status::Invalid("--resume: the state's split_origin " + std::to_string(r.origin) +
+                           " is outside an epoch of " + std::to_string(spec.end) +
+                           " samples: a state of another dataset?");
   Result<SplitPlan> plan = PlanSavedPosition(spec, r.epoch, r.samples);
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
   const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
-  if (done >= plan->batches || wrapped) {
+  // A group's state saved in an epoch it was caught up on: its order ran from the origin round
+  // the epoch's end, which a run's start cannot give; its rest is not served (its ranks say so).
+  const bool rotated = r.origin > 0 && done < plan->batches;
+  if (rotated)
+    LogLineAt(LogLevel::kWarning,
+              "[coloader %s] --resume: the state was saved in epoch %llu, which its group had been caught up on "
+              "(its order from position %llu round the epoch's end): the rest of it (%llu samples per rank) is not "
+              "served; starting at epoch %llu\n",
+              opts.name.c_str(), static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.origin),
+              static_cast<unsigned long long>(plan->per_rank - std::min(plan->per_rank, r.samples)),
+              static_cast<unsigned long long>(r.epoch + 1));
+  if (done >= plan->batches || wrapped || rotated) {
     start_epoch = r.epoch + 1;  // that epoch was complete (or its rest is served alone): the next one
     start_position = 0;
   } else {
@@ -306,7 +321,7 @@ void Producer::Impl::PublishReady() {
 // worth at a time.
 
 bool Producer::Impl::CanCatchUp(const Session& s) const {
-  return opts.catch_up && source->WhyNoRefill().empty() && s.group.empty() && !s.resuming;
+  return opts.catch_up && source->WhyNoRefill().empty() && !s.resuming;
 }
 
 Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
@@ -377,17 +392,30 @@ bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
   // consumer is owed only what this run published before it came, and that epoch stays the
   // rest of the saved one (partial), as for a consumer that came at its start.
   const uint64_t begin = job.epoch == start_epoch ? start_position : 0;
-  if (s.catch_up == CatchUp::kNone && s.received == 0 && job.first > begin && CanCatchUp(s)) {
+  // A group's members see the same batch first (they start together) and decide alike. A group
+  // is caught up only to a whole epoch: its split runs over the epoch's order from where it
+  // joined round to there (common/split.h), which the rest of a resumed run's epoch is not.
+  const bool whole = begin == 0;
+  if (s.catch_up == CatchUp::kNone && s.received == 0 && job.first > begin && CanCatchUp(s) &&
+      (s.group.empty() || whole)) {
     s.catch_up = CatchUp::kTail;  // joins mid-epoch: owed what it missed
     s.owed_epoch = job.epoch;
     s.owed_next = begin;
     s.owed_end = job.first;
-    s.owed_whole = begin == 0;
-    LogLine(
-        "[coloader %s] consumer %llu joined epoch %llu at sample %llu: it reads the rest with the others, then "
-        "the %llu it missed, decoded again for it\n",
-        opts.name.c_str(), static_cast<unsigned long long>(s.id), static_cast<unsigned long long>(job.epoch),
-        static_cast<unsigned long long>(job.first), static_cast<unsigned long long>(job.first - begin));
+    s.owed_whole = whole;
+    if (s.group.empty()) {
+      LogLine(
+          "[coloader %s] consumer %llu joined epoch %llu at sample %llu: it reads the rest with the others, then "
+          "the %llu it missed, decoded again for it\n",
+          opts.name.c_str(), static_cast<unsigned long long>(s.id), static_cast<unsigned long long>(job.epoch),
+          static_cast<unsigned long long>(job.first), static_cast<unsigned long long>(job.first - begin));
+    } else if (s.rank == 0) {
+      LogLine(
+          "[coloader %s] group %s joined epoch %llu at sample %llu: its %u ranks read the rest with the others, "
+          "then the %llu it missed, decoded again for them once\n",
+          opts.name.c_str(), s.group.c_str(), static_cast<unsigned long long>(job.epoch),
+          static_cast<unsigned long long>(job.first), s.world_size, static_cast<unsigned long long>(job.first - begin));
+    }
   }
   return true;
 }
@@ -417,15 +445,28 @@ uint64_t Producer::Impl::PrivateFootprint(const Session& s) const {
   return n;
 }
 
-uint64_t Producer::Impl::CatchUpBudget() const {
+uint64_t Producer::Impl::PrivateSlotsInUse() const {
+  uint64_t n = private_owner.size();  // with the source, or done and not yet published
+  for (const RingAccounting::Held& h : ring.Published()) n += IsPrivateSeq(h.seq) ? 1 : 0;
+  return n;
+}
+
+uint64_t Producer::Impl::CatchUpBudget(const Session& s) const {
   const uint64_t spare = ring.num_slots() - std::min(ring.num_slots(), opts.window);
-  return std::max<uint64_t>(2, spare);
+  uint64_t budget = std::max<uint64_t>(2, spare);
+  if (!s.group.empty() && s.world_size > 1) {
+    // As Refusal() asks of the window for the shared stream.
+    const uint64_t b = s.batch_size ? s.batch_size : opts.batch_size;
+    const uint64_t step = (uint64_t{s.world_size - 1} * b + opts.batch_size - 1) / opts.batch_size;
+    budget = std::max(budget, std::min<uint64_t>(step + 2, ring.num_slots()));
+  }
+  return budget;
 }
 
 const Session* Producer::Impl::CatchingUp() const {
-  // One at a time: the one already under way (it holds or waits for its own batches), else the
-  // first to come. Two, each holding the batch it reads while it waits for its next, would fill a
-  // budget of two and wait for each other.
+  // One at a time (a group counts as one): the one already under way (it holds or waits for its
+  // own batches), else the first to come. Two, each holding the batch it reads while it waits
+  // for its next, would fill a budget of two and wait for each other.
   const Session* first = nullptr;
   for (const auto& [identity, s] : sessions) {
     if (s.catch_up != Session::CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
@@ -435,12 +476,20 @@ const Session* Producer::Impl::CatchingUp() const {
   return first;
 }
 
+std::vector<Session*> Producer::Impl::CatchUpReaders(const Session& s) {
+  std::vector<Session*> readers;
+  for (auto& [identity, t] : sessions) {
+    const bool same = t.id == s.id || (!s.group.empty() && t.group == s.group && t.catch_up == s.catch_up &&
+                                       t.owed_epoch == s.owed_epoch && t.owed_next == s.owed_next);
+    if (same) readers.push_back(&t);
+  }
+  return readers;
+}
+
 uint32_t Producer::Impl::CatchUpWaiting() const {
   const Session* s = CatchingUp();
   if (!s || PrivateOutstanding(*s) > 0) return 0;
-  uint64_t total = 0;
-  for (const auto& [identity, t] : sessions) total += PrivateFootprint(t);
-  return total < CatchUpBudget() ? 1 : 0;
+  return PrivateSlotsInUse() < CatchUpBudget(*s) ? 1 : 0;
 }
 
 void Producer::Impl::SubmitCatchUp(bool first_only) {
@@ -459,15 +508,15 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
       s.owed_whole = true;
     }
   }
-  // One consumer at a time is served; all catch-up batches together (with the source, unread,
-  // or held) take at most the ring's spare slots, and two at least (a job holds the batch it
-  // reads while it waits for the next): the shared stream keeps its window.
+  // One consumer (or group) at a time is served; all catch-up batches together (with the source,
+  // unread, or held) take at most the budget's slots: the shared stream keeps its window.
   const Session* served = CatchingUp();
   if (!served || !fatal.ok()) return;
   Session& s = sessions.at(served->identity);
-  uint64_t total = 0;
-  for (const auto& [identity, t] : sessions) total += PrivateFootprint(t);
-  while (s.owed_next < s.owed_end && total < CatchUpBudget()) {
+  const std::vector<Session*> readers = CatchUpReaders(s);
+  const uint64_t budget = CatchUpBudget(s);
+  uint64_t total = PrivateSlotsInUse();
+  while (s.owed_next < s.owed_end && total < budget) {
     if (first_only && PrivateOutstanding(s) > 0) return;
     std::optional<uint32_t> slot = AcquireSlot();
     if (!slot) {
@@ -480,11 +529,14 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
     const uint32_t count =
         static_cast<uint32_t>(std::min<uint64_t>({opts.batch_size, s.owed_end - s.owed_next, n - at}));
     const uint64_t seq = next_private_seq++;
-    private_owner[seq] = s.id;
-    s.private_jobs.push_back(seq);
     const bool last = s.owed_next + count == s.owed_end;
+    std::vector<uint64_t>& owners = private_owner[seq];
+    for (Session* r : readers) {  // a group's members move on together
+      owners.push_back(r->id);
+      r->private_jobs.push_back(seq);
+      r->owed_next += count;
+    }
     source->FillAt(*slot, shm.data() + uint64_t{*slot} * table.slot_bytes, seq, s.owed_epoch, at, count, last);
-    s.owed_next += count;
     ++total;
   }
 }
@@ -493,19 +545,20 @@ void Producer::Impl::PublishCatchUp() {
   using CatchUp = Session::CatchUp;
   for (auto it = done_private.begin(); fatal.ok() && it != done_private.end();) {
     auto owner = private_owner.find(it->first);
-    auto session = sessions.end();
+    std::vector<Session*> readers;  // its owners still here
     if (owner != private_owner.end())
-      session =
-          std::find_if(sessions.begin(), sessions.end(), [&](const auto& kv) { return kv.second.id == owner->second; });
-    if (session == sessions.end()) {  // it left: the batch is nobody's
+      for (auto& [identity, t] : sessions)
+        if (std::find(owner->second.begin(), owner->second.end(), t.id) != owner->second.end()) readers.push_back(&t);
+    if (readers.empty()) {  // they left: the batch is nobody's
       ring.Abandon(it->second->slot);
       if (owner != private_owner.end()) private_owner.erase(owner);
       it = done_private.erase(it);
       continue;
     }
-    Session& s = session->second;
-    if (s.private_jobs.empty() || s.private_jobs.front() != it->first) {
-      ++it;  // an earlier one of its own is not done yet
+    if (std::any_of(readers.begin(), readers.end(), [&](const Session* r) {
+          return r->private_jobs.empty() || r->private_jobs.front() != it->first;
+        })) {
+      ++it;  // an earlier one of theirs is not done yet
       continue;
     }
     std::unique_ptr<BatchJob> job = std::move(it->second);
@@ -517,26 +570,32 @@ void Producer::Impl::PublishCatchUp() {
       continue;
     }
     private_owner.erase(owner);
-    s.private_jobs.pop_front();
-    std::optional<BatchAnnouncement> a = Ready(*job, *count, {&s});
+    for (Session* r : readers) r->private_jobs.pop_front();
+    std::optional<BatchAnnouncement> a = Ready(*job, *count, {readers.begin(), readers.end()});
     if (!a) return;
-    if (s.owed_whole) a->flags |= kBatchMadeWhole;
-    if (!Announce(s, *a)) {
-      ring.Publish(job->slot, job->seq, {});
-      DropSession(s.identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
-      it = done_private.begin();
-      continue;
+    if (readers.front()->owed_whole) a->flags |= kBatchMadeWhole;
+    std::vector<uint64_t> holders;
+    std::vector<std::string> stuck;
+    for (Session* r : readers) {
+      if (!Announce(*r, *a)) {
+        stuck.push_back(r->identity);
+        continue;
+      }
+      holders.push_back(r->id);
+      if (job->last_in_epoch) {  // its epoch is whole: on to the next, with the shared stream
+        r->owed_epoch = job->epoch + 1;
+        r->catch_up = !opts.forever && r->owed_epoch >= opts.epochs ? CatchUp::kDone : CatchUp::kRejoin;
+        // Counted from here on in the shared stream (ReadUpto without a mailbox; a stall's clock).
+        r->first_seq = r->acked_upto = next_publish_seq;
+        r->last_read_ns = MonotonicNs();
+      }
     }
-    ring.Publish(job->slot, job->seq, {s.id});
+    ring.Publish(job->slot, job->seq, holders);
     ++private_batches;
     private_samples += *count;
-    if (job->last_in_epoch) {  // its epoch is whole: on to the next, with the shared stream
-      s.owed_epoch = job->epoch + 1;
-      s.catch_up = !opts.forever && s.owed_epoch >= opts.epochs ? CatchUp::kDone : CatchUp::kRejoin;
-      // Counted from here on in the shared stream (ReadUpto without a mailbox; a stall's clock).
-      s.first_seq = s.acked_upto = next_publish_seq;
-      s.last_read_ns = MonotonicNs();
-    }
+    // (last: dropping a group's member drops the others too)
+    for (const std::string& identity : stuck)
+      DropSession(identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
     it = done_private.begin();
   }
 }

@@ -257,9 +257,7 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   w.data_key = data_key;
   w.classes = source->classes();
   if (!CanCatchUp(s)) {
-    w.no_catch_up = !opts.catch_up                   ? "the producer was started with --no-catch-up"
-                    : !source->WhyNoRefill().empty() ? source->WhyNoRefill()
-                                                     : "a consumer group is not caught up (its ranks start together)";
+    w.no_catch_up = !opts.catch_up ? "the producer was started with --no-catch-up" : source->WhyNoRefill();
   }
   w.node_rank = opts.dataset.rank;
   w.num_nodes = opts.dataset.world_size;

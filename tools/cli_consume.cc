@@ -134,8 +134,11 @@ void ReportEpoch(const Consumer& c, const ConsumerOptions& o, const ConsumeFlags
         .Field("path", c.on_device() ? "device" : "host");
     if (f.checksum) w.Field("content_hash", t.content);
     if (!o.group.empty()) {
-      w.Field("group", o.group).Field("rank", static_cast<uint64_t>(o.rank))
-          .Field("world_size", static_cast<uint64_t>(o.world_size)).Field("split_begin", c.split_begin());
+      w.Field("group", o.group)
+          .Field("rank", static_cast<uint64_t>(o.rank))
+          .Field("world_size", static_cast<uint64_t>(o.world_size))
+          .Field("split_begin", c.split_begin())
+          .Field("split_origin", c.split_origin());
     }
     if (f.list_indices) {
       w.BeginArray("indices");

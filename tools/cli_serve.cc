@@ -70,6 +70,7 @@ Status ReadResume(const std::string& path, bool seed_given, ProducerOptions* o) 
   COLOADER_RETURN_NOT_OK(number("world_size", false, &world));
   COLOADER_RETURN_NOT_OK(number("rank", false, &rank));
   COLOADER_RETURN_NOT_OK(number("split_begin", false, &r.begin));
+  COLOADER_RETURN_NOT_OK(number("split_origin", false, &r.origin));
   if (batch < 1 || batch > UINT32_MAX || world < 1 || world > kMaxGroupSize)
     return Status::Invalid("--resume " + path + ": batch_size " + std::to_string(batch) + " and world_size " +
                            std::to_string(world) + " must be >= 1 (and a group has at most " +

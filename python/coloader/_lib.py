@@ -139,6 +139,7 @@ class ConsumerOptions(ctypes.Structure):
         ("resume_samples", ctypes.c_uint64),
         ("zero_copy", ctypes.c_int32),  # appended after those: views of the producer's memory itself
         ("group_wait_ms", ctypes.c_int32),
+        ("resume_origin", ctypes.c_uint64),  # appended after it: a caught-up group's saved state
     ]
 
 
@@ -306,9 +307,12 @@ def _declare(lib):
         "coloader_consumer_class_name": (ctypes.c_char_p, [c_consumer_p, ctypes.c_uint32]),
         "coloader_consumer_no_catch_up": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_split_begin": (ctypes.c_uint64, [c_consumer_p]),
+        "coloader_consumer_split_origin": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_samples_seen": (ctypes.c_uint64, [c_consumer_p]),
         "coloader_consumer_resume": (ctypes.c_int, [c_consumer_p, ctypes.c_uint64, ctypes.c_uint64,
                                                     ctypes.c_uint64]),
+        "coloader_consumer_resume_origin": (ctypes.c_int, [c_consumer_p, ctypes.c_uint64, ctypes.c_uint64,
+                                                           ctypes.c_uint64, ctypes.c_uint64]),
         "coloader_consumer_resume_note": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_consumer_close": (None, [c_consumer_p]),
         "coloader_consumer_num_fields": (ctypes.c_uint32, [c_consumer_p]),

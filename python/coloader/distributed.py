@@ -100,6 +100,8 @@ class _Stateful:
             "batch_size": self.batch_size,
             "drop_last": bool(self._opts_args[3]),
             "split_begin": int(_lib.lib().coloader_consumer_split_begin(ptr)),
+            # A group's epoch it was caught up on runs from here round the epoch's end.
+            "split_origin": int(_lib.lib().coloader_consumer_split_origin(ptr)),
             "node_rank": int(_lib.lib().coloader_consumer_node_rank(ptr)),
             "num_nodes": int(_lib.lib().coloader_consumer_num_nodes(ptr)),
         }
@@ -128,18 +130,21 @@ class _Stateful:
                                   ("drop_last", bool(state.get("drop_last", self.drop_last)), self.drop_last)):
             if saved != here:
                 mismatches.append("%s %r in the state, %r here" % (what, saved, here))
-        position = state["samples_seen_in_epoch"], state["epoch"], state.get("split_begin", 0)
+        position = (state["samples_seen_in_epoch"], state["epoch"], state.get("split_begin", 0),
+                    state.get("split_origin", 0))
         if any(not isinstance(v, int) or v < 0 for v in position):
-            mismatches.append("a negative or non-integer position (epoch %r, samples %r, split_begin %r)"
-                              % (state["epoch"], state["samples_seen_in_epoch"], state.get("split_begin", 0)))
+            mismatches.append("a negative or non-integer position (epoch %r, samples %r, split_begin %r, split_origin %r)"
+                              % (state["epoch"], state["samples_seen_in_epoch"], state.get("split_begin", 0),
+                                 state.get("split_origin", 0)))
         if mismatches:
             raise _lib.InvalidArgument("coloader.Loader(%r) cannot resume this state: %s" % (self.name, "; ".join(mismatches)),
                                        _lib.E_INVALID)
         if not self._started:
             # Nothing read yet: resume on this connection (what was published meanwhile waits).
-            _lib.check(_lib.lib().coloader_consumer_resume(self._require_open(), int(state["epoch"]),
-                                                          int(state.get("split_begin", 0)),
-                                                          int(state["samples_seen_in_epoch"])))
+            _lib.check(_lib.lib().coloader_consumer_resume_origin(self._require_open(), int(state["epoch"]),
+                                                                 int(state.get("split_begin", 0)),
+                                                                 int(state["samples_seen_in_epoch"]),
+                                                                 int(state.get("split_origin", 0))))
         else:
             # Mid-run: leave and come back asking for the saved point.
             self._discard_ahead()

@@ -360,6 +360,7 @@ class Loader(_Stateful):
             opts.resume_epoch = int(resume["epoch"])
             opts.resume_begin = int(resume.get("split_begin", 0))
             opts.resume_samples = int(resume["samples_seen_in_epoch"])
+            opts.resume_origin = int(resume.get("split_origin", 0))
         return opts
 
     def _connect(self, opts):

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    BINARY, NUM_IMAGES, REPO, STEP_TIMEOUT, needs_build, torch)
+    BINARY, NUM_IMAGES, PRODUCER_BATCH, REPO, STEP_TIMEOUT, needs_build, torch)
 
 import coloader  # noqa: E402
 
@@ -107,6 +107,21 @@ def _steps(log_dir, rank):
     return out
 
 
+def _summaries(log_dir, rank):
+    """The rank's end-of-epoch lines (epoch, steps, samples, partial), in order."""
+    return [json.loads(l) for l in (log_dir / ("rank%d.jsonl" % rank)).read_text().splitlines() if '"steps"' in l]
+
+
+def _indices_by_epoch(log_dir):
+    """{rank: {epoch: every dataset index the rank trained on in it}} from both ranks' logs."""
+    per_rank = {}
+    for rank in (0, 1):
+        by_epoch = per_rank[rank] = {}
+        for rec in _steps(log_dir, rank):
+            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
+    return per_rank
+
+
 def _check_exact(per_rank_epoch_indices, epochs):
     """Each rank: exactly its share per epoch (PER_RANK samples in STEPS steps); both ranks
     together: every sample, with the one padding repeat ceil(103/2)*2 - 103 = 1."""
@@ -125,16 +140,37 @@ def test_torchrun_ddp_ranks_split_every_epoch(serve, tmp_path):
     run = _torchrun(tmp_path, producer.name)
     out, _ = run.communicate(timeout=120)
     assert run.returncode == 0, out
-    per_rank = {}
     for rank in (0, 1):
-        by_epoch = {}
-        for rec in _steps(tmp_path, rank):
-            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
-        per_rank[rank] = by_epoch
-        summaries = [json.loads(l) for l in (tmp_path / ("rank%d.jsonl" % rank)).read_text().splitlines()
-                     if '"steps"' in l]
-        assert [s["steps"] for s in summaries] == [STEPS, STEPS], summaries  # equal step counts
-    _check_exact(per_rank, 2)
+        assert [s["steps"] for s in _summaries(tmp_path, rank)] == [STEPS, STEPS]  # equal step counts
+    _check_exact(_indices_by_epoch(tmp_path), 2)
+    assert producer.wait() == 0
+
+
+def test_a_ddp_job_started_after_another_is_caught_up_to_whole_epochs(serve, tmp_path):
+    """torchrun's 2 ranks (gloo all-reduce every step) start while another job reads epoch 0: the
+    producer serves them the rest of it with that job, then what they missed, decoded again once
+    for both; each rank gets its equal share of the whole epoch, and the epoch is not partial."""
+    producer = serve(epochs=2, window=2)
+    # The other job holds its first batch of epoch 0 (the producer stays within --window of it)
+    # until the group is there, then reads on.
+    with coloader.Loader(producer.name, batch_size=PRODUCER_BATCH, timeout=STEP_TIMEOUT) as other:
+        batches = iter(other)
+        next(batches)
+        run = _torchrun(tmp_path, producer.name)
+        try:
+            producer.wait_for(lambda st: len(st["consumers"]) == 3, "the group's 2 ranks", timeout=120)
+        except AssertionError:
+            run.kill()
+            raise AssertionError(run.communicate()[0])
+        assert sum(1 for _ in batches) == (NUM_IMAGES + PRODUCER_BATCH - 1) // PRODUCER_BATCH - 1
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, out
+    for rank in (0, 1):
+        summaries = _summaries(tmp_path, rank)
+        assert [(s["epoch"], s["steps"], s["partial"]) for s in summaries] == [(0, STEPS, False), (1, STEPS, False)], (
+            summaries, "".join(producer.lines))
+    _check_exact(_indices_by_epoch(tmp_path), 2)
+    assert any("joined epoch 0" in l and "its 2 ranks" in l for l in producer.lines), "".join(producer.lines)
     assert producer.wait() == 0
 
 

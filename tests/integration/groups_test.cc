@@ -82,6 +82,37 @@ class GroupsTest : public testing::ProducerTest {
       EXPECT_LT(total - kImages, w);
     }
   }
+
+  // A group of 2 ranks (batches of 6) started once 3 batches of epoch 0 are out, while a slow
+  // reader holds the producer within --window of it: what each rank's `consume --json` lines say.
+  std::vector<std::vector<JsonLine>> LateGroupsLines(const std::vector<std::string>& serve_flags) {
+    std::vector<std::string> flags = {"--batch-size", "8", "--epochs", "3", "--window", "2"};
+    flags.insert(flags.end(), serve_flags.begin(), serve_flags.end());
+    auto producer = Serve("p", flags);
+    // A slow reader of epoch 0 (13 batches at 200 ms) holds the producer within --window of it,
+    // so the group, started once 3 batches are out, joins mid-epoch even on a loaded machine
+    // (at 15 ms a step, under ASan and a busy CI box, epoch 0 was sometimes over first).
+    auto early = Consume("p", {"--step-ms", "200", "--epochs", "1"});
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (;;) {
+      Child status(Coloader({"status", "--name", "p", "--json"}), env_);
+      EXPECT_EQ(status.Wait(10000), 0);
+      auto s = ParseJsonLines(status.Stdout());
+      if (!s.empty() && U64(s[0], "batches_published") >= 3) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "epoch 0 did not get 3 batches out in 20 s";
+        return {};
+      }
+    }
+    auto ranks = Group("p", "late", 2, 6);
+    std::vector<std::vector<JsonLine>> lines;
+    for (auto& r : ranks) {
+      EXPECT_EQ(r->Wait(), 0) << r->Stderr();
+      lines.push_back(ParseJsonLines(r->Stdout()));
+    }
+    EXPECT_EQ(early->Wait(), 0) << early->Stderr();
+    return lines;
+  }
 };
 
 TEST_F(GroupsTest, MixedGroupsAndAPlainConsumerOnOneProducerAreEachExact) {
@@ -250,27 +281,39 @@ TEST_F(GroupsTest, AMemberWaitsForItsGroupAndNothingIsLostMeanwhile) {
   ExpectExactGroup(ranks, 8, 1);
 }
 
-TEST_F(GroupsTest, ALateGroupGetsTheRestOfTheEpochSplitThenWholeEpochs) {
-  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2"});
-  // A slow reader of epoch 0 (13 batches at 200 ms) holds the producer within --window of it,
-  // so the group, started once 3 batches are out, joins mid-epoch even on a loaded machine
-  // (at 15 ms a step, under ASan and a busy CI box, epoch 0 was sometimes over first).
-  auto early = Consume("p", {"--step-ms", "200", "--epochs", "1"});
-  // Join once a few batches of epoch 0 are out.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  for (;;) {
-    Child status(Coloader({"status", "--name", "p", "--json"}), env_);
-    ASSERT_EQ(status.Wait(10000), 0);
-    auto s = ParseJsonLines(status.Stdout());
-    if (!s.empty() && U64(s[0], "batches_published") >= 3) break;
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+TEST_F(GroupsTest, ALateGroupIsCaughtUpToWholeEpochsSplitEqually) {
+  // The producer serves the group the rest of epoch 0 with the slow reader, then the positions it
+  // missed, decoded again once for both ranks: each rank's split is of the whole epoch, in its
+  // order from where the group joined round the epoch's end.
+  const auto lines = LateGroupsLines({});
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_EQ(lines[0].size(), 3u) << "3 epochs for each rank";
+  ASSERT_EQ(lines[1].size(), 3u);
+  auto plan = PlanSplit(SplitSpec{0, kImages, 2, 0, 6, false});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_GT(U64(lines[0][0], "split_origin"), 0u) << "the group joined after 3 batches of epoch 0";
+  for (size_t e = 0; e < 3; ++e) {
+    std::map<int64_t, int> seen;
+    for (int r : {0, 1}) {
+      const JsonLine& l = lines[r][e];
+      EXPECT_EQ(U64(l, "epoch"), e);
+      EXPECT_EQ(l.at("partial"), "false") << "rank " << r << " epoch " << e << " was not caught up";
+      EXPECT_EQ(U64(l, "split_begin"), 0u);
+      EXPECT_EQ(U64(l, "split_origin"), U64(lines[0][e], "split_origin")) << "both ranks split one order";
+      EXPECT_EQ(U64(l, "batches"), plan->batches) << "rank " << r << " epoch " << e;
+      EXPECT_EQ(U64(l, "samples"), plan->per_rank) << "rank " << r << " epoch " << e;
+      for (int64_t i : Indices(l)) ++seen[i];
+    }
+    EXPECT_EQ(seen.size(), kImages) << "epoch " << e << ": the group's union is not the whole dataset";
+    uint64_t repeats = 0;
+    for (const auto& [i, c] : seen) repeats += static_cast<uint64_t>(c - 1);
+    EXPECT_EQ(repeats, 2 * plan->per_rank - kImages) << "epoch " << e << ": only the split's padding repeats";
   }
-  auto ranks = Group("p", "late", 2, 6);
-  std::vector<std::vector<JsonLine>> lines;
-  for (auto& r : ranks) {
-    ASSERT_EQ(r->Wait(), 0) << r->Stderr();
-    lines.push_back(ParseJsonLines(r->Stdout()));
-  }
+}
+
+TEST_F(GroupsTest, ALateGroupOfAProducerWithoutCatchUpGetsTheRestOfTheEpochSplitThenWholeEpochs) {
+  const auto lines = LateGroupsLines({"--no-catch-up"});
+  ASSERT_EQ(lines.size(), 2u);
   ASSERT_GE(lines[0].size(), 2u);
   ASSERT_EQ(lines[0].size(), lines[1].size());
   const bool partial = lines[0][0].at("partial") == "true";
@@ -278,6 +321,7 @@ TEST_F(GroupsTest, ALateGroupGetsTheRestOfTheEpochSplitThenWholeEpochs) {
   const uint64_t begin = U64(lines[0][0], "split_begin");
   EXPECT_EQ(U64(lines[1][0], "split_begin"), begin);  // both ranks split the same range
   EXPECT_GT(begin, 0u);
+  EXPECT_EQ(U64(lines[0][0], "split_origin"), 0u);
   auto plan = PlanSplit(SplitSpec{begin, kImages, 2, 0, 6, false});
   ASSERT_TRUE(plan.ok());
   std::set<int64_t> first;
@@ -296,7 +340,6 @@ TEST_F(GroupsTest, ALateGroupGetsTheRestOfTheEpochSplitThenWholeEpochs) {
     }
     EXPECT_EQ(all.size(), kImages);
   }
-  ASSERT_EQ(early->Wait(), 0) << early->Stderr();
 }
 
 TEST_F(GroupsTest, ClashingRanksSizesAndTopologiesAreRefusedNamingBothSides) {
@@ -373,7 +416,8 @@ TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
   };
   const std::vector<Case> cases = {
       {with_key(R"("epoch": 1, "batch_size": 8)"), "no \"samples_seen_in_epoch\""},
-      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 3)"), "saved with --seed 3, but --seed 4"},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 3)"),
+       "saved with --seed 3, but --seed 4"},
       {with_key(R"("epoch": 5, "samples_seen_in_epoch": 16, "batch_size": 8)"), "resumes at epoch 5, but --epochs 2"},
       {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, "rank": 2)"),
        "rank 2 is not a rank of a world of 2"},
@@ -390,6 +434,8 @@ TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
        "\"epoch\" must be a whole number in [0, 2^53], got 0.5"},
       {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "seed": 1e30)"),
        "\"seed\" must be a whole number"},
+      {with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, "split_origin": 103)"),
+       "split_origin 103 is outside an epoch of 103 samples"},
   };
   for (const Case& c : cases) {
     auto serve = serve_with(c.json);
@@ -400,6 +446,16 @@ TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
   testing::WriteFile(state, with_key(R"("epoch": 1, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2)"));
   Child serve(Coloader({"serve", "--data", data_, "--name", "r", "--epochs", "2", "--quiet", "--resume", state}), env_);
   ASSERT_TRUE(serve.WaitForStderr("resuming at epoch 1, position 32", 20000)) << serve.Stderr();
+  // A group's state saved in an epoch it was caught up on (its order from position 40 round the
+  // epoch's end): no start position gives that order; the rest is not served, and says so.
+  testing::WriteFile(state, with_key(R"("epoch": 0, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, )"
+                                     R"("split_origin": 40)"));
+  Child rotated(Coloader({"serve", "--data", data_, "--name", "r2", "--epochs", "2", "--quiet", "--resume", state}),
+                env_);
+  ASSERT_TRUE(rotated.WaitForStderr("resuming at epoch 1, position 0", 20000)) << rotated.Stderr();
+  EXPECT_NE(rotated.Stderr().find("the rest of it (36 samples per rank) is not served; starting at epoch 1"),
+            std::string::npos)
+      << rotated.Stderr();
 }
 
 }  // namespace
