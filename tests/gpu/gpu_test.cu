@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -165,6 +166,40 @@ TEST_F(GpuTest, LateJoinOnTheDevice) {
     EXPECT_EQ(epochs[e].at("content_hash"), firsts[e].at("content_hash")) << "epoch " << e;
   }
   EXPECT_NE(p->Stderr().find("joined epoch 0 at sample "), std::string::npos) << p->Stderr();
+  EXPECT_EQ(p->Wait(60000), 0);
+}
+
+TEST_F(GpuTest, ALateGroupOnTheDeviceIsCaughtUpToWholeEpochsSplitEqually) {
+  // A 2-rank group (batches of 6: 103 samples pad one, copied on the device as it passes) joins
+  // mid-epoch: it reads the rest with the first consumer, then what it missed, uploaded once for
+  // both ranks; each rank's split is of the whole epoch in the order the group read it.
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0", "--decode", "gpu"});
+  auto first = Consume("p", {"--device", "--step-ms", "40"});
+  ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
+    return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
+  }));
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (const char* r : {"0", "1"})
+    ranks.push_back(Consume("p", {"--device", "--group", "g", "--rank", r, "--world-size", "2", "--batch-size", "6",
+                                  "--indices"}));
+  std::vector<std::vector<JsonLine>> lines;
+  for (auto& r : ranks) {
+    ASSERT_EQ(r->Wait(120000), 0) << r->Stderr();
+    lines.push_back(ParseJsonLines(r->Stdout()));
+    ASSERT_EQ(lines.back().size(), 3u) << r->Stdout();
+  }
+  ASSERT_EQ(first->Wait(120000), 0) << first->Stderr();
+  EXPECT_GT(U64(lines[0][0], "split_origin"), 0u) << "the group joined after 3 batches of epoch 0";
+  for (size_t e = 0; e < 3; ++e) {
+    std::map<int64_t, int> seen;
+    for (int r : {0, 1}) {
+      EXPECT_EQ(lines[r][e].at("partial"), "false") << "rank " << r << " epoch " << e;
+      EXPECT_EQ(U64(lines[r][e], "samples"), 52u) << "rank " << r << " epoch " << e;  // ceil(103 / 2)
+      for (int64_t i : testing::Indices(lines[r][e])) ++seen[i];
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kImages)) << "epoch " << e;
+  }
+  EXPECT_NE(p->Stderr().find("group g joined epoch 0 at sample "), std::string::npos) << p->Stderr();
   EXPECT_EQ(p->Wait(60000), 0);
 }
 
