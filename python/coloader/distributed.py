@@ -111,7 +111,8 @@ class _Stateful:
         rest of the saved epoch exactly: for a job alone the producer serves it (decoded again
         while the others read on), then whole epochs; a group gets it when the producer still
         serves that epoch at or before the group's resume point, else a ResumeWarning and the
-        next whole epoch (so does any job of a producer without catch-up). A state of another
+        next whole epoch (so does any job of a producer without catch-up, and a group's state of
+        an epoch it had been caught up on: its order began at `split_origin`). A state of another
         seed, data key, world size, rank, batch size or drop_last raises InvalidArgument, and
         changes nothing: this consumer has not attached yet, so the producer has not moved."""
         required = ("epoch", "samples_seen_in_epoch", "seed", "data_key", "rank", "world_size")
