@@ -82,7 +82,7 @@ typedef struct coloader_consumer_options {
    * and fails naming the ranks that came and those that did not; 0: the default (20000). */
   int32_t group_wait_ms;
   /* Appended after `group_wait_ms`. With `resume`: a group's state saved in an epoch it was
-   * caught up on (coloader_consumer_split_origin()); 0 otherwise. */
+   * caught up on, where that epoch's order began (coloader_consumer_split_origin()); 0 otherwise. */
   uint64_t resume_origin;
 } coloader_consumer_options;
 

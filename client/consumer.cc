@@ -146,10 +146,16 @@ Status Cursor::Attach() {
   coloader::Attach& m = state_->sink->attach_request;
   m = coloader::Attach{};
   m.device = state_->mapper ? 1 : 0;
-  // A resumed state of a job alone, where the producer catches consumers up: it serves the
-  // saved epoch's rest itself, whatever the shared stream has passed meanwhile.
-  served_resume_ = o.resume && o.group.empty() && state_->welcome.no_catch_up.empty();
-  if (served_resume_) {
+  // A resumed state, where the producer catches consumers up: it serves the saved epoch's rest
+  // itself (to every rank of a group alike), whatever the shared stream has passed meanwhile.
+  served_resume_ = o.resume && state_->welcome.no_catch_up.empty();
+  if (served_resume_ && !o.group.empty()) {
+    COLOADER_ASSIGN_OR_RETURN(const GroupRest rest, SavedGroupRest());
+    m.flags = kAttachResume;
+    m.resume_epoch = rest.epoch;
+    m.resume_from = rest.from;
+    m.resume_to = rest.to;
+  } else if (served_resume_) {
     const uint64_t n = state_->welcome.epoch_samples;
     if (o.resume_begin >= n || o.resume_samples > n)
       return Status::Invalid("the saved state's position (begin " + std::to_string(o.resume_begin) + ", " +
@@ -220,7 +226,7 @@ Result<Waited<bool>> Cursor::NextEpoch(int wait_ms) {
     in_epoch_ = true;
     epoch_ended_ = false;
     offset_ = 0;
-    if (served_resume_ && resume_pending_) {
+    if (served_resume_ && resume_pending_ && !split_mode()) {
       resume_pending_ = false;
       const ConsumerOptions& o = state_->opts;
       if (a->epoch == o.resume_epoch &&

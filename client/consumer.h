@@ -91,14 +91,12 @@ struct ConsumerOptions {
   std::optional<uint64_t> expect_seed;
   std::string expect_data_key;
   // Resume a saved state: in epoch `resume_epoch`, whose split began at position
-  // `resume_begin`, this member had taken `resume_samples` samples. A consumer alone, of a
-  // producer that catches consumers up, is served the rest of that epoch by the producer
-  // (decoded again for it, whatever the others have read since), then whole epochs. A group
-  // member (or one of a producer without catch-up) skips exactly those when the producer still
-  // serves that epoch at or before the group's resume point; otherwise it says so
-  // (resume_note()) and continues at the next whole epoch. `resume_origin`: a group's state
-  // saved in an epoch it was caught up on (split_origin()), whose rest a group is not served
-  // yet: it is skipped with a resume_note().
+  // `resume_begin` (a group caught up in it: in its order from `resume_origin`, split_origin()),
+  // this member had taken `resume_samples` samples. Of a producer that catches consumers up, the
+  // rest of that epoch is served by the producer (decoded again, to a group's ranks together,
+  // whatever the others have read since), then whole epochs. Of one without catch-up, the
+  // member skips exactly those when the producer still serves that epoch at or before its
+  // resume point; otherwise it says so (resume_note()) and continues at the next whole epoch.
   bool resume = false;
   uint64_t resume_epoch = 0;
   uint64_t resume_begin = 0;

@@ -322,6 +322,13 @@ class Cursor {
   // not if the group is incomplete; OK otherwise (waiting.cc).
   Status CheckGroupComplete();
   Status Attach();
+  // A group member's saved state as the rest of its epoch for the producer to serve (group.cc):
+  // positions [from, to) of `epoch`, taken modulo the epoch (empty: the saved epoch was done,
+  // `epoch` is the next one).
+  struct GroupRest {
+    uint64_t epoch = 0, from = 0, to = 0;
+  };
+  Result<GroupRest> SavedGroupRest() const;
   // A lease on the slot `a` announces, its memory mapped as this consumer reads it.
   Result<std::shared_ptr<SlotLease>> OpenSlot(const BatchAnnouncement& a);
   // The consumer batch made of `pieces`: a view of one slot, or what Spill gathered.

@@ -30,7 +30,29 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
   group_batch_ = 0;
   samples_seen_ = 0;
   stream_epoch_done_ = false;
-  if (resume_pending_) {
+  if (resume_pending_ && served_resume_) {
+    // The producer serves the saved epoch's rest to every rank (SavedGroupRest): this is its
+    // first batch, wherever the shared stream is. The split is the saved one, from the member's
+    // next batch on, in the saved epoch's order.
+    resume_pending_ = false;
+    const coloader::Attach& asked = state_->sink->attach_request;
+    if (a.epoch == asked.resume_epoch && asked.resume_from < asked.resume_to) {
+      SplitSpec saved = split_;
+      saved.begin = o.resume_origin > 0 ? 0 : o.resume_begin;
+      COLOADER_ASSIGN_OR_RETURN(plan_, PlanSavedPosition(saved, o.resume_epoch, o.resume_samples));
+      split_ = saved;
+      group_batch_ = BatchesTaken(split_, plan_, o.resume_samples);
+      origin_ = o.resume_origin;
+      if (const uint64_t at = ResumePosition(split_, plan_, group_batch_); Coord(a.first) != at)
+        return Status::Invalid(state_->Who() + " began the saved epoch's rest at position " + std::to_string(a.first) +
+                               ", not at " + std::to_string(asked.resume_from % state_->welcome.epoch_samples) +
+                               " where this group resumes");
+      samples_seen_ = o.resume_samples;
+      padding_ = PaddingSegments(split_, plan_);
+      partial_ = group_batch_ > 0;  // the rest of an epoch begun before; a state at its start is whole
+      return true;
+    }
+  } else if (resume_pending_) {
     const std::string where = "epoch " + std::to_string(o.resume_epoch);
     if (a.epoch < o.resume_epoch) {
       // The producer (shared, or restarted without --resume) is behind: the state's epoch is
@@ -58,10 +80,12 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
         resume_note_.clear();  // it had finished the epoch: the next one is the resume point
         return false;
       }
-      // Its order ran from the origin round the epoch's end: not a walk of this stream.
-      resume_note_ = "does not serve a group the rest of " + where + ", which it had been caught up on (" +
+      // Its order ran from the origin round the epoch's end: not a walk of a stream that does not
+      // catch up (this producer's: SavedGroupRest serves it otherwise).
+      resume_note_ = "does not serve the rest of " + where + ", which this group had been caught up on (" +
                      std::to_string(plan->per_rank - std::min(plan->per_rank, o.resume_samples)) +
-                     " samples of this rank): it is skipped; continuing at the next whole epoch";
+                     " samples of this rank; " + state_->welcome.no_catch_up +
+                     "): it is skipped; continuing at the next whole epoch";
       Log(LogLevel::kWarning, state_->Who() + " " + resume_note_);
       return false;
     }
@@ -336,6 +360,19 @@ Result<Waited<std::optional<Batch>>> Cursor::NextInGroup(void* stream,
   samples_seen_ += collected;
   COLOADER_ASSIGN_OR_RETURN(std::optional<Batch> batch, Deliver(pieces, gathered, collected, stream));
   return batch;
+}
+
+Result<Cursor::GroupRest> Cursor::SavedGroupRest() const {
+  const ConsumerOptions& o = state_->opts;
+  const uint64_t n = state_->welcome.epoch_samples;
+  const SplitSpec saved{o.resume_origin > 0 ? 0 : o.resume_begin, n, o.world_size, o.rank, o.batch_size, o.drop_last};
+  COLOADER_ASSIGN_OR_RETURN(const SplitPlan plan, PlanSavedPosition(saved, o.resume_epoch, o.resume_samples));
+  const uint64_t done = BatchesTaken(saved, plan, o.resume_samples);
+  if (done >= plan.batches) return GroupRest{o.resume_epoch + 1, 0, 0};  // the next epoch, whole
+  // From the round where every rank's next batch begins (each rank had taken `done`), in the
+  // epoch's order: from the origin round its end for a group that had been caught up.
+  const uint64_t at = ResumePosition(saved, plan, done);
+  return GroupRest{o.resume_epoch, o.resume_origin + at, o.resume_origin + n};
 }
 
 uint64_t Cursor::Coord(uint64_t pos) const {

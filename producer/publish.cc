@@ -125,22 +125,27 @@ Status Producer::Impl::CheckStart() {
   if (!plan.ok()) return Status::Invalid("--resume: " + plan.status().message());
   const uint64_t done = BatchesTaken(spec, *plan, r.samples);  // batches each rank had taken
   // A group's state saved in an epoch it was caught up on: its order ran from the origin round
-  // the epoch's end, which a run's start cannot give; its rest is not served (its ranks say so).
+  // the epoch's end. Its rest, [origin + R, origin + N) modulo N, begins within this run's first
+  // epoch (the ranks read on from there, then [0, origin) decoded for them: ServeResume), or past
+  // its end (all of it served to them alone, and the run starts at the next epoch). Without
+  // catch-up it is not served (the ranks say so too).
   const bool rotated = r.origin > 0 && done < plan->batches;
-  if (rotated)
+  const bool can_serve = opts.catch_up && source->WhyNoRefill().empty();
+  const uint64_t from = rotated ? r.origin + ResumePosition(spec, *plan, done) : 0;
+  if (rotated && !can_serve)
     LogLineAt(LogLevel::kWarning,
               "[coloader %s] --resume: the state was saved in epoch %llu, which its group had been caught up on "
               "(its order from position %llu round the epoch's end): the rest of it (%llu samples per rank) is not "
-              "served; starting at epoch %llu\n",
+              "served without catch-up; starting at epoch %llu\n",
               opts.name.c_str(), static_cast<unsigned long long>(r.epoch), static_cast<unsigned long long>(r.origin),
               static_cast<unsigned long long>(plan->per_rank - std::min(plan->per_rank, r.samples)),
               static_cast<unsigned long long>(r.epoch + 1));
-  if (done >= plan->batches || wrapped || rotated) {
+  if (done >= plan->batches || wrapped || (rotated && (!can_serve || from >= spec.end))) {
     start_epoch = r.epoch + 1;  // that epoch was complete (or its rest is served alone): the next one
     start_position = 0;
   } else {
     start_epoch = r.epoch;
-    start_position = ResumePosition(spec, *plan, done);
+    start_position = rotated ? from : ResumePosition(spec, *plan, done);
   }
   if (!opts.forever && start_epoch >= opts.epochs) {
     return Status::Invalid("--resume: the state resumes at epoch " + std::to_string(start_epoch) + ", but --epochs " +
@@ -470,6 +475,7 @@ const Session* Producer::Impl::CatchingUp() const {
   const Session* first = nullptr;
   for (const auto& [identity, s] : sessions) {
     if (s.catch_up != Session::CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
+    if (s.pending || s.group_waiting) continue;  // a resumed group's rest waits for all its ranks
     if (PrivateFootprint(s) > 0) return &s;
     if (!first || s.id < first->id) first = &s;
   }

@@ -99,6 +99,24 @@ void Producer::Impl::MaybeStartGroup(const std::string& name) {
     if (m.empty() || it == sessions.end() || it->second.pending) return;
     wait_for_epoch = wait_for_epoch || it->second.waiting_for_epoch;
   }
+  // Resumed ranks are served their saved epoch's rest together: they must have saved one state.
+  const Session& first = sessions.at(g->second.members[0]);
+  for (const std::string& m : g->second.members) {
+    const Session& s = sessions.at(m);
+    if (s.catch_up == first.catch_up && s.owed_epoch == first.owed_epoch && s.owed_next == first.owed_next &&
+        s.owed_end == first.owed_end)
+      continue;
+    auto rest = [](const Session& r) {
+      return "rank " + std::to_string(r.rank) + ": epoch " + std::to_string(r.owed_epoch) + " [" +
+             std::to_string(r.owed_next) + ", " + std::to_string(r.owed_end) + ")";
+    };
+    const std::string why = "the ranks of group " + name + " resume different states (" + rest(first) + ", " + rest(s) +
+                            "): restart every rank from one checkpoint";
+    const std::vector<std::string> members = g->second.members;
+    for (const std::string& each : members)
+      DropSession(each, "resumed another state than its group", Bye{ByeReason::kRejected, why});
+    return;
+  }
   // Between two publications: every member gets the same next batch, so they agree on where
   // their split begins. One member asking to join at an epoch boundary holds for them all.
   g->second.running = true;

@@ -108,11 +108,10 @@ class _Stateful:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resumes `state` (from state_dict()): call it before iterating. The next iter() gives the
-        rest of the saved epoch exactly: for a job alone the producer serves it (decoded again
-        while the others read on), then whole epochs; a group gets it when the producer still
-        serves that epoch at or before the group's resume point, else a ResumeWarning and the
-        next whole epoch (so does any job of a producer without catch-up, and a group's state of
-        an epoch it had been caught up on: its order began at `split_origin`). A state of another
+        rest of the saved epoch exactly: the producer serves it (decoded again while the others
+        read on; to a group's ranks together, each its share from where it stopped), then whole
+        epochs. A producer without catch-up serves it only when it is still at or before the
+        resume point (serve --resume); else a ResumeWarning and the next whole epoch. A state of another
         seed, data key, world size, rank, batch size or drop_last raises InvalidArgument, and
         changes nothing: this consumer has not attached yet, so the producer has not moved."""
         required = ("epoch", "samples_seen_in_epoch", "seed", "data_key", "rank", "world_size")

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support import (  # noqa: E402
-    BINARY, NUM_IMAGES, PRODUCER_BATCH, REPO, STEP_TIMEOUT, needs_build, torch)
+    BINARY, NUM_IMAGES, PRODUCER_BATCH, REPO, STEP_TIMEOUT, needs_build, reaped, torch)
 
 import coloader  # noqa: E402
 
@@ -124,8 +124,9 @@ def _indices_by_epoch(log_dir):
 
 def _check_exact(per_rank_epoch_indices, epochs):
     """Each rank: exactly its share per epoch (PER_RANK samples in STEPS steps); both ranks
-    together: every sample, with the one padding repeat ceil(103/2)*2 - 103 = 1."""
-    for e in range(epochs):
+    together: every sample, with the one padding repeat ceil(103/2)*2 - 103 = 1. `epochs`: how
+    many from 0, or which."""
+    for e in (range(epochs) if isinstance(epochs, int) else epochs):
         union = []
         for rank in (0, 1):
             got = per_rank_epoch_indices[rank].get(e, [])
@@ -174,6 +175,48 @@ def test_a_ddp_job_started_after_another_is_caught_up_to_whole_epochs(serve, tmp
     assert producer.wait() == 0
 
 
+def _kill_after_a_mid_epoch_checkpoint(run, ckpt, epoch=lambda: 1):
+    """Waits for the job's checkpoint inside epoch epoch() (some of its steps taken), SIGKILLs the
+    job, and gives the loader state of the last checkpoint written before the kill."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        state = None
+        if ckpt.exists():
+            try:
+                state = torch.load(str(ckpt))["loader"]
+            except Exception:  # being replaced this instant
+                state = None
+            if state and state["epoch"] == epoch() and 0 < state["samples_seen_in_epoch"] < PER_RANK - BATCH:
+                break
+        assert run.poll() is None, run.communicate()[0]
+        time.sleep(0.02)
+    else:
+        pytest.fail("no mid-epoch checkpoint in epoch 1")
+    _kill_job(run)
+    return torch.load(str(ckpt))["loader"]
+
+
+def _resumed_run(first, second, state, epochs=range(3)):
+    """{rank: {epoch: indices}} over a job killed after `state` was saved and resumed from it: the
+    first run's steps up to the checkpoint (what the resumed model had trained on), then the
+    second run's; no sample twice within a rank's epoch (the one repeat is across ranks)."""
+    kept_steps = state["samples_seen_in_epoch"] // BATCH
+    per_rank = {}
+    for rank in (0, 1):
+        by_epoch = per_rank[rank] = {}
+        seen_in = {}
+        for rec in _steps(first, rank):
+            e = rec["epoch"]
+            seen_in[e] = seen_in.get(e, 0) + 1
+            if e < state["epoch"] or (e == state["epoch"] and seen_in[e] <= kept_steps):
+                by_epoch.setdefault(e, []).extend(rec["indices"])
+        for rec in _steps(second, rank):
+            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
+        for e in epochs:
+            assert len(set(by_epoch.get(e, []))) == len(by_epoch.get(e, [])), (rank, e, sorted(by_epoch[e]))
+    return per_rank
+
+
 def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_path):
     ckpt = tmp_path / "ckpt.pt"
     producer = serve(epochs=3, window=2)
@@ -184,23 +227,8 @@ def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_p
                     epochs=3)
     # Wait for a checkpoint inside epoch 1 (mid-epoch: some of its steps taken), then SIGKILL
     # both ranks (and torchrun) and the producer: a crashed node.
-    deadline = time.monotonic() + 120
-    state = None
-    while time.monotonic() < deadline:
-        if ckpt.exists():
-            try:
-                state = torch.load(str(ckpt))["loader"]
-            except Exception:  # being replaced this instant
-                state = None
-            if state and state["epoch"] == 1 and 0 < state["samples_seen_in_epoch"] < PER_RANK - BATCH:
-                break
-        assert run.poll() is None, run.communicate()[0]
-        time.sleep(0.02)
-    else:
-        pytest.fail("no mid-epoch checkpoint in epoch 1")
-    _kill_job(run)
+    state = _kill_after_a_mid_epoch_checkpoint(run, ckpt)
     producer.stop()
-    state = torch.load(str(ckpt))["loader"]  # the last one written before the kill
     assert state["epoch"] == 1 and state["world_size"] == 2 and state["group"].startswith("torch-")
 
     # Restart: the producer from the job's own checkpoint (`serve --resume CKPT --resume-key
@@ -213,24 +241,7 @@ def test_group_killed_mid_epoch_resumes_exactly_from_its_checkpoint(serve, tmp_p
     assert run.returncode == 0, out
     assert "could not be resumed exactly" not in out, out
 
-    # Over the whole run: the first run's steps up to the checkpoint (what the resumed model
-    # had trained on), then the second run's.
-    kept_steps = state["samples_seen_in_epoch"] // BATCH
-    per_rank = {}
-    for rank in (0, 1):
-        by_epoch = {}
-        seen_in = {}
-        for rec in _steps(first, rank):
-            e = rec["epoch"]
-            seen_in[e] = seen_in.get(e, 0) + 1
-            if e < 1 or (e == 1 and seen_in[e] <= kept_steps):
-                by_epoch.setdefault(e, []).extend(rec["indices"])
-        for rec in _steps(second, rank):
-            by_epoch.setdefault(rec["epoch"], []).extend(rec["indices"])
-        per_rank[rank] = by_epoch
-        for e in range(3):  # no sample twice within a rank's epoch (the one repeat is across ranks)
-            assert len(set(by_epoch[e])) == len(by_epoch[e]), (rank, e, sorted(by_epoch[e]))
-    _check_exact(per_rank, 3)
+    _check_exact(_resumed_run(first, second, state), 3)
 
 
 def test_a_state_of_another_group_size_or_seed_is_refused(serve):
@@ -267,9 +278,10 @@ def test_rank_from_the_environment_needs_a_group_name(serve, monkeypatch):
 
 
 def test_a_shared_producer_that_moved_on_warns_and_continues_at_the_next_epoch(serve):
-    # A shared producer is not restarted for one job: when it has passed the saved point, the
-    # Loader says so (ResumeWarning, naming what is skipped) and goes on with whole epochs.
-    producer = serve(epochs=None)
+    # A shared producer is not restarted for one job: when it has passed the saved point and
+    # cannot serve the rest (--no-catch-up), the Loader says so (ResumeWarning, naming what is
+    # skipped) and goes on with whole epochs.
+    producer = serve("--no-catch-up", epochs=None)
     saved = coloader.Loader(producer.name, batch_size=BATCH, rank=0, world_size=1, group="solo",
                             timeout=STEP_TIMEOUT)
     it = iter(saved)
@@ -356,3 +368,43 @@ def test_a_rank_closed_mid_epoch_ends_its_group_but_one_that_finished_does_not(s
     finally:
         other.kill()
         other.wait()
+
+
+@pytest.mark.parametrize("catch_up", [True, False], ids=["catch-up", "no-catch-up"])
+def test_a_ddp_job_killed_and_restarted_while_another_reads_on_resumes_exactly(serve, tmp_path, catch_up):
+    """Issue 39, test 3: torchrun's 2 ranks and another job read one producer; the DDP job is
+    SIGKILLed mid-way through its second epoch and restarted from its checkpoint while the other
+    reads on (the producer is not restarted). The producer serves both ranks the rest of that
+    epoch, decoded again once, each rank its equal share of exactly what it had not read; then
+    whole epochs. Without catch-up the rest cannot be served: a ResumeWarning says so."""
+    ckpt = tmp_path / "ckpt.pt"
+    producer = serve(*([] if catch_up else ["--no-catch-up"]), epochs=None, window=2)
+    other = subprocess.Popen([str(BINARY), "consume", "--name", producer.name, "--step-ms", "100"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with reaped(other):
+        first = tmp_path / "first"
+        run = _torchrun(first, producer.name, "--checkpoint", str(ckpt), "--checkpoint-every", "2", "--step-ms", "150",
+                        epochs=3)
+
+        def second_epoch():  # the job's first epoch is whichever the producer was in when it came
+            steps = _steps(first, 0) if (first / "rank0.jsonl").exists() else []
+            return steps[0]["epoch"] + 1 if steps else -1
+
+        state = _kill_after_a_mid_epoch_checkpoint(run, ckpt, second_epoch)
+        e = state["epoch"]
+        assert other.poll() is None, other.stderr.read()  # it reads on meanwhile
+        second = tmp_path / "second"  # (its --epochs counts the producer's epoch numbers)
+        run = _torchrun(second, producer.name, "--checkpoint", str(ckpt), "--resume", epochs=e + 2)
+        out, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, out
+        assert other.poll() is None, other.stderr.read()
+    if not catch_up:
+        assert "ResumeWarning" in out and "skipped" in out, out
+        return
+    assert "ResumeWarning" not in out and "could not be resumed exactly" not in out, out
+    assert any("resumes a saved state" in l for l in producer.lines), "".join(producer.lines)
+    _check_exact(_resumed_run(first, second, state, epochs=range(e - 1, e + 2)), range(e - 1, e + 2))
+    for rank in (0, 1):  # the resumed epoch's rest, then whole epochs, equal steps on both ranks
+        summaries = _summaries(second, rank)
+        assert [(s["epoch"], s["partial"]) for s in summaries] == [(e, True), (e + 1, False)], summaries
+    assert _summaries(second, 0)[0]["steps"] == _summaries(second, 1)[0]["steps"]

@@ -447,15 +447,22 @@ TEST_F(GroupsTest, ServeResumeRefusesAStateOfOtherDataAndNamesWhatIsMissing) {
   Child serve(Coloader({"serve", "--data", data_, "--name", "r", "--epochs", "2", "--quiet", "--resume", state}), env_);
   ASSERT_TRUE(serve.WaitForStderr("resuming at epoch 1, position 32", 20000)) << serve.Stderr();
   // A group's state saved in an epoch it was caught up on (its order from position 40 round the
-  // epoch's end): no start position gives that order; the rest is not served, and says so.
+  // epoch's end, two batches of 8 per rank taken): its rest begins at 40 + 2 x 2 x 8 = 72, where
+  // the run starts (the ranks read on to the epoch's end, then [0, 40) is decoded for them).
+  // Without catch-up the rest is not served, and says so.
   testing::WriteFile(state, with_key(R"("epoch": 0, "samples_seen_in_epoch": 16, "batch_size": 8, "world_size": 2, )"
                                      R"("split_origin": 40)"));
   Child rotated(Coloader({"serve", "--data", data_, "--name", "r2", "--epochs", "2", "--quiet", "--resume", state}),
                 env_);
-  ASSERT_TRUE(rotated.WaitForStderr("resuming at epoch 1, position 0", 20000)) << rotated.Stderr();
-  EXPECT_NE(rotated.Stderr().find("the rest of it (36 samples per rank) is not served; starting at epoch 1"),
+  ASSERT_TRUE(rotated.WaitForStderr("resuming at epoch 0, position 72", 20000)) << rotated.Stderr();
+  Child alone(Coloader({"serve", "--data", data_, "--name", "r3", "--epochs", "2", "--quiet", "--no-catch-up",
+                        "--resume", state}),
+              env_);
+  ASSERT_TRUE(alone.WaitForStderr("resuming at epoch 1, position 0", 20000)) << alone.Stderr();
+  EXPECT_NE(alone.Stderr().find("the rest of it (36 samples per rank) is not served without catch-up; starting at "
+                                "epoch 1"),
             std::string::npos)
-      << rotated.Stderr();
+      << alone.Stderr();
 }
 
 }  // namespace
