@@ -391,6 +391,7 @@ class Cursor {
   SplitSpec split_{};
   SplitPlan plan_{};
   std::atomic<uint64_t> origin_{0};  // where a caught-up epoch's order starts (split_origin())
+  uint64_t walked_ = 0;              // the split's coordinate the cursor has passed up to in this epoch
   uint64_t group_batch_ = 0;
   std::atomic<uint64_t> samples_seen_{0};
   bool stream_epoch_done_ = false;

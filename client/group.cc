@@ -17,11 +17,18 @@ using internal::SlotLease;
 Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
   const ConsumerOptions& o = state_->opts;
   FreeStash();
+  // The producer serves a resumed group's saved epoch's rest to every rank (SavedGroupRest): this
+  // is its first batch, wherever the shared stream is, in the saved epoch's order.
+  const coloader::Attach& asked = state_->sink->attach_request;
+  const bool served_rest =
+      resume_pending_ && served_resume_ && a.epoch == asked.resume_epoch && asked.resume_from < asked.resume_to;
   // A group that joined mid-epoch and is caught up (the shared stream's rest, flagged
   // kBatchMadeWhole, then what came before): the epoch's order runs from a.first round its end,
   // and the split is of that whole order. Otherwise the split is of the epoch's rest from a.first.
-  origin_ = (a.flags & kBatchMadeWhole) && a.first > 0 ? a.first : 0;
-  split_ = SplitSpec{origin_ > 0 ? 0 : a.first,
+  // (Stored once: split_origin() reads it on other threads.)
+  const uint64_t origin = served_rest ? o.resume_origin : (a.flags & kBatchMadeWhole) && a.first > 0 ? a.first : 0;
+  origin_ = origin;
+  split_ = SplitSpec{origin > 0 ? 0 : a.first,
                      state_->welcome.epoch_samples,
                      o.group.empty() ? 1 : o.world_size,
                      o.group.empty() ? 0 : o.rank,
@@ -29,20 +36,17 @@ Result<bool> Cursor::StartSplit(const BatchAnnouncement& a) {
                      o.drop_last};
   group_batch_ = 0;
   samples_seen_ = 0;
+  walked_ = 0;
   stream_epoch_done_ = false;
   if (resume_pending_ && served_resume_) {
-    // The producer serves the saved epoch's rest to every rank (SavedGroupRest): this is its
-    // first batch, wherever the shared stream is. The split is the saved one, from the member's
-    // next batch on, in the saved epoch's order.
+    // The split is the saved one, from the member's next batch on.
     resume_pending_ = false;
-    const coloader::Attach& asked = state_->sink->attach_request;
-    if (a.epoch == asked.resume_epoch && asked.resume_from < asked.resume_to) {
+    if (served_rest) {
       SplitSpec saved = split_;
       saved.begin = o.resume_origin > 0 ? 0 : o.resume_begin;
       COLOADER_ASSIGN_OR_RETURN(plan_, PlanSavedPosition(saved, o.resume_epoch, o.resume_samples));
       split_ = saved;
       group_batch_ = BatchesTaken(split_, plan_, o.resume_samples);
-      origin_ = o.resume_origin;
       if (const uint64_t at = ResumePosition(split_, plan_, group_batch_); Coord(a.first) != at)
         return Status::Invalid(state_->Who() + " began the saved epoch's rest at position " + std::to_string(a.first) +
                                ", not at " + std::to_string(asked.resume_from % state_->welcome.epoch_samples) +
@@ -213,6 +217,10 @@ Result<bool> Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piec
         return true;
       }
       current_.reset();
+      // There: the next batch is not looked at before it is needed. A step's first rank would
+      // otherwise wait for it holding its own while the last rank still needs the batches
+      // before it, and a group's catch-up batches come a step's worth at a time.
+      if (walked_ >= upto) return true;
       COLOADER_ASSIGN_OR_RETURN(Waited<std::optional<BatchAnnouncement>> taken, Take(slice_end));
       if (!taken.ready()) return false;
       std::optional<BatchAnnouncement> a = *std::move(taken);
@@ -228,6 +236,7 @@ Result<bool> Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piec
       }
       COLOADER_ASSIGN_OR_RETURN(current_, OpenSlot(*a));
       offset_ = 0;
+      walked_ = Coord(a->first);
       continue;
     }
     // Positions within a batch are consecutive (no batch crosses the epoch's end, where a caught-up
@@ -251,6 +260,7 @@ Result<bool> Cursor::Advance(uint64_t upto, uint64_t take_from, std::vector<Piec
       if (pieces->size() > 1 || *gathered || copies_every_batch()) COLOADER_RETURN_NOT_OK(Spill(*pieces, *gathered, stream));
     }
     offset_ += count;
+    walked_ = pos + count;
     // A slot passed to its end is let go by the cursor (the last one of the epoch is kept
     // to tell where the epoch ends): its ack goes as soon as no batch refers to it.
     if (offset_ == current_->a.count && !(current_->a.flags & kBatchLastInEpoch)) current_.reset();
@@ -365,6 +375,9 @@ Result<Waited<std::optional<Batch>>> Cursor::NextInGroup(void* stream,
 Result<Cursor::GroupRest> Cursor::SavedGroupRest() const {
   const ConsumerOptions& o = state_->opts;
   const uint64_t n = state_->welcome.epoch_samples;
+  if (o.resume_origin >= n && o.resume_origin > 0)
+    return Status::Invalid("the saved state's split origin " + std::to_string(o.resume_origin) +
+                           " is outside an epoch of " + std::to_string(n) + " samples: a state of another dataset?");
   const SplitSpec saved{o.resume_origin > 0 ? 0 : o.resume_begin, n, o.world_size, o.rank, o.batch_size, o.drop_last};
   COLOADER_ASSIGN_OR_RETURN(const SplitPlan plan, PlanSavedPosition(saved, o.resume_epoch, o.resume_samples));
   const uint64_t done = BatchesTaken(saved, plan, o.resume_samples);

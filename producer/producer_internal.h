@@ -111,6 +111,9 @@ struct Session {
   uint64_t owed_epoch = 0;
   uint64_t owed_next = 0, owed_end = 0;  // kPrivate: positions still to hand the source
   bool owed_whole = true;                // its epoch is whole once caught up (not a resumed run's rest)
+  // A group's: where its epoch's order (and the rounds of its split) begins, so that no catch-up
+  // batch straddles two of its rounds (a step then needs GroupSpan() of them at once, no more).
+  uint64_t owed_anchor = 0;
   std::deque<uint64_t> private_jobs;     // its batches with the source, not yet published, in order
   // Takes shared batches now (a consumer catching up reads its own).
   bool reads_shared() const { return catch_up != CatchUp::kPrivate && catch_up != CatchUp::kDone; }
@@ -171,6 +174,10 @@ struct Producer::Impl {
   bool all_submitted = false;
   uint64_t next_submit_seq = 0;
   uint64_t next_publish_seq = 0;
+  // A catch-up waits for a slot that the shared stream's finished batches hold while every
+  // reader reads its own batches: the next one is published to nobody (its slot freed). Whoever
+  // reads that epoch later is caught up on it, decoded again.
+  bool let_go_shared = false;
   uint64_t published_epoch = 0, published_position = 0;
 
   // Statistics.
@@ -300,6 +307,17 @@ struct Producer::Impl {
   // source can refill, --no-catch-up not given); what the shared batch `job` means for `s`
   // (false: not announced to it); catch-up batches handed to the source and published.
   bool CanCatchUp(const Session& s) const;
+  // Why `s` is not caught up whatever it says ("" when it may be): --no-catch-up, a source that
+  // cannot read a sample again, or a group's step needing more catch-up batches at once than the
+  // ring has spare slots.
+  std::string WhyNoCatchUp(const Session& s) const;
+  // The catch-up batches a step of `s`'s group needs at once (its ranks' blocks of one round, each
+  // batch within a round: RoundLeft); 1 for a consumer alone.
+  uint64_t GroupSpan(const Session& s) const;
+  uint64_t RoundLeft(const Session& s, uint64_t position) const;
+  // A resumed consumer (or group) whose rest the shared stream is exactly at reads on from it
+  // (true); else it stays set up to be served its rest alone.
+  bool ReadOnWhereThere(Session& s);
   // A consumer attaching with a saved state's rest to serve (kAttachResume): why not, or OK
   // and `s` set to read it (decoded for it alone) before the shared stream.
   Status ServeResume(Session& s, const Attach& attach);
@@ -314,19 +332,22 @@ struct Producer::Impl {
   // Its catch-up batches that take a slot (with the source, or published and held); the slots all
   // of them may take; the consumer served now (one at a time).
   uint64_t PrivateFootprint(const Session& s) const;
-  // Catch-up batches that take a slot, each counted once (a group's are every member's).
+  // Catch-up batches that take a slot, each counted once (a group's are every member's); those of
+  // `s` and the members catching up with it.
   uint64_t PrivateSlotsInUse() const;
-  // The slots all catch-up batches may take while `s` is served: the ring's spare slots, two at
-  // least; for a group, enough for one of its steps (its first rank waits in the all-reduce
-  // holding its batch while the last reads (W - 1) * b samples further) and one more.
-  uint64_t CatchUpBudget(const Session& s) const;
+  uint64_t UnitFootprint(const Session& s) const;
+  // The slots all catch-up batches may take: the ring's spare slots, two at least.
+  uint64_t CatchUpBudget() const;
   const Session* CatchingUp() const;
   // Who reads the catch-up batches made for `s`: `s` alone, or every member of its group still
   // here and catching up with it (a group is caught up as one: every rank reads every batch).
   std::vector<Session*> CatchUpReaders(const Session& s);
   // `s` has read past batch `seq` (it took a later one): a Reclaim may ask for it back.
   bool ReadPast(const Session& s, uint64_t seq) const {
-    if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1;
+    // A shared batch: it took a later one; or, reading its own batches now, it took this one and
+    // takes no other shared batch before its own (a job that keeps its last batch of the shared
+    // stream's part would otherwise keep the slot its own first batch needs).
+    if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1 || (s.mailbox >= 0 && !s.reads_shared() && ReadUpto(s) > seq);
     if (s.mailbox < 0) return false;  // without a mailbox it cannot copy what it keeps anyway
     const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
     const uint64_t base = s.pushed - s.unread_seqs.size();

@@ -2,7 +2,9 @@
 // batches in sequence order with one upload per GPU that has readers.
 #include "producer/producer_internal.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "common/log.h"
 #include "common/split.h"
@@ -269,7 +271,8 @@ void Producer::Impl::PublishReady() {
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
   // Members waiting for the rest of their group are not there yet either, nor consumers
   // reading their catch-up batches.
-  while (fatal.ok() && !done.empty() && done.begin()->first == next_publish_seq && Receivers() > 0) {
+  while (fatal.ok() && !done.empty() && done.begin()->first == next_publish_seq &&
+         (Receivers() > 0 || std::exchange(let_go_shared, false))) {
     std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
     done.erase(done.begin());
     const std::optional<uint32_t> count = Settle(job);
@@ -325,14 +328,37 @@ void Producer::Impl::PublishReady() {
 // its own batches take the ring's free slots after the shared stream's, at most its spare slots'
 // worth at a time.
 
-bool Producer::Impl::CanCatchUp(const Session& s) const {
-  return opts.catch_up && source->WhyNoRefill().empty() && !s.resuming;
+std::string Producer::Impl::WhyNoCatchUp(const Session& s) const {
+  if (!opts.catch_up) return "the producer was started with --no-catch-up";
+  if (std::string why = source->WhyNoRefill(); !why.empty()) return why;
+  const uint64_t span = GroupSpan(s), spare = static_cast<uint64_t>(opts.spare_slots);
+  if (span > spare)
+    return "a step of a group of " + std::to_string(s.world_size) + " ranks with batches of " +
+           std::to_string(s.batch_size ? s.batch_size : opts.batch_size) + " takes " + std::to_string(span) +
+           " batches of " + std::to_string(opts.batch_size) + " at once, more than the producer's " +
+           std::to_string(spare) + " spare slot(s) could hold for catching it up: restart it with --spare-slots " +
+           std::to_string(span) + " or more";
+  return "";
+}
+
+bool Producer::Impl::CanCatchUp(const Session& s) const { return !s.resuming && WhyNoCatchUp(s).empty(); }
+
+uint64_t Producer::Impl::GroupSpan(const Session& s) const {
+  if (s.group.empty() || s.world_size <= 1) return 1;
+  const uint64_t b = s.batch_size ? s.batch_size : opts.batch_size;
+  return (uint64_t{s.world_size} * b + opts.batch_size - 1) / opts.batch_size;
+}
+
+uint64_t Producer::Impl::RoundLeft(const Session& s, uint64_t position) const {
+  if (s.group.empty() || s.world_size <= 1) return opts.batch_size;
+  const uint64_t n = epoch_samples(), round = uint64_t{s.world_size} * (s.batch_size ? s.batch_size : opts.batch_size);
+  const uint64_t c = (position % n + n - s.owed_anchor % n) % n;  // in the epoch's order
+  return round - c % round;
 }
 
 Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
   if (!CanCatchUp(s))
-    return Status::Invalid("this producer does not serve a saved state's rest (" +
-                           (!opts.catch_up ? std::string("--no-catch-up") : source->WhyNoRefill()) + ")");
+    return Status::Invalid("this producer does not serve a saved state's rest (" + WhyNoCatchUp(s) + ")");
   const uint64_t n = epoch_samples(), epoch = attach.resume_epoch;
   const uint64_t owed = attach.resume_to - attach.resume_from;
   if (owed > n || attach.resume_to > 2 * n || (owed > 0 && attach.resume_to < n))
@@ -349,23 +375,16 @@ Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
   s.first_seq = s.acked_upto = next_publish_seq;
   s.owed_next = attach.resume_from;
   s.owed_end = attach.resume_to;
-  // Where the shared stream's next batch begins (a run started with --resume: where it resumes).
-  const bool fresh = !started || batches_published == 0;
-  const uint64_t next_epoch = fresh ? start_epoch : published_position >= n ? published_epoch + 1 : published_epoch;
-  const uint64_t next_position = fresh ? start_position : published_position >= n ? 0 : published_position;
+  s.owed_anchor = attach.resume_from;  // (a group's rest begins at a round of its split)
   const char* how = "decoded again for it";
   if (owed == 0) {
     s.catch_up = Session::CatchUp::kRejoin;  // its saved epoch was whole: the next one, whole
     how = "none owed; whole epochs";
-  } else if (next_epoch == epoch && next_position == attach.resume_from) {
-    // The shared stream is where the state stopped (`serve --resume` with it, or by chance):
-    // it reads on from there, then what its epoch began with, if it began mid-way.
-    s.catch_up = attach.resume_to > n ? Session::CatchUp::kTail : Session::CatchUp::kNone;
-    s.owed_next = n;
-    s.resuming = true;  // nothing more is owed to it than that
-    how = "read from the shared stream, which is there";
   } else {
     s.catch_up = Session::CatchUp::kPrivate;
+    // A group's ranks decide together when the last one is there (MaybeStartGroup): the stream
+    // may move meanwhile.
+    if (s.group.empty() && ReadOnWhereThere(s)) how = "read from the shared stream, which is there";
   }
   LogLine(
       "[coloader %s] consumer %llu resumes a saved state: %llu sample(s) of epoch %llu %s, then the shared "
@@ -373,6 +392,22 @@ Status Producer::Impl::ServeResume(Session& s, const Attach& attach) {
       opts.name.c_str(), static_cast<unsigned long long>(s.id), static_cast<unsigned long long>(owed),
       static_cast<unsigned long long>(epoch), how);
   return Status::OK();
+}
+
+bool Producer::Impl::ReadOnWhereThere(Session& s) {
+  // Where the shared stream's next batch begins (a run started with --resume: where it resumes).
+  const uint64_t n = epoch_samples();
+  const bool fresh = !started || batches_published == 0;
+  const uint64_t next_epoch = fresh ? start_epoch : published_position >= n ? published_epoch + 1 : published_epoch;
+  const uint64_t next_position = fresh ? start_position : published_position >= n ? 0 : published_position;
+  if (s.catch_up != Session::CatchUp::kPrivate || next_epoch != s.owed_epoch || next_position != s.owed_next)
+    return false;
+  // The shared stream is where the state stopped (`serve --resume` with it, or by chance): it
+  // reads on from there, then what its epoch began with, if it began mid-way.
+  s.catch_up = s.owed_end > n ? Session::CatchUp::kTail : Session::CatchUp::kNone;
+  s.owed_next = n;
+  s.resuming = true;  // nothing more is owed to it than that
+  return true;
 }
 
 bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
@@ -383,6 +418,7 @@ bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
       s.catch_up = CatchUp::kPrivate;
       s.owed_next = 0;
       s.owed_end = epoch_samples();
+      s.owed_anchor = 0;
       s.owed_whole = true;
       return false;
     }
@@ -390,6 +426,7 @@ bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
     s.catch_up = job.first == 0 ? CatchUp::kNone : CatchUp::kTail;
     s.owed_next = 0;
     s.owed_end = job.first;
+    s.owed_anchor = job.first;
     s.owed_whole = true;
     return true;
   }
@@ -407,6 +444,7 @@ bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
     s.owed_epoch = job.epoch;
     s.owed_next = begin;
     s.owed_end = job.first;
+    s.owed_anchor = job.first;
     s.owed_whole = whole;
     if (s.group.empty()) {
       LogLine(
@@ -456,16 +494,26 @@ uint64_t Producer::Impl::PrivateSlotsInUse() const {
   return n;
 }
 
-uint64_t Producer::Impl::CatchUpBudget(const Session& s) const {
+uint64_t Producer::Impl::UnitFootprint(const Session& s) const {
+  std::vector<uint64_t> unit;  // s and the members of its group catching up with it
+  for (const auto& [identity, t] : sessions)
+    if (t.id == s.id || (!s.group.empty() && t.group == s.group && t.catch_up == s.catch_up &&
+                         t.owed_epoch == s.owed_epoch && t.owed_next == s.owed_next))
+      unit.push_back(t.id);
+  auto ours = [&](const std::vector<uint64_t>& ids) {
+    return std::any_of(ids.begin(), ids.end(),
+                       [&](uint64_t id) { return std::find(unit.begin(), unit.end(), id) != unit.end(); });
+  };
+  uint64_t n = 0;
+  for (const auto& [seq, owners] : private_owner) n += ours(owners) ? 1 : 0;
+  for (const RingAccounting::Held& h : ring.Published()) n += IsPrivateSeq(h.seq) && ours(h.holders) ? 1 : 0;
+  return n;
+}
+
+uint64_t Producer::Impl::CatchUpBudget() const {
+  // (WhyNoCatchUp: a group's step fits the spare slots, so the budget holds one.)
   const uint64_t spare = ring.num_slots() - std::min(ring.num_slots(), opts.window);
-  uint64_t budget = std::max<uint64_t>(2, spare);
-  if (!s.group.empty() && s.world_size > 1) {
-    // As Refusal() asks of the window for the shared stream.
-    const uint64_t b = s.batch_size ? s.batch_size : opts.batch_size;
-    const uint64_t step = (uint64_t{s.world_size - 1} * b + opts.batch_size - 1) / opts.batch_size;
-    budget = std::max(budget, std::min<uint64_t>(step + 2, ring.num_slots()));
-  }
-  return budget;
+  return std::max<uint64_t>(2, spare);
 }
 
 const Session* Producer::Impl::CatchingUp() const {
@@ -493,24 +541,34 @@ std::vector<Session*> Producer::Impl::CatchUpReaders(const Session& s) {
 }
 
 uint32_t Producer::Impl::CatchUpWaiting() const {
+  // Free slots the shared stream leaves to the consumer served: one while it has nothing of its
+  // own on the way; for a group, as many as a step of it needs at once (its first rank holds its
+  // batch in the all-reduce until the last has read its own).
   const Session* s = CatchingUp();
-  if (!s || PrivateOutstanding(*s) > 0) return 0;
-  return PrivateSlotsInUse() < CatchUpBudget(*s) ? 1 : 0;
+  if (!s) return 0;
+  if (GroupSpan(*s) > 1) {
+    const uint64_t have = UnitFootprint(*s), span = GroupSpan(*s);
+    return have < span ? static_cast<uint32_t>(span - have) : 0;
+  }
+  if (PrivateOutstanding(*s) > 0) return 0;
+  return PrivateSlotsInUse() < CatchUpBudget() ? 1 : 0;
 }
 
 void Producer::Impl::SubmitCatchUp(bool first_only) {
   using CatchUp = Session::CatchUp;
   // The shared stream is over (every epoch handed out and published): a consumer waiting to
-  // rejoin it reads its next epoch alone, or is done.
+  // rejoin it reads its next epoch alone, or is done. (Ranks waiting for their group are set
+  // so once it starts, all alike.)
   const bool shared_over = source->exhausted() && done.empty() && next_publish_seq == next_submit_seq;
   for (auto& [identity, s] : sessions) {
-    if (s.catch_up != CatchUp::kRejoin || !shared_over) continue;
+    if (s.catch_up != CatchUp::kRejoin || !shared_over || s.group_waiting) continue;
     if (!opts.forever && s.owed_epoch >= opts.epochs) {
       s.catch_up = CatchUp::kDone;
     } else {
       s.catch_up = CatchUp::kPrivate;
       s.owed_next = 0;
       s.owed_end = epoch_samples();
+      s.owed_anchor = 0;
       s.owed_whole = true;
     }
   }
@@ -520,20 +578,29 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
   if (!served || !fatal.ok()) return;
   Session& s = sessions.at(served->identity);
   const std::vector<Session*> readers = CatchUpReaders(s);
-  const uint64_t budget = CatchUpBudget(s);
+  const uint64_t budget = CatchUpBudget(), span = GroupSpan(s);
   uint64_t total = PrivateSlotsInUse();
   while (s.owed_next < s.owed_end && total < budget) {
-    if (first_only && PrivateOutstanding(s) > 0) return;
+    // First, before the shared stream: what it has nothing of on the way, or a group's step.
+    if (first_only && (span > 1 ? UnitFootprint(s) >= span : PrivateOutstanding(s) > 0)) return;
     std::optional<uint32_t> slot = AcquireSlot();
     if (!slot) {
-      // Kept batches fill the ring (no slot came back for a while): ask for the oldest back.
+      // Nobody reads the shared stream now (nor waits to: a member waiting for its group, or a
+      // consumer choosing its path, keeps the batches for it), and its finished batches wait in the
+      // slots this one needs: let the next go. Else kept batches fill the ring (no slot came back
+      // for a while): ask for the oldest back.
+      const bool nobody = Receivers() == 0 && std::none_of(sessions.begin(), sessions.end(), [](const auto& kv) {
+                            return kv.second.pending || kv.second.group_waiting;
+                          });
+      if (nobody && !done.empty() && done.begin()->first == next_publish_seq) let_go_shared = true;
       if (fatal.ok() && MonotonicNs() - last_release_ns > 100'000'000) ReclaimOldest();
       return;
     }
-    // Positions run on modulo the epoch (a resumed rest may wrap round): no batch crosses its end.
+    // Positions run on modulo the epoch (a resumed rest may wrap round): no batch crosses its end,
+    // nor a round of a group's split.
     const uint64_t n = epoch_samples(), at = s.owed_next % n;
-    const uint32_t count =
-        static_cast<uint32_t>(std::min<uint64_t>({opts.batch_size, s.owed_end - s.owed_next, n - at}));
+    const uint32_t count = static_cast<uint32_t>(
+        std::min<uint64_t>({opts.batch_size, s.owed_end - s.owed_next, n - at, RoundLeft(s, at)}));
     const uint64_t seq = next_private_seq++;
     const bool last = s.owed_next + count == s.owed_end;
     std::vector<uint64_t>& owners = private_owner[seq];

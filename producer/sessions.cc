@@ -117,6 +117,9 @@ void Producer::Impl::MaybeStartGroup(const std::string& name) {
       DropSession(each, "resumed another state than its group", Bye{ByeReason::kRejected, why});
     return;
   }
+  // Resumed ranks read on from the shared stream if it is exactly where their rest begins, all
+  // alike: decided now that the last is there (the stream may have moved since the first came).
+  for (const std::string& m : g->second.members) ReadOnWhereThere(sessions.at(m));
   // Between two publications: every member gets the same next batch, so they agree on where
   // their split begins. One member asking to join at an epoch boundary holds for them all.
   g->second.running = true;
@@ -274,9 +277,7 @@ Welcome Producer::Impl::WelcomeFor(const Session& s) const {
   w.seed = opts.dataset.seed;
   w.data_key = data_key;
   w.classes = source->classes();
-  if (!CanCatchUp(s)) {
-    w.no_catch_up = !opts.catch_up ? "the producer was started with --no-catch-up" : source->WhyNoRefill();
-  }
+  w.no_catch_up = WhyNoCatchUp(s);
   w.node_rank = opts.dataset.rank;
   w.num_nodes = opts.dataset.world_size;
   if (s.remote) w.slots.shm_name.clear();  // no shared memory: batches come with their payload
@@ -398,7 +399,8 @@ void Producer::Impl::HandleAttach(const std::string& identity, const Attach& att
                 Bye{ByeReason::kRejected, "Attach asks for the device ring, which the Welcome did not offer"});
     return;
   }
-  if (AllSubmitted() && done.empty() && InFlight() == 0) {
+  const bool owed_a_rest = (attach.flags & kAttachResume) && attach.resume_from < attach.resume_to;
+  if (AllSubmitted() && done.empty() && InFlight() == 0 && !owed_a_rest) {
     // Nothing more will be produced: say so at once rather than let it wait.
     DropSession(identity, "attached after the last epoch",
                 Bye{ByeReason::kFinished, "the producer has delivered every epoch"});

@@ -132,6 +132,8 @@ void ReportEpoch(const Consumer& c, const ConsumerOptions& o, const ConsumeFlags
         .Field("queued_next_p50_us", Percentile(t.queued_next_us, 0.5))
         .Field("max_wait_ms", static_cast<double>(t.max_wait_ns) * 1e-6)
         .Field("path", c.on_device() ? "device" : "host");
+    // Why an epoch joined mid-way is the rest only (the producer does not catch this one up).
+    if (c.partial() && !c.producer().no_catch_up.empty()) w.Field("no_catch_up", c.producer().no_catch_up);
     if (f.checksum) w.Field("content_hash", t.content);
     if (!o.group.empty()) {
       w.Field("group", o.group)

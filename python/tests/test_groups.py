@@ -153,8 +153,9 @@ def test_a_ddp_job_started_after_another_is_caught_up_to_whole_epochs(serve, tmp
     for both; each rank gets its equal share of the whole epoch, and the epoch is not partial."""
     producer = serve(epochs=2, window=2)
     # The other job holds its first batch of epoch 0 (the producer stays within --window of it)
-    # until the group is there, then reads on.
-    with coloader.Loader(producer.name, batch_size=PRODUCER_BATCH, timeout=STEP_TIMEOUT) as other:
+    # until the group is there, then reads on: at the group's pace once it reads the shared stream
+    # too, so its timeout covers the ranks' start (torch, DDP's set-up; slow on a loaded machine).
+    with coloader.Loader(producer.name, batch_size=PRODUCER_BATCH, timeout=120) as other:
         batches = iter(other)
         next(batches)
         run = _torchrun(tmp_path, producer.name)

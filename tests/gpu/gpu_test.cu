@@ -173,7 +173,9 @@ TEST_F(GpuTest, ALateGroupOnTheDeviceIsCaughtUpToWholeEpochsSplitEqually) {
   // A 2-rank group (batches of 6: 103 samples pad one, copied on the device as it passes) joins
   // mid-epoch: it reads the rest with the first consumer, then what it missed, uploaded once for
   // both ranks; each rank's split is of the whole epoch in the order the group read it.
-  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0", "--decode", "gpu"});
+  // A step (2 x 6) spans two batches of 8: two spare slots hold it.
+  auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--spare-slots", "2", "--device",
+                       "cuda:0", "--decode", "gpu"});
   auto first = Consume("p", {"--device", "--step-ms", "40"});
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
     return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;

@@ -284,8 +284,9 @@ TEST_F(GroupsTest, AMemberWaitsForItsGroupAndNothingIsLostMeanwhile) {
 TEST_F(GroupsTest, ALateGroupIsCaughtUpToWholeEpochsSplitEqually) {
   // The producer serves the group the rest of epoch 0 with the slow reader, then the positions it
   // missed, decoded again once for both ranks: each rank's split is of the whole epoch, in its
-  // order from where the group joined round the epoch's end.
-  const auto lines = LateGroupsLines({});
+  // order from where the group joined round the epoch's end. A step of it (2 x 6 samples) spans
+  // two producer batches of 8: the ring needs two spare slots for it.
+  const auto lines = LateGroupsLines({"--spare-slots", "2"});
   ASSERT_EQ(lines.size(), 2u);
   ASSERT_EQ(lines[0].size(), 3u) << "3 epochs for each rank";
   ASSERT_EQ(lines[1].size(), 3u);
@@ -309,6 +310,18 @@ TEST_F(GroupsTest, ALateGroupIsCaughtUpToWholeEpochsSplitEqually) {
     for (const auto& [i, c] : seen) repeats += static_cast<uint64_t>(c - 1);
     EXPECT_EQ(repeats, 2 * plan->per_rank - kImages) << "epoch " << e << ": only the split's padding repeats";
   }
+}
+
+TEST_F(GroupsTest, ALateGroupWhoseStepTheSpareSlotsCannotHoldGetsTheRestAndIsToldWhy) {
+  // --window 2 leaves one spare slot; a step of the group needs two batches at once.
+  const auto lines = LateGroupsLines({});
+  ASSERT_EQ(lines.size(), 2u);
+  ASSERT_FALSE(lines[0].empty());
+  EXPECT_EQ(lines[0][0].at("partial"), "true");
+  const std::string why = lines[0][0].count("no_catch_up") ? lines[0][0].at("no_catch_up") : "";
+  EXPECT_NE(why.find("takes 2 batches of 8 at once, more than the producer's 1 spare slot(s)"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("--spare-slots 2"), std::string::npos) << why;
 }
 
 TEST_F(GroupsTest, ALateGroupOfAProducerWithoutCatchUpGetsTheRestOfTheEpochSplitThenWholeEpochs) {
