@@ -270,7 +270,8 @@ void Producer::Impl::PublishReady() {
   // Publish strictly in sequence order, and only when someone is there to take it: a batch
   // with no consumer at all waits in its slot (back-pressure) instead of being thrown away.
   // Members waiting for the rest of their group are not there yet either, nor consumers
-  // reading their catch-up batches.
+  // reading their catch-up batches. (Unless a catch-up needs its slot while nobody reads the
+  // shared stream: let_go_shared, set by SubmitCatchUp, lets the next one go to nobody.)
   while (fatal.ok() && !done.empty() && done.begin()->first == next_publish_seq &&
          (Receivers() > 0 || std::exchange(let_go_shared, false))) {
     std::unique_ptr<BatchJob> job = std::move(done.begin()->second);
