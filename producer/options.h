@@ -97,7 +97,7 @@ struct ProducerOptions {
   uint32_t alone_timeout_ms = 0;
   int progress_interval_ms = 1000;  // 0: no progress lines
   // A consumer that joins mid-epoch reads the rest of it with the others, then the samples it
-  // missed, decoded again for it alone, so that its epoch is whole (publish.cc, "catch-up").
+  // missed, decoded again for it alone, so that its epoch is whole (catch_up.cc).
   // Off: its first epoch is partial (the rest of the one it joined).
   bool catch_up = true;
 

@@ -2,6 +2,7 @@
 //   producer.cc  options, set-up, the session loop, shutdown
 //   sessions.cc  handshakes, messages, flood control, liveness (pidfd and heartbeat)
 //   publish.cc   back-pressure, handing slots to the source, publishing in order with the device fan-out
+//   catch_up.cc  catch-up: what a late, resumed or rejoining consumer (or group) missed, served to it alone
 //   report.cc    `coloader status` replies and the progress line
 //   tcp.cc       the tcp:// endpoint: CURVE/ZAP, batches sent as payload
 // Only the session loop's thread touches it (a source's workers see their BatchJobs).
@@ -101,7 +102,7 @@ struct Session {
   // unread_seqs.size() (what ReadUpto reads, now that its batches need not be consecutive).
   std::deque<uint64_t> unread_seqs;
   uint64_t pushed = 0;
-  // Catch-up (publish.cc): a consumer that joins mid-epoch reads the shared stream's rest of it
+  // Catch-up (catch_up.cc): a consumer that joins mid-epoch reads the shared stream's rest of it
   // (kTail), then the positions it missed, [0, owed_end) of owed_epoch, decoded again for it
   // alone (kPrivate), then the shared stream again from wherever it is (kRejoin: owed_epoch
   // is the next epoch it reads), caught up the same way if that is mid-epoch. kDone: a
@@ -303,7 +304,7 @@ struct Producer::Impl {
   // A free slot whose previous uploads are done (nullopt: none free, or the GPU failed: fatal).
   std::optional<uint32_t> AcquireSlot();
   void PublishReady();
-  // Catch-up (publish.cc): whether `s` may be caught up (nothing it says rules it out, the
+  // Catch-up (catch_up.cc): whether `s` may be caught up (nothing it says rules it out, the
   // source can refill, --no-catch-up not given); what the shared batch `job` means for `s`
   // (false: not announced to it); catch-up batches handed to the source and published.
   bool CanCatchUp(const Session& s) const;
@@ -342,6 +343,11 @@ struct Producer::Impl {
   // Who reads the catch-up batches made for `s`: `s` alone, or every member of its group still
   // here and catching up with it (a group is caught up as one: every rank reads every batch).
   std::vector<Session*> CatchUpReaders(const Session& s);
+  // `t` is `s`, or a member of its group at the same point of the same catch-up.
+  static bool CatchesUpWith(const Session& s, const Session& t) {
+    return t.id == s.id || (!s.group.empty() && t.group == s.group && t.catch_up == s.catch_up &&
+                            t.owed_epoch == s.owed_epoch && t.owed_next == s.owed_next);
+  }
   // `s` has read past batch `seq` (it took a later one): a Reclaim may ask for it back.
   bool ReadPast(const Session& s, uint64_t seq) const {
     // A shared batch: it took a later one; or, reading its own batches now, it took this one and
