@@ -45,6 +45,18 @@ bool Mailbox::Push(const BatchAnnouncement& a) {
   return true;
 }
 
+std::optional<uint64_t> Mailbox::TakeBack() {
+  // Only the producer writes `tail`, so it stands still here; the consumer may be inside Pop,
+  // and one of the two swaps below and in Pop fails: the loser reads the head again.
+  const uint64_t tail = h_->tail.load();
+  uint64_t head = h_->head.load();
+  for (;;) {
+    const uint64_t taken = head & kHeadMask;
+    if (taken == tail) return std::nullopt;
+    if (h_->head.compare_exchange_strong(head, (head & ~kHeadMask) | tail)) return taken;
+  }
+}
+
 void Mailbox::Wake() {
   h_->doorbell.fetch_add(1);
   FutexWake(&h_->doorbell);

@@ -85,6 +85,11 @@ class Mailbox {
   bool Push(const BatchAnnouncement& a);  // false if full (the consumer is not taking)
   // Either side: make a waiter re-check (the I/O thread does it for goodbyes and errors).
   void Wake();
+  // Producer side: takes back every entry the consumer has not taken, by the same
+  // compare-and-swap of `head` that Pop uses, so that each entry is either taken by the
+  // consumer or given back here, never both. Returns how many entries the consumer had taken
+  // (those from there to the tail are back), or nullopt when it had taken them all.
+  std::optional<uint64_t> TakeBack();
 
   // Consumer side.
   std::optional<BatchAnnouncement> Pop(uint64_t owner);
@@ -93,6 +98,8 @@ class Mailbox {
   // Sleeps until the doorbell moves from `seen`, or `timeout_ms` passes; re-checks first.
   void Wait(uint32_t seen, int timeout_ms);
   bool Owned(uint64_t owner) const { return h_->owner.load() == owner; }
+  // The consumer waits on the doorbell now (its mailbox was empty when it looked).
+  bool Sleeping() const { return h_->sleeping.load() != 0; }
   // Entries the consumer has taken since Reset: how far it has read (the producer reads it).
   uint64_t taken() const { return h_->head.load() & kHeadMask; }
 

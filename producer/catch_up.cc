@@ -101,6 +101,7 @@ bool Producer::Impl::ReadOnWhereThere(Session& s) {
 bool Producer::Impl::TakesShared(Session& s, const BatchJob& job) {
   using CatchUp = Session::CatchUp;
   if (s.catch_up == CatchUp::kRejoin) {
+    if (s.parked) return false;  // it stopped reading (LagCatchUp): it rejoins when it waits again (NoteReads)
     if (job.epoch < s.owed_epoch) return false;  // not reached yet (it caught up ahead)
     if (job.epoch > s.owed_epoch) {              // the stream went past that epoch: all of it alone
       s.catch_up = CatchUp::kPrivate;
@@ -163,9 +164,9 @@ uint64_t Producer::Impl::PrivateOutstanding(const Session& s) const {
   uint64_t outstanding = s.private_jobs.size();
   if (s.mailbox < 0) return outstanding + ring.HeldBy(s.id);
   const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
-  const uint64_t base = s.pushed - s.unread_seqs.size();
-  for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
-    outstanding += IsPrivateSeq(s.unread_seqs[i]) ? 1 : 0;
+  const uint64_t base = s.pushed - s.unread.size();
+  for (size_t i = taken > base ? taken - base : 0; i < s.unread.size(); ++i)
+    outstanding += IsPrivateSeq(s.unread[i].seq) ? 1 : 0;
   return outstanding;
 }
 
@@ -178,7 +179,14 @@ uint64_t Producer::Impl::PrivateFootprint(const Session& s) const {
 
 uint64_t Producer::Impl::PrivateSlotsInUse() const {
   uint64_t n = private_owner.size();  // with the source, or done and not yet published
-  for (const RingAccounting::Held& h : ring.Published()) n += IsPrivateSeq(h.seq) ? 1 : 0;
+  // Not those a parked consumer holds (the batch it reads, or those it was served after the
+  // others): counted, they would keep the one served now from its next batch.
+  auto parked = [&](uint64_t id) {
+    return std::any_of(sessions.begin(), sessions.end(),
+                       [&](const auto& kv) { return kv.second.id == id && kv.second.parked; });
+  };
+  for (const RingAccounting::Held& h : ring.Published())
+    if (IsPrivateSeq(h.seq) && !std::all_of(h.holders.begin(), h.holders.end(), parked)) ++n;
   return n;
 }
 
@@ -206,14 +214,21 @@ const Session* Producer::Impl::CatchingUp() const {
   // One at a time (a group counts as one): the one already under way (it holds or waits for its
   // own batches), else the first to come. Two, each holding the batch it reads while it waits
   // for its next, would fill a budget of two and wait for each other.
+  // A parked one (Park) comes after every other, once it waits for a batch again (not before:
+  // what is decoded for a job that does not read would only be taken back again).
   const Session* first = nullptr;
+  const Session* parked = nullptr;
   for (const auto& [identity, s] : sessions) {
     if (s.catch_up != Session::CatchUp::kPrivate || s.owed_next >= s.owed_end) continue;
     if (s.pending || s.group_waiting) continue;  // a resumed group's rest waits for all its ranks
+    if (s.parked) {
+      if (Waits(s) && (!parked || s.id < parked->id)) parked = &s;
+      continue;
+    }
     if (PrivateFootprint(s) > 0) return &s;
     if (!first || s.id < first->id) first = &s;
   }
-  return first;
+  return first ? first : parked;
 }
 
 std::vector<Session*> Producer::Impl::CatchUpReaders(const Session& s) {
@@ -354,6 +369,153 @@ void Producer::Impl::PublishCatchUp() {
       DropSession(identity, "let its mailbox fill up", Bye{ByeReason::kRejected, "mailbox overflow"});
     it = done_private.begin();
   }
+}
+
+// Behind the window. A consumer that stops taking batches (an evaluation, a checkpoint, a pause)
+// holds the shared stream back once it is `window` batches behind. Where it may be caught up,
+// it is not waited for: after --lag-timeout-ms (and 4 of its own steps, so that a slow pace is
+// not taken for a pause) with another consumer waiting, the batches it has not taken are taken
+// back from its mailbox, and the rest of its epoch is decoded again for it alone, then it reads
+// the shared stream like a late joiner. Its epoch stays in the order it began (from where it
+// joined round to there), so that its state_dict() still says what it has read.
+
+bool Producer::Impl::CaughtUpWhenBehind(const Session& s) const {
+  // Its batches must be in a mailbox (a message on its way cannot be taken back), and it reads
+  // alone: a group's ranks are at different points of its step, and are waited for.
+  if (s.mailbox < 0 || s.remote || s.pending || !s.group.empty() || !CanCatchUp(s)) return false;
+  if (s.catch_up == Session::CatchUp::kNone) return true;
+  // Reading the shared rest of an epoch it joined: the rest of it from here on, then what it
+  // missed, is one range round the epoch's end (not so for the first epoch of a resumed run,
+  // which owes what it missed from where the run began).
+  return s.catch_up == Session::CatchUp::kTail && s.owed_next == 0 && s.owed_whole;
+}
+
+void Producer::Impl::LagCatchUp(uint64_t now) {
+  if (opts.lag_timeout_ms == 0 || !started) return;
+  std::vector<Session*> behind;  // holding the shared stream back
+  for (auto& [identity, s] : sessions) {
+    if (!HoldsBackWindow(s) || !CaughtUpWhenBehind(s)) continue;
+    const uint64_t limit = std::max<uint64_t>(uint64_t{opts.lag_timeout_ms} * 1000000, 4 * s.step_ns);
+    if (now - s.last_read_ns >= limit) behind.push_back(&s);
+  }
+  // Only while another reader waits for the shared stream: a stream nobody else reads waits.
+  const bool waited = std::any_of(sessions.begin(), sessions.end(), [&](const auto& kv) {
+    const Session& t = kv.second;
+    return !t.pending && !t.group_waiting && t.reads_shared() && !HoldsBackWindow(t) &&
+           std::find(behind.begin(), behind.end(), &t) == behind.end();
+  });
+  if (waited)
+    for (Session* s : behind) TakeBackUnread(*s, now);
+
+  // The one served a catch-up (one at a time) takes none of its batches, and another waits for
+  // its own: that one goes first. (Not a group: its ranks each hold their own copies.)
+  const Session* served = CatchingUp();
+  if (!served || served->parked || !served->group.empty() || served->mailbox < 0 || !served->private_jobs.empty() ||
+      PrivateOutstanding(*served) == 0)
+    return;
+  const uint64_t limit = std::max<uint64_t>(uint64_t{opts.lag_timeout_ms} * 1000000, 4 * served->step_ns);
+  if (now - served->last_read_ns < limit) return;
+  const bool another = std::any_of(sessions.begin(), sessions.end(),
+                                   [&](const auto& kv) { return &kv.second != served && WaitsForCatchUp(kv.second); });
+  if (another) Park(sessions.at(served->identity), now);
+}
+
+bool Producer::Impl::WaitsForCatchUp(const Session& t) const {
+  if (t.catch_up != Session::CatchUp::kPrivate || t.owed_next >= t.owed_end || t.parked || t.pending ||
+      t.group_waiting || PrivateOutstanding(t) > 0)
+    return false;
+  return Waits(t);
+}
+
+bool Producer::Impl::Waits(const Session& t) const {
+  return t.mailbox < 0 || mailboxes.at(static_cast<uint32_t>(t.mailbox)).Sleeping();
+}
+
+void Producer::Impl::NotTaken(Session& s, uint64_t now) {
+  // Its mailbox's entries taken back count as taken there: they are not reads (NoteReads).
+  s.taken_seen = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+  s.read_upto = ReadUpto(s);
+  s.last_read_ns = now;  // the stall clock of what comes next starts here
+  s.unread_since_ns = 0;
+}
+
+bool Producer::Impl::OnlyUnread(const Session& s, bool catch_up_batches) const {
+  const uint64_t base = s.pushed - s.unread.size(), taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
+  if (taken < base || taken >= s.pushed) return false;  // nothing unread (or forgotten: not expected)
+  for (size_t i = taken - base; i < s.unread.size(); ++i) {
+    if (IsPrivateSeq(s.unread[i].seq) != catch_up_batches) return false;
+    if (catch_up_batches && s.unread[i].epoch != s.owed_epoch) return false;  // of an epoch it finished
+  }
+  return true;
+}
+
+void Producer::Impl::Park(Session& s, uint64_t now) {
+  // Only the batches of the range it is served now go back (OnlyUnread): those are the last made
+  // for it, and it owes them again from the first. Entries it takes meanwhile are its.
+  if (!OnlyUnread(s, true)) return;
+  Mailbox box = mailboxes.at(static_cast<uint32_t>(s.mailbox));
+  const uint64_t base = s.pushed - s.unread.size();
+  const std::optional<uint64_t> from = box.TakeBack();
+  if (!from) return;
+  const std::vector<Session::Pushed> back(s.unread.begin() + static_cast<ptrdiff_t>(*from - base), s.unread.end());
+  s.unread.clear();
+  uint64_t samples = 0;
+  for (const Session::Pushed& b : back) {
+    if (ring.Release(s.id, b.seq)) last_release_ns = now;
+    samples += b.count;
+  }
+  s.owed_next -= samples;  // (nothing of its is with the source)
+  s.parked = true;
+  NotTaken(s, now);
+  const std::string named = s.name.empty() ? std::string() : ", '" + s.name + "'";
+  LogLine(
+      "[coloader %s] consumer %llu (pid %u%s) took none of the batches decoded for it while another waited to be "
+      "caught up (--lag-timeout-ms): its %zu unread batch(es) go back, and it is caught up after the others\n",
+      opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, named.c_str(), back.size());
+}
+
+void Producer::Impl::TakeBackUnread(Session& s, uint64_t now) {
+  using CatchUp = Session::CatchUp;
+  // Shared batches only: one that rejoined the shared stream before it took the last batches of
+  // its catch-up would owe two ranges (it waits for --stall-timeout-ms as before).
+  if (!OnlyUnread(s, false)) return;
+  const std::optional<uint64_t> from = mailboxes.at(static_cast<uint32_t>(s.mailbox)).TakeBack();
+  if (!from) return;  // it took them meanwhile: it reads again
+  // Entries before `unread` were known to be taken when they were forgotten.
+  const uint64_t base = s.pushed - s.unread.size();
+  const std::vector<Session::Pushed> back(s.unread.begin() + static_cast<ptrdiff_t>(*from - base), s.unread.end());
+  s.unread.clear();
+  for (const Session::Pushed& b : back)
+    if (ring.Release(s.id, b.seq)) last_release_ns = now;
+  // In order: its epoch goes on at the first.
+  const Session::Pushed& at = back.front();
+  const uint64_t n = epoch_samples(), idle_ms = (now - s.last_read_ns) / 1000000;
+  const bool none_of_it = s.catch_up == CatchUp::kNone ? at.first == 0 : at.first == s.owed_anchor;
+  std::string then;
+  s.parked = true;  // nothing more is made or sent for it until it reads again
+  if (none_of_it) {
+    // It has read nothing of that epoch: it joins it where the shared stream is, as a late joiner.
+    s.catch_up = CatchUp::kRejoin;
+    s.owed_epoch = at.epoch;
+    then = "it joins epoch " + std::to_string(at.epoch) + " where the shared stream is, caught up on what it missed";
+  } else {
+    // The rest of its epoch, in its order: to the epoch's end, then (joined mid-way) round to where it began.
+    const uint64_t end = s.catch_up == CatchUp::kTail ? s.owed_anchor + n : n;
+    s.catch_up = CatchUp::kPrivate;
+    s.owed_epoch = at.epoch;
+    s.owed_next = at.first;
+    s.owed_end = end;
+    s.owed_whole = true;
+    then = "the rest of epoch " + std::to_string(at.epoch) + " (" + std::to_string(end - at.first) +
+           " samples from sample " + std::to_string(at.first) + ") is decoded again for it alone";
+  }
+  NotTaken(s, now);
+  const std::string named = s.name.empty() ? std::string() : ", '" + s.name + "'";
+  LogLine(
+      "[coloader %s] consumer %llu (pid %u%s) took no batch for %.3g s while the others waited (--lag-timeout-ms): "
+      "its %zu unread batch(es) go back and %s, then the shared stream\n",
+      opts.name.c_str(), static_cast<unsigned long long>(s.id), s.pid, named.c_str(), idle_ms / 1000.0, back.size(),
+      then.c_str());
 }
 
 }  // namespace coloader

@@ -91,6 +91,12 @@ struct ProducerOptions {
   // waited on it, or its kept batches filled the ring and could not be copied away) is
   // detached, with a message saying so. Only while someone else waits; 0: never.
   uint32_t stall_timeout_ms = 60000;
+  // A consumer that holds the others back this long without taking a batch (and longer than 4
+  // of its own steps: a pause, not a slow pace) while another waits is caught up instead of
+  // waited for (LagCatchUp): the batches it has not taken go back, the rest of its epoch is
+  // decoded again for it alone, then it reads the shared stream like a late joiner. Only where
+  // it may be caught up (a plain local consumer); others wait for stall_timeout_ms. 0: never.
+  uint32_t lag_timeout_ms = 2000;
   // Once the first epoch has started, end the run when no consumer has been attached this
   // long (Run() returns RunEnd::kConsumersLeft and logs how far it got). 0: wait for consumers
   // forever, as `serve --forever` does (a consumer may come back).

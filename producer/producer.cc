@@ -426,6 +426,8 @@ Result<Producer::RunEnd> Producer::Impl::Loop() {
     if (descriptor_guard) COLOADER_RETURN_NOT_OK(descriptor_guard->Check(router));
     const uint64_t now = MonotonicNs();
     CheckLiveness(now);
+    NoteReads(now);
+    LagCatchUp(now);
     DetachStalled(now);
     TrimAfterChurn();
     ReportProgress(now, false);

@@ -84,7 +84,10 @@ struct Session {
   uint64_t first_seq = 0;   // the first batch announced to it
   uint64_t acked_upto = 0;  // one past the newest batch it has released: how far it has read
   uint64_t read_upto = 0;   // how far it had read when last looked at (Impl::ReadUpto)
-  uint64_t last_read_ns = 0;  // when that last moved (or it attached): what a stall is timed by
+  uint64_t last_read_ns = 0;     // when that (or `taken_seen`) last moved, or it attached: what a stall is timed by
+  uint64_t taken_seen = 0;       // the entries it had taken from its mailbox then (without one: acks)
+  uint64_t step_ns = 0;          // its pace: the time it takes per batch while batches wait for it (averaged)
+  uint64_t unread_since_ns = 0;  // since when batches have waited for it (0: none did when last looked)
   uint64_t reclaim_asked = 0;  // one past the newest batch it was asked to give back (Reclaim)
   uint64_t reclaim_asked_private = 0;  // the same among its catch-up batches (numbered apart)
   bool end_sent = false;    // told that every epoch is published (End)
@@ -99,8 +102,12 @@ struct Session {
   // producer does not serve), or reads a resumed epoch's rest from the shared stream: no catch-up.
   bool resuming = false;
   // Its mailbox's entries not yet known to be taken, oldest first: the `pushed` entries' last
-  // unread_seqs.size() (what ReadUpto reads, now that its batches need not be consecutive).
-  std::deque<uint64_t> unread_seqs;
+  // unread.size() (what ReadUpto reads, now that its batches need not be consecutive), and
+  // where each batch lies (where its epoch goes on when they are taken back: LagCatchUp).
+  struct Pushed {
+    uint64_t seq, epoch, first, count;
+  };
+  std::deque<Pushed> unread;
   uint64_t pushed = 0;
   // Catch-up (catch_up.cc): a consumer that joins mid-epoch reads the shared stream's rest of it
   // (kTail), then the positions it missed, [0, owed_end) of owed_epoch, decoded again for it
@@ -116,6 +123,10 @@ struct Session {
   // batch straddles two of its rounds (a step then needs GroupSpan() of them at once, no more).
   uint64_t owed_anchor = 0;
   std::deque<uint64_t> private_jobs;     // its batches with the source, not yet published, in order
+  // It stopped reading while others waited (LagCatchUp): its unread batches were taken back, and
+  // nothing more is made or sent for it until it waits for a batch again; then it rejoins the
+  // shared stream, or is caught up once nobody else waits for that (one at a time).
+  bool parked = false;
   // Takes shared batches now (a consumer catching up reads its own).
   bool reads_shared() const { return catch_up != CatchUp::kPrivate && catch_up != CatchUp::kDone; }
 };
@@ -256,9 +267,9 @@ struct Producer::Impl {
   uint64_t ReadUpto(const Session& s) const {
     if (s.mailbox < 0) return std::max(s.acked_upto, s.first_seq);
     const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
-    const uint64_t base = s.pushed - s.unread_seqs.size();
-    for (size_t i = taken > base ? taken - base : 0; i < s.unread_seqs.size(); ++i)
-      if (!IsPrivateSeq(s.unread_seqs[i])) return s.unread_seqs[i];  // the oldest shared one unread
+    const uint64_t base = s.pushed - s.unread.size();
+    for (size_t i = taken > base ? taken - base : 0; i < s.unread.size(); ++i)
+      if (!IsPrivateSeq(s.unread[i].seq)) return s.unread[i].seq;  // the oldest shared one unread
     // It has read every shared batch given to it.
     return next_publish_seq;
   }
@@ -282,10 +293,11 @@ struct Producer::Impl {
     return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(),
                                              [](const auto& kv) { return !kv.second.pending; }));
   }
-  // Those that take batches now: not still choosing a path, not waiting for their group.
+  // Those that take batches now: not still choosing a path, not waiting for their group, not
+  // parked (LagCatchUp).
   size_t Receivers() const {
     return static_cast<size_t>(std::count_if(sessions.begin(), sessions.end(), [](const auto& kv) {
-      return !kv.second.pending && !kv.second.group_waiting && kv.second.reads_shared();
+      return !kv.second.pending && !kv.second.group_waiting && !kv.second.parked && kv.second.reads_shared();
     }));
   }
   std::string ComputeDataKey() const;
@@ -356,9 +368,9 @@ struct Producer::Impl {
     if (!IsPrivateSeq(seq)) return ReadUpto(s) > seq + 1 || (s.mailbox >= 0 && !s.reads_shared() && ReadUpto(s) > seq);
     if (s.mailbox < 0) return false;  // without a mailbox it cannot copy what it keeps anyway
     const uint64_t taken = mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken();
-    const uint64_t base = s.pushed - s.unread_seqs.size();
-    for (size_t i = 0; i < s.unread_seqs.size(); ++i)
-      if (s.unread_seqs[i] == seq) return taken > base + i + 1;
+    const uint64_t base = s.pushed - s.unread.size();
+    for (size_t i = 0; i < s.unread.size(); ++i)
+      if (s.unread[i].seq == seq) return taken > base + i + 1;
     return true;  // forgotten: taken long ago
   }
   // Every epoch is handed out and every consumer caught up (the run's end, once published).
@@ -385,6 +397,26 @@ struct Producer::Impl {
   // keeper, once per batch, for all of them back (a job that holds its last batch, or closed its
   // Loader holding one, would otherwise keep the producer alive until its tensors die).
   void ReclaimAtEnd();
+  // Notes who took batches since the last look: each session's read_upto, last_read_ns and pace.
+  void NoteReads(uint64_t now);
+  // A consumer that holds the others back without taking a batch for --lag-timeout-ms (and 4 of
+  // its steps) is caught up instead of waited for (TakeBackUnread), where it may be (CaughtUpWhenBehind).
+  void LagCatchUp(uint64_t now);
+  bool CaughtUpWhenBehind(const Session& s) const;
+  void TakeBackUnread(Session& s, uint64_t now);
+  // The same for the consumer served a catch-up that takes none of its batches while another
+  // waits to be caught up: its unread catch-up batches are owed again, and it waits its turn.
+  void Park(Session& s, uint64_t now);
+  // Every batch in s's mailbox that it has not taken is a catch-up batch of the epoch it is
+  // served now (`catch_up_batches`), or every one is a shared batch; false with none unread.
+  bool OnlyUnread(const Session& s, bool catch_up_batches) const;
+  // After entries were taken back from s's mailbox: what NoteReads compares with starts again.
+  void NotTaken(Session& s, uint64_t now);
+  // t is owed a catch-up, has none of its batches to read, and waits for them.
+  bool WaitsForCatchUp(const Session& t) const;
+  // t waits for a batch now: it sleeps on its mailbox (one that stopped reading does not); without
+  // a mailbox, taken to.
+  bool Waits(const Session& t) const;
   // Detaches consumers that have held the others back for --stall-timeout-ms (see the option).
   void DetachStalled(uint64_t now);
   void HandleMessage(const std::string& identity, const uint8_t* data, size_t size, bool remote);

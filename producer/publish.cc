@@ -247,8 +247,8 @@ bool Producer::Impl::Announce(Session& s, const BatchAnnouncement& a) {
     if (!box.Push(a)) return false;
     // Forget what it has taken: ReadUpto looks from there on.
     const uint64_t taken = box.taken();
-    while (!s.unread_seqs.empty() && s.pushed - s.unread_seqs.size() + 1 < taken) s.unread_seqs.pop_front();
-    s.unread_seqs.push_back(a.seq);
+    while (!s.unread.empty() && s.pushed - s.unread.size() + 1 < taken) s.unread.pop_front();
+    s.unread.push_back({a.seq, a.epoch, a.first, a.count});
     ++s.pushed;
   }
   if (s.received++ == 0 && !IsPrivateSeq(a.seq)) s.first_seq = a.seq;

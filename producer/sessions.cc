@@ -550,14 +550,35 @@ void Producer::Impl::CheckLiveness(uint64_t now) {
   }
 }
 
-void Producer::Impl::DetachStalled(uint64_t now) {
+void Producer::Impl::NoteReads(uint64_t now) {
   for (auto& [identity, s] : sessions) {
     if (s.pending) continue;
-    if (const uint64_t r = ReadUpto(s); r != s.read_upto) {
-      s.read_upto = r;
+    const uint64_t r = ReadUpto(s);
+    const uint64_t taken = s.mailbox >= 0 ? mailboxes.at(static_cast<uint32_t>(s.mailbox)).taken() : s.acked;
+    // (A consumer reading its own batches has read every shared batch: its ReadUpto follows the
+    // shared stream, and says nothing of it.)
+    if ((s.reads_shared() && r != s.read_upto) || taken != s.taken_seen) {
+      // Its pace: the time per batch taken while batches waited for it (not while it waited).
+      if (s.unread_since_ns != 0 && taken > s.taken_seen) {
+        const uint64_t per = (now - std::max(s.last_read_ns, s.unread_since_ns)) / (taken - s.taken_seen);
+        s.step_ns = s.step_ns == 0 ? per : (7 * s.step_ns + per) / 8;
+      }
+      // Parked, it reads again: once its turn has come (nobody else waits to be caught up).
+      if (s.parked && taken != s.taken_seen && (CatchingUp() == nullptr || CatchingUp() == &s)) s.parked = false;
+      s.taken_seen = taken;
       s.last_read_ns = now;
     }
+    // Parked while it should rejoin the shared stream: it does once it waits for a batch again.
+    if (s.parked && s.reads_shared() && Waits(s)) s.parked = false;
+    s.read_upto = r;
+    if (Unread(s) == 0)
+      s.unread_since_ns = 0;
+    else if (s.unread_since_ns == 0)
+      s.unread_since_ns = now;
   }
+}
+
+void Producer::Impl::DetachStalled(uint64_t now) {
   if (last_release_ns == 0) last_release_ns = now;
   const bool producing = !source->exhausted() || CatchUpOwed();  // catch-up goes on after the shared stream
   if (opts.stall_timeout_ms == 0 || !started || !producing) return;
@@ -570,15 +591,31 @@ void Producer::Impl::DetachStalled(uint64_t now) {
   // Who holds the others back, and what it is told.
   struct Stalled {
     std::string identity, why;
-    bool kept;  // its kept batches filled the ring (else: it stopped reading)
+    bool kept;              // its kept batches filled the ring (else: it stopped reading)
+    bool others_caught_up;  // it held back a catch-up, not the shared stream
   };
   std::vector<Stalled> stalled;
   for (const auto& [identity, s] : sessions) {
     if (!HoldsBackWindow(s) || now - s.last_read_ns < limit) continue;
     stalled.push_back({identity,
-                       who(s) + " took no batch for " + seconds + " while the producer, " + std::to_string(opts.window) +
-                           " batches ahead of it (--window), waited for it",
-                       false});
+                       who(s) + " took no batch for " + seconds + " while the producer, " +
+                           std::to_string(opts.window) + " batches ahead of it (--window), waited for it",
+                       false, false});
+  }
+  // Catch-up batches take a few slots, one consumer at a time: one that takes none of those
+  // decoded for it, and cannot be parked (LagCatchUp: a group, or batches of two ranges unread),
+  // holds back every other consumer waiting to be caught up.
+  for (const auto& [identity, s] : sessions) {
+    if (now - s.last_read_ns < limit || PrivateOutstanding(s) == 0) continue;
+    const bool another = std::any_of(sessions.begin(), sessions.end(), [&](const auto& kv) {
+      const Session& t = kv.second;
+      return t.id != s.id && (s.group.empty() || t.group != s.group) && WaitsForCatchUp(t);
+    });
+    if (another)
+      stalled.push_back({identity,
+                         who(s) + " took none of the batches decoded for it for " + seconds +
+                             " while another consumer waited to be caught up",
+                         false, true});
   }
   if (stalled.empty() && WithinWindow() && ring.free_slots() == 0 && now - last_release_ns >= limit) {
     // The ring is full of batches kept past their reading, and the keeper could not copy them
@@ -597,14 +634,20 @@ void Producer::Impl::DetachStalled(uint64_t now) {
                          who(*keeper) + " kept " + std::to_string(most) + " batches (tensors still alive) for " +
                              seconds + " while the ring had no free slot, and could not copy them away (it reads " +
                              "zero-copy, or over tcp://)",
-                         true});
+                         true, false});
   }
-  if (stalled.empty() || Receivers() <= stalled.size()) return;  // nobody else is held back
-  const std::string others = std::to_string(Receivers() - stalled.size()) + " other consumer(s)";
+  const size_t shared = static_cast<size_t>(
+      std::count_if(stalled.begin(), stalled.end(), [](const Stalled& st) { return !st.others_caught_up; }));
+  const bool held_back = Receivers() > shared;  // anyone else reading the shared stream waits
   for (const Stalled& st : stalled) {
-    DropSession(st.identity, st.kept ? "kept batches the ring needed (stall timeout)" : "stopped reading (stall timeout)",
+    if (!st.others_caught_up && !held_back) continue;  // nobody else is held back
+    const std::string others = st.others_caught_up
+                                   ? std::string()
+                                   : ", and " + std::to_string(Receivers() - shared) + " other consumer(s) waited";
+    DropSession(st.identity,
+                st.kept ? "kept batches the ring needed (stall timeout)" : "stopped reading (stall timeout)",
                 Bye{ByeReason::kDetached,
-                    st.why + ", and " + others + " waited: it was detached so they could go on. " +
+                    st.why + others + ": it was detached so they could go on. " +
                         (st.kept ? "clone() the batches you keep (or read without zero-copy)"
                                  : "Keep reading, or close the Loader while the job does something else") +
                         "; to wait longer, start the producer with a larger --stall-timeout-ms (0: never)"});

@@ -164,6 +164,10 @@ void AddServeFlags(Command& cmd, ProducerOptions& o, ServeFlags& f) {
   cmd.Add("--world-size", &o.dataset.world_size, "the number of shards (one producer per node)");
   cmd.Add("--heartbeat-ms", &o.heartbeat_ms, "liveness pings to consumers that are not local processes");
   cmd.Add("--heartbeat-timeout-ms", &o.heartbeat_timeout_ms, "a consumer silent this long is dropped");
+  cmd.Add("--lag-timeout-ms", &o.lag_timeout_ms,
+          "a consumer that holds the others back this long without taking a batch (and longer than 4 of its own "
+          "steps) is taken off the shared stream: its unread batches go back, and the rest of its epoch is decoded "
+          "again for it alone; 0: never (it holds them back until --stall-timeout-ms)");
   cmd.Add("--stall-timeout-ms", &o.stall_timeout_ms,
           "a consumer that holds the others back this long (stopped reading, or kept batches it cannot copy) is "
           "detached; 0: never");

@@ -345,10 +345,11 @@ def test_an_idle_loader_holds_nobody_back(serve):
 
 def test_a_job_that_stops_reading_is_named_then_detached_and_told_why(serve):
     """The producer runs at most --window batches ahead of its slowest reader. One that stops
-    reading holds the others back for --stall-timeout-ms at most: meanwhile their Timeout names it
-    (pid, unread batches, idle time); then it is detached, the others go on, and it is told it was
-    the holder and what to do."""
-    p = serve("--min-consumers", "2", "--stall-timeout-ms", "3000", epochs=1, window=2)
+    reading, and that is not caught up instead (--lag-timeout-ms 0 here: see the next test), holds
+    the others back for --stall-timeout-ms at most: meanwhile their Timeout names it (pid, unread
+    batches, idle time); then it is detached, the others go on, and it is told it was the holder
+    and what to do."""
+    p = serve("--min-consumers", "2", "--stall-timeout-ms", "3000", "--lag-timeout-ms", "0", epochs=1, window=2)
     r = read_until_held_back(p, timeout=0.7)
     stopper, stopper_it, held, other, other_it, got = r.stopper, r.stopper_it, r.held, r.loader, r.it, r.got
     said = str(r.timeout)
@@ -370,6 +371,34 @@ def test_a_job_that_stops_reading_is_named_then_detached_and_told_why(serve):
     assert "took no batch for 3 s" in str(detached.value) and "--stall-timeout-ms" in str(detached.value)
     del held
     for loader in (stopper, other):
+        loader.close()
+    assert p.wait() == 0
+
+
+def test_a_job_that_pauses_mid_epoch_holds_nobody_back_and_still_reads_whole_epochs(serve):
+    """Issue 39: a job that stops reading mid-epoch (an evaluation, a checkpoint) holds the others
+    back for --lag-timeout-ms at most. Then the batches it had not taken go back, and when it reads
+    again it gets the rest of its epoch, decoded again for it, then whole epochs. The other job
+    reads both epochs while it pauses (within its timeout); each job sees every sample of every
+    epoch once, and neither sees a partial epoch."""
+    p = serve("--min-consumers", "2", "--lag-timeout-ms", "500", epochs=2, window=2)
+    pauser = loader_for(p, batch_size=PRODUCER_BATCH, client_name="pauser")
+    other = loader_for(p, batch_size=PRODUCER_BATCH, client_name="other")
+    pauser_start = start_reading(pauser)
+    reading = in_thread(lambda: [run_epoch(other)[1] for _ in range(2)] + [other.partial])
+    it = pauser_start()
+    head = []
+    for _ in range(2):
+        held = next(it)  # the last one is held through the pause, as a training step would
+        head += pauser.indices.tolist()
+    *others, other_partial = reading()  # the pause: until the other job has read both epochs
+    assert [sorted(indices) for indices in others] == [ALL, ALL] and not other_partial
+    assert any("took no batch for" in line and "'pauser'" in line for line in p.lines), "".join(p.lines)
+    del held
+    rest = run_epoch(pauser, it)[1]
+    assert sorted(head + rest) == ALL and not pauser.partial
+    assert sorted(run_epoch(pauser)[1]) == ALL and not pauser.partial
+    for loader in (pauser, other):
         loader.close()
     assert p.wait() == 0
 

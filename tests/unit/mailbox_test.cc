@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -269,6 +270,63 @@ TEST_F(MailboxTest, AStaleOwnerStillInsidePopNeverTakesTheNextOwnersEntries) {
   stop = true;
   stale.join();
   EXPECT_EQ(lost, 0u) << "the new owner lost its entry after " << handovers << " handovers";
+}
+
+TEST_F(MailboxTest, TakeBackReturnsTheUntakenEntriesAndLeavesTheMailboxEmptyForTheNext) {
+  ASSERT_OK_AND_ASSIGN(MailboxArea area, MailboxArea::Create(name_, 1, 4));
+  Mailbox m = area.at(0);
+  m.Reset(3);
+  EXPECT_FALSE(m.TakeBack().has_value()) << "nothing was pushed";
+  for (uint64_t seq = 10; seq < 14; ++seq) ASSERT_TRUE(m.Push(Announcement(seq)));
+  ASSERT_TRUE(PopsAs(m, 3, 10));
+  std::optional<uint64_t> taken = m.TakeBack();
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(*taken, 1u) << "entries 1..3 (seqs 11..13) are back";
+  EXPECT_TRUE(m.Empty());
+  EXPECT_FALSE(m.Pop(3).has_value());
+  EXPECT_EQ(m.taken(), 4u);
+  EXPECT_FALSE(m.TakeBack().has_value()) << "nothing untaken is left";
+  // The owner keeps its mailbox: what is pushed next is its to take, with the room freed.
+  for (uint64_t seq = 20; seq < 24; ++seq) ASSERT_TRUE(m.Push(Announcement(seq)));
+  for (uint64_t seq = 20; seq < 24; ++seq) EXPECT_TRUE(PopsAs(m, 3, seq));
+}
+
+// The consumer pops while the producer pushes and takes back: every entry is either popped or
+// taken back, once, and the consumer sees what it pops in order.
+TEST_F(MailboxTest, AnEntryIsEitherPoppedOrTakenBackNeverBothNorNeither) {
+  ASSERT_OK_AND_ASSIGN(MailboxArea area, MailboxArea::Create(name_, 1, 8));
+  Mailbox m = area.at(0);
+  m.Reset(5);
+  constexpr uint64_t kEntries = 200000;
+  std::atomic<bool> done{false};
+  std::vector<uint64_t> popped;
+  std::thread consumer([&] {
+    while (!done.load() || !m.Empty()) {
+      if (std::optional<BatchAnnouncement> a = m.Pop(5)) popped.push_back(a->seq);
+    }
+  });
+  std::vector<uint64_t> back;
+  uint64_t pushed = 0, tail = 0;
+  while (pushed < kEntries) {
+    if (m.Push(Announcement(pushed))) {
+      ++pushed;
+      ++tail;
+    }
+    if (pushed % 7 == 0) {
+      if (std::optional<uint64_t> from = m.TakeBack())
+        for (uint64_t i = *from; i < tail; ++i) back.push_back(i);  // the i-th entry pushed is seq i
+    }
+  }
+  done = true;
+  consumer.join();
+  ASSERT_FALSE(back.empty()) << "the test never took an entry back";
+  ASSERT_FALSE(popped.empty());
+  EXPECT_TRUE(std::is_sorted(popped.begin(), popped.end()));
+  std::vector<uint64_t> all = popped;
+  all.insert(all.end(), back.begin(), back.end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), kEntries) << popped.size() << " popped, " << back.size() << " taken back";
+  for (uint64_t i = 0; i < kEntries; ++i) ASSERT_EQ(all[i], i);
 }
 
 // ------------------------------------------------------------------------- the doorbell
