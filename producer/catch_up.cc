@@ -275,6 +275,9 @@ void Producer::Impl::SubmitCatchUp(bool first_only) {
   const Session* served = CatchingUp();
   if (!served || !fatal.ok()) return;
   Session& s = sessions.at(served->identity);
+  // A parked one is served only when it waits again and nobody else is owed (CatchingUp): its
+  // turn has come, and its batches count against the budget from here on.
+  s.parked = false;
   const std::vector<Session*> readers = CatchUpReaders(s);
   const uint64_t budget = CatchUpBudget(), span = GroupSpan(s);
   uint64_t total = PrivateSlotsInUse();
@@ -392,37 +395,47 @@ bool Producer::Impl::CaughtUpWhenBehind(const Session& s) const {
 
 void Producer::Impl::LagCatchUp(uint64_t now) {
   if (opts.lag_timeout_ms == 0 || !started) return;
-  std::vector<Session*> behind;  // holding the shared stream back
-  for (auto& [identity, s] : sessions) {
-    if (!HoldsBackWindow(s) || !CaughtUpWhenBehind(s)) continue;
-    const uint64_t limit = std::max<uint64_t>(uint64_t{opts.lag_timeout_ms} * 1000000, 4 * s.step_ns);
-    if (now - s.last_read_ns >= limit) behind.push_back(&s);
+  // The window holds back what the source is handed: once it has had every epoch, nobody waits
+  // for another (and a consumer told End would take an empty mailbox for the run's end).
+  if (!all_submitted) {
+    std::vector<Session*> behind;  // holding the shared stream back
+    for (auto& [identity, s] : sessions)
+      if (HoldsBackWindow(s) && CaughtUpWhenBehind(s) && IdleNs(s, now) >= LagLimitNs(s)) behind.push_back(&s);
+    // Only while another reader waits for the shared stream: a stream nobody else reads waits.
+    const bool waited = std::any_of(sessions.begin(), sessions.end(), [&](const auto& kv) {
+      const Session& t = kv.second;
+      return !t.pending && !t.group_waiting && !t.parked && t.reads_shared() && !HoldsBackWindow(t) &&
+             std::find(behind.begin(), behind.end(), &t) == behind.end();
+    });
+    if (waited)
+      for (Session* s : behind) TakeBackUnread(*s, now);
   }
-  // Only while another reader waits for the shared stream: a stream nobody else reads waits.
-  const bool waited = std::any_of(sessions.begin(), sessions.end(), [&](const auto& kv) {
-    const Session& t = kv.second;
-    return !t.pending && !t.group_waiting && t.reads_shared() && !HoldsBackWindow(t) &&
-           std::find(behind.begin(), behind.end(), &t) == behind.end();
-  });
-  if (waited)
-    for (Session* s : behind) TakeBackUnread(*s, now);
 
   // The one served a catch-up (one at a time) takes none of its batches, and another waits for
   // its own: that one goes first. (Not a group: its ranks each hold their own copies.)
   const Session* served = CatchingUp();
   if (!served || served->parked || !served->group.empty() || served->mailbox < 0 || !served->private_jobs.empty() ||
-      PrivateOutstanding(*served) == 0)
+      PrivateOutstanding(*served) == 0 || IdleNs(*served, now) < LagLimitNs(*served))
     return;
-  const uint64_t limit = std::max<uint64_t>(uint64_t{opts.lag_timeout_ms} * 1000000, 4 * served->step_ns);
-  if (now - served->last_read_ns < limit) return;
   const bool another = std::any_of(sessions.begin(), sessions.end(),
                                    [&](const auto& kv) { return &kv.second != served && WaitsForCatchUp(kv.second); });
   if (another) Park(sessions.at(served->identity), now);
 }
 
+uint64_t Producer::Impl::IdleNs(const Session& s, uint64_t now) const {
+  // Counted from when batches began to wait for it, not from a read long before they came.
+  if (s.unread_since_ns == 0) return 0;
+  return now - std::max(s.last_read_ns, s.unread_since_ns);
+}
+
+uint64_t Producer::Impl::LagLimitNs(const Session& s) const {
+  return std::max<uint64_t>(uint64_t{opts.lag_timeout_ms} * 1000000, 4 * s.step_ns);
+}
+
 bool Producer::Impl::WaitsForCatchUp(const Session& t) const {
-  if (t.catch_up != Session::CatchUp::kPrivate || t.owed_next >= t.owed_end || t.parked || t.pending ||
-      t.group_waiting || PrivateOutstanding(t) > 0)
+  // (A parked one that waits again counts: it is served once the one served now is through.)
+  if (t.catch_up != Session::CatchUp::kPrivate || t.owed_next >= t.owed_end || t.pending || t.group_waiting ||
+      PrivateOutstanding(t) > 0)
     return false;
   return Waits(t);
 }
@@ -489,7 +502,10 @@ void Producer::Impl::TakeBackUnread(Session& s, uint64_t now) {
     if (ring.Release(s.id, b.seq)) last_release_ns = now;
   // In order: its epoch goes on at the first.
   const Session::Pushed& at = back.front();
-  const uint64_t n = epoch_samples(), idle_ms = (now - s.last_read_ns) / 1000000;
+  const uint64_t n = epoch_samples(), idle_ms = IdleNs(s, now) / 1000000;
+  // The first epoch of a resumed run is the rest of the saved one (from start_position): it stays
+  // that, partial, and is not rejoined (a rejoin would owe it what came before).
+  const bool resumed_rest = at.epoch == start_epoch && start_position > 0;
   const bool none_of_it = s.catch_up == CatchUp::kNone ? at.first == 0 : at.first == s.owed_anchor;
   std::string then;
   s.parked = true;  // nothing more is made or sent for it until it reads again
@@ -505,7 +521,7 @@ void Producer::Impl::TakeBackUnread(Session& s, uint64_t now) {
     s.owed_epoch = at.epoch;
     s.owed_next = at.first;
     s.owed_end = end;
-    s.owed_whole = true;
+    s.owed_whole = !resumed_rest;
     then = "the rest of epoch " + std::to_string(at.epoch) + " (" + std::to_string(end - at.first) +
            " samples from sample " + std::to_string(at.first) + ") is decoded again for it alone";
   }

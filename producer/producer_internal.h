@@ -1,6 +1,7 @@
 // The producer's state, shared by the files that implement it (private to producer/):
 //   producer.cc  options, set-up, the session loop, shutdown
-//   sessions.cc  handshakes, messages, flood control, liveness (pidfd and heartbeat)
+//   sessions.cc  handshakes, messages, flood control
+//   liveness.cc  liveness (pidfd and heartbeat), who read what since the last look, stalls
 //   publish.cc   back-pressure, handing slots to the source, publishing in order with the device fan-out
 //   catch_up.cc  catch-up: what a late, resumed or rejoining consumer (or group) missed, served to it alone
 //   report.cc    `coloader status` replies and the progress line
@@ -414,6 +415,10 @@ struct Producer::Impl {
   void NotTaken(Session& s, uint64_t now);
   // t is owed a catch-up, has none of its batches to read, and waits for them.
   bool WaitsForCatchUp(const Session& t) const;
+  // How long batches have waited for s without its taking one (0: none waits); how long that may
+  // last before it is taken back or parked (--lag-timeout-ms, and 4 of its steps).
+  uint64_t IdleNs(const Session& s, uint64_t now) const;
+  uint64_t LagLimitNs(const Session& s) const;
   // t waits for a batch now: it sleeps on its mailbox (one that stopped reading does not); without
   // a mailbox, taken to.
   bool Waits(const Session& t) const;

@@ -501,3 +501,48 @@ def test_a_late_device_reader_is_caught_up_with_the_samples_it_missed(serve, dec
     first.close()
     late.close()
     assert p.wait() == 0
+
+
+def test_a_device_reader_that_pauses_mid_epoch_holds_nobody_back_and_reads_whole_epochs(serve):
+    # Behind the window on the device path (issue 39): a device Loader (its batch ahead taken on
+    # a thread of its own) stops mid-epoch holding a batch; a host Loader reads both epochs
+    # meanwhile. The paused one's unread batches go back; when it reads again it gets the rest of
+    # its epoch, uploaded for its ring alone, and then epoch 1: every sample once each, the same
+    # pixels as the host reader's.
+    # (--decode cpu: under auto a sample decoded again may come from the other decoder.)
+    p = serve_gpu(serve, "--seed", "13", "--decode", "cpu", "--min-consumers", "2", "--lag-timeout-ms", "500",
+                  epochs=2, window=2)
+    pauser = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda", client_name="pauser")
+    other = loader_for(p, batch_size=PRODUCER_BATCH, client_name="other")
+    assert pauser.on_device
+    pauser_start = start_reading(pauser)
+
+    def read_both():
+        out = []
+        for _ in range(2):
+            out.append({i: img.clone() for images, _ in other for i, img in zip(other.indices.tolist(), images)})
+        return out, other.partial
+
+    reading = in_thread(read_both)
+    it = pauser_start()
+    got = {}
+    for _ in range(2):
+        held, _ = next(it)  # the last one is held through the pause
+        got.update(zip(pauser.indices.tolist(), held.cpu()))
+    (others, other_partial) = reading()  # the pause: until the other has read both epochs
+    assert [sorted(e) for e in others] == [list(range(NUM_IMAGES))] * 2 and not other_partial
+    assert any("took no batch for" in line and "'pauser'" in line for line in p.lines), "".join(p.lines)
+    del held
+    epochs = []
+    for e in range(2):
+        for images, _ in (it if e == 0 else pauser):
+            got.update(zip(pauser.indices.tolist(), images.cpu()))
+        epochs.append((got, pauser.epoch, pauser.partial))
+        got = {}
+    for e, (samples, number, partial) in enumerate(epochs):
+        assert number == e and not partial and sorted(samples) == list(range(NUM_IMAGES))
+        differ = [i for i, img in samples.items() if not torch.allclose(img, others[e][i].cpu(), rtol=1e-5, atol=1e-5)]
+        assert not differ, "epoch %d: samples %s differ from the host reader's" % (e, differ[:12])
+    for loader in (pauser, other):
+        loader.close()
+    assert p.wait() == 0

@@ -131,6 +131,29 @@ TEST_F(BehindTest, JobsThatStopWhileSharedOrWhileCaughtUpHoldNobodyBack) {
   ASSERT_EQ(producer->Wait(), 0) << producer->Stderr();
 }
 
+// A job taken off the shared stream that never reads again costs nobody anything while the run
+// goes on; once every other epoch is delivered, the run's end waits for it for --stall-timeout-ms
+// at most: then it is detached, told why, and the producer ends.
+TEST_F(BehindTest, AJobThatNeverReadsAgainIsDetachedOnceTheRunWaitsOnlyForIt) {
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "2",
+                              "--lag-timeout-ms", "300", "--stall-timeout-ms", "1500"});
+  auto other = Consume("p", {"--timeout-ms", "20000"});
+  std::unique_ptr<Consumer> stops = Connect("p");
+  ASSERT_TRUE(stops);
+  ASSERT_OK_AND_ASSIGN(bool more, stops->NextEpoch());
+  ASSERT_TRUE(more);
+  std::vector<int64_t> seen;
+  ASSERT_TRUE(Read(*stops, seen, 2));
+  ASSERT_EQ(other->Wait(60000), 0) << other->Stderr() << producer->Stderr();
+  ASSERT_EQ(producer->Wait(20000), 0) << "the run's end waited for ever: " << producer->Stderr();
+  EXPECT_NE(producer->Stderr().find("stopped reading (stall timeout)"), std::string::npos) << producer->Stderr();
+  Result<std::optional<Batch>> b = stops->Next();
+  for (int n = 0; b.ok() && *b && n < 100; ++n) b = stops->Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kDetached) << b.status().ToString();
+  EXPECT_NE(b.status().message().find("so that the run could end"), std::string::npos) << b.status().ToString();
+}
+
 // With --lag-timeout-ms 0 a job that stops holds the others back (the window's old meaning),
 // until --stall-timeout-ms detaches it.
 TEST_F(BehindTest, WithoutLagTimeoutAStoppedJobHoldsTheOthersUntilTheStallTimeout) {
