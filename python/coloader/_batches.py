@@ -269,3 +269,14 @@ def field_tensors(torch, lease, info, fields, stream, writable):
         raw = from_numpy(torch, host_view(lease, first, span, np.uint8, (span,), writable))
     return [raw[a - first:a - first + n * nbytes].view(dtype).reshape((n,) + shape)
             for a, (_, dtype, shape, nbytes) in zip(addresses, fields)]
+
+
+def clone(batch):
+    """A copy of `batch` (tensors in any nesting of tuples, lists and dicts; other leaves as they
+    are), as it is now, whatever is later written into the original."""
+    if isinstance(batch, dict):
+        return type(batch)((k, clone(v)) for k, v in batch.items())
+    if isinstance(batch, (tuple, list)):
+        items = [clone(v) for v in batch]
+        return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
+    return batch.clone() if callable(getattr(batch, "clone", None)) else batch

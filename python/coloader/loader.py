@@ -26,9 +26,11 @@ The contract (docs/DESIGN.md "What a training job can rely on")
         reads: CUDA IPC mappings cannot be made read-only).
     Holding: keeping batches (a list for logging) stalls nobody. When the producer needs a slot
     back, the batch kept in it is copied into the job's own memory first, at the same address,
-    so the tensors never change. A job that stops reading is detached after the producer's
-    --stall-timeout-ms while others wait (ConsumerDetached, saying so); a Timeout names the
-    consumer that holds the producer back.
+    so the tensors never change. A job that stops reading (an evaluation, a checkpoint) holds the
+    others back for the producer's --lag-timeout-ms at most: its unread batches go back, and
+    when it reads again it gets the rest of its epoch (decoded again), then whole epochs. A DDP
+    rank, or a job over tcp://, is detached instead after --stall-timeout-ms while others wait
+    (ConsumerDetached, saying so); a Timeout names the consumer that holds the producer back.
     Endings: when the producer has served every epoch it was started for, a further epoch is
     empty at once (the loop body does not run; a FinishedWarning says so once, and `finished`
     is True), whatever tensors are still held. A producer stopped (SIGTERM), killed or crashed
@@ -74,7 +76,9 @@ The device path (device="cuda")
 
 Epochs
     Each iter(loader) starts an epoch. Starting one before the previous finished skips the
-    rest of the previous one (it is released unread). A consumer that joins while the producer
+    rest of the previous one (it is released unread), except after a peek: a pass left after
+    its first batch (next(iter(loader))) costs that batch, not the epoch, and the next iter()
+    continues that epoch, the peeked batch (a copy, as it was) first; once per epoch. A consumer that joins while the producer
     is mid-epoch reads the rest of that epoch with the others, then the samples it missed,
     decoded again for it alone (catch-up): every epoch is whole. Where the producer cannot do
     that (`serve --no-catch-up`, a coloader.Producer, a consumer group), the first epoch is the
@@ -118,7 +122,8 @@ Prefetch
     next next() only hands over what is ready (27-40 µs instead of 180-290 on an H100 for a
     batch of token tensors: docs/BENCHMARKS.md, "Token batches"). One batch ahead,
     never more, and never at iter(); the batch ahead is counted (state_dict(), indices) only when
-    handed out, and discarded unread by iter(), load_state_dict() and close(). It holds a copy of
+    handed out, and discarded unread by iter() (kept when it continues a peek), load_state_dict()
+    and close(). It holds a copy of
     its own, not the producer's memory: on the host path or with zero_copy it would hold a ring
     slot, one more per consumer than the producer's spare slots are counted for, so there it is
     off unless prefetch=True (then give the producer a --spare-slots more).
@@ -161,13 +166,15 @@ class PartialEpochWarning(UserWarning):
 
 
 class _EpochIterator:
-    """One epoch of a Loader. A Timeout leaves it usable: next() may be called again, and the
-    interrupted batch resumes where it stopped."""
+    """One pass of a Loader: an epoch, or the rest of one whose pass was a peek (`replay`: its
+    first batch, yielded again first). A Timeout leaves it usable: next() may be called again,
+    and the interrupted batch resumes where it stopped."""
 
-    def __init__(self, loader, generation, done):
+    def __init__(self, loader, generation, done, replay=None):
         self._loader = loader
         self._generation = generation
         self._done = done
+        self._replay = replay
 
     def __iter__(self):
         return self
@@ -181,11 +188,22 @@ class _EpochIterator:
         if self._done or loader._generation != self._generation or session is None:
             self._done = True
             raise StopIteration
+        if self._replay is not None:
+            # (already counted in the epoch's samples: the library handed it out once)
+            (batch, loader._count, loader._indices_bytes), self._replay = self._replay, None
+            loader._indices = None
+            loader._pass_yielded += 1
+            return batch
         batch = loader._next(session)
         if batch is None:
-            self._done = True
+            self._done = loader._pass_ended = True
             raise StopIteration
         loader._seen += loader._count
+        loader._pass_yielded += 1
+        # The first batch of a pass is kept (as it was, a copy) until the second is asked for: if
+        # the pass ends there (a peek), the next one yields it again (Loader.__iter__).
+        loader._first = ((_batches.clone(batch), loader._count, loader._indices_bytes)
+                         if loader._pass_yielded == 1 and not loader._pass_continues else None)
         return batch
 
 
@@ -263,6 +281,9 @@ class Loader(_Stateful):
         self._prefetch_wanted = prefetch
         self._prefetching = False  # decided at each connection (the path may change)
         self._seen = 0  # samples yielded in the current epoch (state_dict)
+        # The pass under way (__iter__): batches it yielded, whether its epoch ended, whether it
+        # continues a peek, and a copy of its first batch while that is all it yielded.
+        self._pass_yielded, self._pass_ended, self._pass_continues, self._first = 0, False, False, None
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
         self._finished_warned = False
@@ -407,15 +428,23 @@ class Loader(_Stateful):
     # -- iteration -----------------------------------------------------------------------
 
     def __iter__(self):
-        """Starts the next epoch (skipping what is left of the current one)."""
+        """Starts the next epoch (skipping what is left of the current one). A peek (a pass left
+        after its first batch, as next(iter(loader)) does) costs that batch, not the epoch: the
+        next pass is the same epoch, its first batch yielded again, then the rest. Only once: a
+        pass that continues a peek and is itself left after one batch ends that epoch."""
         session = self._session  # read once: close() on another thread may clear it
         if session is None:
             raise _lib.ColoaderError("the loader is closed")
         ptr = session.ptr
+        first, self._first = self._first, None
+        self._generation += 1
+        if first is not None and self._pass_yielded == 1 and not self._pass_ended:
+            self._pass_yielded, self._pass_continues = 0, True  # the batch ahead, if any, is this pass's
+            return _EpochIterator(self, self._generation, done=False, replay=first)
+        self._pass_yielded, self._pass_ended, self._pass_continues = 0, False, False
         if not self._started:
             self._check_topology_still_holds()
         self._discard_ahead()  # of the epoch it skips the rest of
-        self._generation += 1
         lib = _lib.lib()
         rc = _lib.wait(self._while_open(session, lambda ms: lib.coloader_consumer_next_epoch_wait(ptr, ms)))
         self._started = True
@@ -688,6 +717,7 @@ class Loader(_Stateful):
         if getattr(self, "_prefetch", None) is not None:  # (a Loader whose __init__ failed has none)
             self._prefetch.close()
             self._ahead_timeout = None
+        self._first = None
         self._session = None
 
     def _discard_ahead(self):

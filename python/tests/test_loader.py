@@ -172,34 +172,68 @@ def test_new_iter_skips_the_rest_of_an_unfinished_epoch(serve):
     assert p.wait() == 0
 
 
-def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve):
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "batch-ahead"])
+def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve, prefetch):
     """Issue 39's item 4, side by side with torch's DataLoader over the same number of samples:
     a peek (next(iter(loader))) and then a loop, a loop broken after 3 batches and then another:
-    every loop yields the batches DataLoader's does, each a whole epoch; each iter() takes the
-    job's next epoch (a peek or a broken loop uses one: the producer's epochs are the job's
-    passes). len() is a whole epoch's batches throughout, `epoch` the current pass's number."""
-    p = serve(epochs=4)
-    loader = loader_for(p, batch_size=10)
+    every loop yields the batches DataLoader's does, each a whole epoch. A peek costs its batch,
+    not the epoch: the loop after it is that epoch, the peeked batch (as it was when peeked, whatever
+    the job wrote into it) first. A loop broken later leaves its epoch: the next iter() is the next
+    epoch. So a producer of 3 epochs gives this job a peek and 3 passes, every sample of each
+    epoch once. len() is a whole epoch's batches throughout, `epoch` the current pass's number.
+    With the batch ahead (the device path's default), the one taken ahead during the peek is the
+    loop's second."""
+    p = serve(epochs=3)
+    loader = loader_for(p, batch_size=10, prefetch=prefetch)
     dl = torch.utils.data.DataLoader(range(NUM_IMAGES), batch_size=10, shuffle=True)
     assert len(loader) == len(dl) == len(expected_sizes(10))
 
-    def loop(it):
-        return [len(batch[0] if isinstance(batch, (list, tuple)) else batch) for batch in it]
+    def loop(it, indices=None):
+        sizes = []
+        for batch in it:
+            sizes.append(len(batch[0] if isinstance(batch, (list, tuple)) else batch))
+            if indices is not None:
+                indices += loader.indices.tolist()
+        return sizes
 
-    next(iter(loader)), next(iter(dl))  # a peek
-    assert loader.epoch == 0 and loop(loader) == loop(dl) == expected_sizes(10)
-    assert loader.epoch == 1 and not loader.partial and len(loader) == len(dl)
+    (peeked, _), _ = next(iter(loader)), next(iter(dl))  # a peek
+    peek_indices, as_peeked = loader.indices.tolist(), peeked.clone()
+    peeked.zero_()  # what the job did with it changes nothing it gets again
+    first, indices = [], []
+    for n, (images, _) in enumerate(loader):
+        if n == 0:
+            first = (loader.indices.tolist(), torch.equal(images, as_peeked))
+        indices += loader.indices.tolist()
+    assert loader.epoch == 0 and not loader.partial and first == (peek_indices, True)
+    assert sorted(indices) == list(range(NUM_IMAGES)) and len(indices) == sum(loop(dl))
+    assert len(loader) == len(dl)
     for source in (loader, dl):  # a loop broken after 3 batches
         for n, _ in enumerate(source):
             if n == 2:
                 break
-    assert loader.epoch == 2
+    assert loader.epoch == 1
     indices = []
-    for images, _ in loader:
-        indices += loader.indices.tolist()
-    assert loader.epoch == 3 and sorted(indices) == list(range(NUM_IMAGES))
-    assert len(indices) == sum(loop(dl))
-    with pytest.warns(coloader.FinishedWarning):  # the producer's 4 epochs were the job's 4 passes
+    assert loop(loader, indices) == loop(dl) == expected_sizes(10)
+    assert loader.epoch == 2 and sorted(indices) == list(range(NUM_IMAGES))
+    with pytest.warns(coloader.FinishedWarning):  # the producer's 3 epochs were the job's 3 passes
+        assert list(loader) == []
+    loader.close()
+
+
+def test_a_loop_left_after_its_first_batch_every_time_still_moves_through_the_epochs(serve):
+    """A peek's continuation is had once: a pass that continues a peek and is itself left after
+    one batch ends that epoch, so a loop that breaks after its first batch every time sees each
+    epoch's first batch twice and moves on (it is not held to one batch for ever)."""
+    p = serve(epochs=3)
+    loader = loader_for(p, batch_size=10)
+    seen = []
+    for _ in range(6):
+        for images, _ in loader:
+            seen.append((loader.epoch, tuple(loader.indices.tolist())))
+            break
+    assert [e for e, _ in seen] == [0, 0, 1, 1, 2, 2]
+    assert seen[0][1] == seen[1][1] and seen[2][1] == seen[3][1] and seen[0][1] != seen[2][1]
+    with pytest.warns(coloader.FinishedWarning):
         assert list(loader) == []
     loader.close()
 
