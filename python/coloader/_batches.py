@@ -280,3 +280,43 @@ def clone(batch):
         items = [clone(v) for v in batch]
         return type(batch)(*items) if hasattr(batch, "_fields") else type(batch)(items)
     return batch.clone() if callable(getattr(batch, "clone", None)) else batch
+
+
+def weak(batch):
+    """A way back to `batch` that does not keep it alive (its tensors keep their slot or memory
+    only while the job holds them): called, it gives the batch (its structure rebuilt over the
+    same tensors), or None once any tensor in it is gone."""
+    import weakref
+
+    gone = object()
+
+    def strip(b):
+        if isinstance(b, dict):
+            return type(b), [(k, strip(v)) for k, v in b.items()]
+        if isinstance(b, (tuple, list)):
+            return type(b), [strip(v) for v in b]
+        try:
+            return weakref.ref(b), None
+        except TypeError:  # a leaf that cannot be referred to weakly (a number, a string): kept
+            return (lambda: b), None
+
+    def rebuild(node):
+        kind, items = node
+        if items is None:
+            leaf = kind()
+            return gone if leaf is None else leaf
+        if kind is dict or (isinstance(kind, type) and issubclass(kind, dict)):
+            pairs = [(k, rebuild(v)) for k, v in items]
+            return gone if any(v is gone for _, v in pairs) else kind(pairs)
+        values = [rebuild(v) for v in items]
+        if any(v is gone for v in values):
+            return gone
+        return kind(*values) if hasattr(kind, "_fields") else kind(values)
+
+    node = strip(batch)
+
+    def back():
+        b = rebuild(node)
+        return None if b is gone else b
+
+    return back

@@ -78,7 +78,9 @@ Epochs
     Each iter(loader) starts an epoch. Starting one before the previous finished skips the
     rest of the previous one (it is released unread), except after a peek: a pass left after
     its first batch (next(iter(loader))) costs that batch, not the epoch, and the next iter()
-    continues that epoch, the peeked batch (a copy, as it was) first; once per epoch. A consumer that joins while the producer
+    continues that epoch, the peeked batch first (a copy of it as the job left it, made then:
+    what the loop writes does not reach the peeked tensors; one batch short if the job let go of
+    it); once per epoch. A consumer that joins while the producer
     is mid-epoch reads the rest of that epoch with the others, then the samples it missed,
     decoded again for it alone (catch-up): every epoch is whole. Where the producer cannot do
     that (`serve --no-catch-up`, a coloader.Producer, a consumer group), the first epoch is the
@@ -187,20 +189,23 @@ class _EpochIterator:
             self._done = True
             raise StopIteration
         if self._replay is not None:
-            # (already counted in the epoch's samples: the library handed it out once)
+            # A copy, so that what this pass writes into it does not reach the tensors the peek
+            # handed out (a batch kept to look at later). Already counted in the epoch's samples:
+            # the library handed it out once.
             (batch, loader._count, loader._indices_bytes), self._replay = self._replay, None
             loader._indices = None
             loader._pass_yielded += 1
-            return batch
+            return _batches.clone(batch)
         batch = loader._next(session)
         if batch is None:
             self._done = loader._pass_ended = True
             raise StopIteration
         loader._seen += loader._count
         loader._pass_yielded += 1
-        # The first batch of a pass is kept (as it was, a copy) until the second is asked for: if
-        # the pass ends there (a peek), the next one yields it again (Loader.__iter__).
-        loader._first = ((_batches.clone(batch), loader._count, loader._indices_bytes)
+        # The first batch of a pass is remembered until the second is asked for: if the pass ends
+        # there (a peek), the next one yields it again (Loader.__iter__). Weakly, not a copy: a job
+        # that does not peek pays nothing, and a batch still goes when its last tensor does.
+        loader._first = ((_batches.weak(batch), loader._count, loader._indices_bytes)
                          if loader._pass_yielded == 1 and not loader._pass_continues else None)
         return batch
 
@@ -428,8 +433,9 @@ class Loader(_Taking, _Stateful):
     def __iter__(self):
         """Starts the next epoch (skipping what is left of the current one). A peek (a pass left
         after its first batch, as next(iter(loader)) does) costs that batch, not the epoch: the
-        next pass is the same epoch, its first batch yielded again, then the rest. Only once: a
-        pass that continues a peek and is itself left after one batch ends that epoch."""
+        next pass is the same epoch, its first batch yielded again (a copy of it as the job left
+        it; if the job let go of it, the pass is the rest, one batch short), then the rest. Only
+        once: a pass that continues a peek and is itself left after one batch ends that epoch."""
         session = self._session  # read once: close() on another thread may clear it
         if session is None:
             raise _lib.ColoaderError("the loader is closed")
@@ -437,8 +443,12 @@ class Loader(_Taking, _Stateful):
         first, self._first = self._first, None
         self._generation += 1
         if first is not None and self._pass_yielded == 1 and not self._pass_ended:
-            self._pass_yielded, self._pass_continues = 0, True  # the batch ahead, if any, is this pass's
-            return _EpochIterator(self, self._generation, done=False, replay=first)
+            # A peek: this pass continues its epoch (the batch ahead, if any, is this pass's), from
+            # the peeked batch if the job still holds it, else from the one after it.
+            self._pass_yielded, self._pass_continues = 0, True
+            batch = first[0]()
+            replay = None if batch is None else (batch, first[1], first[2])
+            return _EpochIterator(self, self._generation, done=False, replay=replay)
         self._pass_yielded, self._pass_ended, self._pass_continues = 0, False, False
         if not self._started:
             self._check_topology_still_holds()

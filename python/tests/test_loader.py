@@ -177,9 +177,10 @@ def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve, prefetch):
     """Issue 39's item 4, side by side with torch's DataLoader over the same number of samples:
     a peek (next(iter(loader))) and then a loop, a loop broken after 3 batches and then another:
     every loop yields the batches DataLoader's does, each a whole epoch. A peek costs its batch,
-    not the epoch: the loop after it is that epoch, the peeked batch (as it was when peeked, whatever
-    the job wrote into it) first. A loop broken later leaves its epoch: the next iter() is the next
-    epoch. So a producer of 3 epochs gives this job a peek and 3 passes, every sample of each
+    not the epoch: the loop after it is that epoch, the peeked batch first (a copy: what the loop
+    writes into it does not reach the peeked tensors, kept to look at later; the Loader does not
+    keep them itself: see the next test). A loop broken later
+    leaves its epoch: the next iter() is the next epoch. So a producer of 3 epochs gives this job a peek and 3 passes, every sample of each
     epoch once. len() is a whole epoch's batches throughout, `epoch` the current pass's number.
     With the batch ahead (the device path's default), the one taken ahead during the peek is the
     loop's second."""
@@ -196,15 +197,16 @@ def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve, prefetch):
                 indices += loader.indices.tolist()
         return sizes
 
-    (peeked, _), _ = next(iter(loader)), next(iter(dl))  # a peek
+    (peeked, peeked_labels), _ = next(iter(loader)), next(iter(dl))  # a peek, the batch kept
     peek_indices, as_peeked = loader.indices.tolist(), peeked.clone()
-    peeked.zero_()  # what the job did with it changes nothing it gets again
     first, indices = [], []
     for n, (images, _) in enumerate(loader):
         if n == 0:
             first = (loader.indices.tolist(), torch.equal(images, as_peeked))
+            images.zero_()  # the loop's writes
         indices += loader.indices.tolist()
     assert loader.epoch == 0 and not loader.partial and first == (peek_indices, True)
+    assert torch.equal(peeked, as_peeked)  # the peeked tensors, kept, as they were
     assert sorted(indices) == list(range(NUM_IMAGES)) and len(indices) == sum(loop(dl))
     assert len(loader) == len(dl)
     for source in (loader, dl):  # a loop broken after 3 batches
@@ -220,6 +222,23 @@ def test_each_iter_is_a_new_pass_as_with_torch_dataloader(serve, prefetch):
     loader.close()
 
 
+def test_a_peek_whose_batch_was_let_go_costs_that_batch_and_holds_nothing(serve):
+    """The Loader remembers a pass's first batch weakly: a peek whose batch the job dropped holds
+    no slot (the zero-copy batch's slot goes back at once), and the loop after it is the rest of
+    that epoch, one batch short, every other sample once."""
+    p = serve(epochs=1, window=2)
+    loader = loader_for(p, batch_size=PRODUCER_BATCH, zero_copy=True)
+    next(iter(loader))[0].sum()  # looked at, and let go
+    peeked = loader.indices.tolist()
+    p.wait_for(lambda st: st["consumers"][0]["acked"] >= 1, "the peeked batch's slot back")
+    indices = []
+    for images, _ in loader:
+        indices += loader.indices.tolist()
+    assert loader.epoch == 0 and sorted(indices + peeked) == list(range(NUM_IMAGES))
+    assert len(indices) == NUM_IMAGES - len(peeked)
+    loader.close()
+
+
 def test_a_loop_left_after_its_first_batch_every_time_still_moves_through_the_epochs(serve):
     """A peek's continuation is had once: a pass that continues a peek and is itself left after
     one batch ends that epoch, so a loop that breaks after its first batch every time sees each
@@ -227,8 +246,8 @@ def test_a_loop_left_after_its_first_batch_every_time_still_moves_through_the_ep
     p = serve(epochs=3)
     loader = loader_for(p, batch_size=10)
     seen = []
-    for _ in range(6):
-        for images, _ in loader:
+    for epoch in range(6):
+        for images, labels in loader:
             seen.append((loader.epoch, tuple(loader.indices.tolist())))
             break
     assert [e for e, _ in seen] == [0, 0, 1, 1, 2, 2]
