@@ -292,26 +292,28 @@ def weak(batch):
 
     def strip(b):
         if isinstance(b, dict):
-            return type(b), [(k, strip(v)) for k, v in b.items()]
+            return "dict", type(b), [(k, strip(v)) for k, v in b.items()]
         if isinstance(b, (tuple, list)):
-            return type(b), [strip(v) for v in b]
+            return "seq", type(b), [strip(v) for v in b]
         try:
-            return weakref.ref(b), None
-        except TypeError:  # a leaf that cannot be referred to weakly (a number, a string): kept
-            return (lambda: b), None
+            return "weak", weakref.ref(b), None
+        except TypeError:  # a leaf that cannot be referred to weakly (a number, a string, None): kept
+            return "kept", b, None
 
     def rebuild(node):
-        kind, items = node
-        if items is None:
-            leaf = kind()
+        how, what, items = node
+        if how == "kept":
+            return what
+        if how == "weak":
+            leaf = what()
             return gone if leaf is None else leaf
-        if kind is dict or (isinstance(kind, type) and issubclass(kind, dict)):
+        if how == "dict":
             pairs = [(k, rebuild(v)) for k, v in items]
-            return gone if any(v is gone for _, v in pairs) else kind(pairs)
+            return gone if any(v is gone for _, v in pairs) else what(pairs)
         values = [rebuild(v) for v in items]
         if any(v is gone for v in values):
             return gone
-        return kind(*values) if hasattr(kind, "_fields") else kind(values)
+        return what(*values) if hasattr(what, "_fields") else what(values)
 
     node = strip(batch)
 

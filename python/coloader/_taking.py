@@ -17,6 +17,7 @@ class _Taking:
     def _next(self, session):
         """The next batch as (images, labels), or None at the end of the epoch."""
         stream, handle = (None, None) if self._cuda is None else self._streams.current(self._cuda_device, session)
+        self._read_on = stream  # the stream the batch handed out is ordered on (a peek's copy follows it)
         ahead = self._prefetch if self._prefetching else None
         if ahead is None or not ahead.outstanding:
             # Nothing taken ahead (the first batch of an epoch): taken here, as without prefetch.

@@ -153,3 +153,4 @@ class _Stateful:
         self._resume_warned = False
         self._resumed = True
         self._first, self._pass_yielded = None, 0  # the next iter() is the saved epoch's rest, not a peek's
+        self._generation += 1  # iterators made before end

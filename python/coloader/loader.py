@@ -192,10 +192,12 @@ class _EpochIterator:
             # A copy, so that what this pass writes into it does not reach the tensors the peek
             # handed out (a batch kept to look at later). Already counted in the epoch's samples:
             # the library handed it out once.
-            (batch, loader._count, loader._indices_bytes), self._replay = self._replay, None
+            (batch, loader._count, loader._indices_bytes, read_on), self._replay = self._replay, None
             loader._indices = None
             loader._pass_yielded += 1
-            return _batches.clone(batch)
+            return loader._copy_after(batch, read_on)
+        if loader._pass_yielded == 1:
+            loader._first = None  # a second batch is asked for: the pass was not a peek
         batch = loader._next(session)
         if batch is None:
             self._done = loader._pass_ended = True
@@ -205,7 +207,10 @@ class _EpochIterator:
         # The first batch of a pass is remembered until the second is asked for: if the pass ends
         # there (a peek), the next one yields it again (Loader.__iter__). Weakly, not a copy: a job
         # that does not peek pays nothing, and a batch still goes when its last tensor does.
-        loader._first = ((_batches.weak(batch), loader._count, loader._indices_bytes)
+        # (A group's rank remembers it strongly: one let go would leave that rank a batch short,
+        # and its all-reduce waiting on the others.)
+        remember = (lambda: batch) if loader.world_size > 1 else _batches.weak(batch)
+        loader._first = ((remember, loader._count, loader._indices_bytes, loader._read_on)
                          if loader._pass_yielded == 1 and not loader._pass_continues else None)
         return batch
 
@@ -287,6 +292,7 @@ class Loader(_Taking, _Stateful):
         # The pass under way (__iter__): batches it yielded, whether its epoch ended, whether it
         # continues a peek, and a copy of its first batch while that is all it yielded.
         self._pass_yielded, self._pass_ended, self._pass_continues, self._first = 0, False, False, None
+        self._read_on = None  # the CUDA stream the last batch was ordered on (_taking.py)
         self._started = False  # an epoch was begun (load_state_dict must then reconnect)
         self._resume_warned = False
         self._finished_warned = False
@@ -447,7 +453,11 @@ class Loader(_Taking, _Stateful):
             # the peeked batch if the job still holds it, else from the one after it.
             self._pass_yielded, self._pass_continues = 0, True
             batch = first[0]()
-            replay = None if batch is None else (batch, first[1], first[2])
+            if batch is None:
+                warnings.warn("coloader.Loader(%r): the batch peeked with next(iter(loader)) was let go, so this pass "
+                              "is the rest of epoch %d, one batch short (keep the peeked batch, all of it, to get it "
+                              "again first)" % (self.name or self._endpoint, self.epoch), stacklevel=2)
+            replay = None if batch is None else (batch,) + first[1:]
             return _EpochIterator(self, self._generation, done=False, replay=replay)
         self._pass_yielded, self._pass_ended, self._pass_continues = 0, False, False
         if not self._started:
@@ -494,6 +504,18 @@ class Loader(_Taking, _Stateful):
     def __len__(self) -> int:
         """Batches in a whole epoch for this consumer's batch size (and drop_last)."""
         return int(_lib.lib().coloader_consumer_len(self._require_open()))
+
+    def _copy_after(self, batch, read_on):
+        """A copy of `batch` (a peek's, yielded again) made after the work on the stream it was read
+        on, and before that stream releases it."""
+        if read_on is None:
+            return _batches.clone(batch)
+        current = self._cuda.current_stream(read_on.device)
+        current.wait_stream(read_on)
+        with self._cuda.device(read_on.device):
+            copy = _batches.clone(batch)
+        read_on.wait_stream(current)  # its release (ordered on read_on) waits for the copy
+        return copy
 
     # -- state ---------------------------------------------------------------------------
 
@@ -581,6 +603,7 @@ class Loader(_Taking, _Stateful):
             self._prefetch.close()
             self._ahead_timeout = None
         self._first = None
+        self._generation = getattr(self, "_generation", 0) + 1  # its iterators end
         self._session = None
 
     def _discard_ahead(self):

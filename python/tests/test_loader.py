@@ -239,6 +239,26 @@ def test_a_peek_whose_batch_was_let_go_costs_that_batch_and_holds_nothing(serve)
     loader.close()
 
 
+def test_a_peek_let_go_is_said_and_a_state_loaded_after_it_ends_the_iterators_made_before(serve, tmp_path):
+    """A peek whose batch was let go warns that the pass is one batch short. load_state_dict() (a
+    reconnect mid-run) ends the iterators made before it: an iterator begun after a peek does not
+    yield the peeked batch from the connection that was left."""
+    p = serve(epochs=2)
+    loader = loader_for(p, batch_size=10)
+    next(iter(loader))  # let go at once
+    with pytest.warns(UserWarning, match="was let go, so this pass is the rest of epoch 0, one batch short"):
+        it = iter(loader)
+    state = loader.state_dict()
+    peeked = next(iter(loader)), loader.indices.tolist()  # (epoch 1's first batch, kept)
+    stale = iter(loader)  # would yield the peeked batch again
+    loader.load_state_dict(state)
+    with pytest.raises(StopIteration):
+        next(stale)
+    with pytest.raises(StopIteration):
+        next(it)
+    loader.close()
+
+
 def test_a_loop_left_after_its_first_batch_every_time_still_moves_through_the_epochs(serve):
     """A peek's continuation is had once: a pass that continues a peek and is itself left after
     one batch ends that epoch, so a loop that breaks after its first batch every time sees each

@@ -551,19 +551,20 @@ def test_a_device_reader_that_pauses_mid_epoch_holds_nobody_back_and_reads_whole
 def test_a_peek_on_the_device_costs_its_batch_not_the_epoch(serve):
     # Issue 39's peek on the device path (the batch ahead on by default): the loop after
     # next(iter(loader)) is the same epoch, the peeked batch first (a copy made on the job's
-    # stream: the loop's writes do not reach the peeked tensors), then the one taken ahead
-    # meanwhile, then the rest.
+    # stream after the peek's: the loop's writes do not reach the peeked tensors), then the one
+    # taken ahead meanwhile, then the rest.
     p = serve_gpu(serve, "--seed", "17", epochs=1, window=2)
     loader = loader_for(p, batch_size=PRODUCER_BATCH, device="cuda")
     assert loader.on_device
-    peeked, _ = next(iter(loader))
+    peeked, peeked_labels = next(iter(loader))
     peek_indices, as_peeked = loader.indices.tolist(), peeked.clone()
     got = []
-    for n, (images, _) in enumerate(loader):
-        if n == 0:
-            assert loader.indices.tolist() == peek_indices and torch.equal(images, as_peeked)
-            images.zero_()
-        got += loader.indices.tolist()
+    with torch.cuda.stream(torch.cuda.Stream()):  # the loop on another stream than the peek's
+        for n, (images, _) in enumerate(loader):
+            if n == 0:
+                assert loader.indices.tolist() == peek_indices and torch.equal(images, as_peeked)
+                images.zero_()
+            got += loader.indices.tolist()
     assert sorted(got) == list(range(NUM_IMAGES)) and loader.epoch == 0 and not loader.partial
     assert torch.equal(peeked, as_peeked)
     loader.close()
