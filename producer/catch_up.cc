@@ -472,12 +472,13 @@ void Producer::Impl::Park(Session& s, uint64_t now) {
   if (!from) return;
   const std::vector<Session::Pushed> back(s.unread.begin() + static_cast<ptrdiff_t>(*from - base), s.unread.end());
   s.unread.clear();
-  uint64_t samples = 0;
-  for (const Session::Pushed& b : back) {
+  for (const Session::Pushed& b : back)
     if (ring.Release(s.id, b.seq)) last_release_ns = now;
-    samples += b.count;
-  }
-  s.owed_next -= samples;  // (nothing of its is with the source)
+  // It owes them again from the first: the positions from there to where its catch-up stands
+  // (nothing of its is with the source), counted by position, not by the samples a batch
+  // delivered (fewer where bad files were skipped).
+  const uint64_t n = epoch_samples();
+  s.owed_next -= (s.owed_next % n + n - back.front().first % n) % n;
   s.parked = true;
   NotTaken(s, now);
   const std::string named = s.name.empty() ? std::string() : ", '" + s.name + "'";

@@ -106,7 +106,7 @@ struct Session {
   // unread.size() (what ReadUpto reads, now that its batches need not be consecutive), and
   // where each batch lies (where its epoch goes on when they are taken back: LagCatchUp).
   struct Pushed {
-    uint64_t seq, epoch, first, count;
+    uint64_t seq, epoch, first;
   };
   std::deque<Pushed> unread;
   uint64_t pushed = 0;

@@ -248,7 +248,7 @@ bool Producer::Impl::Announce(Session& s, const BatchAnnouncement& a) {
     // Forget what it has taken: ReadUpto looks from there on.
     const uint64_t taken = box.taken();
     while (!s.unread.empty() && s.pushed - s.unread.size() + 1 < taken) s.unread.pop_front();
-    s.unread.push_back({a.seq, a.epoch, a.first, a.count});
+    s.unread.push_back({a.seq, a.epoch, a.first});
     ++s.pushed;
   }
   if (s.received++ == 0 && !IsPrivateSeq(a.seq)) s.first_seq = a.seq;
