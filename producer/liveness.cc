@@ -101,9 +101,10 @@ void Producer::Impl::DetachStalled(uint64_t now) {
     // Catch-up batches made for it and published (not those still with the source), unread or
     // held, and batches waiting for it all that time.
     if (PrivateFootprint(s) == s.private_jobs.size() || IdleNs(s, now) < limit) continue;
+    const Session& held = s;  // (a lambda may not name a structured binding before C++20)
     const bool another = std::any_of(sessions.begin(), sessions.end(), [&](const auto& kv) {
       const Session& t = kv.second;
-      return t.id != s.id && (s.group.empty() || t.group != s.group) && WaitsForCatchUp(t);
+      return t.id != held.id && (held.group.empty() || t.group != held.group) && WaitsForCatchUp(t);
     });
     if (another)
       stalled.push_back({identity,
