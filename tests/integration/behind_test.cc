@@ -23,6 +23,25 @@ class BehindTest : public IntegrationTest {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  // A consumer of this process that starts its first epoch and reads `batches` batches of it
+  // (their indices into `seen`), then stops there.
+  static std::unique_ptr<Consumer> ReadThenStop(const std::string& name, int batches, std::vector<int64_t>& seen) {
+    std::unique_ptr<Consumer> c = Connect(name);
+    if (!c) return nullptr;
+    Result<bool> more = c->NextEpoch();
+    EXPECT_TRUE(more.ok() && *more) << (more.ok() ? "no epoch" : more.status().ToString());
+    EXPECT_TRUE(Read(*c, seen, batches));
+    return c;
+  }
+
+  // Reads on until the stream says how it ended: it must be that this consumer was detached.
+  static Status ReadUntilDetached(Consumer& c) {
+    Result<std::optional<Batch>> b = c.Next();
+    for (int n = 0; b.ok() && *b && n < 100; ++n) b = c.Next();
+    EXPECT_FALSE(b.ok());
+    return b.ok() ? Status::OK() : b.status();
+  }
+
   // Reads `batches` batches of the epoch under way (starting it if none is), adding their
   // dataset indices to `seen`; false once the epoch has ended.
   static bool Read(Consumer& c, std::vector<int64_t>& seen, int batches) {
@@ -69,12 +88,9 @@ TEST_F(BehindTest, AJobThatStopsMidEpochIsCaughtUpInsteadOfWaitedFor) {
   auto producer = Serve(
       "p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--min-consumers", "2", "--lag-timeout-ms", "300"});
   auto other = Consume("p", {"--batch-size", "5", "--timeout-ms", "20000"});
-  std::unique_ptr<Consumer> stops = Connect("p");
-  ASSERT_TRUE(stops);
-  ASSERT_OK_AND_ASSIGN(bool more, stops->NextEpoch());
-  ASSERT_TRUE(more);
   std::vector<int64_t> seen;
-  ASSERT_TRUE(Read(*stops, seen, 3));
+  std::unique_ptr<Consumer> stops = ReadThenStop("p", 3, seen);
+  ASSERT_TRUE(stops);
   // It stops here, holding its third batch, until the other job has read every epoch.
   ASSERT_EQ(other->Wait(60000), 0) << "the other job was held to the one that stopped: " << other->Stderr()
                                    << producer->Stderr();
@@ -96,21 +112,15 @@ TEST_F(BehindTest, AJobThatStopsMidEpochIsCaughtUpInsteadOfWaitedFor) {
 // and it comes after (parked). All three are exact when they read again.
 TEST_F(BehindTest, JobsThatStopWhileSharedOrWhileCaughtUpHoldNobodyBack) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "3", "--lag-timeout-ms", "300"});
-  std::unique_ptr<Consumer> first = Connect("p");
-  ASSERT_TRUE(first);
-  ASSERT_OK_AND_ASSIGN(bool more, first->NextEpoch());
-  ASSERT_TRUE(more);
   std::vector<int64_t> first_seen, late_seen;
-  ASSERT_TRUE(Read(*first, first_seen, 1));  // holds batch 0; the producer waits inside epoch 0
+  std::unique_ptr<Consumer> first = ReadThenStop("p", 1, first_seen);  // holds batch 0: the producer waits
+  ASSERT_TRUE(first);
   // The window full (batch 0 held, 3 beyond it), the late job joins at sample 32, so that several
   // batches are decoded for it alone at its epoch's end. It waits for the stream, which goes on
   // without the first once the lag timeout has passed.
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 4; }));
-  std::unique_ptr<Consumer> late = Connect("p");
+  std::unique_ptr<Consumer> late = ReadThenStop("p", 1, late_seen);
   ASSERT_TRUE(late);
-  ASSERT_OK_AND_ASSIGN(more, late->NextEpoch());
-  ASSERT_TRUE(more);
-  ASSERT_TRUE(Read(*late, late_seen, 1));
   ASSERT_EQ(late->split_begin(), 32u) << "the late job should have joined where the window held the stream";
   while (late->samples_seen() <= kImages - late->split_begin()) ASSERT_TRUE(Read(*late, late_seen, 1));
   EXPECT_NE(producer->Stderr().find("consumer 1 (pid " + std::to_string(::getpid()) + ") took no batch for"),
@@ -120,7 +130,7 @@ TEST_F(BehindTest, JobsThatStopWhileSharedOrWhileCaughtUpHoldNobodyBack) {
   std::unique_ptr<Consumer> third = Connect("p");
   ASSERT_TRUE(third);
   ASSERT_OK(third->Resume(0, 0, first_seen.size()));
-  ASSERT_OK_AND_ASSIGN(more, third->NextEpoch());
+  ASSERT_OK_AND_ASSIGN(bool more, third->NextEpoch());
   ASSERT_TRUE(more);
   ReadOn(*third, first_seen, 0, 2, "the resumed job", /*resumed=*/true);
   EXPECT_NE(producer->Stderr().find("consumer 2 (pid " + std::to_string(::getpid()) +
@@ -142,20 +152,15 @@ TEST_F(BehindTest, AJobThatNeverReadsAgainIsDetachedOnceTheRunWaitsOnlyForIt) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3", "--min-consumers", "2",
                               "--lag-timeout-ms", "300", "--stall-timeout-ms", "1500"});
   auto other = Consume("p", {"--timeout-ms", "20000"});
-  std::unique_ptr<Consumer> stops = Connect("p");
-  ASSERT_TRUE(stops);
-  ASSERT_OK_AND_ASSIGN(bool more, stops->NextEpoch());
-  ASSERT_TRUE(more);
   std::vector<int64_t> seen;
-  ASSERT_TRUE(Read(*stops, seen, 2));
+  std::unique_ptr<Consumer> stops = ReadThenStop("p", 2, seen);
+  ASSERT_TRUE(stops);
   ASSERT_EQ(other->Wait(60000), 0) << other->Stderr() << producer->Stderr();
   ASSERT_EQ(producer->Wait(20000), 0) << "the run's end waited for ever: " << producer->Stderr();
   EXPECT_NE(producer->Stderr().find("stopped reading (stall timeout)"), std::string::npos) << producer->Stderr();
-  Result<std::optional<Batch>> b = stops->Next();
-  for (int n = 0; b.ok() && *b && n < 100; ++n) b = stops->Next();
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kDetached) << b.status().ToString();
-  EXPECT_NE(b.status().message().find("so that the run could end"), std::string::npos) << b.status().ToString();
+  const Status ended = ReadUntilDetached(*stops);
+  EXPECT_EQ(ended.code(), StatusCode::kDetached) << ended.ToString();
+  EXPECT_NE(ended.message().find("so that the run could end"), std::string::npos) << ended.ToString();
 }
 
 // With --lag-timeout-ms 0 a job that stops holds the others back (the window's old meaning),
@@ -164,20 +169,15 @@ TEST_F(BehindTest, WithoutLagTimeoutAStoppedJobHoldsTheOthersUntilTheStallTimeou
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1", "--window", "3", "--min-consumers", "2",
                               "--lag-timeout-ms", "0", "--stall-timeout-ms", "1500"});
   auto other = Consume("p", {"--timeout-ms", "20000"});
-  std::unique_ptr<Consumer> stops = Connect("p");
-  ASSERT_TRUE(stops);
-  ASSERT_OK_AND_ASSIGN(bool more, stops->NextEpoch());
-  ASSERT_TRUE(more);
   std::vector<int64_t> seen;
-  ASSERT_TRUE(Read(*stops, seen, 1));
+  std::unique_ptr<Consumer> stops = ReadThenStop("p", 1, seen);
+  ASSERT_TRUE(stops);
   ASSERT_EQ(other->Wait(60000), 0) << other->Stderr();
   ExpectExactEpoch(ParseJsonLines(other->Stdout()).at(0));
   EXPECT_NE(producer->Stderr().find("stopped reading (stall timeout)"), std::string::npos) << producer->Stderr();
   EXPECT_EQ(producer->Stderr().find("took no batch for"), std::string::npos) << producer->Stderr();
-  Result<std::optional<Batch>> b = stops->Next();
-  for (int n = 0; b.ok() && *b && n < 100; ++n) b = stops->Next();
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kDetached) << b.status().ToString();
+  const Status ended = ReadUntilDetached(*stops);
+  EXPECT_EQ(ended.code(), StatusCode::kDetached) << ended.ToString();
 }
 
 }  // namespace
