@@ -24,7 +24,8 @@ void Batch::Release() {
   owned_device_.reset();  // stream-ordered: after our reads
   leases_.clear();        // the last reference to a slot acks it
   owned_.reset();
-  data_ = nullptr;
+  owned_on_host_.clear();
+  data_ = host_data_ = nullptr;
   indices_ = labels_ = device_labels_ = nullptr;
   count_ = 0;
 }
@@ -33,6 +34,15 @@ const void* Batch::field(size_t i) const {
   const std::vector<FieldSpec>& fields = state_->welcome.slots.fields;
   if (!fields_ || !data_ || i >= fields.size()) return nullptr;
   return static_cast<const uint8_t*>(data_) + FieldOffsets(fields, capacity_)[i] + uint64_t{first_} * fields[i].sample_bytes();
+}
+
+const void* Batch::host_field(size_t i) const {
+  if (device_ < 0) return field(i);
+  const std::vector<FieldSpec>& fields = state_->welcome.slots.fields;
+  if (!fields_ || !data_ || i >= fields.size() || !(fields[i].flags & kFieldOnHost)) return nullptr;
+  const uint64_t skip = uint64_t{first_} * fields[i].sample_bytes();
+  if (owned_device_) return owned_on_host_.data() + OnHostOffsets(fields, capacity_)[i] + skip;
+  return host_data_ + FieldOffsets(fields, capacity_)[i] + skip;
 }
 
 Status Batch::CopyTo(void* host_dst) const {

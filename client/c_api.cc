@@ -317,6 +317,7 @@ int coloader_consumer_field(const coloader_consumer* c, uint32_t i, coloader_fie
     out->dtype = static_cast<uint32_t>(f.dtype);
     out->ndim = static_cast<uint32_t>(f.shape.size());  // at most kMaxFieldDims: the decoder checked
     for (size_t d = 0; d < f.shape.size(); ++d) out->shape[d] = f.shape[d];
+    out->flags = f.flags;
     return COLOADER_OK;
   });
 }
@@ -361,6 +362,10 @@ int coloader_batch_info_get(const coloader_batch* b, coloader_batch_info* out) {
 
 const void* coloader_batch_field(const coloader_batch* b, uint32_t i) {
   return b == nullptr ? nullptr : b->batch.field(i);
+}
+
+const void* coloader_batch_host_field(const coloader_batch* b, uint32_t i) {
+  return b == nullptr ? nullptr : b->batch.host_field(i);
 }
 
 void coloader_batch_release(coloader_batch* b) {

@@ -213,6 +213,10 @@ COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_
  * `device` says (host, or device memory on the device path); NULL without a schema, past the
  * last field, or for NULL. The info's data is NULL for such a batch. */
 COLOADER_C_EXPORT const void* coloader_batch_field(const coloader_batch* b, uint32_t i);
+/* The same field in host memory, on either path: on the host path what coloader_batch_field
+ * gives; on the device path a host copy, for a field flagged COLOADER_FIELD_ON_HOST only (NULL
+ * for the others). Valid while the batch is. */
+COLOADER_C_EXPORT const void* coloader_batch_host_field(const coloader_batch* b, uint32_t i);
 COLOADER_C_EXPORT void coloader_batch_release(coloader_batch* b);                   /* NULL is fine */
 
 #ifdef __cplusplus

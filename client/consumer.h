@@ -158,6 +158,9 @@ class Batch {
   // Field `i` of the schema (slots().fields[i]): its size() samples, contiguous, in the same
   // memory as data() would be; nullptr without a schema or past its last field.
   const void* field(size_t i) const;
+  // The same field in host memory: field(i) on the host path; on the device path a host copy,
+  // for a field flagged kFieldOnHost only (nullptr for the others).
+  const void* host_field(size_t i) const;
   int device() const { return device_; }
   // Labels in device memory (device path only; nullptr on the host path).
   const int64_t* device_labels() const { return device_labels_; }
@@ -188,11 +191,13 @@ class Batch {
   std::vector<std::shared_ptr<internal::SlotLease>> leases_;  // the last reference to a slot acks it
   internal::HostBuffer owned_;  // gathered on the host; recycled through the consumer's pool
   std::vector<int64_t> owned_indices_, owned_labels_;
+  std::vector<uint8_t> owned_on_host_;   // gathered on the device: the kFieldOnHost fields' host copy (OnHostOffsets)
   internal::DeviceBuffer owned_device_;  // gathered on the device (stream-ordered allocation)
   void* stream_ = nullptr;
   int device_ = -1;
   const int64_t* device_labels_ = nullptr;
   const void* data_ = nullptr;  // with a schema: where the batch's field regions begin
+  const uint8_t* host_data_ = nullptr;  // device path, within one slot: where the host slot's regions begin
   bool fields_ = false;
   uint32_t capacity_ = 0, first_ = 0;  // with a schema: the regions hold capacity_ samples from first_
   const int64_t* indices_ = nullptr;

@@ -256,6 +256,7 @@ struct PadSample {
   int64_t index = 0, label = 0;
   std::vector<uint8_t> pixels;
   uint32_t device_slot = 0;
+  std::vector<uint8_t> on_host;  // device path: its kFieldOnHost fields, one after another
 };
 
 // The outcome of a wait without a bound (wait_ms < 0), which is never kNotYet.

@@ -197,6 +197,13 @@ Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
       current_->stream = stream;
       current_->on_stream = true;
       p.device_slot = static_cast<uint32_t>(slot);
+      const std::vector<uint64_t> from = FieldOffsets(t.fields, t.batch_size);
+      for (size_t f = 0; f < t.fields.size(); ++f) {
+        if (!(t.fields[f].flags & kFieldOnHost)) continue;
+        const uint64_t n = t.fields[f].sample_bytes();
+        const uint8_t* v = current_->base + t.data_offset + from[f] + i * n;
+        p.on_host.insert(p.on_host.end(), v, v + n);
+      }
     } else {
       for (const internal::ByteRange& r : internal::SampleRanges(t, t.batch_size, i)) {
         const uint8_t* px = current_->base + t.data_offset + r.offset;
@@ -289,6 +296,14 @@ Status Cursor::AppendPadding(Batch& b, void* stream) {
           COLOADER_RETURN_NOT_OK(m->CopyAsync(b.owned_device_.get() + labels_bytes + r.offset,
                                      stash_device_ + stash_labels + p.device_slot * sample_bytes + from, r.bytes, stream));
           from += r.bytes;
+        }
+        const std::vector<uint64_t> to_host = OnHostOffsets(t.fields, want);
+        uint64_t kept = 0;  // within p.on_host
+        for (size_t f = 0; f < t.fields.size(); ++f) {
+          if (!(t.fields[f].flags & kFieldOnHost)) continue;
+          const uint64_t n = t.fields[f].sample_bytes();
+          std::memcpy(b.owned_on_host_.data() + to_host[f] + at * n, p.on_host.data() + kept, n);
+          kept += n;
         }
       } else {
         for (const internal::ByteRange& r : internal::SampleRanges(t, want, at)) {

@@ -30,6 +30,7 @@ Status Cursor::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>&
   const uint64_t labels_bytes = (uint64_t{want} * 8 + 255) / 256 * 256;
   // Where each field's samples go in the gathered batch and come from in a slot.
   const std::vector<uint64_t> to = FieldOffsets(t.fields, want), from = FieldOffsets(t.fields, t.batch_size);
+  const std::vector<uint64_t> to_host = m ? OnHostOffsets(t.fields, want) : std::vector<uint64_t>();
   if (!gathered) {
     Batch g;
     g.state_ = state_;
@@ -42,6 +43,7 @@ Status Cursor::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>&
       COLOADER_ASSIGN_OR_RETURN(uint8_t* device, m->Allocate(labels_bytes + data_bytes, stream));
       g.owned_device_ = internal::DeviceBuffer(device, internal::FreeOnStream{state_, stream});
       g.device_ = m->device();
+      g.owned_on_host_.resize(OnHostBytes(t.fields, want));
     } else {
       auto [buffer, capacity] = state_->TakeBuffer(data_bytes);
       if (!buffer)
@@ -77,6 +79,9 @@ Status Cursor::Spill(std::vector<internal::Piece>& pieces, std::optional<Batch>&
     for (size_t f = 0; f < t.fields.size(); ++f) {
       const uint64_t n = t.fields[f].sample_bytes();
       COLOADER_RETURN_NOT_OK(copy(dst_data + to[f] + done * n, src_data + from[f] + p.offset * n, p.count * n));
+      if (m && (t.fields[f].flags & kFieldOnHost))  // and its host copy, from the host slot
+        std::memcpy(b.owned_on_host_.data() + to_host[f] + done * n,
+                    p.lease->base + t.data_offset + from[f] + p.offset * n, p.count * n);
     }
     const auto* idx = reinterpret_cast<const int64_t*>(p.lease->base + t.indices_offset) + p.offset;
     const auto* lbl = reinterpret_cast<const int64_t*>(p.lease->base + t.labels_offset) + p.offset;
@@ -143,6 +148,7 @@ Result<std::optional<Batch>> Cursor::Deliver(std::vector<internal::Piece>& piece
     const DeviceTable& d = state_->welcome.device;
     b.device_ = state_->mapper->device();
     b.data_ = p.lease->device_base + d.data_offset + skip;
+    b.host_data_ = p.lease->base + t.data_offset;  // host_field(): the kFieldOnHost fields
     b.device_labels_ = reinterpret_cast<const int64_t*>(p.lease->device_base + d.labels_offset) + p.offset;
   } else {
     b.data_ = p.lease->base + t.data_offset + skip;

@@ -64,8 +64,12 @@ typedef struct coloader_field {
   const char* path;  /* as the user writes it: ["input_ids"], [1]["mask"]; "" for a lone tensor */
   uint32_t dtype;    /* enum coloader_dtype */
   uint32_t ndim;
-  int64_t shape[COLOADER_MAX_FIELD_DIMS];
+  int64_t shape[COLOADER_MAX_FIELD_DIMS]; /* the most one sample holds */
+  uint32_t flags;                         /* COLOADER_FIELD_ON_HOST, or 0 */
 } coloader_field;
+/* A field also readable in host memory on the device path (coloader_batch_host_field): small
+ * per-sample facts a binding needs before it touches the device, such as the samples' shapes. */
+#define COLOADER_FIELD_ON_HOST 1u
 
 enum coloader_layout {
   COLOADER_NHWC = 0,

@@ -46,21 +46,43 @@ uint64_t FieldSpec::sample_bytes() const {
   return n;
 }
 
-std::vector<uint64_t> FieldOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+namespace {
+
+// Where each field's region of `capacity` samples begins, regions laid one after another and
+// rounded up to 256 bytes; with `on_host_only`, the other fields take no room. The last entry
+// is where the last region ends.
+std::vector<uint64_t> Regions(const std::vector<FieldSpec>& fields, uint64_t capacity, bool on_host_only) {
   std::vector<uint64_t> offsets;
-  offsets.reserve(fields.size());
+  offsets.reserve(fields.size() + 1);
   uint64_t at = 0;
   for (const FieldSpec& f : fields) {
     offsets.push_back(at);
-    at += (capacity * f.sample_bytes() + 255) / 256 * 256;
+    if (!on_host_only || (f.flags & kFieldOnHost)) at += (capacity * f.sample_bytes() + 255) / 256 * 256;
   }
+  offsets.push_back(at);
+  return offsets;
+}
+
+}  // namespace
+
+std::vector<uint64_t> FieldOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+  std::vector<uint64_t> offsets = Regions(fields, capacity, false);
+  offsets.pop_back();
   return offsets;
 }
 
 uint64_t FieldsBytes(const std::vector<FieldSpec>& fields, uint64_t capacity) {
-  uint64_t at = 0;
-  for (const FieldSpec& f : fields) at += (capacity * f.sample_bytes() + 255) / 256 * 256;
-  return at;
+  return Regions(fields, capacity, false).back();
+}
+
+std::vector<uint64_t> OnHostOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+  std::vector<uint64_t> offsets = Regions(fields, capacity, true);
+  offsets.pop_back();
+  return offsets;
+}
+
+uint64_t OnHostBytes(const std::vector<FieldSpec>& fields, uint64_t capacity) {
+  return Regions(fields, capacity, true).back();
 }
 
 uint64_t SlotTable::sample_bytes() const {
@@ -307,6 +329,8 @@ bool ValidFields(Reader& r, const std::vector<FieldSpec>& fields, uint64_t p, ui
   for (const FieldSpec& f : fields) {
     if (f.dtype > kLastDType)
       return Invalid(r, "field " + f.path + ": unknown dtype " + std::to_string(static_cast<int>(f.dtype)));
+    if (f.flags & ~kKnownFieldFlags)
+      return Invalid(r, "field " + f.path + ": unknown flags " + std::to_string(static_cast<int>(f.flags)));
     uint64_t bytes = DTypeSize(f.dtype);
     for (int64_t d : f.shape) {
       if (d < 1 || static_cast<uint64_t>(d) > kMaxRingBytes / bytes) return Invalid(r, "field " + f.path + ": bad shape");
@@ -344,6 +368,7 @@ void PutSchema(Writer& w, const SlotTable& t) {
   for (const FieldSpec& f : t.fields) {
     w.PutString(f.path);
     w.Put(f.dtype);
+    w.Put(f.flags);
     w.Put(static_cast<uint8_t>(f.shape.size()));
     for (int64_t d : f.shape) w.Put(d);
   }
@@ -356,7 +381,7 @@ bool GetSchema(Reader& r, SlotTable* t) {
   t->fields.resize(n);
   for (FieldSpec& f : t->fields) {
     uint8_t ndim = 0;
-    if (!(r.GetString(&f.path) && r.Get(&f.dtype) && r.Get(&ndim))) return false;
+    if (!(r.GetString(&f.path) && r.Get(&f.dtype) && r.Get(&f.flags) && r.Get(&ndim))) return false;
     if (ndim > kMaxFieldDims) return Invalid(r, "field of " + std::to_string(ndim) + " dimensions");
     f.shape.resize(ndim);
     for (int64_t& d : f.shape)

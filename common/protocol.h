@@ -44,7 +44,7 @@ inline constexpr uint32_t kProtocolMagic = 0x52444c43;  // "CLDR" read as little
 // 6: StatusReply's decode (the CPU's share of each batch beside the JPEG engines). 8: catch-up
 // (Batch's kBatchMadeWhole, Welcome's no_catch_up, Attach's flags). 9: a resumed state the
 // producer serves (Attach's kAttachResume and resume range).
-inline constexpr uint16_t kProtocolVersion = 9;
+inline constexpr uint16_t kProtocolVersion = 10;
 inline constexpr size_t kHeaderBytes = 8;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxStatusConsumers = 4096;
@@ -99,10 +99,17 @@ inline constexpr size_t kMaxFieldDims = 8;
 inline constexpr uint32_t kMaxClasses = 1u << 20;
 inline constexpr uint64_t kMaxClassNameBytes = 16ull << 20;
 inline constexpr size_t kMaxStructureBytes = 1 << 20;
+enum FieldFlags : uint8_t {
+  // Also readable in host memory on the device path (Batch::host_field): small per-sample
+  // facts the bindings need before they touch the device, such as the samples' shapes.
+  kFieldOnHost = 1 << 0,
+};
+inline constexpr uint8_t kKnownFieldFlags = kFieldOnHost;
 struct FieldSpec {
   std::string path;            // where it sits, as its user writes it: ["input_ids"], [1]["mask"]
   DType dtype = DType::kUInt8;
-  std::vector<int64_t> shape;  // one sample's (empty: one scalar per sample)
+  std::vector<int64_t> shape;  // one sample's (empty: one scalar per sample); the most it holds
+  uint8_t flags = 0;           // FieldFlags
   uint64_t sample_bytes() const;
 };
 // A batch of `capacity` samples holds its fields one after another (field-major), each in a
@@ -111,6 +118,10 @@ struct FieldSpec {
 // for the producer's batch size; a consumer's gathered batch so for its own.
 std::vector<uint64_t> FieldOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity);
 uint64_t FieldsBytes(const std::vector<FieldSpec>& fields, uint64_t capacity);
+// The same layout over the kFieldOnHost fields alone (the others take no room): the host copy
+// of those fields that a batch gathered on the device keeps beside it.
+std::vector<uint64_t> OnHostOffsets(const std::vector<FieldSpec>& fields, uint64_t capacity);
+uint64_t OnHostBytes(const std::vector<FieldSpec>& fields, uint64_t capacity);
 
 enum HelloFlags : uint8_t {
   kHelloWaitForEpoch = 1 << 0,  // start at the next epoch boundary, not mid-epoch

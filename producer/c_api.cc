@@ -64,7 +64,10 @@ int coloader_producer_open(const coloader_producer_options* options, coloader_pr
         return SetError(COLOADER_E_INVALID, field + " has " + std::to_string(f.ndim) + " dimensions per sample (at most 8)");
       if (f.dtype > static_cast<uint32_t>(coloader::kLastDType))
         return SetError(COLOADER_E_INVALID, field + " has an unknown dtype code " + std::to_string(f.dtype));
+      if (f.flags & ~static_cast<uint32_t>(coloader::kKnownFieldFlags))
+        return SetError(COLOADER_E_INVALID, field + " has unknown flags " + std::to_string(f.flags));
       coloader::FieldSpec spec;
+      spec.flags = static_cast<uint8_t>(f.flags);
       spec.path = f.path != nullptr ? f.path : "";
       spec.dtype = static_cast<coloader::DType>(f.dtype);
       spec.shape.assign(f.shape, f.shape + f.ndim);

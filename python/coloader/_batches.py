@@ -221,13 +221,14 @@ def from_numpy(torch, arr):
 
 def read_schema(torch, ptr):
     """A caller-fed producer's schema (coloader.Producer), checked at connect: ([(path, torch
-    dtype, per-sample shape, sample bytes)], the parsed structure), or (None, None) for a
-    producer of images. Every dtype must be one this torch has, and the structure must name each
-    field once; otherwise ProtocolError."""
+    dtype, per-sample room, sample bytes)], a function (leaves, shapes) -> batch
+    (_structure.compile_rebuild), the index of the samples' shapes field or None), or (None,
+    None, None) for a producer of images. Every dtype must be one this torch has, and the
+    structure must name each field once; otherwise ProtocolError."""
     lib = _lib.lib()
     n = lib.coloader_consumer_num_fields(ptr)
     if n == 0:
-        return None, None
+        return None, None, None
     names = _lib.dtype_names()
     fields = []
     for i in range(n):
@@ -245,11 +246,23 @@ def read_schema(torch, ptr):
         fields.append((path, dtype, shape, nbytes))
     try:
         structure = json.loads(lib.coloader_consumer_structure(ptr).decode("utf-8"))
-        _structure.check_structure(structure, n)
+        _structure.check_structure(structure, fields)
+        shapes = structure["shaped"][1] if isinstance(structure, dict) and "shaped" in structure else None
+        if shapes is not None and fields[shapes][1] != torch.int32:
+            raise ValueError("its shapes field is %s, not int32" % fields[shapes][1])
     except ValueError as e:
         raise _lib.ProtocolError("the producer's batch structure is not one this package reads (%s): install "
                                  "the same coloader on both sides" % e, _lib.E_PROTOCOL) from None
-    return fields, structure
+    return fields, _structure.compile_rebuild(structure, fields, torch), shapes
+
+
+def shapes_of(lease, field, count, width):
+    """The samples' shapes (the shapes field's rows) of the batch `lease` holds, read from host
+    memory on either path: an int32 numpy array [count, width], valid while the lease is."""
+    address = _lib.lib().coloader_batch_host_field(lease._ptr, field)
+    if not address:
+        raise _lib.ProtocolError("the library gave no host copy of the batch's shapes", _lib.E_PROTOCOL)
+    return np.frombuffer((ctypes.c_int32 * (count * width)).from_address(address), dtype=np.int32).reshape(count, width)
 
 
 def field_tensors(torch, lease, info, fields, stream, writable):
@@ -261,7 +274,11 @@ def field_tensors(torch, lease, info, fields, stream, writable):
     addresses = [_lib.lib().coloader_batch_field(lease._ptr, i) for i in range(len(fields))]
     if not all(addresses):
         raise _lib.ProtocolError("the library gave no memory for a field of the batch", _lib.E_PROTOCOL)
-    first = addresses[0]
+    # From 8 bytes below the first field's start at most (the start of its region, or samples of
+    # it before this batch's): every field lies at a multiple of its element size from there,
+    # as a view as another dtype needs (a batch from sample k of a slot whose first field has
+    # samples of an odd size starts at an odd address).
+    first = addresses[0] - addresses[0] % 8
     span = addresses[-1] + n * fields[-1][3] - first
     if info.device >= 0:
         raw = cuda_tensor(torch, lease, first, "|u1", (span,), info.device, stream.cuda_stream)

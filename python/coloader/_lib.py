@@ -171,6 +171,7 @@ class Field(ctypes.Structure):
         ("dtype", ctypes.c_uint32),
         ("ndim", ctypes.c_uint32),
         ("shape", ctypes.c_int64 * MAX_FIELD_DIMS),
+        ("flags", ctypes.c_uint32),  # FIELD_ON_HOST
     ]
 
 
@@ -320,6 +321,7 @@ def _declare(lib):
         "coloader_consumer_structure": (ctypes.c_char_p, [c_consumer_p]),
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
         "coloader_batch_field": (ctypes.c_void_p, [c_batch_p, ctypes.c_uint32]),
+        "coloader_batch_host_field": (ctypes.c_void_p, [c_batch_p, ctypes.c_uint32]),
         "coloader_batch_release": (None, [c_batch_p]),
         "coloader_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
         "coloader_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),

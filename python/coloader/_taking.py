@@ -130,15 +130,23 @@ class _Taking:
 
     def _wrap_fields(self, lease, info, stream):
         """The batch of a caller-fed producer: its structure, each field a tensor over the batch's
-        memory (the same ownership as images: every tensor holds the lease)."""
+        memory (the same ownership as images: every tensor holds the lease), cut to the shapes
+        its samples have."""
         torch = self._torch
         if info.device >= 0:
             self._order_on(lease, info.device, stream)
         leaves = _batches.field_tensors(torch, lease, info, self._fields, stream,
                                         writable=not self._zero_copy or bool(info.gathered))
+        shapes = None
+        if self._shapes_field is not None:
+            shapes = _batches.shapes_of(lease, self._shapes_field, info.size, self._fields[self._shapes_field][2][0])
         if info.device < 0 and self._device is not None:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
-        return _structure.rebuild(self._structure, leaves)
+        if info.device >= 0 and shapes is not None:
+            # A field cut to a batch's shapes is copied: on the stream the batch is read on.
+            with torch.cuda.stream(stream):
+                return self._rebuild(leaves, shapes)
+        return self._rebuild(leaves, shapes)
 
     def _order_on(self, lease, device, stream):
         """A device batch read on `stream`: when that stream is another device's, order the

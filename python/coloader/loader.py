@@ -143,7 +143,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
-from . import _batches, _lib, _prefetch
+from . import _batches, _lib, _prefetch, _structure
 from ._dataloader import IgnoredArgumentWarning, _Dataset, _note_dataloader_arguments, _Sampler
 from ._passes import _EpochIterator
 from ._taking import _Taking
@@ -227,8 +227,9 @@ class Loader(_Taking, _Stateful):
         _note_dataloader_arguments(dataloader_args)
         self._torch = torch
         self._session = None
-        self._fields = None  # a caller-fed producer's schema: [(path, torch dtype, shape, bytes)]
-        self._structure = None
+        self._fields = None  # a caller-fed producer's schema: [(path, torch dtype, room, bytes)]
+        self._rebuild = None  # its batches' structure (_structure.compile_rebuild)
+        self._shapes_field = None  # the field of the samples' shapes, when they vary
         self._generation = 0
         self._classes = None        # the producer's class names, read once when asked for
         self._indices = None        # the last batch's dataset indices: a tensor made when asked for,
@@ -376,14 +377,16 @@ class Loader(_Taking, _Stateful):
 
     def _read_schema(self, ptr):
         """A caller-fed producer's schema, checked at connect (_batches.read_schema)."""
-        self._fields, self._structure = _batches.read_schema(self._torch, ptr)
+        self._fields, self._rebuild, self._shapes_field = _batches.read_schema(self._torch, ptr)
 
     @property
     def schema(self) -> Optional[List[Tuple[str, "torch.dtype", Tuple[int, ...]]]]:
-        """A caller-fed producer's batches (coloader.Producer): [(path, dtype, per-sample shape)];
-        None for a producer of images (`coloader serve`), whose batches are (images, labels)."""
+        """A caller-fed producer's batches (coloader.Producer): [(path, dtype, the most one sample
+        holds)]; None for a producer of images (`coloader serve`), whose batches are (images,
+        labels)."""
         self._require_open()
-        return None if self._fields is None else [(p, d, s) for p, d, s, _ in self._fields]
+        return None if self._fields is None else [(p, d, s) for p, d, s, _ in self._fields
+                                                  if p != _structure.SHAPES_PATH]
 
     # -- iteration -----------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _lib, _structure
 
@@ -182,7 +182,9 @@ class Producer:
                  min_consumers: int = 1, epoch_samples: Optional[int] = None, heartbeat: Optional[float] = None,
                  heartbeat_timeout: Optional[float] = None, tcp: Optional[str] = None, curve_key: Optional[str] = None,
                  authorized_keys: Optional[str] = None, insecure: bool = False, alone_timeout: Optional[float] = 10.0,
-                 device: Union[str, "torch.device", None] = None) -> None:
+                 device: Union[str, "torch.device", None] = None, max_shapes: Optional[Dict[Any, Sequence[int]]] = None,
+                 pad: Union[float, bool, Dict[Any, Union[float, bool]]] = 0,
+                 samples: Optional[Sequence[Any]] = None) -> None:
         import torch
 
         self._torch = torch
@@ -204,6 +206,9 @@ class Producer:
         self._tcp_endpoint = None
         self._ptr = None
         self._schema = None  # stated by the first batch (_structure.Schema)
+        self._max_shapes = dict(max_shapes or {})
+        self._pad = pad
+        self._sample_lists = frozenset(_structure.as_path(p) for p in (samples or ()))
 
     @staticmethod
     def _guess_epoch_samples(iterable):
@@ -219,32 +224,36 @@ class Producer:
                 return n
         return 0
 
-    def _open(self, leaves, structure, paths):
+    def _open(self, flat):
         """Opens the producer with the schema of the first batch."""
         torch = self._torch
-        schema = _structure.Schema(leaves, structure, paths)
-        if not leaves:
-            raise TypeError("the first batch holds no tensor (%s): coloader.Producer publishes tensors" % structure)
+        schema = _structure.Schema(flat, self._max_shapes, self._pad)
+        if not flat.leaves:
+            raise TypeError("the first batch holds no tensor (%s): coloader.Producer publishes tensors"
+                            % schema.structure)
         codes = _dtype_codes(torch)
-        fields = (_lib.Field * len(leaves))()
-        for f, t, path in zip(fields, leaves, paths):
-            if t.dtype not in codes:
-                raise TypeError("batch%s is %s: coloader carries %s" % (path, t.dtype, ", ".join(
+        rows = schema.fields()
+        fields = (_lib.Field * len(rows))()
+        for f, (path, dtype, room, flags) in zip(fields, rows):
+            dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+            if dtype not in codes:
+                raise TypeError("batch%s is %s: coloader carries %s" % (path, dtype, ", ".join(
                     str(d).replace("torch.", "") for d in codes)))
-            if t.dim() - 1 > _lib.MAX_FIELD_DIMS:
+            if len(room) > _lib.MAX_FIELD_DIMS:
                 raise ValueError("batch%s has %d dimensions per sample (at most %d): reshape it in collate_fn"
-                                 % (path, t.dim() - 1, _lib.MAX_FIELD_DIMS))
+                                 % (path, len(room), _lib.MAX_FIELD_DIMS))
             f.path = path.encode()
-            f.dtype = codes[t.dtype]
-            f.ndim = t.dim() - 1
-            for i, d in enumerate(t.shape[1:]):
+            f.dtype = codes[dtype]
+            f.ndim = len(room)
+            for i, d in enumerate(room):
                 f.shape[i] = int(d)
+            f.flags = flags
         opts = _lib.ProducerOptions()
         opts.name = self._name.encode()
         opts.batch_size = int(self._batch_size or schema.count)
         opts.fields = fields
-        opts.num_fields = len(leaves)
-        opts.structure = structure.encode()
+        opts.num_fields = len(rows)
+        opts.structure = schema.wire_structure.encode()
         opts.on_device = 1 if self._device >= 0 else 0
         opts.device = max(0, self._device)
         opts.window = self._window
@@ -272,10 +281,11 @@ class Producer:
 
     @property
     def schema(self) -> Optional[List[Tuple[str, "torch.dtype", Tuple[int, ...]]]]:
-        """[(path, dtype, per-sample shape)] of the batches, as the first batch stated them (None
-        before it)."""
+        """[(path, dtype, the most one sample holds)] of the batches, as the first batch (and
+        max_shapes) stated them (None before it). The items of a list of samples have paths
+        such as '[0][*]'."""
         s = self._schema
-        return None if s is None else list(zip(s.paths, s.dtypes, s.shapes))
+        return None if s is None else list(zip(s.paths, s.dtypes, s.max_shapes))
 
     @property
     def tcp_endpoint(self) -> Optional[str]:
@@ -289,17 +299,24 @@ class Producer:
         states the schema; a later one that breaks it raises ValueError naming the tensor.
         `indices`: the samples' dataset indices, one per sample (consumers' loader.indices);
         None: their positions in the epoch."""
-        leaves, structure, paths = _structure.flatten(batch, self._torch)
-        if self._ptr is None:
-            self._open(leaves, structure, paths)
-        count = self._schema.check(leaves, structure, paths)
+        flat, count = self._prepare(batch)
+        return self._publish(flat, count, indices)
+
+    def _prepare(self, batch):
+        """(the batch as leaves, its sample count), checked against the schema (the first batch
+        states it and opens the producer)."""
+        s = self._schema
+        if s is None:
+            flat = _structure.flatten(batch, self._torch, self._sample_lists, guess=self._batch_size)
+            self._open(flat)
+        else:
+            flat = _structure.flatten(batch, self._torch, s.sample_lists)
+        return flat, self._schema.check(flat)
+
+    def _publish(self, flat, count, indices):
         if indices is not None and len(indices) != count:
             raise ValueError("publish() got %d indices for a batch of %d samples" % (len(indices), count))
-        # Host memory, contiguous: what the library copies into the slot (a no-op for the
-        # usual CPU batch).
-        # resolve_conj/resolve_neg: a lazily conjugated or negated view's memory holds the
-        # values before the flag, which the library would copy as they are.
-        leaves = [t.detach().to("cpu").resolve_conj().resolve_neg().contiguous() for t in leaves]
+        leaves = self._schema.pack(flat, count, self._torch)
         pointers = (ctypes.c_void_p * len(leaves))(*[t.data_ptr() for t in leaves])
         lib, ptr = _lib.producer_lib(), self._ptr
         if _lib.wait_producer(lambda ms: lib.coloader_producer_wait(ptr, ms)) == _lib.END:
@@ -325,8 +342,9 @@ class Producer:
                     batches = 0
                     for batch in self._iterable:
                         doing = "publishing its batch"
-                        indices = None if recorded is None else recorded.take(_structure.batch_size(batch, self._torch))
-                        if not self.publish(batch, indices):
+                        flat, count = self._prepare(batch)
+                        indices = None if recorded is None else recorded.take(count)
+                        if not self._publish(flat, count, indices):
                             return self.close()
                         doing = source
                         batches += 1

@@ -119,14 +119,14 @@ def test_publish_takes_the_batchs_indices_and_refuses_a_wrong_count(env):
 
 
 def test_a_batch_that_breaks_the_first_ones_schema_is_refused_naming_the_tensor(env):
-    # The first batch states the schema; one that pads to its own longest sequence is refused
-    # with the tensor's path and the fix, not reinterpreted.
+    # The first batch states the schema and each tensor's maximum shape; one that pads to a longer
+    # sequence is refused with the tensor's path, its shape, the maximum and the fix.
     batches = [{"input_ids": torch.zeros(4, 3, dtype=torch.int64)}, {"input_ids": torch.zeros(4, 5, dtype=torch.int64)}]
     p = coloader.Producer(batches, name="mixed")
     t = threading.Thread(target=lambda: coloader.Loader("mixed", wait_for_producer=20).__iter__().__next__())
     t.start()
-    with pytest.raises(ValueError, match=r'batch\["input_ids"\] has per-sample shape \(5,\) in this batch, '
-                                         r'\(3,\) in the first.*max_length'):
+    with pytest.raises(ValueError, match=r'batch\["input_ids"\] has per-sample shape \(5,\), larger than its '
+                                         r'maximum \(3,\) \(the first batch\'s\).*max_shapes.*max_length'):
         p.run()
     t.join(timeout=30)
     assert p.schema == [('["input_ids"]', torch.int64, (3,))]

@@ -86,9 +86,9 @@ std::vector<std::pair<std::string, Message>> Samples() {
   Welcome schema = mailbox;  // a caller-fed producer's: three fields and their structure
   schema.slots.height = schema.slots.width = schema.slots.channels = 1;
   schema.slots.dtype = DType::kUInt8;
-  schema.slots.fields = {FieldSpec{"[\"input_ids\"]", DType::kInt64, {16}},
-                         FieldSpec{"[\"attention_mask\"]", DType::kBool, {16}},
-                         FieldSpec{"[\"labels\"]", DType::kInt64, {}}};
+  schema.slots.fields = {
+      FieldSpec{"[\"input_ids\"]", DType::kInt64, {16}}, FieldSpec{"[\"attention_mask\"]", DType::kBool, {16}},
+      FieldSpec{"[\"labels\"]", DType::kInt64, {}}, FieldSpec{"#shapes", DType::kInt32, {2}, kFieldOnHost}};
   schema.slots.structure = R"({"dict": [["input_ids", 0], ["attention_mask", 1], ["labels", 2]]})";
   schema.slots.slot_bytes = schema.slots.data_offset + FieldsBytes(schema.slots.fields, schema.slots.batch_size);
   s.push_back({"welcome-schema", schema});

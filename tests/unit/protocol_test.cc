@@ -29,7 +29,8 @@ Welcome SchemaWelcome(Welcome w) {
   w.slots.dtype = DType::kUInt8;
   w.slots.fields = {FieldSpec{"[\"input_ids\"]", DType::kInt64, {128}},
                     FieldSpec{"[\"attention_mask\"]", DType::kBool, {128}},
-                    FieldSpec{"[\"pixel\"]", DType::kComplex64, {1, 1, 1, 1, 2, 3, 4, 5}}};
+                    FieldSpec{"[\"pixel\"]", DType::kComplex64, {1, 1, 1, 1, 2, 3, 4, 5}},
+                    FieldSpec{"#shapes", DType::kInt32, {2}, kFieldOnHost}};
   w.slots.structure = R"({"dict": [["input_ids", 0], ["attention_mask", 1], ["pixel", 2]]})";
   w.slots.slot_bytes = w.slots.data_offset + FieldsBytes(w.slots.fields, w.slots.batch_size);
   return w;
@@ -134,12 +135,16 @@ TEST(ProtocolTest, ASchemaTravelsWholeAndOneThatDoesNotFitItsSlotIsRejected) {
   auto back = Decode(bytes.data(), bytes.size());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   const SlotTable& t = std::get<Welcome>(*back).slots;
-  ASSERT_EQ(t.fields.size(), 3u);
+  ASSERT_EQ(t.fields.size(), 4u);
   EXPECT_EQ(t.fields[1].path, "[\"attention_mask\"]");
+  EXPECT_EQ(t.fields[1].flags, 0);
+  EXPECT_EQ(t.fields[3].flags, kFieldOnHost);
   EXPECT_EQ(t.fields[1].dtype, DType::kBool);
   EXPECT_EQ(t.fields[2].shape, (std::vector<int64_t>{1, 1, 1, 1, 2, 3, 4, 5}));  // kMaxFieldDims
   EXPECT_EQ(t.structure, w.slots.structure);
-  EXPECT_EQ(t.sample_bytes(), 128u * 8 + 128 + 8u * 120);
+  EXPECT_EQ(t.sample_bytes(), 128u * 8 + 128 + 8u * 120 + 8);
+  EXPECT_EQ(OnHostBytes(t.fields, 10), 256u);  // the flagged field alone: 10 samples of 8 bytes, rounded up
+  EXPECT_EQ(OnHostOffsets(t.fields, 10), (std::vector<uint64_t>{0, 0, 0, 0}));
 
   auto rejected = [](Welcome bad) {
     auto b = Encode(bad);
@@ -152,6 +157,9 @@ TEST(ProtocolTest, ASchemaTravelsWholeAndOneThatDoesNotFitItsSlotIsRejected) {
   Welcome unknown = w;
   unknown.slots.fields[0].dtype = static_cast<DType>(11);
   EXPECT_NE(rejected(unknown).find("unknown dtype"), std::string::npos);
+  Welcome unknown_flags = w;
+  unknown_flags.slots.fields[1].flags = 0x80;
+  EXPECT_NE(rejected(unknown_flags).find("unknown flags"), std::string::npos);
   Welcome empty_dim = w;
   empty_dim.slots.fields[0].shape = {0};
   EXPECT_NE(rejected(empty_dim).find("bad shape"), std::string::npos);
@@ -294,9 +302,9 @@ TEST(ProtocolTest, TheWireFormatIsPinnedToTheProtocolVersion) {
     bytes[4] = bytes[5] = 0;
     for (uint8_t b : bytes) h = (h ^ b) * 1099511628211ull;
   }
-  EXPECT_EQ(kProtocolVersion, 9) << "record this build's fingerprint for the new version: " << h;
-  EXPECT_EQ(h, 13359328275262728676ull) << "the wire format changed without a new kProtocolVersion (it is "
-                                        << kProtocolVersion << ")";
+  EXPECT_EQ(kProtocolVersion, 10) << "record this build's fingerprint for the new version: " << h;
+  EXPECT_EQ(h, 4668887443755283212ull) << "the wire format changed without a new kProtocolVersion (it is "
+                                       << kProtocolVersion << ")";
 }
 
 TEST(ProtocolTest, AClassCountTheWelcomeCannotHoldIsRefusedBeforeAllocating) {
