@@ -15,15 +15,18 @@ stalling the others.
 What a batch may be: whatever the DataLoader yields, as long as its leaves are tensors: a
 tensor, or tuples, lists and dicts (str keys) of them nested to any depth, e.g.
 {"input_ids": int64 [B, 128], "attention_mask": bool [B, 128], "labels": int64 [B, 128]}.
-Every tensor has the batch's B samples along its first dimension; dtypes are any of bool,
-uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64 and complex64, and each
-tensor's per-sample shape is kept exactly. The first batch states the schema (each tensor's
-path, dtype and per-sample shape); every later batch must match it, or publish() raises
-ValueError naming the tensor and the fix (shapes padded to each batch's longest are refused:
-pad to one fixed length). Consumers get the same structure at their own batch size
-(coloader.Loader yields it; tuples stay tuples, dicts keep their order). The indices consumers
-see (loader.indices) are the samples' dataset indices where the DataLoader's batch sampler says
-them (a map-style Dataset, batches in order: _BatchIndices), else their positions in the epoch.
+Every tensor has the batch's B samples along its first dimension (or is one sample's, in a list
+of the batch's samples); dtypes are any of bool, uint8, int8, int16, int32, int64, float16,
+bfloat16, float32, float64 and complex64. The first batch states the schema: each tensor's path,
+dtype, and the most one sample holds (its shape then, or max_shapes). Later batches may be
+smaller: a collate that pads to each batch's longest, lists of samples of different sizes
+(images, boxes). One past the maximum, or of another structure or dtype, makes publish() raise
+ValueError naming the tensor and the fix. Consumers get the same structure at their own batch
+size, each padded tensor at the longest of their own batch's samples (padded with the field's
+pad value), each sample of a list at its own shape (coloader.Loader yields it; tuples stay
+tuples, dicts keep their order). The indices consumers see (loader.indices) are the samples'
+dataset indices where the DataLoader's batch sampler says them (a map-style Dataset, batches in
+order: _BatchIndices), else their positions in the epoch.
 
 With device="cuda:N" the ring also lives in GPU N's memory: consumers there that ask for the
 device path (coloader.Loader(..., device="cuda")) get every tensor on the GPU, each batch their
@@ -160,6 +163,16 @@ class Producer:
         authorized_keys (a file of the consumers' public keys), or insecure=True.
       device: "cuda:N" also places every batch in GPU N's memory, for consumers that read the
         device path; None (the default) serves host memory only.
+      max_shapes: {field: shape}, the most one sample of a field may hold, for fields whose
+        batches can grow past the first batch's (a field named by its path, '["input_ids"]',
+        '[0][*]' for the items of a list of samples, or a top-level key or index); the ring is
+        sized for it.
+      pad: the value a padded field is filled with past each batch's shape: one for every field
+        or {field: value}; default 0 (False). Give the value your collate pads with (e.g.
+        {"labels": -100}): consumers at other batch sizes see it where they mix batches.
+      samples: the paths of the lists (or tuples) in a batch that hold one tensor (or structure
+        of tensors) per sample; found by themselves in a DataLoader's batches when their length
+        is its batch size and some tensor in them is not batched (docs/DESIGN.md).
 
       alone_timeout: once the first epoch has started (min_consumers attached), the run ends
         when no consumer has been attached for this many seconds: run() returns "consumers gone"

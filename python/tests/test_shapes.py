@@ -87,7 +87,8 @@ import json, sys, torch, coloader
 sys.path.insert(0, sys.argv[4])
 from test_shapes import lm_expected, det_sample
 name, batch, epochs, device, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[5], sys.argv[6]
-loader = coloader.Loader(name, batch_size=batch, wait_for_producer=30, timeout=30, device=device or None)
+group = dict(rank=int(sys.argv[7]), world_size=2, group="lm") if len(sys.argv) > 7 else {}
+loader = coloader.Loader(name, batch_size=batch, wait_for_producer=30, timeout=30, device=device or None, **group)
 print(json.dumps({"schema": [[p, str(d), list(s)] for p, d, s in loader.schema]}), flush=True)
 for _ in range(epochs):
     seen, wrong, lengths, places = [], [], [], set()
@@ -119,21 +120,23 @@ for _ in range(epochs):
 """
 
 
-def consumer(name, batch, epochs, kind, device=""):
+def consumer(name, batch, epochs, kind, device="", rank=None):
+    """A consumer process (with `rank`, one of a group of two)."""
     return subprocess.Popen([sys.executable, "-c", CONSUMER, name, str(batch), str(epochs), os.path.dirname(__file__),
-                             device, kind],
+                             device, kind] + ([str(rank)] if rank is not None else []),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(PYTHON_DIR)))
 
 
-def read_consumer(c, epochs):
-    """What the consumer process printed, its epochs checked whole and exact: (schema, epochs)."""
+def read_consumer(c, epochs, whole=True):
+    """What the consumer process printed, its epochs checked exact (and whole, unless it is a
+    group's rank): (schema, epochs)."""
     out, err = c.communicate(timeout=120)
     assert c.returncode == 0, err
     lines = [json.loads(line) for line in out.splitlines()]
     assert len(lines) == 1 + epochs, out
     for epoch in lines[1:]:
-        assert epoch["seen"] == list(range(N))  # every sample exactly once
+        assert not whole or epoch["seen"] == list(range(N))  # every sample exactly once
         assert epoch["wrong"] == [], epoch["wrong"]
     return lines[0]["schema"], lines[1:]
 
