@@ -24,7 +24,7 @@ void Batch::Release() {
   owned_device_.reset();  // stream-ordered: after our reads
   leases_.clear();        // the last reference to a slot acks it
   owned_.reset();
-  owned_on_host_.clear();
+  owned_on_host_ = {};
   data_ = host_data_ = nullptr;
   indices_ = labels_ = device_labels_ = nullptr;
   count_ = 0;

@@ -159,6 +159,7 @@ Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
   uint64_t slots = 0;
   for (const Segment& seg : padding_) slots += seg.size();
   const uint64_t labels_bytes = (slots * 8 + 255) / 256 * 256;
+  const std::vector<uint64_t> slot_regions = FieldOffsets(t.fields, t.batch_size);
   for (uint32_t i = from; i < from + n; ++i) {
     const uint64_t pos = Coord(a.first) + i;
     uint64_t slot = 0;
@@ -197,12 +198,11 @@ Status Cursor::Stash(uint32_t from, uint32_t n, void* stream) {
       current_->stream = stream;
       current_->on_stream = true;
       p.device_slot = static_cast<uint32_t>(slot);
-      const std::vector<uint64_t> from = FieldOffsets(t.fields, t.batch_size);
-      for (size_t f = 0; f < t.fields.size(); ++f) {
+      for (size_t f = 0; f < t.fields.size(); ++f) {  // and the host copy of the kFieldOnHost fields
         if (!(t.fields[f].flags & kFieldOnHost)) continue;
-        const uint64_t n = t.fields[f].sample_bytes();
-        const uint8_t* v = current_->base + t.data_offset + from[f] + i * n;
-        p.on_host.insert(p.on_host.end(), v, v + n);
+        const uint64_t bytes = t.fields[f].sample_bytes();
+        const uint8_t* v = current_->base + t.data_offset + slot_regions[f] + i * bytes;
+        p.on_host.insert(p.on_host.end(), v, v + bytes);
       }
     } else {
       for (const internal::ByteRange& r : internal::SampleRanges(t, t.batch_size, i)) {
@@ -283,6 +283,7 @@ Status Cursor::AppendPadding(Batch& b, void* stream) {
   uint64_t slots = 0;
   for (const Segment& seg : padding_) slots += seg.size();
   const uint64_t stash_labels = (slots * 8 + 255) / 256 * 256;
+  const std::vector<uint64_t> to_host = OnHostOffsets(t.fields, want);
   for (const Segment& seg : padding_) {
     for (uint64_t pos = seg.begin; pos < seg.end; ++pos) {
       auto it = stash_.find(pos);
@@ -297,7 +298,6 @@ Status Cursor::AppendPadding(Batch& b, void* stream) {
                                      stash_device_ + stash_labels + p.device_slot * sample_bytes + from, r.bytes, stream));
           from += r.bytes;
         }
-        const std::vector<uint64_t> to_host = OnHostOffsets(t.fields, want);
         uint64_t kept = 0;  // within p.on_host
         for (size_t f = 0; f < t.fields.size(); ++f) {
           if (!(t.fields[f].flags & kFieldOnHost)) continue;

@@ -58,7 +58,12 @@ enum coloader_dtype {
 };
 
 /* One tensor of a caller-fed producer's batches (its schema): where it sits in the batch's
- * structure, its dtype, and one sample's shape (ndim 0: a scalar per sample). */
+ * structure, its dtype, and the most one sample holds, its room in a slot (ndim 0: a scalar per
+ * sample). Where shapes vary (coloader.Producer), a sample may hold less: its shape is in the
+ * last field, "#shapes" (int32, one row per sample, a column per dimension of each shaped field,
+ * flagged COLOADER_FIELD_ON_HOST), as the structure text says (python/coloader/_structure.py).
+ * The flags member was added with protocol 10: a caller built against an older header passes
+ * arrays of a shorter stride (coloader_struct_size("field") says the library's). */
 #define COLOADER_MAX_FIELD_DIMS 8
 typedef struct coloader_field {
   const char* path;  /* as the user writes it: ["input_ids"], [1]["mask"]; "" for a lone tensor */

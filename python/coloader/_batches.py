@@ -133,7 +133,7 @@ def close_session(ptr, streams):
 class BatchLease:
     """Owns one coloader_batch*: the producer's slot stays held until this object goes."""
 
-    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "_order", "__weakref__")
+    __slots__ = ("_ptr", "_session", "_cuda", "_wait", "_order", "_copies", "__weakref__")
 
     def __init__(self, ptr, session, cuda=None):
         self._ptr = ptr
@@ -141,6 +141,7 @@ class BatchLease:
         self._cuda = cuda        # torch.cuda on the device path
         self._wait = None        # (stream the batch was ordered on, device whose current stream reads it)
         self._order = None       # device path: the torch stream it was taken on
+        self._copies = None      # device path: tensors of torch's memory made from the batch (fields cut to shape)
 
     def release(self):
         ptr, self._ptr = self._ptr, None
@@ -243,17 +244,19 @@ def read_schema(torch, ptr):
         nbytes = torch.empty((), dtype=dtype).element_size()
         for d in shape:
             nbytes *= d
-        fields.append((path, dtype, shape, nbytes))
+        fields.append((path, dtype, shape, nbytes, f.flags))
     try:
         structure = json.loads(lib.coloader_consumer_structure(ptr).decode("utf-8"))
         _structure.check_structure(structure, fields)
         shapes = structure["shaped"][1] if isinstance(structure, dict) and "shaped" in structure else None
-        if shapes is not None and fields[shapes][1] != torch.int32:
-            raise ValueError("its shapes field is %s, not int32" % fields[shapes][1])
-    except ValueError as e:
+        if shapes is not None and (fields[shapes][1] != torch.int32 or not fields[shapes][4] & _lib.FIELD_ON_HOST):
+            raise ValueError("its shapes field is %s%s" % (fields[shapes][1], "" if fields[shapes][4] & _lib.FIELD_ON_HOST
+                                                           else ", not kept on the host"))
+        rebuild = _structure.compile_rebuild(structure, fields, torch)
+    except (ValueError, RecursionError) as e:
         raise _lib.ProtocolError("the producer's batch structure is not one this package reads (%s): install "
                                  "the same coloader on both sides" % e, _lib.E_PROTOCOL) from None
-    return fields, _structure.compile_rebuild(structure, fields, torch), shapes
+    return [f[:4] for f in fields], rebuild, shapes
 
 
 def shapes_of(lease, field, count, width):

@@ -162,6 +162,8 @@ class BatchInfo(ctypes.Structure):
 
 
 MAX_FIELD_DIMS = 8
+MAX_FIELDS = 256  # kMaxFields: tensors in a caller-fed producer's batch
+FIELD_ON_HOST = 1  # COLOADER_FIELD_ON_HOST
 
 
 class Field(ctypes.Structure):

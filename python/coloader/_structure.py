@@ -86,16 +86,20 @@ def _tensors(x, torch):
 
 def looks_like_samples(x, n, torch):
     """Whether the list or tuple `x` holds a batch's `n` samples rather than batched tensors: it has
-    n alike items, and some tensor in them is not batched (a scalar, or a first dimension other
-    than n). A list of n batched tensors of n samples each reads as batched: name it in
-    Producer(samples=...) if it is not."""
+    n alike items, and no tensor in them has n samples (its first dimension n, as a batched
+    tensor has): a tuple of batched tensors as long as the batch, such as (input_ids [2, L],
+    position_ids [1, L]) at a batch size of 2, reads as batched. A list of samples that fails
+    this (one whose tensors have n along their first dimension), or one of a producer that does
+    not know its batch size, is named in Producer(samples=...); one that a tuple of batched
+    tensors passes by mistake (sequence-first tensors [T, 2] at a batch size of 2) is taken for
+    samples, which the producer's log says."""
     if not n or len(x) != n:
         return False
     first = _signature(x[0], torch)
     if any(_signature(item, torch) != first for item in x[1:]):
         return False
     tensors = list(_tensors(x, torch))
-    return bool(tensors) and any(t.dim() == 0 or t.shape[0] != n for t in tensors)
+    return bool(tensors) and not any(t.dim() and t.shape[0] == n for t in tensors)
 
 
 class Flat:
@@ -226,7 +230,8 @@ class Schema:
         self.sample_lists = frozenset(path for path, _ in flat.lists)
         self.dtypes = [(x[0] if p else x).dtype for x, p in zip(flat.leaves, flat.per_sample)]
         self.count = count_samples(flat)
-        given = {as_path(k): tuple(int(d) for d in v) for k, v in (max_shapes or {}).items()}
+        given = {as_path(k): (int(v),) if isinstance(v, int) else tuple(int(d) for d in v)
+                 for k, v in (max_shapes or {}).items()}
         unknown = sorted(set(given) - set(self.paths))
         if unknown:
             raise ValueError("max_shapes names %s, which the first batch does not have (its fields: %s)"
@@ -250,8 +255,11 @@ class Schema:
                 seen = given[path]
             self.max_shapes.append(seen)
             self.given.append(path in given)
-            value = pads.get(path, 0) if pads is not None else pad
-            self.pads.append(bool(value) if str(self.dtypes[i]) == "torch.bool" else value)
+            # One value for every field pads the others; a bool field pads with False unless
+            # named (a label's -100 is no mask value).
+            boolean = str(self.dtypes[i]) == "torch.bool"
+            value = pads.get(path, False if boolean else 0) if pads is not None else (False if boolean else pad)
+            self.pads.append(_pad_value(value, self.dtypes[i], path))
         # Which fields carry shapes, at which columns of the shapes field: every field with
         # dimensions per sample (a batched one's may shrink below its maximum) and every
         # per-sample one.
@@ -262,8 +270,9 @@ class Schema:
                 at += len(shape)
             else:
                 self.columns.append(None)
-        self.width = at
-        self.shapes_field = len(self.paths) if at else None
+        # A list of samples needs its rows (one per sample) even if its tensors are scalars.
+        self.width = max(at, 1) if any(self.per_sample) else at
+        self.shapes_field = len(self.paths) if self.width else None
         self.wire_structure = json.dumps(self._wire(flat.structure), separators=(",", ":"))
 
     def _wire(self, structure):
@@ -355,6 +364,18 @@ class Schema:
         return rows
 
 
+def _pad_value(value, dtype, path):
+    """`value` as a pad of `dtype` (checked now, not at the first batch that needs it)."""
+    import torch
+
+    try:
+        torch.full((1,), value, dtype=dtype)
+    except (TypeError, RuntimeError, ValueError) as e:
+        raise ValueError("pad gives batch%s the value %r, which a %s tensor cannot hold (%s)"
+                         % (path, value, dtype, str(e).splitlines()[0])) from None
+    return value
+
+
 def _host(t):
     # Host memory, contiguous: what the library copies into the slot (a no-op for the usual CPU
     # batch). resolve_conj/resolve_neg: a lazily conjugated or negated view's memory holds the
@@ -407,6 +428,8 @@ def check_structure(structure, fields):
         if kind == "sample" and in_item:
             return columns(items, kind)
         if kind == "samples" and not in_item:
+            if shapes is None:
+                raise ValueError("a list of samples without the shapes field")
             if not (isinstance(items, list) and len(items) == 2 and items[0] in ("list", "tuple")):
                 raise ValueError("bad list of samples %r" % (items,))
             return walk(items[1], True)
@@ -425,41 +448,45 @@ def check_structure(structure, fields):
 
 
 def compile_rebuild(structure, fields, torch):
-    """A function (leaves, shapes) -> batch for `structure` (parsed, checked): `leaves` the
-    batch's fields as tensors of [n, *room], `shapes` the shapes field's rows (an int32 numpy
-    array [n, width]) or None without one. Built once per Loader: next() runs it per batch."""
+    """A function (leaves, shapes, copies) -> batch for `structure` (parsed, checked): `leaves`
+    the batch's fields as tensors of [n, *room], `shapes` the shapes field's rows (an int32 numpy
+    array [n, width]) or None without one; the tensors it had to copy (fields cut to the batch's
+    shapes) are appended to `copies`. ValueError when the shapes are past the fields' rooms.
+    Built once per Loader: next() runs it per batch."""
     shaped = isinstance(structure, dict) and "shaped" in structure
     if shaped:
-        structure = structure["shaped"][0]
+        structure, shapes_field = structure["shaped"]
     rooms = [tuple(f[2]) for f in fields]
 
     def build(s):
         if isinstance(s, int):
-            return lambda L, m, rows: L[s]
+            return lambda L, m, rows, copies: L[s]
         (kind, items), = s.items()
         if kind == "padded":
             f, c = items
             most, nd = rooms[f], len(rooms[f])
 
-            def padded(L, m, rows):
+            def padded(L, m, rows, copies):
                 shape = tuple(m[c:c + nd])
                 if shape == most:
                     return L[f]
                 # The batch's largest: a strided view of the room, made contiguous as a
                 # DataLoader's tensors are.
-                return L[f][(slice(None),) + tuple(slice(0, d) for d in shape)].contiguous()
+                t = L[f][(slice(None),) + tuple(slice(0, d) for d in shape)].contiguous()
+                copies.append(t)
+                return t
             return padded
         if kind == "samples":
             container, item = items
             one = build_item(item)
             make = list if container == "list" else tuple
-            return lambda L, m, rows: make(one(L, rows, j) for j in range(len(rows)))
+            return lambda L, m, rows, copies: make(one(L, rows, j) for j in range(len(rows)))
         if kind == "dict":
             parts = [(k, build(v)) for k, v in items]
-            return lambda L, m, rows: {k: b(L, m, rows) for k, b in parts}
+            return lambda L, m, rows, copies: {k: b(L, m, rows, copies) for k, b in parts}
         parts = [build(v) for v in items]
         make = list if kind == "list" else tuple
-        return lambda L, m, rows: make(b(L, m, rows) for b in parts)
+        return lambda L, m, rows, copies: make(b(L, m, rows, copies) for b in parts)
 
     def build_item(s):
         (kind, items), = s.items()
@@ -480,12 +507,28 @@ def compile_rebuild(structure, fields, torch):
 
     fn = build(structure)
     if not shaped:
-        return lambda leaves, shapes: fn(leaves, None, None)
-
+        return lambda leaves, shapes, copies: fn(leaves, None, None, copies)
     per_sample = '"samples"' in json.dumps(structure)
+    # The most each column may say: its field's room in that dimension.
+    limits = np.zeros(fields[shapes_field][2][0], dtype=np.int64)
 
-    def rebuild(leaves, shapes):
+    def note(s):
+        if isinstance(s, dict):
+            (kind, items), = s.items()
+            if kind in ("padded", "sample"):
+                f, c = items[:2]
+                limits[c:c + len(rooms[f])] = rooms[f]
+                return
+            for item in (items if kind != "samples" else items[1:]):
+                note(item[1] if kind == "dict" else item)
+    note(structure)
+
+    def rebuild(leaves, shapes, copies):
         # The batch's largest shape per column, and each sample's row where lists of samples
         # need them (a row per sample costs more than the maximum).
-        return fn(leaves, shapes.max(axis=0).tolist(), shapes.tolist() if per_sample else None)
+        most = shapes.max(axis=0)
+        if (most > limits).any() or shapes.min() < 0:
+            raise ValueError("the batch's shapes %s are past its fields' rooms %s"
+                             % (most.tolist(), limits.tolist()))
+        return fn(leaves, most.tolist(), shapes.tolist() if per_sample else None, copies)
     return rebuild

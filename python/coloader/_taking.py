@@ -44,8 +44,12 @@ class _Taking:
             taken_on = lease._order
             if stream is not None and taken_on is not stream:
                 # Taken ahead on the stream current at the previous next(); this one reads it, and
-                # the release must follow its work too.
+                # the release must follow its work too. Fields cut to the batch's shapes are
+                # torch's memory, allocated on that stream: it must not reuse them before this
+                # one's work is done.
                 stream.wait_stream(taken_on)
+                for t in lease._copies or ():
+                    t.record_stream(stream)
                 if lease._wait is None:
                     lease._wait = (taken_on, stream.device.index)
             self._ahead_timeout = None
@@ -142,11 +146,19 @@ class _Taking:
             shapes = _batches.shapes_of(lease, self._shapes_field, info.size, self._fields[self._shapes_field][2][0])
         if info.device < 0 and self._device is not None:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
-        if info.device >= 0 and shapes is not None:
-            # A field cut to a batch's shapes is copied: on the stream the batch is read on.
-            with torch.cuda.stream(stream):
-                return self._rebuild(leaves, shapes)
-        return self._rebuild(leaves, shapes)
+        copies = []
+        try:
+            if info.device >= 0 and shapes is not None:
+                # A field cut to a batch's shapes is copied: on the stream the batch is read on.
+                with torch.cuda.stream(stream):
+                    batch = self._rebuild(leaves, shapes, copies)
+            else:
+                batch = self._rebuild(leaves, shapes, copies)
+        except ValueError as e:
+            raise _lib.ProtocolError("the producer's batch does not fit its schema: %s" % e, _lib.E_PROTOCOL) from None
+        if copies and info.device >= 0:
+            lease._copies = copies  # torch's memory: a batch handed out on another stream records it
+        return batch
 
     def _order_on(self, lease, device, stream):
         """A device batch read on `stream`: when that stream is another device's, order the

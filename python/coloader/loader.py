@@ -67,7 +67,9 @@ The device path (device="cuda")
     changes between batches, the new stream is made to wait for the previous one. (With
     prefetch, the batch ahead is copied on the stream that was current at the previous next();
     if another is current when it is handed out, that one is made to wait for it, and its
-    memory is freed after the work of both.)
+    memory is freed after the work of both.) A caller-fed producer's field cut to its batch's
+    shapes (coloader.Producer, shapes that vary) is a copy in torch's memory, made on the
+    batch's stream, and recorded on the one it is handed out on.
 
     Fallback: when the producer has no device ring, this process cannot map it (another
     container, a MIG instance), or PyTorch has no CUDA, the Loader warns once

@@ -38,6 +38,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
+import logging
 import signal
 import sys
 import threading
@@ -240,12 +241,25 @@ class Producer:
     def _open(self, flat):
         """Opens the producer with the schema of the first batch."""
         torch = self._torch
+        found = {path: n for path, n in flat.lists}
+        unknown = sorted(self._sample_lists - set(found))
+        if unknown:
+            raise ValueError("samples names %s, which the first batch has no list or tuple at"
+                             % ", ".join("batch" + p for p in unknown))
+        for path in sorted(set(found) - self._sample_lists):
+            logging.getLogger("coloader.producer").info(
+                "batch%s is taken for a list of samples (%d alike items, the batch size, none of %d samples): its items "
+                "travel at their own shapes", path, found[path], found[path])
         schema = _structure.Schema(flat, self._max_shapes, self._pad)
         if not flat.leaves:
             raise TypeError("the first batch holds no tensor (%s): coloader.Producer publishes tensors"
                             % schema.structure)
         codes = _dtype_codes(torch)
         rows = schema.fields()
+        if len(rows) > _lib.MAX_FIELDS:
+            raise ValueError("the batch has %d tensors%s: coloader carries at most %d" % (
+                len(flat.leaves), " (and one for their shapes)" if len(rows) > len(flat.leaves) else "",
+                _lib.MAX_FIELDS))
         fields = (_lib.Field * len(rows))()
         for f, (path, dtype, room, flags) in zip(fields, rows):
             dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
@@ -298,7 +312,7 @@ class Producer:
         max_shapes) stated them (None before it). The items of a list of samples have paths
         such as '[0][*]'."""
         s = self._schema
-        return None if s is None else list(zip(s.paths, s.dtypes, s.max_shapes))
+        return None if s is None else [(p, d, s.storage_shape(i)) for i, (p, d) in enumerate(zip(s.paths, s.dtypes))]
 
     @property
     def tcp_endpoint(self) -> Optional[str]:

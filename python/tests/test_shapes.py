@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,7 +89,9 @@ sys.path.insert(0, sys.argv[4])
 from test_shapes import lm_expected, det_sample
 name, batch, epochs, device, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[5], sys.argv[6]
 group = dict(rank=int(sys.argv[7]), world_size=2, group="lm") if len(sys.argv) > 7 else {}
-loader = coloader.Loader(name, batch_size=batch, wait_for_producer=30, timeout=30, device=device or None, **group)
+zero_copy = device.endswith("-zc")  # "cuda-zc": the device path's views of the producer's memory
+loader = coloader.Loader(name, batch_size=batch, wait_for_producer=30, timeout=30,
+                         device=device.replace("-zc", "") or None, zero_copy=zero_copy, **group)
 print(json.dumps({"schema": [[p, str(d), list(s)] for p, d, s in loader.schema]}), flush=True)
 for _ in range(epochs):
     seen, wrong, lengths, places = [], [], [], set()
@@ -240,6 +243,7 @@ def test_a_list_of_samples_is_named_where_it_cannot_be_told_and_told_apart_from_
     looks = coloader._structure.looks_like_samples
     assert not looks((torch.zeros(64, 8), torch.zeros(64, 1)), 64, torch)
     assert not looks((torch.zeros(2, 8), torch.zeros(2, 1)), 2, torch)
+    assert not looks((torch.zeros(2, 8), torch.zeros(1, 8)), 2, torch)  # ids and broadcast position ids
     assert looks([torch.zeros(3, 5, 5)] * 64, 64, torch)
     assert not looks([torch.zeros(3, 5, 5), torch.zeros(5, 5)] * 32, 64, torch)  # unlike samples
 
@@ -268,3 +272,41 @@ def test_a_batch_past_its_maximum_is_refused_naming_the_field_its_shape_and_the_
         coloader.Producer(batches, name="typo", max_shapes={"id": (8,)}).publish(batches[0])
     with pytest.raises(ValueError, match=r'gives batch\["ids"\] the maximum \(2,\), but the first batch has \(3,\)'):
         coloader.Producer(batches, name="small", max_shapes={"ids": (2,)}).publish(batches[0])
+
+
+def test_a_list_of_scalars_per_sample_and_the_options_checked_at_the_first_batch(env):
+    # One scalar tensor per sample in a list: no dimension to carry, but the rows still say how
+    # many samples each batch of the consumer holds.
+    batches = [(torch.arange(4.0), [torch.tensor(i) for i in range(4)]), (torch.arange(2.0), [torch.tensor(9)] * 2)]
+    producer = coloader.Producer(batches, name="scalars", samples=["[1]"], max_shapes={})
+    thread, ended = run_in_thread(producer, 1)
+    with coloader.Loader("scalars", batch_size=3, wait_for_producer=20, timeout=20) as loader:
+        got = [(x.tolist(), [t.item() for t in items]) for x, items in loader]
+    assert got == [([0.0, 1.0, 2.0], [0, 1, 2]), ([3.0, 0.0, 1.0], [3, 9, 9])]
+    thread.join(timeout=30)
+    batch = {"ids": torch.zeros(4, 3, dtype=torch.int64), "mask": torch.ones(4, 3, dtype=torch.bool)}
+    with pytest.raises(ValueError, match=r'samples names batch\["boxes"\], which the first batch has no list'):
+        coloader.Producer([], name="nosuch", samples=["boxes"]).publish(batch)
+    with pytest.raises(ValueError, match=r'pad gives batch\["ids"\] the value \'x\', which a torch.int64 tensor'):
+        coloader.Producer([], name="badpad", pad={"ids": "x"}).publish(batch)
+    one = coloader.Producer([], name="int-max", max_shapes={"ids": 8}, pad=-100)  # a 1-D maximum as an int
+    one._prepare(batch)  # states the schema (publish() would wait for a consumer)
+    assert one.schema == [('["ids"]', torch.int64, (8,)), ('["mask"]', torch.bool, (3,))]
+    assert one._schema.pads == [-100, False]  # one value for all pads every field but the masks
+    one.close(timeout=1)
+
+
+def test_a_structure_or_shapes_the_schema_cannot_hold_are_refused():
+    fields = [("[0]", torch.int64, (4,), 32), ("#shapes", torch.int32, (1,), 4)]
+    check = coloader._structure.check_structure
+    check({"shaped": [{"tuple": [{"padded": [0, 0]}]}, 1]}, fields)
+    for bad in ({"tuple": [{"samples": ["list", {"dict": []}]}, 0]},      # a list of samples, no shapes
+                {"shaped": [{"tuple": [{"padded": [0, 1]}]}, 1]},         # columns past the shapes field
+                {"shaped": [{"samples": ["list", {"sample": [0, 0, 2]}]}, 1]}):  # dimensions unlike the field's
+        with pytest.raises(ValueError):
+            check(bad, fields)
+    rebuild = coloader._structure.compile_rebuild({"shaped": [{"padded": [0, 0]}, 1]}, fields, torch)
+    leaves = [torch.arange(8).reshape(2, 4)]
+    assert rebuild(leaves, np.array([[2], [3]], dtype=np.int32), []).tolist() == [[0, 1, 2], [4, 5, 6]]
+    with pytest.raises(ValueError, match="past its fields' rooms"):
+        rebuild(leaves, np.array([[2], [5]], dtype=np.int32), [])

@@ -17,15 +17,17 @@ pytestmark = [
 
 
 def test_padded_to_longest_batches_reach_device_consumers_and_a_group_exactly(env):
-    producer = lm_producer("texts-gpu", 5, device="cuda:0")  # three processes and two ranks
+    producer = lm_producer("texts-gpu", 6, device="cuda:0")  # four processes and two ranks
+    # Copies gathered across producer batches (13, 40), views of the producer's memory from
+    # inside its batches (zero_copy at 8: the shapes read from the host slot), the host path (24).
     jobs = [consumer("texts-gpu", 13, 2, "lm", device="cuda"), consumer("texts-gpu", 40, 2, "lm", device="cuda"),
-            consumer("texts-gpu", 24, 2, "lm")]
+            consumer("texts-gpu", 8, 2, "lm", device="cuda-zc"), consumer("texts-gpu", 24, 2, "lm")]
     # A group's ranks pad their last round with a sample taken twice: its shapes come along (from
     # the host copy the group stashes with the sample). Processes of their own: CUDA IPC does not
     # map the producer's memory into the producer's own process.
     ranks = [consumer("texts-gpu", 8, 2, "lm", device="cuda", rank=r) for r in range(2)]
     thread, ended = run_in_thread(producer, 2)
-    for job, places in zip(jobs, (["cuda:0"], ["cuda:0"], ["cpu"])):
+    for job, places in zip(jobs, (["cuda:0"], ["cuda:0"], ["cuda:0"], ["cpu"])):
         _, epochs = read_consumer(job, 2)
         assert [e["places"] for e in epochs] == [places] * 2
     shares = [read_consumer(rank, 2, whole=False)[1] for rank in ranks]
