@@ -36,6 +36,17 @@ const void* Batch::field(size_t i) const {
   return static_cast<const uint8_t*>(data_) + FieldOffsets(fields, capacity_)[i] + uint64_t{first_} * fields[i].sample_bytes();
 }
 
+size_t Batch::num_fields() const { return state_ ? state_->welcome.slots.fields.size() : 0; }
+
+void Batch::field_pointers(const void** out) const {
+  const std::vector<FieldSpec>& fields = state_->welcome.slots.fields;
+  const std::vector<uint64_t> offsets = (fields_ && data_) ? FieldOffsets(fields, capacity_) : std::vector<uint64_t>();
+  for (size_t i = 0; i < fields.size(); ++i)
+    out[i] = offsets.empty()
+                 ? nullptr
+                 : static_cast<const uint8_t*>(data_) + offsets[i] + uint64_t{first_} * fields[i].sample_bytes();
+}
+
 const void* Batch::host_field(size_t i) const {
   if (device_ < 0) return field(i);
   const std::vector<FieldSpec>& fields = state_->welcome.slots.fields;

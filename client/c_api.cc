@@ -364,6 +364,20 @@ const void* coloader_batch_field(const coloader_batch* b, uint32_t i) {
   return b == nullptr ? nullptr : b->batch.field(i);
 }
 
+int coloader_batch_fields(const coloader_batch* b, uint32_t n, const void** out) {
+  constexpr const char* kWhat = "coloader_batch_fields";
+  return Guard(kWhat, [&]() -> int {
+    if (out == nullptr) return NullArgument(kWhat, "out");
+    if (b == nullptr) return NullArgument(kWhat, "batch");
+    const size_t fields = b->batch.num_fields();
+    if (n != fields)
+      return SetError(COLOADER_E_INVALID, std::string(kWhat) + ": asked for " + std::to_string(n) +
+                                              " fields; the batch has " + std::to_string(fields));
+    b->batch.field_pointers(out);
+    return COLOADER_OK;
+  });
+}
+
 const void* coloader_batch_host_field(const coloader_batch* b, uint32_t i) {
   return b == nullptr ? nullptr : b->batch.host_field(i);
 }

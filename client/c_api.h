@@ -213,6 +213,9 @@ COLOADER_C_EXPORT int coloader_batch_info_get(const coloader_batch* b, coloader_
  * `device` says (host, or device memory on the device path); NULL without a schema, past the
  * last field, or for NULL. The info's data is NULL for such a batch. */
 COLOADER_C_EXPORT const void* coloader_batch_field(const coloader_batch* b, uint32_t i);
+/* Every field's pointer in one call: out[i] as coloader_batch_field(b, i) would give, for the
+ * `n` fields of the schema (n must be coloader_consumer_num_fields; COLOADER_E_INVALID else). */
+COLOADER_C_EXPORT int coloader_batch_fields(const coloader_batch* b, uint32_t n, const void** out);
 /* The same field in host memory, on either path: on the host path what coloader_batch_field
  * gives; on the device path a host copy, for a field flagged COLOADER_FIELD_ON_HOST only (NULL
  * for the others). Valid while the batch is. */

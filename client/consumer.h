@@ -158,6 +158,10 @@ class Batch {
   // Field `i` of the schema (slots().fields[i]): its size() samples, contiguous, in the same
   // memory as data() would be; nullptr without a schema or past its last field.
   const void* field(size_t i) const;
+  // Every field's pointer at once (out[i] = field(i), for each of slots().fields): one walk of
+  // the layout instead of one per field.
+  void field_pointers(const void** out) const;
+  size_t num_fields() const;  // slots().fields.size(): 0 for a producer of images
   // The same field in host memory: field(i) on the host path; on the device path a host copy,
   // for a field flagged kFieldOnHost only (nullptr for the others).
   const void* host_field(size_t i) const;

@@ -274,7 +274,9 @@ def field_tensors(torch, lease, info, fields, stream, writable):
     interface crossing, not one per field), and each field a view of its part, reinterpreted as
     its dtype. Host views are read-only unless `writable`; device ones are ordered on `stream`."""
     n = info.size
-    addresses = [_lib.lib().coloader_batch_field(lease._ptr, i) for i in range(len(fields))]
+    out = (ctypes.c_void_p * len(fields))()
+    _lib.check(_lib.lib().coloader_batch_fields(lease._ptr, len(fields), out))  # every pointer in one call
+    addresses = list(out)
     if not all(addresses):
         raise _lib.ProtocolError("the library gave no memory for a field of the batch", _lib.E_PROTOCOL)
     # From 8 bytes below the first field's start at most (the start of its region, or samples of

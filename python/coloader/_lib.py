@@ -324,6 +324,7 @@ def _declare(lib):
         "coloader_batch_info_get": (ctypes.c_int, [c_batch_p, ctypes.POINTER(BatchInfo)]),
         "coloader_batch_field": (ctypes.c_void_p, [c_batch_p, ctypes.c_uint32]),
         "coloader_batch_host_field": (ctypes.c_void_p, [c_batch_p, ctypes.c_uint32]),
+        "coloader_batch_fields": (ctypes.c_int, [c_batch_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p)]),
         "coloader_batch_release": (None, [c_batch_p]),
         "coloader_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
         "coloader_dtype_name": (ctypes.c_char_p, [ctypes.c_uint32]),
