@@ -471,9 +471,12 @@ def compile_rebuild(structure, fields, torch):
                 if shape == most:
                     return L[f]
                 # The batch's largest: a strided view of the room, made contiguous as a
-                # DataLoader's tensors are.
-                t = L[f][(slice(None),) + tuple(slice(0, d) for d in shape)].contiguous()
-                copies.append(t)
+                # DataLoader's tensors are. A view torch already counts as contiguous (one row,
+                # or a dimension cut to 0) stays a view, and is no copy.
+                cut = L[f][(slice(None),) + tuple(slice(0, d) for d in shape)]
+                t = cut.contiguous()
+                if t is not cut:
+                    copies.append(t)
                 return t
             return padded
         if kind == "samples":

@@ -54,6 +54,7 @@ class _Taking:
                     lease._wait = (taken_on, stream.device.index)
             self._ahead_timeout = None
             ahead.ask((session, stream, handle))
+        lease._copies = None  # handed out: the copies are the job's, not the lease's to keep
         del lease
         self._count, self._indices, self._indices_bytes = count, None, indices
         return batch
@@ -146,7 +147,7 @@ class _Taking:
             shapes = _batches.shapes_of(lease, self._shapes_field, info.size, self._fields[self._shapes_field][2][0])
         if info.device < 0 and self._device is not None:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
-        copies = []
+        copies, wrong = [], None
         try:
             if info.device >= 0 and shapes is not None:
                 # A field cut to a batch's shapes is copied: on the stream the batch is read on.
@@ -155,7 +156,9 @@ class _Taking:
             else:
                 batch = self._rebuild(leaves, shapes, copies)
         except ValueError as e:
-            raise _lib.ProtocolError("the producer's batch does not fit its schema: %s" % e, _lib.E_PROTOCOL) from None
+            wrong = str(e)  # raised below, with no frame of the rebuild (its views hold the lease)
+        if wrong is not None:
+            raise _lib.ProtocolError("the producer's batch does not fit its schema: %s" % wrong, _lib.E_PROTOCOL)
         if copies and info.device >= 0:
             lease._copies = copies  # torch's memory: a batch handed out on another stream records it
         return batch

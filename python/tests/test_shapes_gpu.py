@@ -48,3 +48,17 @@ def test_lists_of_samples_reach_device_consumers_as_lists_of_cuda_tensors_exactl
         assert [e["places"] for e in epochs] == [places] * 2
     thread.join(timeout=60)
     assert ended == ["delivered"]
+
+
+def test_a_device_reader_of_one_sample_per_batch_releases_every_slot(env):
+    # At a batch of one, a field cut to the sample's shape is already contiguous: a view of the
+    # batch, which the Loader must not keep as a copy of its own (a view kept by the batch's
+    # lease held the lease for ever, and with zero_copy the producer's slot: the stream stalled
+    # once the ring's slots were all held).
+    producer = lm_producer("texts-one", 1, device="cuda:0")
+    job = consumer("texts-one", 1, 2, "lm", device="cuda-zc")
+    thread, ended = run_in_thread(producer, 2)
+    _, epochs = read_consumer(job, 2)
+    assert [e["places"] for e in epochs] == [["cuda:0"]] * 2
+    thread.join(timeout=60)
+    assert ended == ["delivered"]
