@@ -245,8 +245,8 @@ class Schema:
                                  % (", ".join(unknown), ", ".join(self.paths)))
         self.max_shapes, self.pads, self.given = [], [], []
         for i, path in enumerate(self.paths):
-            seen = np.max(np.array(_shapes_of(flat, i), dtype=np.int64), axis=0) if _shapes_of(flat, i)[0] else ()
-            seen = tuple(int(d) for d in seen)
+            shapes = _shapes_of(flat, i)
+            seen = tuple(int(d) for d in np.max(np.array(shapes, dtype=np.int64), axis=0)) if shapes[0] else ()
             if path in given:
                 if len(given[path]) != len(seen) or any(g < s for g, s in zip(given[path], seen)):
                     raise ValueError("max_shapes gives batch%s the maximum %s, but the first batch has %s: a maximum "
@@ -480,6 +480,7 @@ def compile_rebuild(structure, fields, torch):
                 return t
             return padded
         if kind == "samples":
+            lists.append(items)
             container, item = items
             one = build_item(item)
             make = list if container == "list" else tuple
@@ -508,10 +509,11 @@ def compile_rebuild(structure, fields, torch):
         make = list if kind == "list" else tuple
         return lambda L, rows, j: make(b(L, rows, j) for b in parts)
 
+    lists = []  # the lists of samples build() met: their items need each sample's row
     fn = build(structure)
     if not shaped:
         return lambda leaves, shapes, copies: fn(leaves, None, None, copies)
-    per_sample = '"samples"' in json.dumps(structure)
+    per_sample = bool(lists)
     # The most each column may say: its field's room in that dimension.
     limits = np.zeros(fields[shapes_field][2][0], dtype=np.int64)
 
