@@ -9,6 +9,10 @@ ahead and what is timed is the hand-off, not the making), and times:
   next      next() alone, per batch (µs)
   ready     next() until the batch is usable by GPU work: a host batch copied to the GPU, a
             device batch's stream synchronised (µs)
+  with --probe, also: idle sync, a synchronize() of the job's stream with nothing queued, just
+            before next(); gil, the interpreter lock given up and taken back right after next()
+            (time.sleep(0)), which waits while another thread of the job holds it (the Loader's
+            batch ahead), taken out of ready (µs)
 
 Setups: coloader-host (coloader.Producer, host ring; the job copies to the GPU), coloader-host-prefetch
 (the same with Loader(prefetch=True): the next batch taken on the Loader's thread), coloader-device
@@ -84,16 +88,39 @@ def job(a):
         loader = coloader.Loader(a.name, batch_size=a.batch_size, wait_for_producer=120, timeout=60,
                                  device="cuda" if a.setup.startswith("coloader-device") else None,
                                  prefetch=PREFETCH.get(a.setup))
-    next_us, ready_us, nbytes, taken = [], [], 0, 0
+    profile = None
+    if a.profile and a.setup == "coloader-device-inline":
+        import cProfile  # where next() goes when the batch is taken inside it (nothing on another thread)
+
+        profile = cProfile.Profile()
+    next_us, ready_us, idle_us, gil_us, nbytes, taken = [], [], [], [], 0, 0
     while taken < a.warmup + a.batches:
         it = iter(loader)
         while taken < a.warmup + a.batches:
+            if a.probe and cuda:
+                # What synchronising a stream with nothing on it costs in this process now.
+                ti = time.perf_counter()
+                torch.cuda.current_stream().synchronize()
+                idle = time.perf_counter() - ti
             t0 = time.perf_counter()
             try:
-                b = next(it)
+                if profile is not None and taken >= a.warmup:
+                    profile.enable()
+                    try:
+                        b = next(it)
+                    finally:
+                        profile.disable()
+                else:
+                    b = next(it)
             except StopIteration:
                 break
             t1 = time.perf_counter()
+            gil = 0.0
+            if a.probe:
+                # The interpreter lock given up and taken back at once, as synchronize() does:
+                # how long this thread waits for it while another thread (the batch ahead) runs.
+                time.sleep(0)
+                gil = time.perf_counter() - t1
             tensors = list(b)[:3]
             if cuda:
                 tensors = [t.to("cuda", non_blocking=False) for t in tensors]
@@ -101,16 +128,30 @@ def job(a):
             t2 = time.perf_counter()
             if taken >= a.warmup:
                 next_us.append((t1 - t0) * 1e6)
-                ready_us.append((t2 - t0) * 1e6)
+                ready_us.append((t2 - t0 - gil) * 1e6)
+                if a.probe:
+                    gil_us.append(gil * 1e6)
+                    if cuda:
+                        idle_us.append(idle * 1e6)
                 nbytes = sum(t.numel() * t.element_size() for t in tensors)
                 on = str(tensors[0].device)
             taken += 1
             del b, tensors
             time.sleep(a.step_ms / 1000)
+    if profile is not None:
+        import io
+        import pstats
+
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(18)
+        print("\n".join("profile: " + line for line in text.getvalue().splitlines() if line.strip()), flush=True)
     q = lambda xs, f: statistics.quantiles(xs, n=10)[f] if len(xs) > 10 else max(xs)  # noqa: E731
     print(json.dumps({"setup": a.setup, "batches": len(next_us), "bytes": nbytes, "device": on,
                       "next_p50_us": statistics.median(next_us), "next_p90_us": q(next_us, 8),
-                      "ready_p50_us": statistics.median(ready_us), "ready_p90_us": q(ready_us, 8)}), flush=True)
+                      "ready_p50_us": statistics.median(ready_us), "ready_p90_us": q(ready_us, 8),
+                      **({"idle_sync_p50_us": statistics.median(idle_us)} if idle_us else {}),
+                      **({"gil_p50_us": statistics.median(gil_us), "gil_p90_us": q(gil_us, 8)} if gil_us else {})}),
+          flush=True)
     if a.setup == "tensorsocket":
         # TensorConsumer's threads never stop: at interpreter exit the process aborts
         # ("terminate called without an active exception"). The figures are out; leave now.
@@ -125,7 +166,8 @@ def run(a):
     os.makedirs(a.out, exist_ok=True)
     me = [sys.executable, os.path.abspath(__file__), "--batch-size", str(a.batch_size), "--seq", str(a.seq),
           "--distinct", str(a.distinct), "--batches", str(a.batches), "--warmup", str(a.warmup),
-          "--step-ms", str(a.step_ms), "--epochs", "100000"]
+          "--step-ms", str(a.step_ms), "--epochs", "100000"] + (["--probe"] if a.probe else []) + \
+        (["--profile"] if a.profile else [])
     rows = []
     for setup in setups:
         name, log = "handoff-%d-%s" % (os.getpid(), setup), open(os.path.join(a.out, setup + ".log"), "w")
@@ -140,16 +182,24 @@ def run(a):
         if out.returncode != 0:
             print("token_handoff: %s failed (%s): %s" % (setup, out.returncode, out.stderr[-800:]), flush=True)
             continue
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        lines = out.stdout.strip().splitlines()
+        for line in lines[:-1]:
+            print(line, flush=True)  # --profile's table
+        rows.append(json.loads(lines[-1]))
         print("token_handoff: %s" % json.dumps(rows[-1]), flush=True)
         a.port += 10  # TensorSocket's ports linger a moment after its process ends
     with open(os.path.join(a.out, "token_handoff.json"), "w") as f:
         json.dump({"batch_size": a.batch_size, "seq": a.seq, "step_ms": a.step_ms, "rows": rows}, f, indent=1)
-    print("\n| setup | bytes per batch | batches on | next() p50 / p90 µs | ready on the GPU p50 / p90 µs |")
-    print("| --- | ---: | --- | ---: | ---: |")
+    print("\n| setup | bytes per batch | batches on | next() p50 / p90 µs | ready on the GPU p50 / p90 µs |%s"
+          % (" idle sync p50 µs | gil p50 / p90 µs |" if a.probe else ""))
+    print("| --- | ---: | --- | ---: | ---: |%s" % (" ---: | ---: |" if a.probe else ""))
     for r in rows:
-        print("| %s | %s | %s | %.0f / %.0f | %.0f / %.0f |" % (r["setup"], format(r["bytes"], ","), r["device"],
-              r["next_p50_us"], r["next_p90_us"], r["ready_p50_us"], r["ready_p90_us"]))
+        probe = ""
+        if a.probe:
+            probe = " %s | %.0f / %.0f |" % ("%.0f" % r["idle_sync_p50_us"] if "idle_sync_p50_us" in r else "-",
+                                           r["gil_p50_us"], r["gil_p90_us"])
+        print("| %s | %s | %s | %.0f / %.0f | %.0f / %.0f |%s" % (r["setup"], format(r["bytes"], ","), r["device"],
+              r["next_p50_us"], r["next_p90_us"], r["ready_p50_us"], r["ready_p90_us"], probe))
     return 0 if len(rows) == len(setups) else 1
 
 
@@ -167,6 +217,11 @@ def main():
     ap.add_argument("--batches", type=int, default=300, help="batches timed")
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--step-ms", type=float, default=2.0, help="the job's pause per batch")
+    ap.add_argument("--profile", action="store_true",
+                    help="coloader-device-inline: cProfile over its timed next() calls, the table printed")
+    ap.add_argument("--probe", action="store_true",
+                    help="also time, per batch, a synchronize() of the idle stream before next() (idle sync) and "
+                    "a give-and-take of the interpreter lock right after it (gil; taken out of ready)")
     a = ap.parse_args()
     if a.role == "feed":
         feed(a)

@@ -289,7 +289,7 @@ def field_tensors(torch, lease, info, fields, stream, writable):
         raw = cuda_tensor(torch, lease, first, "|u1", (span,), info.device, stream.cuda_stream)
     else:
         raw = from_numpy(torch, host_view(lease, first, span, np.uint8, (span,), writable))
-    return [raw[a - first:a - first + n * nbytes].view(dtype).reshape((n,) + shape)
+    return [raw.narrow(0, a - first, n * nbytes).view(dtype).reshape((n,) + shape)
             for a, (_, dtype, shape, nbytes) in zip(addresses, fields)]
 
 

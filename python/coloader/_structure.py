@@ -448,10 +448,11 @@ def check_structure(structure, fields):
 
 
 def compile_rebuild(structure, fields, torch):
-    """A function (leaves, shapes, copies) -> batch for `structure` (parsed, checked): `leaves`
-    the batch's fields as tensors of [n, *room], `shapes` the shapes field's rows (an int32 numpy
-    array [n, width]) or None without one; the tensors it had to copy (fields cut to the batch's
-    shapes) are appended to `copies`. ValueError when the shapes are past the fields' rooms.
+    """A function (leaves, shapes, copies, stream=None) -> batch for `structure` (parsed,
+    checked): `leaves` the batch's fields as tensors of [n, *room], `shapes` the shapes field's
+    rows (an int32 numpy array [n, width]) or None without one; the tensors it had to copy
+    (fields cut to the batch's shapes) are appended to `copies`, and made on the CUDA `stream`
+    (None: the current one). ValueError when the shapes are past the fields' rooms.
     Built once per Loader: next() runs it per batch."""
     shaped = isinstance(structure, dict) and "shaped" in structure
     if shaped:
@@ -474,9 +475,14 @@ def compile_rebuild(structure, fields, torch):
                 # DataLoader's tensors are. A view torch already counts as contiguous (one row,
                 # or a dimension cut to 0) stays a view, and is no copy.
                 cut = L[f][(slice(None),) + tuple(slice(0, d) for d in shape)]
-                t = cut.contiguous()
+                kept, stream = copies
+                if stream is None or cut.is_contiguous():
+                    t = cut.contiguous()
+                else:
+                    with torch.cuda.stream(stream):  # (entered only here: it costs tens of µs)
+                        t = cut.contiguous()
                 if t is not cut:
-                    copies.append(t)
+                    kept.append(t)
                 return t
             return padded
         if kind == "samples":
@@ -512,7 +518,7 @@ def compile_rebuild(structure, fields, torch):
     lists = []  # the lists of samples build() met: their items need each sample's row
     fn = build(structure)
     if not shaped:
-        return lambda leaves, shapes, copies: fn(leaves, None, None, copies)
+        return lambda leaves, shapes, copies, stream=None: fn(leaves, None, None, (copies, stream))
     per_sample = bool(lists)
     # The most each column may say: its field's room in that dimension.
     limits = np.zeros(fields[shapes_field][2][0], dtype=np.int64)
@@ -528,12 +534,12 @@ def compile_rebuild(structure, fields, torch):
                 note(item[1] if kind == "dict" else item)
     note(structure)
 
-    def rebuild(leaves, shapes, copies):
+    def rebuild(leaves, shapes, copies, stream=None):
         # The batch's largest shape per column, and each sample's row where lists of samples
         # need them (a row per sample costs more than the maximum).
         most = shapes.max(axis=0)
         if (most > limits).any() or shapes.min() < 0:
             raise ValueError("the batch's shapes %s are past its fields' rooms %s"
                              % (most.tolist(), limits.tolist()))
-        return fn(leaves, most.tolist(), shapes.tolist() if per_sample else None, copies)
+        return fn(leaves, most.tolist(), shapes.tolist() if per_sample else None, (copies, stream))
     return rebuild

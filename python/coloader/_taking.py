@@ -149,12 +149,8 @@ class _Taking:
             leaves = [t.to(self._device) for t in leaves]  # synchronous from pageable memory
         copies, wrong = [], None
         try:
-            if info.device >= 0 and shapes is not None:
-                # A field cut to a batch's shapes is copied: on the stream the batch is read on.
-                with torch.cuda.stream(stream):
-                    batch = self._rebuild(leaves, shapes, copies)
-            else:
-                batch = self._rebuild(leaves, shapes, copies)
+            # A field cut to a batch's shapes is copied: on the stream the batch is read on.
+            batch = self._rebuild(leaves, shapes, copies, stream if info.device >= 0 else None)
         except ValueError as e:
             wrong = str(e)  # raised below, with no frame of the rebuild (its views hold the lease)
         if wrong is not None:

@@ -170,12 +170,27 @@ elif [[ $what == contract ]]; then
     else
       echo "gpu_wheel: no wheels in .whl/ (benchmarks/fetch_wheels.sh): the tensorsocket setup will fail" | tee -a "$out/token_handoff.log"
     fi
-    for run in 1 2 3; do
+    # HANDOFF_MPS=1: every process an MPS client (its own daemon, stopped after), as jobs beside
+    # a producer run in production; HANDOFF_PROBE=1: token_handoff.py --probe.
+    mps_dir=
+    if [[ ${HANDOFF_MPS:-0} == 1 ]]; then
+      mps_dir=$(mktemp -d /tmp/gpu-handoff-mps-XXXXXX)
+      export CUDA_MPS_PIPE_DIRECTORY=$mps_dir/pipe CUDA_MPS_LOG_DIRECTORY=$mps_dir/log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      nvidia-cuda-mps-control -d && echo "-- under MPS" >>"$out/token_handoff.log" || {
+        echo "gpu_wheel: cannot start the MPS control daemon" | tee -a "$out/token_handoff.log"; status=1; }
+    fi
+    for run in $(seq "${HANDOFF_RUNS:-3}"); do
       echo "-- run $run" >>"$out/token_handoff.log"
       PYTHONPATH=$site:/tmp/handoff-site python3 benchmarks/token_handoff.py --out "/tmp/token_handoff$run" \
-        --batches "${HANDOFF_BATCHES:-500}" 2>&1 | tee -a "$out/token_handoff.log" | tail -7
+        --batches "${HANDOFF_BATCHES:-500}" $([[ ${HANDOFF_PROBE:-0} == 1 ]] && echo --probe --profile) 2>&1 |
+        tee -a "$out/token_handoff.log" | grep -v '^profile:' | tail -7
       [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
     done
+    if [[ -n $mps_dir ]]; then
+      echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
   fi
   if [[ ,$steps, == *,catchup,* ]]; then
     # Issue 39: what catch-up costs the jobs that share a producer, host and device path, jobs
