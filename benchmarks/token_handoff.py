@@ -19,7 +19,9 @@ Setups: coloader-host (coloader.Producer, host ring; the job copies to the GPU),
 (Producer(device="cuda:0"); the job gets CUDA tensors, its own copy; prefetch on, the default
 there), coloader-device-inline (the same with prefetch=False: the batch taken inside next()),
 tensorsocket (TensorSocket 0.0.5's TensorProducer and TensorConsumer: CUDA tensors through CUDA
-IPC). Without a GPU only the host setups run.
+IPC); and, when named with --setups, coloader-device-zero-copy (Loader(zero_copy=True): views of
+the producer's memory, no copy of the job's own, as TensorSocket's). Without a GPU only the host
+setups run.
 
     python benchmarks/token_handoff.py --out OUT      # every setup this machine can run; prints the table
     (token_handoff.py feed|job SETUP ... are the two processes it starts)
@@ -33,7 +35,8 @@ import subprocess
 import sys
 import time
 
-SETUPS = ["coloader-host", "coloader-host-prefetch", "coloader-device", "coloader-device-inline", "tensorsocket"]
+SETUPS = ["coloader-host", "coloader-host-prefetch", "coloader-device", "coloader-device-inline",
+          "coloader-device-zero-copy", "tensorsocket"]
 PREFETCH = {"coloader-host-prefetch": True, "coloader-device-inline": False}  # else the Loader's default
 
 
@@ -87,7 +90,7 @@ def job(a):
 
         loader = coloader.Loader(a.name, batch_size=a.batch_size, wait_for_producer=120, timeout=60,
                                  device="cuda" if a.setup.startswith("coloader-device") else None,
-                                 prefetch=PREFETCH.get(a.setup))
+                                 prefetch=PREFETCH.get(a.setup), zero_copy=a.setup.endswith("zero-copy"))
     profile = None
     if a.profile and a.setup == "coloader-device-inline":
         import cProfile  # where next() goes when the batch is taken inside it (nothing on another thread)
@@ -162,7 +165,9 @@ def job(a):
 def run(a):
     import torch
 
-    setups = SETUPS if torch.cuda.is_available() else [s for s in SETUPS if s.startswith("coloader-host")]
+    setups = a.setups.split(",") if a.setups else [s for s in SETUPS if s != "coloader-device-zero-copy"]
+    if not torch.cuda.is_available():
+        setups = [s for s in setups if s.startswith("coloader-host")]
     os.makedirs(a.out, exist_ok=True)
     me = [sys.executable, os.path.abspath(__file__), "--batch-size", str(a.batch_size), "--seq", str(a.seq),
           "--distinct", str(a.distinct), "--batches", str(a.batches), "--warmup", str(a.warmup),
@@ -207,6 +212,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("role", nargs="?", choices=["feed", "job"], help="without it: run every setup")
     ap.add_argument("--setup", choices=SETUPS)
+    ap.add_argument("--setups", help="which setups to run, comma-separated (default: all but coloader-device-zero-copy)")
     ap.add_argument("--out", default="token_handoff")
     ap.add_argument("--name", default="handoff")
     ap.add_argument("--port", type=int, default=5710, help="tensorsocket: its four ports start here")

@@ -171,7 +171,8 @@ elif [[ $what == contract ]]; then
       echo "gpu_wheel: no wheels in .whl/ (benchmarks/fetch_wheels.sh): the tensorsocket setup will fail" | tee -a "$out/token_handoff.log"
     fi
     # HANDOFF_MPS=1: every process an MPS client (its own daemon, stopped after), as jobs beside
-    # a producer run in production; HANDOFF_PROBE=1: token_handoff.py --probe.
+    # a producer run in production; HANDOFF_PROBE=1: token_handoff.py --probe --profile;
+    # HANDOFF_SETUPS: its --setups.
     mps_dir=
     if [[ ${HANDOFF_MPS:-0} == 1 ]]; then
       mps_dir=$(mktemp -d /tmp/gpu-handoff-mps-XXXXXX)
@@ -183,7 +184,8 @@ elif [[ $what == contract ]]; then
     for run in $(seq "${HANDOFF_RUNS:-3}"); do
       echo "-- run $run" >>"$out/token_handoff.log"
       PYTHONPATH=$site:/tmp/handoff-site python3 benchmarks/token_handoff.py --out "/tmp/token_handoff$run" \
-        --batches "${HANDOFF_BATCHES:-500}" $([[ ${HANDOFF_PROBE:-0} == 1 ]] && echo --probe --profile) 2>&1 |
+        --batches "${HANDOFF_BATCHES:-500}" $([[ ${HANDOFF_PROBE:-0} == 1 ]] && echo --probe --profile) \
+        ${HANDOFF_SETUPS:+--setups "$HANDOFF_SETUPS"} 2>&1 |
         tee -a "$out/token_handoff.log" | grep -v '^profile:' | tail -7
       [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
     done
