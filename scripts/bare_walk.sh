@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The README's install on a bare machine (issue 43), a step of CI: a Debian 12 root made by
+# debootstrap (minbase: no git, no compiler, no pip, no torch), git installed in it (the one thing
+# a user needs to have a clone), a fresh clone of this repository's HEAD, then
+#   1. the commands between the README's "bare-walk" marks, verbatim, as root;
+#   2. scripts/make_dataset.py: 120 real-photo JPEGs;
+#   3. tests/package/walk_check.py with the venv's Python: the installed `coloader serve`,
+#      `coloader consume` and a Python Loader started at one moment, every image once an epoch.
+#
+#   scripts/bare_walk.sh          (as root: debootstrap, chroot, mount)
+#
+# The root is made afresh each run under WALK_DIR (default build-walk/, git-ignored) and its
+# mounts are undone on any exit. WALK_MIRROR: the Debian mirror (default deb.debian.org).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+start=$SECONDS
+if [[ $(id -u) -ne 0 ]]; then
+  echo "bare_walk: needs root (debootstrap, chroot and mount); run it with sudo" >&2
+  exit 2
+fi
+if ! command -v debootstrap >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+fi
+
+# The README's lines, as written (between the marks, inside the fence).
+steps=$(sed -n '/<!-- bare-walk: begin -->/,/<!-- bare-walk: end -->/p' README.md | sed '/^<!--/d; /^```/d')
+if [[ -z ${steps//[[:space:]]/} ]]; then
+  echo "bare_walk: README.md has no commands between <!-- bare-walk: begin --> and <!-- bare-walk: end -->" >&2
+  exit 1
+fi
+
+dir=$(realpath -m "${WALK_DIR:-build-walk}")
+root=$dir/root
+unmount_all() {
+  local m
+  for m in "$root/src" "$root/dev/shm" "$root/proc"; do
+    if mountpoint -q "$m" 2>/dev/null; then umount "$m" || umount -l "$m"; fi
+  done
+}
+trap unmount_all EXIT
+unmount_all
+rm -rf "$root"
+mkdir -p "$dir"
+
+echo "bare_walk: debootstrap --variant=minbase bookworm $root"
+if ! debootstrap --variant=minbase bookworm "$root" "${WALK_MIRROR:-http://deb.debian.org/debian}" \
+    >"$dir/debootstrap.log" 2>&1; then
+  tail -20 "$dir/debootstrap.log" >&2
+  echo "bare_walk: debootstrap failed (the whole log: $dir/debootstrap.log)" >&2
+  exit 1
+fi
+mount -t proc proc "$root/proc"
+mkdir -p "$root/dev/shm" "$root/src"
+mount -t tmpfs -o size=2g,mode=1777 tmpfs "$root/dev/shm"  # the host ring lives there
+mount --bind -o ro "$repo" "$root/src"
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The network's own trust, as a site's machine image carries it: where TLS to the package
+# registries goes through a proxy with a certificate of its own (as on the machines this project
+# is built on), its CA certificates and pip's settings are copied into the root; nothing else of
+# this machine is.
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
+echo "bare_walk: root ready in $((SECONDS - start)) s; the README's lines:"
+echo "$steps" | sed 's/^/  | /'
+
+# A clean environment, as a login on the bare machine would have.
+# (The CA variables only where this machine sets them: pip's vendored certifi does not read
+# the system's store.)
+ca_env=()
+for v in PIP_CERT REQUESTS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR PIP_DEFAULT_TIMEOUT; do
+  [[ -n ${!v:-} ]] && ca_env+=("$v=${!v}")
+done
+chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${ca_env[@]}" \
+  PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  bash -c '
+set -euo pipefail
+step() { echo "bare_walk: [$((SECONDS))s] $*"; }
+step "apt-get install git (all a user needs for a clone)"
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null
+update-ca-certificates >/dev/null 2>&1  # (ca-certificates took in the network'"'"'s own, above)
+git clone -q /src /root/coloader
+cd /root/coloader
+step "the README, verbatim"
+bash -euo pipefail -x -c "$1"
+step "a data set of real photos"
+~/coloader-env/bin/python scripts/make_dataset.py --out /tmp/walk-data --images 120 --classes 4 --seed 0
+step "serve, consume and a Python Loader, started at once"
+cd /tmp && timeout 600 ~/coloader-env/bin/python /root/coloader/tests/package/walk_check.py ~/coloader-env /tmp/walk-data
+' bare-walk "$steps"
+echo "bare_walk: passed in $((SECONDS - start)) s"
