@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Link flags that make a shared object need no glibc newer than 2.28 (manylinux_2_28: RHEL 8,
+# Ubuntu 20.04, Debian 11 and newer), built with this machine's g++ and headers (issue 43; the
+# wheel does not use it yet: docs/DESIGN.md, "The wheel").
+#
+#   eval "$(scripts/manylinux/glibc_floor.sh)"     # sets GLIBC_FLOOR_LDFLAGS
+#   g++ -shared -fPIC ... -o libx.so   ->   gcc -shared x.o ... $GLIBC_FLOOR_LDFLAGS -o libx.so
+#
+# 1. glibc 2.28's stub libraries (libc.so.6, libm, libpthread, libdl, librt, ld-linux: every
+#    symbol at the version 2.28 had, no code) from zig (PyPI's ziglang, in a venv of its own),
+#    which makes them for any glibc it is asked to target. A link against them binds each
+#    reference to the version 2.28 has, or fails.
+# 2. scripts/manylinux/glibc_shim.c: what glibc 2.36's headers and GCC 12's libstdc++.a call
+#    that 2.28 lacks or kept in libc_nonshared.a.
+# 3. libstdc++ linked in statically (hidden: -Wl,--exclude-libs,ALL), so no GLIBCXX version is
+#    needed; libgcc_s stays shared (the system's; its unwinder is the system's glibc's partner).
+# The link must be driven by gcc (not g++, which would add the shared libstdc++) with -z defs,
+# so that anything 2.28 lacks is a link error here, not a failed load there.
+#
+# Everything is made under build-manylinux/ (git-ignored) once; prints the shell assignment.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=$(pwd)/build-manylinux/glibc-2.28
+if [[ ! -f $out/shim.o ]]; then
+  mkdir -p "$out/lib" "$out/zig-cache"
+  venv=build-manylinux/venv
+  [[ -x $venv/bin/python ]] || /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check 'ziglang==0.13.0' >&2
+  echo 'int main(void) { return 0; }' >"$out/empty.c"
+  ZIG_GLOBAL_CACHE_DIR=$out/zig-cache ZIG_LOCAL_CACHE_DIR=$out/zig-cache \
+    "$venv/bin/python" -m ziglang cc -target x86_64-linux-gnu.2.28 "$out/empty.c" -o "$out/empty" >&2
+  stubs=$(dirname "$(find "$out/zig-cache" -name libc.so.6 | head -1)")
+  [[ -f $stubs/libc.so.6 ]] || { echo "glibc_floor: zig made no glibc 2.28 stubs" >&2; exit 1; }
+  for f in libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2 librt.so.1; do
+    cp "$stubs/$f" "$out/lib/$f"
+    ln -sf "$f" "$out/lib/${f%%.so*}.so"  # what -lc, -lm, ... look for
+  done
+  cp "$stubs/libld.so.2" "$out/lib/ld-linux-x86-64.so.2"  # __tls_get_addr (libstdc++'s eh_globals)
+  gcc -O2 -fPIC -fvisibility=hidden -c scripts/manylinux/glibc_shim.c -o "$out/shim.o"
+fi
+flags="$out/shim.o -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -Wl,--exclude-libs,ALL -L$out/lib -lm -ldl -lpthread -lrt"
+flags+=" $out/lib/ld-linux-x86-64.so.2 -Wl,-z,defs"
+printf 'GLIBC_FLOOR_LDFLAGS=%q\n' "$flags"
