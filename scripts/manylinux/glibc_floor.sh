@@ -4,7 +4,8 @@
 # wheel does not use it yet: docs/DESIGN.md, "The wheel").
 #
 #   eval "$(scripts/manylinux/glibc_floor.sh)"     # sets GLIBC_FLOOR_LDFLAGS
-#   g++ -shared -fPIC ... -o libx.so   ->   gcc -shared x.o ... $GLIBC_FLOOR_LDFLAGS -o libx.so
+#   g++ -shared x.o ... $GLIBC_FLOOR_LDFLAGS -o libx.so   (and executables alike; CMake: the
+#   flags in CMAKE_SHARED_LINKER_FLAGS and CMAKE_EXE_LINKER_FLAGS)
 #
 # 1. glibc 2.28's stub libraries (libc.so.6, libm, libpthread, libdl, librt, ld-linux: every
 #    symbol at the version 2.28 had, no code) from zig (PyPI's ziglang, in a venv of its own),
@@ -12,10 +13,13 @@
 #    reference to the version 2.28 has, or fails.
 # 2. scripts/manylinux/glibc_shim.c: what glibc 2.36's headers and GCC 12's libstdc++.a call
 #    that 2.28 lacks or kept in libc_nonshared.a.
-# 3. libstdc++ linked in statically (hidden: -Wl,--exclude-libs,ALL), so no GLIBCXX version is
-#    needed; libgcc_s stays shared (the system's; its unwinder is the system's glibc's partner).
-# The link must be driven by gcc (not g++, which would add the shared libstdc++) with -z defs,
-# so that anything 2.28 lacks is a link error here, not a failed load there.
+# 3. libstdc++ linked in statically (-static-libstdc++, hidden by -Wl,--exclude-libs,ALL), so no
+#    GLIBCXX version is needed; libgcc_s stays shared (the system's; its unwinder is the system's
+#    glibc's partner).
+# With -z defs, anything 2.28 lacks is a link error here, not a failed load there. What this
+# machine's own shared libraries need (its libgcc_s wants glibc 2.35's _dl_find_object) is not
+# checked (--allow-shlib-undefined): at run time they are the older system's own. The stubs go
+# in --no-as-needed: libstdc++.a, which the driver adds last, needs ld-linux's __tls_get_addr.
 #
 # Everything is made under build-manylinux/ (git-ignored) once; prints the shell assignment.
 set -euo pipefail
@@ -38,6 +42,6 @@ if [[ ! -f $out/shim.o ]]; then
   cp "$stubs/libld.so.2" "$out/lib/ld-linux-x86-64.so.2"  # __tls_get_addr (libstdc++'s eh_globals)
   gcc -O2 -fPIC -fvisibility=hidden -c scripts/manylinux/glibc_shim.c -o "$out/shim.o"
 fi
-flags="$out/shim.o -Wl,-Bstatic -lstdc++ -Wl,-Bdynamic -Wl,--exclude-libs,ALL -L$out/lib -lm -ldl -lpthread -lrt"
-flags+=" $out/lib/ld-linux-x86-64.so.2 -Wl,-z,defs"
+flags="-static-libstdc++ $out/shim.o -Wl,--exclude-libs,ALL -L$out/lib -Wl,--no-as-needed"
+flags+=" $out/lib/ld-linux-x86-64.so.2 -lm -ldl -lpthread -lrt -Wl,-z,defs -Wl,--allow-shlib-undefined"
 printf 'GLIBC_FLOOR_LDFLAGS=%q\n' "$flags"

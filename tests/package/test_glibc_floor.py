@@ -33,10 +33,9 @@ def built(tmp_path_factory):
     work = tmp_path_factory.mktemp("floor")
     subprocess.run(["g++", "-O2", "-std=c++17", "-fPIC", "-c", str(HERE / "glibc_probe.cc"), "-o", str(work / "probe.o")],
                    check=True)
-    # gcc, not g++, drives the link: g++ would add the shared libstdc++.
-    subprocess.run(["gcc", "-shared", str(work / "probe.o"), *flags, "-o", str(work / "libglibc_probe.so")], check=True)
-    subprocess.run(["gcc", "-O2", str(HERE / "glibc_probe_main.c"), *flags, "-o", str(work / "glibc_probe")],
-                   check=True)
+    subprocess.run(["g++", "-shared", str(work / "probe.o"), *flags, "-o", str(work / "libglibc_probe.so")], check=True)
+    subprocess.run(["gcc", "-O2", "-c", str(HERE / "glibc_probe_main.c"), "-o", str(work / "main.o")], check=True)
+    subprocess.run(["g++", str(work / "main.o"), *flags, "-o", str(work / "glibc_probe")], check=True)
     return work, flags
 
 
@@ -62,7 +61,7 @@ def test_without_the_shim_the_link_fails_here_not_there(built, tmp_path):
     what 2.28 lacks (-z defs), rather than making an object that would fail to load there."""
     work, flags = built
     bare = [f for f in flags if not f.endswith("shim.o")]
-    run = subprocess.run(["gcc", "-shared", str(work / "probe.o"), *bare, "-o", str(tmp_path / "x.so")],
+    run = subprocess.run(["g++", "-shared", str(work / "probe.o"), *bare, "-o", str(tmp_path / "x.so")],
                          capture_output=True, text=True)
     assert run.returncode != 0 and "undefined reference" in run.stderr, run.stderr[-2000:]
 
