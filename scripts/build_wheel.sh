@@ -20,10 +20,25 @@
 #    an RPATH into coloader.libs (so it needs no LD_LIBRARY_PATH).
 #
 # Environment: JOBS (parallel compile jobs, default nproc), COLOADER_WITH_CUDA (AUTO, ON, OFF).
+#
+#   scripts/build_wheel.sh --glibc-floor
+#
+# builds the manylinux_2_28 wheel instead (RHEL 8, Ubuntu 20.04, Debian 11 and newer; issue 43):
+# the libraries from scripts/manylinux/build_deps.sh (static, the first time ~15 min), linked with
+# scripts/manylinux/glibc_floor.sh's flags (glibc 2.28's stubs, libstdc++ static), so auditwheel
+# has nothing to vendor and the tag is asserted, not found. Its own build folder
+# (build-wheel/cmake-floor); the same dist/ output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 start=$SECONDS
+floor=0
+for arg in "$@"; do
+  case $arg in
+    --glibc-floor) floor=1 ;;
+    *) echo "build_wheel: unknown argument '$arg' (--glibc-floor builds the manylinux_2_28 wheel)" >&2; exit 2 ;;
+  esac
+done
 
 scripts/setup.sh --deps-only
 
@@ -52,12 +67,28 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-$(nproc)}
 raw=build-wheel/raw
 rm -rf "$raw"
 mkdir -p "$raw" dist
+build_dir=$root/build-wheel/cmake
+floor_settings=()
+if ((floor)); then
+  scripts/manylinux/build_deps.sh
+  eval "$(scripts/manylinux/glibc_floor.sh)"
+  deps=$root/build-manylinux/deps
+  export PKG_CONFIG_PATH=$deps/lib/pkgconfig
+  build_dir=$root/build-wheel/cmake-floor
+  # (cppzmq's CMake package would bring the system's shared libzmq: its header only, through
+  # pkg-config's libzmq, which is the static one.)
+  floor_settings=(--config-settings="cmake.define.CMAKE_PREFIX_PATH=$deps"
+    --config-settings=cmake.define.CMAKE_FIND_PACKAGE_PREFER_CONFIG=ON
+    --config-settings=cmake.define.CMAKE_DISABLE_FIND_PACKAGE_cppzmq=ON
+    --config-settings="cmake.define.CMAKE_SHARED_LINKER_FLAGS=$GLIBC_FLOOR_LDFLAGS"
+    --config-settings="cmake.define.CMAKE_EXE_LINKER_FLAGS=$GLIBC_FLOOR_LDFLAGS")
+fi
 # --no-build-isolation: the backend comes from the venv above (pinned, no second download);
 # the build folder persists in build-wheel/cmake (incremental rebuilds, stable ccache paths).
 "$venv/bin/python" -m pip wheel --no-deps --no-build-isolation --disable-pip-version-check -w "$raw" \
-  --config-settings=build-dir="$root/build-wheel/cmake" \
+  --config-settings=build-dir="$build_dir" \
   --config-settings=cmake.define.COLOADER_WITH_CUDA="${COLOADER_WITH_CUDA:-AUTO}" \
-  ./python
+  "${floor_settings[@]}" ./python
 built=$(ls "$raw"/coloader-*.whl)
 echo "build_wheel: built $(basename "$built") in $((SECONDS - start)) s"
 # (grep -c reads all of unzip's output: with -q it could stop first, and under pipefail unzip's
@@ -69,10 +100,16 @@ fi
 
 # Wheels of an earlier version or build would be picked up by `pip install dist/*.whl`.
 rm -f dist/coloader-*.whl
-"$venv/bin/auditwheel" repair --wheel-dir dist "$built"
-wheel=$(ls dist/coloader-*.whl)
-# libX11 (for OpenCV core's libGLX) is allowed by the policy but absent from headless GPU nodes.
-"$venv/bin/python" scripts/wheel_vendor_extra.py "$wheel"
+if ((floor)); then
+  # Nothing to vendor: the tag is what the floor promises, or the repair fails.
+  "$venv/bin/auditwheel" repair --plat manylinux_2_28_x86_64 --wheel-dir dist "$built"
+  wheel=$(ls dist/coloader-*.whl)
+else
+  "$venv/bin/auditwheel" repair --wheel-dir dist "$built"
+  wheel=$(ls dist/coloader-*.whl)
+  # libX11 (for OpenCV core's libGLX) is allowed by the policy but absent from headless GPU nodes.
+  "$venv/bin/python" scripts/wheel_vendor_extra.py "$wheel"
+fi
 
 # The checks a user would make: auditwheel's own verdict, and that nothing is left to chance.
 "$venv/bin/auditwheel" show "$wheel" | tee build-wheel/show.txt

@@ -145,6 +145,8 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple, Union
 
+import numpy as np
+
 from . import _batches, _lib, _prefetch, _structure
 from ._dataloader import IgnoredArgumentWarning, _Dataset, _note_dataloader_arguments, _Sampler
 from ._passes import _EpochIterator
@@ -483,7 +485,8 @@ class Loader(_Taking, _Stateful):
     def indices(self) -> Optional["torch.Tensor"]:
         """int64 tensor of the dataset indices of the last batch returned (a copy), or None."""
         if self._indices is None and self._indices_bytes is not None:
-            self._indices = self._torch.frombuffer(bytearray(self._indices_bytes), dtype=self._torch.int64)
+            # (numpy, not torch.frombuffer: that is torch >= 1.10, and Debian 11's torch is 1.7)
+            self._indices = self._torch.from_numpy(np.frombuffer(bytearray(self._indices_bytes), dtype=np.int64))
         return self._indices
 
     @property
