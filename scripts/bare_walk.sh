@@ -24,6 +24,10 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 # The README's lines, as written (between the marks, inside the fence).
+if [[ $(grep -c '<!-- bare-walk: begin -->' README.md) -ne 1 || $(grep -c '<!-- bare-walk: end -->' README.md) -ne 1 ]]; then
+  echo "bare_walk: README.md must have one <!-- bare-walk: begin --> and one <!-- bare-walk: end --> mark" >&2
+  exit 1
+fi
 steps=$(sed -n '/<!-- bare-walk: begin -->/,/<!-- bare-walk: end -->/p' README.md | sed '/^<!--/d; /^```/d')
 if [[ -z ${steps//[[:space:]]/} ]]; then
   echo "bare_walk: README.md has no commands between <!-- bare-walk: begin --> and <!-- bare-walk: end -->" >&2
@@ -32,19 +36,25 @@ fi
 
 dir=$(realpath -m "${WALK_DIR:-build-walk}")
 root=$dir/root
+if [[ $dir == / || $dir == "$HOME" ]]; then
+  echo "bare_walk: WALK_DIR=$dir would put the root where it must not be removed" >&2
+  exit 2
+fi
 unmount_all() {
+  # Whatever is mounted under the root, deepest first (a killed debootstrap may leave more than
+  # this script mounts).
   local m
-  for m in "$root/src" "$root/dev/shm" "$root/proc"; do
-    if mountpoint -q "$m" 2>/dev/null; then umount "$m" || umount -l "$m"; fi
-  done
+  while read -r m; do
+    [[ -n $m ]] && { umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
+  done < <(findmnt -R -n -r -o TARGET "$root" 2>/dev/null | sort -r; grep -o " $root/[^ ]*" /proc/mounts | sort -r)
 }
 trap unmount_all EXIT
 unmount_all
-rm -rf "$root"
+rm -rf --one-file-system "$root"
 mkdir -p "$dir"
 
 echo "bare_walk: debootstrap --variant=minbase bookworm $root"
-if ! debootstrap --variant=minbase bookworm "$root" "${WALK_MIRROR:-http://deb.debian.org/debian}" \
+if ! timeout 1200 debootstrap --variant=minbase bookworm "$root" "${WALK_MIRROR:-http://deb.debian.org/debian}" \
     >"$dir/debootstrap.log" 2>&1; then
   tail -20 "$dir/debootstrap.log" >&2
   echo "bare_walk: debootstrap failed (the whole log: $dir/debootstrap.log)" >&2
@@ -71,10 +81,13 @@ echo "$steps" | sed 's/^/  | /'
 # (The CA variables only where this machine sets them: pip's vendored certifi does not read
 # the system's store.)
 ca_env=()
-for v in PIP_CERT REQUESTS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR PIP_DEFAULT_TIMEOUT; do
+# A proxy, where this machine uses one, likewise.
+for v in PIP_CERT REQUESTS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy \
+  HTTP_PROXY HTTPS_PROXY NO_PROXY; do
   [[ -n ${!v:-} ]] && ca_env+=("$v=${!v}")
 done
-chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${ca_env[@]}" \
+# (The whole walk is bounded: the build is most of it, ~4 min here.)
+timeout 2400 chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${ca_env[@]}" \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c '
 set -euo pipefail
@@ -83,7 +96,7 @@ step "apt-get install git (all a user needs for a clone)"
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends git ca-certificates >/dev/null
 update-ca-certificates >/dev/null 2>&1  # (ca-certificates took in the network'"'"'s own, above)
-git clone -q /src /root/coloader
+git -c safe.directory="*" clone -q /src /root/coloader  # (a checkout another user owns, under sudo)
 cd /root/coloader
 step "the README, verbatim"
 bash -euo pipefail -x -c "$1"

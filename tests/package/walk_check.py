@@ -8,12 +8,14 @@ each must see every image of the data set once in each of two epochs.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
-import time
 
 
 def main():
+    # A SIGTERM (bare_walk.sh's timeout) ends this like an error, so that `finally` stops both.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("walk: stopped (SIGTERM)"))
     venv, data = sys.argv[1], sys.argv[2]
     images = sum(len(files) for _, _, files in os.walk(data))
     coloader_cmd = os.path.join(venv, "bin", "coloader")
@@ -46,11 +48,12 @@ def main():
         if len(reports) != epochs or any(r.get("samples") != images for r in reports):
             sys.exit("walk: coloader consume saw %s, not %d samples in each of %d epochs" % (out, images, epochs))
         print("walk: coloader consume saw each of the %d images in each of %d epochs" % (images, epochs), flush=True)
-        deadline = time.monotonic() + 60
-        while serve.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+        try:
+            _, err = serve.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            sys.exit("walk: coloader serve did not end within 60 s of its last epoch")
         if serve.returncode != 0:
-            sys.exit("walk: coloader serve ended with %s: %s" % (serve.returncode, serve.stderr.read()[-2000:]))
+            sys.exit("walk: coloader serve ended with %s: %s" % (serve.returncode, err[-2000:]))
     finally:
         for p in (consume, serve):
             if p.poll() is None:
