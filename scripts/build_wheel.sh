@@ -81,7 +81,7 @@ if ((floor)); then
     --config-settings=cmake.define.CMAKE_FIND_PACKAGE_PREFER_CONFIG=ON
     --config-settings=cmake.define.CMAKE_DISABLE_FIND_PACKAGE_cppzmq=ON
     --config-settings="cmake.define.CMAKE_SHARED_LINKER_FLAGS=$GLIBC_FLOOR_LDFLAGS"
-    --config-settings="cmake.define.CMAKE_EXE_LINKER_FLAGS=$GLIBC_FLOOR_LDFLAGS")
+    --config-settings="cmake.define.CMAKE_EXE_LINKER_FLAGS=$GLIBC_FLOOR_EXE_LDFLAGS")
 fi
 # --no-build-isolation: the backend comes from the venv above (pinned, no second download);
 # the build folder persists in build-wheel/cmake (incremental rebuilds, stable ccache paths).

@@ -29,13 +29,14 @@ def versions(path, prefix):
 def built(tmp_path_factory):
     out = subprocess.run([str(REPO / "scripts/manylinux/glibc_floor.sh")], check=True, capture_output=True,
                          text=True, timeout=900).stdout
-    flags = shlex.split(shlex.split(out.strip().split("=", 1)[1])[0])
+    assigned = dict(shlex.split(line)[0].split("=", 1) for line in out.strip().splitlines())
+    flags, exe_flags = shlex.split(assigned["GLIBC_FLOOR_LDFLAGS"]), shlex.split(assigned["GLIBC_FLOOR_EXE_LDFLAGS"])
     work = tmp_path_factory.mktemp("floor")
     subprocess.run(["g++", "-O2", "-std=c++17", "-fPIC", "-c", str(HERE / "glibc_probe.cc"), "-o", str(work / "probe.o")],
                    check=True)
     subprocess.run(["g++", "-shared", str(work / "probe.o"), *flags, "-o", str(work / "libglibc_probe.so")], check=True)
     subprocess.run(["gcc", "-O2", "-c", str(HERE / "glibc_probe_main.c"), "-o", str(work / "main.o")], check=True)
-    subprocess.run(["g++", str(work / "main.o"), *flags, "-o", str(work / "glibc_probe")], check=True)
+    subprocess.run(["g++", str(work / "main.o"), *exe_flags, "-o", str(work / "glibc_probe")], check=True)
     return work, flags
 
 
@@ -48,6 +49,11 @@ def test_needs_no_glibc_past_2_28_and_no_libstdcxx(built):
     needed = subprocess.run(["readelf", "-d", str(work / "libglibc_probe.so")], check=True, capture_output=True,
                             text=True).stdout
     assert "libstdc++" not in needed, needed
+    for f in (work / "libglibc_probe.so", work / "glibc_probe"):
+        # libc before ld.so: glibc < 2.32's ld.so exports its minimal malloc, and the first wins.
+        order = re.findall(r"Shared library: \[([^\]]+)\]", subprocess.run(
+            ["readelf", "-d", str(f)], check=True, capture_output=True, text=True).stdout)
+        assert order.index("libc.so.6") < order.index("ld-linux-x86-64.so.2"), (f.name, order)
 
 
 def test_runs_here(built):
