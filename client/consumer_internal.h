@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -109,9 +110,18 @@ struct ConsumerState {
   // (Reclaim), by batch number. A lease removes itself when it goes.
   std::mutex leases_mu;
   std::map<uint64_t, std::weak_ptr<SlotLease>> leases;
+  // Reclaims that came before their batch's lease was opened: the producer asks as soon as the
+  // batch is taken from the mailbox, which is before the Cursor opens it, and asks once. The
+  // lease gives its slot back as it opens (GiveBackIfAsked). Bounded: an entry whose batch was
+  // released meanwhile never opens, so the oldest go past kEarlyReclaimsMax.
+  std::set<uint64_t> early_reclaims;
+  static constexpr size_t kEarlyReclaimsMax = 64;
   // Answers a Reclaim: copies what the lease's view still shares with the ring and acks it;
   // a lease without a private view (zero-copy, device, remote) goes on holding its slot.
   void GiveBack(uint64_t seq);
+  // Called by the Cursor once a host lease is registered: gives it back if a Reclaim came first.
+  void GiveBackIfAsked(const std::shared_ptr<SlotLease>& lease);
+  void Detach(SlotLease& lease);
 
   // Host buffers of gathered batches, reused: a consumer whose batches straddle slots gathers
   // every one, and fresh allocations would page-fault and zero-fill each time.

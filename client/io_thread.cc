@@ -11,20 +11,39 @@ void ConsumerState::GiveBack(uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(leases_mu);
     auto it = leases.find(seq);
-    if (it == leases.end()) return;  // not ours to copy: zero-copy, device, or gone already
+    if (it == leases.end()) {
+      // Not opened yet (taken from the mailbox, not yet made a batch), or not ours to copy
+      // (zero-copy, device) or gone already: remembered, for the first case.
+      early_reclaims.insert(seq);
+      if (early_reclaims.size() > kEarlyReclaimsMax) early_reclaims.erase(early_reclaims.begin());
+      return;
+    }
     lease = it->second.lock();
     leases.erase(it);
   }
   if (!lease) return;  // released meanwhile: its ack is on its way
+  Detach(*lease);
+}  // `lease` may be the last reference: its view goes here, and it does not ack again
+
+void ConsumerState::GiveBackIfAsked(const std::shared_ptr<SlotLease>& lease) {
+  {
+    std::lock_guard<std::mutex> lock(leases_mu);
+    if (early_reclaims.erase(lease->a.seq) == 0) return;
+    leases.erase(lease->a.seq);
+  }
+  Detach(*lease);
+}
+
+void ConsumerState::Detach(SlotLease& lease) {
   // The batch's tensors keep their address and contents: only the pages still shared with the
   // ring are copied (those written already are this process's own).
-  if (Status st = lease->view.Detach(); !st.ok()) {
-    Log(LogLevel::kWarning, Who() + " asked for batch " + std::to_string(seq) +
+  if (Status st = lease.view.Detach(); !st.ok()) {
+    Log(LogLevel::kWarning, Who() + " asked for batch " + std::to_string(lease.a.seq) +
                                 " back, which this consumer keeps: " + st.message());
     return;
   }
-  if (!lease->acked.exchange(true)) QueueAck(seq);
-}  // `lease` may be the last reference: its view goes here, and it does not ack again
+  if (!lease.acked.exchange(true)) QueueAck(lease.a.seq);
+}
 
 bool ConsumerState::Receive(const zmq::message_t& msg, bool* said_bye) {
   Result<Message> m = Decode(msg.data<uint8_t>(), msg.size());

@@ -116,8 +116,11 @@ Result<std::shared_ptr<SlotLease>> Cursor::OpenSlot(const BatchAnnouncement& a) 
     // a page the job writes becomes its own; a Reclaim copies the rest and gives the slot back.
     COLOADER_ASSIGN_OR_RETURN(lease->view, PrivateView::Map(s.shm, offset, s.welcome.slots.slot_bytes));
     lease->base = lease->view.data();
-    std::lock_guard<std::mutex> lock(s.leases_mu);
-    s.leases[a.seq] = lease;
+    {
+      std::lock_guard<std::mutex> lock(s.leases_mu);
+      s.leases[a.seq] = lease;
+    }
+    s.GiveBackIfAsked(lease);
   }
   return lease;
 }

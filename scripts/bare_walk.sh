@@ -9,11 +9,12 @@
 #
 #   scripts/bare_walk.sh          (as root: debootstrap, chroot, mount)
 #
-# The root is made afresh each run under WALK_DIR (default build-walk/, git-ignored) and its
-# mounts are undone on any exit. WALK_MIRROR: the Debian mirror (default deb.debian.org).
+# The root is made afresh each run under WALK_DIR (default build-walk/, git-ignored), in private
+# mount and PID namespaces (scripts/lib/debian_root.sh): its mounts and processes end with the
+# script. A walk that passes removes the root (WALK_KEEP=1 keeps it); one that fails leaves it to
+# look into. WALK_MIRROR: the Debian mirror (default deb.debian.org).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$(pwd)
+source "$(dirname "$0")/lib/debian_root.sh"
 start=$SECONDS
 if [[ $(id -u) -ne 0 ]]; then
   echo "bare_walk: needs root (debootstrap, chroot and mount); run it with sudo" >&2
@@ -22,6 +23,9 @@ fi
 if ! command -v debootstrap >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
+debian_root_isolate "$0" "$@"
+cd "$(dirname "$0")/.."
+repo=$(pwd)
 
 # The README's lines, as written (between the marks, inside the fence).
 if [[ $(grep -c '<!-- bare-walk: begin -->' README.md) -ne 1 || $(grep -c '<!-- bare-walk: end -->' README.md) -ne 1 ]]; then
@@ -40,16 +44,6 @@ if [[ $dir == / || $dir == "$HOME" ]]; then
   echo "bare_walk: WALK_DIR=$dir would put the root where it must not be removed" >&2
   exit 2
 fi
-unmount_all() {
-  # Whatever is mounted under the root, deepest first (a killed debootstrap may leave more than
-  # this script mounts).
-  local m
-  while read -r m; do
-    [[ -n $m ]] && { umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; }
-  done < <(findmnt -R -n -r -o TARGET "$root" 2>/dev/null | sort -r; grep -o " $root/[^ ]*" /proc/mounts | sort -r)
-}
-trap unmount_all EXIT
-unmount_all
 rm -rf --one-file-system "$root"
 mkdir -p "$dir"
 
@@ -60,34 +54,16 @@ if ! timeout 1200 debootstrap --variant=minbase bookworm "$root" "${WALK_MIRROR:
   echo "bare_walk: debootstrap failed (the whole log: $dir/debootstrap.log)" >&2
   exit 1
 fi
-mount -t proc proc "$root/proc"
-mkdir -p "$root/dev/shm" "$root/src"
-mount -t tmpfs -o size=2g,mode=1777 tmpfs "$root/dev/shm"  # the host ring lives there
+mkdir -p "$root/src"
+debian_root_enter "$root" 2g
 mount --bind -o ro "$repo" "$root/src"
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-# The network's own trust, as a site's machine image carries it: where TLS to the package
-# registries goes through a proxy with a certificate of its own (as on the machines this project
-# is built on), its CA certificates and pip's settings are copied into the root; nothing else of
-# this machine is.
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  mkdir -p "$root/usr/local/share/ca-certificates"
-  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-fi
-[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
 echo "bare_walk: root ready in $((SECONDS - start)) s; the README's lines:"
 echo "$steps" | sed 's/^/  | /'
 
 # A clean environment, as a login on the bare machine would have.
-# (The CA variables only where this machine sets them: pip's vendored certifi does not read
-# the system's store.)
-ca_env=()
-# A proxy, where this machine uses one, likewise.
-for v in PIP_CERT REQUESTS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR PIP_DEFAULT_TIMEOUT http_proxy https_proxy no_proxy \
-  HTTP_PROXY HTTPS_PROXY NO_PROXY; do
-  [[ -n ${!v:-} ]] && ca_env+=("$v=${!v}")
-done
+debian_root_env
 # (The whole walk is bounded: the build is most of it, ~4 min here.)
-timeout 2400 chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${ca_env[@]}" \
+timeout 2400 chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${DEBIAN_ROOT_ENV[@]}" \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c '
 set -euo pipefail
@@ -106,3 +82,7 @@ step "serve, consume and a Python Loader, started at once"
 cd /tmp && timeout 600 ~/coloader-env/bin/python /root/coloader/tests/package/walk_check.py ~/coloader-env /tmp/walk-data
 ' bare-walk "$steps"
 echo "bare_walk: passed in $((SECONDS - start)) s"
+if [[ -z ${WALK_KEEP:-} ]]; then
+  umount "$root/src" "$root/dev/shm" "$root/proc"
+  rm -rf --one-file-system "$root"
+fi

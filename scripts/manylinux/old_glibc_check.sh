@@ -10,19 +10,13 @@
 #
 # The root is kept in build-manylinux/bullseye (tests/package/test_glibc_floor.py makes the same one).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-repo=$(pwd)
+source "$(dirname "$0")/../lib/debian_root.sh"
 wheel=$(realpath "${1:?usage: old_glibc_check.sh WHEEL}")
 [[ $(id -u) -eq 0 ]] || { echo "old_glibc_check: needs root (debootstrap, chroot, mount)" >&2; exit 2; }
+debian_root_isolate "$0" "$wheel"
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
 root=$repo/build-manylinux/bullseye
-unmount_all() {
-  local m
-  for m in "$root/dev/shm" "$root/proc"; do
-    if mountpoint -q "$m" 2>/dev/null; then umount "$m" || umount -l "$m"; fi
-  done
-}
-trap unmount_all EXIT
-unmount_all
 if [[ ! -x $root/usr/bin/env ]]; then
   rm -rf "$root"
   debootstrap --variant=minbase bullseye "$root" http://deb.debian.org/debian >"$repo/build-manylinux/bullseye.log" 2>&1 || {
@@ -30,25 +24,13 @@ if [[ ! -x $root/usr/bin/env ]]; then
     exit 1
   }
 fi
-mount -t proc proc "$root/proc"
-mkdir -p "$root/dev/shm"
-mount -t tmpfs -o size=1g,mode=1777 tmpfs "$root/dev/shm"
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-# The network's own CA certificates and pip settings, as scripts/bare_walk.sh carries them.
-if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
-  mkdir -p "$root/usr/local/share/ca-certificates"
-  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
-fi
-[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
+debian_root_enter "$root" 1g
 rm -rf "$root/check" && mkdir -p "$root/check"
 cp "$wheel" "$root/check/"
 cp tests/package/walk_check.py "$root/check/"
 /usr/bin/python3 scripts/make_dataset.py --out "$root/check/data" --images 120 --classes 4 --seed 0 >/dev/null
-ca_env=()
-for v in PIP_CERT REQUESTS_CA_BUNDLE SSL_CERT_FILE SSL_CERT_DIR PIP_DEFAULT_TIMEOUT; do
-  [[ -n ${!v:-} ]] && ca_env+=("$v=${!v}")
-done
-chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 "${ca_env[@]}" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
+debian_root_env
+chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 "${DEBIAN_ROOT_ENV[@]}" PATH=/usr/sbin:/usr/bin:/sbin:/bin bash -c '
 set -euo pipefail
 echo "old_glibc_check: $(ldd --version | head -1)"
 apt-get update -qq
