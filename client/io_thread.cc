@@ -12,10 +12,12 @@ void ConsumerState::GiveBack(uint64_t seq) {
     std::lock_guard<std::mutex> lock(leases_mu);
     auto it = leases.find(seq);
     if (it == leases.end()) {
-      // Not opened yet (taken from the mailbox, not yet made a batch), or not ours to copy
-      // (zero-copy, device) or gone already: remembered, for the first case.
-      early_reclaims.insert(seq);
-      if (early_reclaims.size() > kEarlyReclaimsMax) early_reclaims.erase(early_reclaims.begin());
+      // Not opened yet (taken from the mailbox, not yet made a batch: remembered, and given
+      // back as it opens), not ours to copy (zero-copy, device, remote), or gone already.
+      if (host_leases()) {
+        early_reclaims.push_back(seq);
+        if (early_reclaims.size() > kEarlyReclaimsMax) early_reclaims.pop_front();
+      }
       return;
     }
     lease = it->second.lock();
@@ -25,13 +27,11 @@ void ConsumerState::GiveBack(uint64_t seq) {
   Detach(*lease);
 }  // `lease` may be the last reference: its view goes here, and it does not ack again
 
-void ConsumerState::GiveBackIfAsked(const std::shared_ptr<SlotLease>& lease) {
-  {
-    std::lock_guard<std::mutex> lock(leases_mu);
-    if (early_reclaims.erase(lease->a.seq) == 0) return;
-    leases.erase(lease->a.seq);
-  }
-  Detach(*lease);
+bool ConsumerState::TakeEarlyReclaim(uint64_t seq) {
+  auto it = std::find(early_reclaims.begin(), early_reclaims.end(), seq);
+  if (it == early_reclaims.end()) return false;
+  early_reclaims.erase(it);
+  return true;
 }
 
 void ConsumerState::Detach(SlotLease& lease) {

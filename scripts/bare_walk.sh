@@ -83,6 +83,6 @@ cd /tmp && timeout 600 ~/coloader-env/bin/python /root/coloader/tests/package/wa
 ' bare-walk "$steps"
 echo "bare_walk: passed in $((SECONDS - start)) s"
 if [[ -z ${WALK_KEEP:-} ]]; then
-  umount "$root/src" "$root/dev/shm" "$root/proc"
+  umount -l "$root/src" "$root/dev/shm" "$root/proc"  # (-l: a straggler still in the root)
   rm -rf --one-file-system "$root"
 fi

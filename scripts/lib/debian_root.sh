@@ -4,7 +4,8 @@
 #   debian_root_isolate "$0" "$@"   first of all: runs the calling script again in private mount and
 #                                   PID namespaces, so that nothing it mounts (nor debootstrap's own
 #                                   mounts) reaches this machine's mount table, and nothing it starts
-#                                   outlives it, whatever way it ends (an error, a timeout, Ctrl-C)
+#                                   outlives it, whatever way it ends (an error, Ctrl-C, SIGTERM, or
+#                                   unshare killed)
 #   debian_root_enter ROOT SHM      mounts /proc and a tmpfs /dev/shm of size SHM in ROOT, and copies
 #                                   in this machine's resolv.conf and network trust (below)
 #   debian_root_env                 sets DEBIAN_ROOT_ENV: the CA and proxy variables this machine sets,
@@ -23,10 +24,15 @@ debian_root_isolate() {
     echo "$(basename "$script"): needs unshare (util-linux) for private mount and PID namespaces" >&2
     exit 2
   fi
-  # --fork: the script is PID 1 of its namespace, so every process it leaves is killed when it
-  # ends; --kill-child: and it is stopped when unshare is (a timeout or Ctrl-C on this side).
-  exec unshare --mount --propagation private --pid --fork --kill-child=TERM \
-    /usr/bin/env COLOADER_DEBIAN_ROOT_NS=1 "$BASH" "$script" "$@"
+  # PID 1 of the new namespace is a small shell that runs the script and waits: when it ends,
+  # the kernel kills every process left in the namespace. The kernel gives PID 1 only the
+  # signals it has a handler for, so it traps INT and TERM (Ctrl-C reaches it with its process
+  # group) and ends; --kill-child sends it SIGKILL, which always gets through, when unshare
+  # itself is killed. (unshare --fork ignores SIGINT and SIGQUIT, and a shell cannot trap a
+  # signal ignored when it started: env --default-signal gives them back.)
+  exec unshare --mount --propagation private --pid --fork --kill-child \
+    /usr/bin/env --default-signal=INT,QUIT COLOADER_DEBIAN_ROOT_NS=1 \
+    "$BASH" -c 'trap "exit 130" INT; trap "exit 143" TERM; "$@" & wait $!' debian-root "$BASH" "$script" "$@"
 }
 
 debian_root_enter() {

@@ -45,7 +45,7 @@ python3 -m venv --system-site-packages /root/env
 /root/env/bin/coloader --version
 /root/env/bin/python -c "import coloader; print(\"old_glibc_check: import coloader\", coloader.__version__, \"library\", coloader.library_version())"
 cd /tmp
-/root/env/bin/coloader serve --data /check/data --name old --batch-size 32 --image-size 64 --epochs 2 --quiet &
+timeout 300 /root/env/bin/coloader serve --data /check/data --name old --batch-size 32 --image-size 64 --epochs 2 --quiet &
 serve=$!
 out=$(timeout 120 /root/env/bin/coloader consume --name old --batch-size 20 --json)
 wait $serve
