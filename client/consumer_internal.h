@@ -109,23 +109,9 @@ struct ConsumerState {
   // (Reclaim), by batch number. A lease removes itself when it goes.
   std::mutex leases_mu;
   std::map<uint64_t, std::weak_ptr<SlotLease>> leases;
-  // Reclaims that came before their batch's lease was opened (under leases_mu): the producer
-  // asks as soon as the batch is taken from the mailbox, which is before the Cursor opens it,
-  // and asks once. The lease gives its slot back as it opens (Cursor::OpenSlot). In the order
-  // they came, at most kEarlyReclaimsMax: an entry whose batch was released meanwhile never
-  // opens, and the oldest go first.
-  std::deque<uint64_t> early_reclaims;
-  static constexpr size_t kEarlyReclaimsMax = 64;
-  // Whether this consumer's leases have private views a Reclaim can copy away: not on the
-  // device path, not zero-copy, not remote (a local copy of the ring).
-  bool host_leases() const { return !mapper && !opts.zero_copy && !local_slots; }
   // Answers a Reclaim: copies what the lease's view still shares with the ring and acks it;
   // a lease without a private view (zero-copy, device, remote) goes on holding its slot.
   void GiveBack(uint64_t seq);
-  // Takes `seq` off early_reclaims; true if it was there (leases_mu held).
-  bool TakeEarlyReclaim(uint64_t seq);
-  // Copies the lease's view away and acks it (once).
-  void Detach(SlotLease& lease);
 
   // Host buffers of gathered batches, reused: a consumer whose batches straddle slots gathers
   // every one, and fresh allocations would page-fault and zero-fill each time.

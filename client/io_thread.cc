@@ -11,39 +11,20 @@ void ConsumerState::GiveBack(uint64_t seq) {
   {
     std::lock_guard<std::mutex> lock(leases_mu);
     auto it = leases.find(seq);
-    if (it == leases.end()) {
-      // Not opened yet (taken from the mailbox, not yet made a batch: remembered, and given
-      // back as it opens), not ours to copy (zero-copy, device, remote), or gone already.
-      if (host_leases()) {
-        early_reclaims.push_back(seq);
-        if (early_reclaims.size() > kEarlyReclaimsMax) early_reclaims.pop_front();
-      }
-      return;
-    }
+    if (it == leases.end()) return;  // not ours to copy: zero-copy, device, or gone already
     lease = it->second.lock();
     leases.erase(it);
   }
   if (!lease) return;  // released meanwhile: its ack is on its way
-  Detach(*lease);
-}  // `lease` may be the last reference: its view goes here, and it does not ack again
-
-bool ConsumerState::TakeEarlyReclaim(uint64_t seq) {
-  auto it = std::find(early_reclaims.begin(), early_reclaims.end(), seq);
-  if (it == early_reclaims.end()) return false;
-  early_reclaims.erase(it);
-  return true;
-}
-
-void ConsumerState::Detach(SlotLease& lease) {
   // The batch's tensors keep their address and contents: only the pages still shared with the
   // ring are copied (those written already are this process's own).
-  if (Status st = lease.view.Detach(); !st.ok()) {
-    Log(LogLevel::kWarning, Who() + " asked for batch " + std::to_string(lease.a.seq) +
+  if (Status st = lease->view.Detach(); !st.ok()) {
+    Log(LogLevel::kWarning, Who() + " asked for batch " + std::to_string(seq) +
                                 " back, which this consumer keeps: " + st.message());
     return;
   }
-  if (!lease.acked.exchange(true)) QueueAck(lease.a.seq);
-}
+  if (!lease->acked.exchange(true)) QueueAck(seq);
+}  // `lease` may be the last reference: its view goes here, and it does not ack again
 
 bool ConsumerState::Receive(const zmq::message_t& msg, bool* said_bye) {
   Result<Message> m = Decode(msg.data<uint8_t>(), msg.size());

@@ -111,18 +111,13 @@ Result<std::shared_ptr<SlotLease>> Cursor::OpenSlot(const BatchAnnouncement& a) 
     // Device path: the tensor is on the GPU (copied out per batch unless zero_copy); the host
     // slot is read for indices and labels only.
     lease->device_base = s.mapper->slot_base(a.slot);
-  } else if (s.host_leases()) {
+  } else if (!s.opts.zero_copy && !s.local_slots) {
     // Host path: this consumer's own copy-on-write view of the slot. Reading it is zero-copy;
     // a page the job writes becomes its own; a Reclaim copies the rest and gives the slot back.
     COLOADER_ASSIGN_OR_RETURN(lease->view, PrivateView::Map(s.shm, offset, s.welcome.slots.slot_bytes));
     lease->base = lease->view.data();
-    bool asked_back;
-    {
-      std::lock_guard<std::mutex> lock(s.leases_mu);
-      asked_back = s.TakeEarlyReclaim(a.seq);
-      if (!asked_back) s.leases[a.seq] = lease;
-    }
-    if (asked_back) s.Detach(*lease);  // the producer asked before we opened it
+    std::lock_guard<std::mutex> lock(s.leases_mu);
+    s.leases[a.seq] = lease;
   }
   return lease;
 }

@@ -41,6 +41,9 @@ def main():
                 sys.exit("walk: the Loader's epoch %d had %d samples (%d distinct) of %d"
                          % (epoch, len(seen), len(set(seen)), images))
             print("walk: the Loader saw each of the %d images once in epoch %d" % (images, epoch), flush=True)
+        # Done with it, as a training script is: a Loader that kept its last batch can keep the
+        # producer waiting (docs/DESIGN.md, "Kept batches stall nobody": a known gap).
+        loader.close()
         out, err = consume.communicate(timeout=120)
         if consume.returncode != 0:
             sys.exit("walk: coloader consume failed (%d): %s" % (consume.returncode, err[-2000:]))
