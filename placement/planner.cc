@@ -323,6 +323,9 @@ std::optional<Placement> Planner::PlaceOnGpu(int j, int g) const {
   }
   if (load.used_mib + need + RingCostOn(j, g) > gpu.memory_mib) return std::nullopt;
   if (opts_.policy == Policy::kSharingAware && !empty && !SmAdmits(j, g)) return std::nullopt;
+  if (opts_.policy == Policy::kSharingAware && opts_.memory_headroom && !empty &&
+      HeadroomOn(j, g, need) < kHeadroomFloor * need)
+    return std::nullopt;
   p.reserved_mib = need;
   return p;
 }
@@ -354,12 +357,17 @@ std::optional<Placement> Planner::TryPlace(int j) {
       case Policy::kFifoExclusive: score = g; break;
       case Policy::kMostMemory: score = -free_after; break;
       case Policy::kLeastUtilised: score = load.sm * 1e6 - free_after * 1e-3; break;
-      case Policy::kSharingAware:
-        // Next to its producer first (ring already paid, zero-copy), then where SMs are least
-        // busy, then where most memory is left.
-        score = (RingCostOn(j, g) == 0 && shares && ProducerRunning(job.pipeline) ? 0 : 1e9) +
+      case Policy::kSharingAware: {
+        // Next to its producer first (ring already paid, zero-copy), then where its headroom
+        // comes closest to the cap (HeadroomOn), then where SMs are least busy, then where most
+        // memory is left.
+        const double cap = kHeadroomShare * p->reserved_mib;
+        const double short_of_cap =
+            opts_.memory_headroom && cap > 0 ? 1.0 - std::min(1.0, HeadroomOn(j, g, p->reserved_mib) / cap) : 0.0;
+        score = (RingCostOn(j, g) == 0 && shares && ProducerRunning(job.pipeline) ? 0 : 1e9) + short_of_cap * 1e8 +
                 (load.sm + SmOf(j)) * 1e6 - free_after * 1e-3;
         break;
+      }
     }
     if (!best || score < best_score) {
       best = p;
@@ -519,9 +527,17 @@ double Planner::LimitWhenPlaced(const Placement& p) const {
   const GpuLoad& load = loads_[p.gpu];
   if (p.mode == Mode::kExclusive) return gpu - load.producer_mib;
   if (!opts_.memory_headroom) return p.reserved_mib;
-  const double unreserved = std::max(0.0, gpu - load.used_mib);
-  const double share = unreserved / static_cast<double>(load.jobs.size());
-  return p.reserved_mib + std::min(share, kHeadroomShare * p.reserved_mib);
+  return p.reserved_mib + std::min(UnreservedShare(p.gpu, 0, 0), kHeadroomShare * p.reserved_mib);
+}
+
+double Planner::HeadroomOn(int j, int g, double need_mib) const {
+  return std::min(UnreservedShare(g, need_mib + RingCostOn(j, g), 1), kHeadroomShare * need_mib);
+}
+
+double Planner::UnreservedShare(int g, double adding_mib, size_t adding_jobs) const {
+  const GpuLoad& load = loads_[g];
+  const double unreserved = std::max(0.0, gpus_[g].memory_mib - load.used_mib - adding_mib);
+  return unreserved / static_cast<double>(std::max<size_t>(1, load.jobs.size() + adding_jobs));
 }
 
 double Planner::MpsLimitMiB(const Placement& p) const {

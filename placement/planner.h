@@ -199,12 +199,24 @@ class Planner {
   // tuning families: later jobs got none; docs/PLACEMENT.md.)
   double LimitWhenPlaced(const Placement& p) const;
   static constexpr double kHeadroomShare = 0.5;
+  // The headroom job j would get by that rule if placed on GPU g now with reservation
+  // `need_mib` (its estimate, margin and client_mib). Sharing-aware, with memory_headroom, does
+  // not place a job beside others where this is below kHeadroomFloor of its reservation (half
+  // the cap: an estimate up to ~24% low stays within its limit), and of the GPUs it may use
+  // prefers those where it comes closest to the cap: placed where earlier jobs had taken the
+  // unreserved memory, a job a little over its estimate ran out of memory on a GPU whose memory
+  // its neighbours did not use (3 of the 120 tuning traces; docs/PLACEMENT.md).
+  double HeadroomOn(int j, int g, double need_mib) const;
+  static constexpr double kHeadroomFloor = 0.25;
   // What CUDA_MPS_PINNED_DEVICE_MEM_LIMIT says for a job on a GPU it may share: its limit plus,
   // when it maps its producer's ring through CUDA IPC, the ring, which MPS charges to every
   // client that maps it (the replay on an H100 saw jobs within their estimates fail at a limit
   // without it, docs/PLACEMENT.md). The ring is counted once on the GPU, with the producer.
   double MpsLimitMiB(const Placement& p) const;
 
+  // What no reservation or ring holds on GPU g, shared equally among its jobs, once `adding_mib`
+  // and `adding_jobs` more are counted there.
+  double UnreservedShare(int g, double adding_mib, size_t adding_jobs) const;
   double SmOf(int j) const;
   double ReservationOf(int j) const;
   int MigSlicesUsed(int gpu) const;  // the compute slices of the MIG instances handed out on it

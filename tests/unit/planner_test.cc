@@ -241,7 +241,7 @@ TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreservedUpToHalfOf
   // The default: a job on a GPU it may share may use, beyond its reservation, an equal share
   // among the GPU's jobs of what no reservation or ring holds as it is placed, up to half its
   // reservation; the limit stays what it was when placed.
-  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.25}, {20000, 0.25}, {40000, 0.25}})));
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.25}, {20000, 0.25}, {25000, 0.25}})));
   PlannerOptions o = Opts(Policy::kSharingAware);
   o.memory_headroom = true;
   EXPECT_TRUE(PlannerOptions{}.memory_headroom);
@@ -274,6 +274,54 @@ TEST(Planner, AJobsLimitIsItsReservationPlusItsShareOfWhatIsUnreservedUpToHalfOf
   const std::optional<Placement> lone = bare.TryPlace(0);
   ASSERT_TRUE(lone.has_value());
   EXPECT_DOUBLE_EQ(bare.MemoryLimitMiB(*lone), lone->reserved_mib);
+}
+
+TEST(Planner, ASharingAwareJobBesideOthersGetsAQuarterOfItsReservationAsHeadroomOrWaits) {
+  // A 52 GB and a 20 GB job leave under 10 GB unreserved, under 5 GB each: less than a quarter
+  // of the 20 GB job's reservation, so it waits (or goes to a GPU that gives more); without
+  // headroom there is no floor, and it fits.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{52000, 0.25}, {20000, 0.25}, {8000, 0.25}})));
+  PlannerOptions o = Opts(Policy::kSharingAware);
+  o.memory_headroom = true;
+  Planner planner(o, Gpus(1), &set);
+  ASSERT_TRUE(planner.TryPlace(0).has_value());
+  const double need = planner.ReservationOf(1) + planner.ClientMiBOf(1, false);
+  EXPECT_LT(planner.HeadroomOn(1, 0, need), Planner::kHeadroomFloor * need);
+  EXPECT_FALSE(planner.TryPlace(1).has_value());
+  // A smaller job still gets its quarter there, and is placed.
+  const std::optional<Placement> small = planner.TryPlace(2);
+  ASSERT_TRUE(small.has_value());
+  EXPECT_GE(planner.MemoryLimitMiB(*small), (1 + Planner::kHeadroomFloor) * small->reserved_mib);
+  o.memory_headroom = false;
+  Planner bare(o, Gpus(1), &set);
+  ASSERT_TRUE(bare.TryPlace(0).has_value());
+  EXPECT_TRUE(bare.TryPlace(1).has_value());
+}
+
+TEST(Planner, ASharingAwareJobGoesWhereItsHeadroomIsWholeBeforeWhereSmsAreLeastBusy) {
+  // GPU 0 holds a 52 GB job of little SM activity, GPU 1 a small busy one (one pipeline each,
+  // and a third for the job placed last, so that no producer draws it). On GPU 0 a 15 GB job
+  // would get less than its cap of headroom (but more than the floor); on GPU 1 the whole cap,
+  // at more SM activity: it goes to GPU 1. Without headroom, where SMs are least busy: GPU 0.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{52000, 0.1}, {5000, 0.5}, {15000, 0.1}}, 3)));
+  for (bool headroom : {true, false}) {
+    PlannerOptions o = Opts(Policy::kSharingAware);
+    o.memory_headroom = headroom;
+    Planner planner(o, Gpus(2), &set);
+    const std::optional<Placement> big = planner.TryPlace(0), busy = planner.TryPlace(1);
+    ASSERT_TRUE(big && busy);
+    ASSERT_EQ(big->gpu, 0);
+    ASSERT_EQ(busy->gpu, 1);
+    const double need = planner.ReservationOf(2) + planner.ClientMiBOf(2, false);
+    if (headroom) {
+      ASSERT_LT(planner.HeadroomOn(2, 0, need), Planner::kHeadroomShare * need);
+      ASSERT_GE(planner.HeadroomOn(2, 0, need), Planner::kHeadroomFloor * need);
+      ASSERT_DOUBLE_EQ(planner.HeadroomOn(2, 1, need), Planner::kHeadroomShare * need);
+    }
+    const std::optional<Placement> last = planner.TryPlace(2);
+    ASSERT_TRUE(last.has_value());
+    EXPECT_EQ(last->gpu, headroom ? 1 : 0) << "with headroom: " << headroom;
+  }
 }
 
 TEST(Planner, GrowThenAloneGrowsTheFirstTimeAndRunsAloneTheSecond) {
