@@ -41,6 +41,9 @@
 namespace coloader {
 
 constexpr uint64_t kStrangerMessagesPerSecond = 1000;
+// A consumer still holding a batch it was asked back this long ago is asked again (Reclaim):
+// the first may have come before its client opened the batch, and found nothing to give back.
+constexpr uint64_t kReclaimAgainNs = 500'000'000;
 
 // A duration set in milliseconds, as the producer's messages say it ("60 s", "0.5 s").
 inline std::string SecondsText(uint32_t ms) {
@@ -91,6 +94,7 @@ struct Session {
   uint64_t unread_since_ns = 0;  // since when batches have waited for it (0: none did when last looked)
   uint64_t reclaim_asked = 0;  // one past the newest batch it was asked to give back (Reclaim)
   uint64_t reclaim_asked_private = 0;  // the same among its catch-up batches (numbered apart)
+  uint64_t reclaim_sent_ns = 0;        // when it was last asked (0: not since ReclaimAgainIfDue)
   bool end_sent = false;    // told that every epoch is published (End)
   RateWindow rate;              // its messages this second
   uint64_t received_at_rate = 0;  // `received` when that second began
@@ -395,9 +399,14 @@ struct Producer::Impl {
   // back (Reclaim); they copy what they keep and ack.
   void ReclaimOldest();
   // Every epoch is published and the run waits only for slots kept by consumers: asks each
-  // keeper, once per batch, for all of them back (a job that holds its last batch, or closed its
-  // Loader holding one, would otherwise keep the producer alive until its tensors die).
+  // keeper for all of them back (a job that holds its last batch, or closed its Loader holding
+  // one, would otherwise keep the producer alive until its tensors die).
   void ReclaimAtEnd();
+  // Each batch is asked for once, and again kReclaimAgainNs later while it is still held: the
+  // producer asks as soon as a consumer has taken the batch from its mailbox, a moment before the
+  // client opens it, and a Reclaim that comes first finds no lease there and is dropped.
+  void ReclaimAgainIfDue(Session& s, uint64_t now);
+  void SendReclaim(Session& s, uint64_t seq, uint64_t now);
   // Notes who took batches since the last look: each session's read_upto, last_read_ns and pace.
   void NoteReads(uint64_t now);
   // A consumer that holds the others back without taking a batch for --lag-timeout-ms (and 4 of

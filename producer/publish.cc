@@ -55,18 +55,31 @@ std::optional<uint32_t> Producer::Impl::AcquireSlot() {
   return slot;
 }
 
+void Producer::Impl::ReclaimAgainIfDue(Session& s, uint64_t now) {
+  if (s.reclaim_sent_ns == 0 || now - s.reclaim_sent_ns < kReclaimAgainNs) return;
+  s.reclaim_asked = s.reclaim_asked_private = 0;  // what it still holds is asked for again
+  s.reclaim_sent_ns = 0;
+}
+
+void Producer::Impl::SendReclaim(Session& s, uint64_t seq, uint64_t now) {
+  (IsPrivateSeq(seq) ? s.reclaim_asked_private : s.reclaim_asked) = seq + 1;
+  s.reclaim_sent_ns = now;
+  SendToSession(s, Reclaim{seq});
+}
+
 void Producer::Impl::ReclaimOldest() {
   // Within the window and yet no free slot: consumers keep batches they have read past (a
-  // list of tensors, a logger). The oldest one's keepers are asked once to copy it and let go.
+  // list of tensors, a logger). The oldest one's keepers are asked to copy it and let go.
+  const uint64_t now = MonotonicNs();
+  for (auto& [identity, s] : sessions) ReclaimAgainIfDue(s, now);
   for (const RingAccounting::Held& h : ring.Published()) {
     bool asked = false;
     for (auto& [identity, s] : sessions) {
       if (std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
       // Asked already? (catch-up batches are numbered apart: counted apart)
-      uint64_t& asked = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
-      if (!ReadPast(s, h.seq) || asked > h.seq) continue;  // still reading it, or asked
-      asked = h.seq + 1;
-      SendToSession(s, Reclaim{h.seq});
+      const uint64_t done = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
+      if (!ReadPast(s, h.seq) || done > h.seq) continue;  // still reading it, or asked
+      SendReclaim(s, h.seq, now);
       asked = true;
     }
     if (asked) return;
@@ -74,9 +87,11 @@ void Producer::Impl::ReclaimOldest() {
 }
 
 void Producer::Impl::ReclaimAtEnd() {
-  for (const RingAccounting::Held& h : ring.Published()) {  // oldest first: reclaim_asked only grows
+  const uint64_t now = MonotonicNs();
+  for (auto& [identity, s] : sessions) ReclaimAgainIfDue(s, now);
+  for (const RingAccounting::Held& h : ring.Published()) {  // oldest first: reclaim_asked grows in a pass
     for (auto& [identity, s] : sessions) {
-      uint64_t& asked = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
+      const uint64_t asked = IsPrivateSeq(h.seq) ? s.reclaim_asked_private : s.reclaim_asked;
       if (asked > h.seq || std::find(h.holders.begin(), h.holders.end(), s.id) == h.holders.end()) continue;
       // Only a consumer that has taken every batch: one still reading releases as it goes (and
       // is asked once it is through; the loop calls again). Without a mailbox, what was
@@ -84,8 +99,7 @@ void Producer::Impl::ReclaimAtEnd() {
       if (s.mailbox >= 0 ? Unread(s) > 0 : s.catch_up != Session::CatchUp::kNone &&
                                                s.catch_up != Session::CatchUp::kDone)
         continue;
-      asked = h.seq + 1;
-      SendToSession(s, Reclaim{h.seq});
+      SendReclaim(s, h.seq, now);
     }
   }
 }

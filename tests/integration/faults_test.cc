@@ -508,5 +508,48 @@ TEST_F(IntegrationTest, HostileConnectedClientsAreDroppedCountedAndOthersCarryOn
   EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
 }
 
+TEST_F(IntegrationTest, AKeptBatchWhoseReclaimFoundNothingIsAskedForAgain) {
+  // The producer asks for a kept batch back as soon as the consumer has taken it from its
+  // mailbox, which can be a moment before the client opens it: that Reclaim finds no lease and
+  // is dropped. A stand-in consumer (remote: batches come as messages) keeps its last batch and
+  // drops the first Reclaim for it, as such a client does; the producer asks again, and ends as
+  // soon as the batch is given back.
+  using std::chrono::steady_clock;
+  auto producer = Serve("p", {"--batch-size", "8", "--epochs", "1"});
+  ASSERT_OK_AND_ASSIGN(ProducerPaths paths, PathsFor("p"));
+  RawPeer peer(paths.endpoint);
+  peer.Send(Encode(Hello{0, 0, 0, 8, 0, "keeper", "", "", 0, 1, 0, 0, 0, ""}));
+  std::optional<uint64_t> kept;
+  int asked = 0;
+  auto deadline = steady_clock::now() + std::chrono::seconds(20);
+  auto heartbeat = steady_clock::now();
+  while (asked < 2 && steady_clock::now() < deadline) {
+    if (steady_clock::now() - heartbeat > std::chrono::milliseconds(100)) {
+      peer.Send(Encode(Heartbeat{}));
+      heartbeat = steady_clock::now();
+    }
+    auto bytes = peer.Receive(50);
+    if (!bytes) continue;
+    auto m = Decode(bytes->data(), bytes->size());
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    if (std::holds_alternative<Welcome>(*m)) peer.Send(Encode(Attach{0}));
+    if (auto* a = std::get_if<BatchAnnouncement>(&*m)) {
+      if (a->flags & kBatchLastInEpoch) {
+        kept = a->seq;
+      } else {
+        peer.Send(Encode(Ack{a->seq}));
+      }
+    }
+    // (A Reclaim of a batch acked already, which crossed its Ack, is ignored, as a client does.)
+    if (auto* r = std::get_if<Reclaim>(&*m); r && kept && r->seq == *kept) {
+      if (++asked == 1) deadline = steady_clock::now() + std::chrono::seconds(3);  // dropped: wait for the next
+    }
+    if (auto* bye = std::get_if<Bye>(&*m)) FAIL() << "told goodbye: " << bye->message;
+  }
+  ASSERT_EQ(asked, 2) << "the kept batch was asked for " << asked << " time(s): " << producer->Stderr();
+  peer.Send(Encode(Ack{*kept}));
+  EXPECT_EQ(producer->Wait(10000), 0) << producer->Stderr();
+}
+
 }  // namespace
 }  // namespace coloader
