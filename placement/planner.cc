@@ -467,8 +467,8 @@ double CollocationModel::Slowdown(int n, double sm) const {
 
 bool Planner::SmAdmits(int j, int g) const {
   const GpuLoad& load = loads_[g];
-  if (opts_.sm_limit > 0) return load.sm + SmOf(j) <= opts_.sm_limit + 1e-9;
-  return opts_.model.Admits(load.sm, SmOf(j));
+  const double limit = opts_.sm_limit > 0 ? opts_.sm_limit : opts_.model.sm_saturation + PlannerOptions::kAutoSmSlack;
+  return load.sm + SmOf(j) <= limit + 1e-9;
 }
 
 bool Planner::HoldsTheQueue(int j) const { return opts_.policy == Policy::kFifoExclusive || RunsAlone(j); }

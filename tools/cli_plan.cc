@@ -28,13 +28,13 @@ std::vector<std::string> PolicyNames() {
   return names;
 }
 
-// --sm-limit: "auto" (PlannerOptions::sm_limit 0: fill a GPU until it is busy) or a number.
+// --sm-limit: "auto" (PlannerOptions::sm_limit 0: fill a GPU until it is busy, and a little past) or a number.
 struct SmLimitFlag {
   std::string text = "auto";
   void Add(Command* cmd) {
     cmd->Add("--sm-limit", &text,
              "combined SM activity allowed on one GPU (sharing-aware): auto (the collocation model's saturation "
-             "point, docs/PLACEMENT.md) or a number")
+             "point plus 0.15, docs/PLACEMENT.md) or a number")
         ->check(CLI::Validator(
             [](std::string& text) -> std::string {
               std::string number = text;

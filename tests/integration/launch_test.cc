@@ -273,7 +273,7 @@ TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
   // b really needs 9,000: beside c (8,000) GPU 1's total passes its 16,000, which a model that
   // blames by the GPU's total would charge to c, placed last.
   const StandIn jobs[] = {{"a", 6000, 5000, 0.5, 2}, {"b", 6000, 9000, 0.3, 2}, {"c", 8000, 8000, 0.4, 3},
-                          {"d", 4000, 4000, 0.6, 1}};
+                          {"d", 4000, 4000, 0.7, 1}};
   std::string text = R"({"cpu_cores": 64, "gpus": [{"memory_mib": 16000, "sms": 132}, {"memory_mib": 16000, "sms": 132}],
     "jobs": [)";
   for (const StandIn& j : jobs) {

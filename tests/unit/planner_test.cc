@@ -183,7 +183,7 @@ TEST(Planner, SharingAwareKeepsAGroupOnOneGpuAndCountsItsProducerOnce) {
 TEST(Planner, SharingAwareRespectsTheSmLimitTheOthersDoNot) {
   ASSERT_OK_AND_ASSIGN(JobSet set, Parse(JobsJson({{10000, 0.6}, {10000, 0.6}})));
   Plan aware = MakePlan(set, Gpus(1), Opts(Policy::kSharingAware));
-  EXPECT_EQ(aware.placements.size(), 1u);  // 1.2 is past the saturation point, 1.0
+  EXPECT_EQ(aware.placements.size(), 1u);  // 1.2 is past "auto": the saturation point 1.0, plus 0.15
   EXPECT_EQ(aware.queued, std::vector<int>{1});
   for (Policy p : {Policy::kMostMemory, Policy::kLeastUtilised}) {
     Plan plan = MakePlan(set, Gpus(1), Opts(p));
@@ -201,6 +201,9 @@ TEST(Planner, SharingAwareRespectsTheSmLimitTheOthersDoNot) {
   EXPECT_EQ(MakePlan(set, Gpus(1), loose).placements.size(), 2u);
   ASSERT_OK_AND_ASSIGN(JobSet halves, Parse(JobsJson({{10000, 0.5}, {10000, 0.5}})));
   EXPECT_EQ(MakePlan(halves, Gpus(1), Opts(Policy::kSharingAware)).placements.size(), 2u);
+  // Past saturation by less than "auto"'s slack: a GPU is not held idle for want of a smaller job.
+  ASSERT_OK_AND_ASSIGN(JobSet over, Parse(JobsJson({{10000, 0.55}, {10000, 0.55}})));
+  EXPECT_EQ(MakePlan(over, Gpus(1), Opts(Policy::kSharingAware)).placements.size(), 2u);
   PlannerOptions tight = Opts(Policy::kSharingAware);
   tight.sm_limit = 0.8;
   EXPECT_EQ(MakePlan(halves, Gpus(1), tight).placements.size(), 1u);
