@@ -361,9 +361,7 @@ std::optional<Placement> Planner::TryPlace(int j) {
         // Next to its producer first (ring already paid, zero-copy), then where its headroom
         // comes closest to the cap (HeadroomOn), then where SMs are least busy, then where most
         // memory is left.
-        const double cap = kHeadroomShare * p->reserved_mib;
-        const double short_of_cap =
-            opts_.memory_headroom && cap > 0 ? 1.0 - std::min(1.0, HeadroomOn(j, g, p->reserved_mib) / cap) : 0.0;
+        const double short_of_cap = opts_.memory_headroom ? HeadroomShortOfCap(*p) : 0.0;
         score = (RingCostOn(j, g) == 0 && shares && ProducerRunning(job.pipeline) ? 0 : 1e9) + short_of_cap * 1e8 +
                 (load.sm + SmOf(j)) * 1e6 - free_after * 1e-3;
         break;
@@ -528,6 +526,15 @@ double Planner::LimitWhenPlaced(const Placement& p) const {
   if (p.mode == Mode::kExclusive) return gpu - load.producer_mib;
   if (!opts_.memory_headroom) return p.reserved_mib;
   return p.reserved_mib + std::min(UnreservedShare(p.gpu, 0, 0), kHeadroomShare * p.reserved_mib);
+}
+
+double Planner::HeadroomShortOfCap(const Placement& p) const {
+  if (p.mode == Mode::kExclusive) return 0;  // the GPU less its producer's ring
+  // A MIG instance's headroom is what it holds beyond the estimate; a shared GPU's, HeadroomOn.
+  const double need = p.mode == Mode::kMig ? ReservationOf(p.job) : p.reserved_mib;
+  const double headroom = p.mode == Mode::kMig ? p.reserved_mib - need : HeadroomOn(p.job, p.gpu, need);
+  const double cap = kHeadroomShare * need;
+  return cap > 0 ? 1.0 - std::clamp(headroom / cap, 0.0, 1.0) : 0.0;
 }
 
 double Planner::HeadroomOn(int j, int g, double need_mib) const {

@@ -6,7 +6,7 @@
 // What it respects (the collocation studies this project builds on, see docs/PLACEMENT.md):
 // the memory of everything on a GPU must fit; under the sharing-aware policy the combined SM
 // activity of collocated jobs stays within sm_limit (by default the collocation model's
-// saturation point); CPU cores for loading are a
+// saturation point plus a slack, kAutoSmSlack); CPU cores for loading are a
 // packed resource like memory. With data sharing, jobs of one pipeline share one producer:
 // its ring is counted once per GPU it lives on, its CPU cores once; while the producer runs,
 // its jobs are kept on its GPU (zero-copy under MPS). Jobs that need isolation get a MIG
@@ -209,6 +209,10 @@ class Planner {
   // its neighbours did not use (3 of the 120 tuning traces; docs/PLACEMENT.md).
   double HeadroomOn(int j, int g, double need_mib) const;
   static constexpr double kHeadroomFloor = 0.25;
+  // How far candidate `p`'s headroom falls short of its cap, 0 (none) to 1 (no headroom): on a
+  // GPU it may share, HeadroomOn; in a MIG instance, what the instance holds beyond the
+  // estimate; on a GPU of its own, 0.
+  double HeadroomShortOfCap(const Placement& p) const;
   // What CUDA_MPS_PINNED_DEVICE_MEM_LIMIT says for a job on a GPU it may share: its limit plus,
   // when it maps its producer's ring through CUDA IPC, the ring, which MPS charges to every
   // client that maps it (the replay on an H100 saw jobs within their estimates fail at a limit
@@ -245,7 +249,9 @@ class Planner {
   ProducerDecode DecodeOf(int pipeline) const;
   // Exclusive when alone on its GPU, MPS when sharing it, MIG for a MIG instance.
   Mode ModeOf(const Placement& p) const;
-  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a job under MPS: its share of the SM budget.
+  // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for a job under MPS: its share of the SM budget, a stated
+  // --sm-limit, or under "auto" the saturation point without the slack (each job may use its own
+  // activity's worth of SMs; past saturation they share, as the model has it).
   int MpsThreadPercentage(const Placement& p) const;
   // Whether the sharing-aware policy lets job j join GPU g's jobs.
   bool SmAdmits(int j, int g) const;

@@ -402,7 +402,7 @@ struct Producer::Impl {
   // keeper for all of them back (a job that holds its last batch, or closed its Loader holding
   // one, would otherwise keep the producer alive until its tensors die).
   void ReclaimAtEnd();
-  // Each batch is asked for once, and again kReclaimAgainNs later while it is still held: the
+  // Each batch is asked for, and again every kReclaimAgainNs while it is still held: the
   // producer asks as soon as a consumer has taken the batch from its mailbox, a moment before the
   // client opens it, and a Reclaim that comes first finds no lease there and is dropped.
   void ReclaimAgainIfDue(Session& s, uint64_t now);

@@ -343,16 +343,26 @@ TEST_F(LaunchTest, SimulateAndLaunchTakeTheSameDecisions) {
     }
   }
 
-  // With headroom (the default): a, b and c start together and get the same limits from both;
-  // b's 9,000 is within its 6,000 + half, so it runs on.
+  // With headroom (the default), on GPUs of 24,000 MiB: beside a or b, c would get less than a
+  // quarter of its reservation as headroom on 16,000 (the floor: it would wait for a GPU to
+  // empty, and which empties first is a race between two `sleep 2`), here its whole cap. a, b
+  // and c start together and get the same limits from both; b's 9,000 is within its 6,000 + half,
+  // so it runs on.
+  std::string roomier = text;
+  for (size_t at = 0; (at = roomier.find(R"("memory_mib": 16000)", at)) != std::string::npos;)
+    roomier.replace(at, 19, R"("memory_mib": 24000)");
+  const std::string roomier_path = tmp_.path() + "/trace-24g.json";
+  testing::WriteFile(roomier_path, roomier);
+  ASSERT_OK_AND_ASSIGN(JobSet roomy, LoadJobSet(roomier_path));
   SimOptions so;
   so.planner.sharing = false;
   so.planner.host_path = true;
-  so.planner.cpu_cores = set.cpu_cores;
+  so.planner.cpu_cores = roomy.cpu_cores;
   so.dt_s = 0.02;
   so.oom_after_s = 0;
-  ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(set, set.gpus, so));
-  Child launch(Coloader({"launch", path, "--json", "--no-sharing", "--run-dir", tmp_.path() + "/run-headroom"}));
+  ASSERT_OK_AND_ASSIGN(SimResult sim, Simulate(roomy, roomy.gpus, so));
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ(sim.jobs[k].runs.at(0).start_s, 0) << sim.jobs[k].name;
+  Child launch(Coloader({"launch", roomier_path, "--json", "--no-sharing", "--run-dir", tmp_.path() + "/run-headroom"}));
   ASSERT_EQ(launch.Wait(60000), 0) << launch.Stderr();
   ASSERT_OK_AND_ASSIGN(JsonValue summary, ParseJson(launch.Stdout(), "launch summary"));
   const std::vector<JsonValue>& reports = summary.Find("jobs")->items();

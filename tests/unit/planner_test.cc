@@ -327,6 +327,33 @@ TEST(Planner, ASharingAwareJobGoesWhereItsHeadroomIsWholeBeforeWhereSmsAreLeastB
   }
 }
 
+TEST(Planner, AMigInstanceCountsOnlyTheHeadroomItHolds) {
+  // GPU 0 in MIG mode, GPU 1 not. A 9 GB job fits a 2g.10gb instance (856 MiB beyond its
+  // estimate, a fifth of its cap) or GPU 1 beside a 66 GB job (3,460 MiB, more than its floor):
+  // it goes to GPU 1, whose SMs are also the less busy. Scored as if an instance had a share of
+  // the whole MIG GPU's memory, it went to the instance.
+  ASSERT_OK_AND_ASSIGN(JobSet set, Parse(std::string(R"({"jobs": [
+      {"name": "big", "pipeline": {"data": "/d/0"}, "memory_mib": 66000, "sm_activity": 0.1},
+      {"name": "busy", "pipeline": {"data": "/d/1"}, "memory_mib": 4000, "sm_activity": 0.5, "isolation": true},
+      {"name": "nine", "pipeline": {"data": "/d/2"}, "memory_mib": 9000, "sm_activity": 0.1}],
+      "gpus": [{"memory_mib": 40960, "mig": true, "mig_profiles": [
+        {"name": "1g.5gb", "memory_mib": 4864, "count": 7}, {"name": "2g.10gb", "memory_mib": 9856, "count": 3},
+        {"name": "3g.20gb", "memory_mib": 19968, "count": 2}, {"name": "7g.40gb", "memory_mib": 40192, "count": 1}]},
+        {"memory_mib": 81920}]})")));
+  PlannerOptions o = Opts(Policy::kSharingAware, /*sharing=*/false);
+  o.memory_headroom = true;
+  Planner planner(o, set.gpus, &set);
+  const std::optional<Placement> big = planner.TryPlace(0), busy = planner.TryPlace(1);
+  ASSERT_TRUE(big && busy);
+  ASSERT_EQ(big->gpu, 1);  // no MIG instance holds it
+  ASSERT_EQ(busy->gpu, 0);  // isolated: a MIG instance (GPU 1 is not empty)
+  ASSERT_EQ(busy->mode, Mode::kMig);
+  ASSERT_GE(planner.HeadroomOn(2, 1, 9000), Planner::kHeadroomFloor * 9000);
+  const std::optional<Placement> nine = planner.TryPlace(2);
+  ASSERT_TRUE(nine.has_value());
+  EXPECT_EQ(nine->gpu, 1) << "placed in " << nine->mig_profile;
+}
+
 TEST(Planner, GrowThenAloneGrowsTheFirstTimeAndRunsAloneTheSecond) {
   // CARMA's rule, the default: requeued with the grown estimate where that still fits a GPU;
   // after a second OOM, or when no GPU holds the grown estimate, alone.
