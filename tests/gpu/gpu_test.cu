@@ -149,7 +149,9 @@ TEST_F(GpuTest, LateJoinOnTheDevice) {
   // workers and the engines split each batch as demand goes, and a sample decoded again may come
   // from the other decoder).
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--device", "cuda:0", "--decode", "gpu"});
-  auto first = Consume("p", {"--device", "--step-ms", "40", "--checksum"});
+  // 200 ms a batch: epoch 0 lasts ~2.6 s, time for the late consumer's process, CUDA context and
+  // ring mapping to start inside it.
+  auto first = Consume("p", {"--device", "--step-ms", "200", "--checksum"});
   // Wait until the first consumer is mid-epoch: its own batches, read from the status.
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
     return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
@@ -176,7 +178,7 @@ TEST_F(GpuTest, ALateGroupOnTheDeviceIsCaughtUpToWholeEpochsSplitEqually) {
   // A step (2 x 6) spans two batches of 8: two spare slots hold it.
   auto p = Serve("p", {"--batch-size", "8", "--epochs", "3", "--window", "2", "--spare-slots", "2", "--device",
                        "cuda:0", "--decode", "gpu"});
-  auto first = Consume("p", {"--device", "--step-ms", "40"});
+  auto first = Consume("p", {"--device", "--step-ms", "200"});  // epoch 0 outlasts the ranks' start
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) {
     return U64(s, "batches_published") >= 3 && U64(s, "epoch") == 0;
   }));

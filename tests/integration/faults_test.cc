@@ -166,7 +166,8 @@ TEST_F(IntegrationTest, StoppedConsumerIsDetachedAfterTheTimeoutAndToldWhenItRes
   // SIGSTOP: alive (its pidfd stays quiet) but silent. The others wait at most the heartbeat
   // timeout (1.5 s here), then it is detached; resumed, it learns so and exits with an error.
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "2", "--min-consumers", "2"});
-  auto stopped = Consume("p", {"--step-ms", "20"});
+  // 200 ms a batch: still mid-run when the SIGSTOP comes (at 20 ms it could finish first).
+  auto stopped = Consume("p", {"--step-ms", "200"});
   auto other = Consume("p", {"--batch-size", "5"});
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 2; }));
   stopped->Signal(SIGSTOP);

@@ -264,7 +264,8 @@ TEST_F(GroupsTest, AMemberWaitsForItsGroupAndNothingIsLostMeanwhile) {
   // stream advance past them) until rank 1 is there; then both start at the same batch.
   auto producer = Serve("p", {"--batch-size", "16", "--epochs", "1"});
   auto first = Consume("p", {"--group", "g", "--rank", "0", "--world-size", "2", "--batch-size", "8"});
-  ASSERT_TRUE(producer->WaitForStderr("rank 0 of group g", 20000)) << producer->Stderr();
+  // Attached, not just connected: from here the producer could publish to it, and must not.
+  ASSERT_TRUE(producer->WaitForStderr("consumer 1 attached", 20000)) << producer->Stderr();
   Child status(Coloader({"status", "--name", "p", "--json"}), env_);
   ASSERT_EQ(status.Wait(10000), 0) << status.Stderr();
   auto s = ParseJsonLines(status.Stdout());

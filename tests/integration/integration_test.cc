@@ -583,6 +583,9 @@ TEST_F(IntegrationTest, AnEpochPastTheLastEndsAtOnceWhateverIsHeld) {
   ConsumerOptions o;
   o.name = "p";
   o.timeout_ms = 5000;
+  // Zero-copy: the held batch is the ring's slot itself, which the producer cannot ask back (a
+  // copying consumer gives it back on the producer's Reclaim, and the producer may end first).
+  o.zero_copy = true;
   ASSERT_OK_AND_ASSIGN(auto consumer, Consumer::Connect(o));
   ASSERT_OK_AND_ASSIGN(bool more, consumer->NextEpoch());
   ASSERT_TRUE(more);
@@ -644,7 +647,9 @@ TEST_F(IntegrationTest, TwoProducersSideBySide) {
 
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3"});
-  auto consumer = Consume("p", {"--step-ms", "20", "--batch-size", "6"});
+  // 200 ms a batch: the run outlasts the three `status` calls below, however slowly they start
+  // (at 20 ms it ended under them in a sanitizer build's pace).
+  auto consumer = Consume("p", {"--step-ms", "200", "--batch-size", "6"});
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 3; }));
   Child status(Coloader({"status", "--name", "p", "--json"}), env_);
   ASSERT_EQ(status.Wait(), 0);

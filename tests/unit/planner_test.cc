@@ -1186,14 +1186,20 @@ TEST(Planner, AJobWithAModelButNoSmActivityGetsTheEstimatorsAndThePlanSaysSo) {
 // watches), the helper command must be killed and reported, not waited for without a timeout.
 // The command ignores SIGPIPE and runs for 30 s or more, so the old wait would outlive the
 // test's patience. It runs in a forked child (the limit is process-wide); a timer signal lowers
-// the limit while RunCommand polls (no thread: sanitizer runtimes and fork do not mix well), and
-// the parent kills the child if it has not finished within 10 s.
+// the limit once the command runs, so RunCommand is polling it (no thread: sanitizer runtimes
+// and fork do not mix well), and the parent kills the child if it has not finished within 10 s.
 TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
+  // The command's first act is to create this file; the timer lowers the limit only after that
+  // (a single timer at a fixed time could fire before the command was spawned, on a slow machine).
+  static char started[64];
+  std::snprintf(started, sizeof started, "/tmp/coloader-poll-%d", static_cast<int>(::getpid()));
+  ::unlink(started);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
     struct sigaction sa {};
     sa.sa_handler = [](int) {
+      if (::access(started, F_OK) != 0) return;
       rlimit rl{};
       ::getrlimit(RLIMIT_NOFILE, &rl);
       rl.rlim_cur = 1;
@@ -1201,10 +1207,14 @@ TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
     };
     ::sigaction(SIGALRM, &sa, nullptr);
     itimerval t{};
-    t.it_value.tv_usec = 300000;
+    t.it_value.tv_usec = 50000;
+    t.it_interval.tv_usec = 50000;  // each tick interrupts poll, which RunCommand resumes
     ::setitimer(ITIMER_REAL, &t, nullptr);
-    Result<CommandOutput> r = RunCommand(
-        {"/bin/sh", "-c", "trap '' PIPE; i=0; while [ $i -lt 600 ]; do echo x 2>/dev/null; sleep 0.05; i=$((i+1)); done"}, 60000);
+    Result<CommandOutput> r = RunCommand({"/bin/sh", "-c",
+                                          std::string("touch ") + started +
+                                              "; trap '' PIPE; i=0; while [ $i -lt 600 ]; do echo x 2>/dev/null; "
+                                              "sleep 0.05; i=$((i+1)); done"},
+                                         60000);
     const bool named = !r.ok() && r.status().message().find("poll on the output of /bin/sh") != std::string::npos;
     ::_exit(named ? 0 : 3);
   }
@@ -1219,6 +1229,7 @@ TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
     ::waitpid(child, &status, 0);
     FAIL() << "RunCommand hung after poll failed";
   }
+  ::unlink(started);
   ASSERT_EQ(done, child);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "RunCommand did not report the poll failure";
