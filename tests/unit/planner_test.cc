@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -1199,11 +1200,14 @@ TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
   if (child == 0) {
     struct sigaction sa {};
     sa.sa_handler = [](int) {
-      if (::access(started, F_OK) != 0) return;
-      rlimit rl{};
-      ::getrlimit(RLIMIT_NOFILE, &rl);
-      rl.rlim_cur = 1;
-      ::setrlimit(RLIMIT_NOFILE, &rl);
+      const int saved = errno;  // the interrupted code may be about to read it
+      if (::access(started, F_OK) == 0) {
+        rlimit rl{};
+        ::getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = 1;
+        ::setrlimit(RLIMIT_NOFILE, &rl);
+      }
+      errno = saved;
     };
     ::sigaction(SIGALRM, &sa, nullptr);
     itimerval t{};
