@@ -76,7 +76,8 @@ git -c safe.directory="*" clone -q /src /root/coloader  # (a checkout another us
 cd /root/coloader
 step "the README, verbatim"
 bash -euo pipefail -x -c "$1"
-step "a data set of real photos"
+step "a data set of real photos (the walk'"'"'s own test data: scripts/make_dataset.py reads mate-backgrounds)"
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mate-backgrounds python3-pil >/dev/null
 ~/coloader-env/bin/python scripts/make_dataset.py --out /tmp/walk-data --images 120 --classes 4 --seed 0
 step "serve, consume and a Python Loader, started at once"
 cd /tmp && timeout 600 ~/coloader-env/bin/python /root/coloader/tests/package/walk_check.py ~/coloader-env /tmp/walk-data

@@ -2,29 +2,36 @@
 # Installs what coloader needs on Debian 12 (apt) and builds it into build/.
 #   scripts/setup.sh            build and test dependencies + the build
 #   scripts/setup.sh --bench    also what the benchmarks compare against and plot with
-#   scripts/setup.sh --deps-only  the dependencies (apt, nvJPEG's header), no build
+#   scripts/setup.sh --deps-only  the build's dependencies only (apt, nvJPEG's header), no build
 # The CUDA code is compiled wherever nvcc is installed (COLOADER_WITH_CUDA=AUTO); it runs only
 # on a machine with a GPU, and the GPU tests skip elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config libgtest-dev
+# What building and running coloader needs (--deps-only: all that scripts/build_wheel.sh, and a
+# user who builds the wheel, installs).
+packages=(build-essential cmake pkg-config
           cppzmq-dev libzmq3-dev libturbojpeg0-dev libjpeg62-turbo-dev
           libopencv-core-dev libopencv-imgproc-dev
-          mate-backgrounds python3 python3-pil python3-numpy python3-pytest python3-torch
+          python3 python3-numpy python3-torch
           python3-torchvision)  # torchvision: the memory estimator's models (coloader.estimator)
 packages+=(libcli11-dev)  # tools/: every subcommand's flags, usage and --help (CLI11, header-only)
 packages+=(libyaml-cpp-dev)  # placement/: jobs files in YAML and JSON, with line:column marks
 packages+=(libyaml-dev)  # YAML files read by libyaml's event parser (yaml-cpp reads JSON)
-packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test
 packages+=(libspng-dev)  # PNG decoding (pipeline/decode/decode_png.cc)
 packages+=(libwebp-dev)  # WebP decoding (pipeline/decode/decode_webp.cc)
 packages+=(libcurl4-openssl-dev)  # http(s):// shards (pipeline/source/shard_fetch.cc: the header; libcurl is dlopened)
 packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode/decode_tiff.cc)
 packages+=(unzip python3-pip python3-venv)  # nvJPEG's header from PyPI (below); build_wheel.sh's venv and checks
 packages+=(zlib1g-dev)  # .tar.gz shards (pipeline/source/shard_fetch.cc)
-packages+=(python3-venv)  # scripts/build_wheel.sh's build venv and the wheel's fresh-venv test
-packages+=(python3-yaml)  # python/tests/test_kubernetes_example.py parses the Kubernetes sketch
+# What the tests and the demo need besides (not with --deps-only: a Slurm's daemons and a
+# wallpaper package have no place on a machine that only builds the wheel).
+if [[ " $* " != *" --deps-only "* ]]; then
+  packages+=(libgtest-dev python3-pytest)
+  packages+=(mate-backgrounds python3-pil)  # scripts/make_dataset.py: real photos, as JPEGs
+  packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test
+  packages+=(python3-yaml)  # python/tests/test_kubernetes_example.py parses the Kubernetes sketch
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-matplotlib)
 fi
