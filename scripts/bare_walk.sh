@@ -62,7 +62,7 @@ echo "$steps" | sed 's/^/  | /'
 
 # A clean environment, as a login on the bare machine would have.
 debian_root_env
-# (The whole walk is bounded: the build is most of it, ~4 min here.)
+# (The whole walk is bounded: the build and the apt packages are most of it, ~6 min here.)
 timeout 2400 chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb "${DEBIAN_ROOT_ENV[@]}" \
   PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   bash -c '

@@ -23,6 +23,7 @@ if [[ ${1:-} == --tests-only ]]; then
   tests_only=1
   targets="gpu_test gpu_decode_test pixel_ops_test integration_test"
 fi
+scripts/setup.sh --deps-only --tests  # GoogleTest, and the photos and PIL below
 if [[ -z ${SKIP_BUILD:-} ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLOADER_WITH_CUDA=ON >/dev/null
   cmake --build build -j "$(nproc)" ${targets:+--target $targets} >/dev/null
@@ -61,6 +62,8 @@ import glob, os
 from PIL import Image
 srcs = sorted(glob.glob('/usr/share/backgrounds/mate/nature/*.jpg'))
 picked = srcs[:12]
+if not picked:
+    raise SystemExit('gpu_bundle: no photos in /usr/share/backgrounds/mate/nature (apt-get install mate-backgrounds)')
 for i, path in enumerate(picked):
     im = Image.open(path).convert('RGB')
     im.thumbnail((1600, 1600))

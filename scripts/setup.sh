@@ -3,6 +3,7 @@
 #   scripts/setup.sh            build and test dependencies + the build
 #   scripts/setup.sh --bench    also what the benchmarks compare against and plot with
 #   scripts/setup.sh --deps-only  the build's dependencies only (apt, nvJPEG's header), no build
+#   scripts/setup.sh --deps-only --tests  the tests' too, no build (scripts/gpu_bundle.sh)
 # The CUDA code is compiled wherever nvcc is installed (COLOADER_WITH_CUDA=AUTO); it runs only
 # on a machine with a GPU, and the GPU tests skip elsewhere.
 set -euo pipefail
@@ -24,9 +25,9 @@ packages+=(libcurl4-openssl-dev)  # http(s):// shards (pipeline/source/shard_fet
 packages+=(libtiff-dev)  # TIFF decoding (pipeline/decode/decode_tiff.cc)
 packages+=(unzip python3-pip python3-venv)  # nvJPEG's header from PyPI (below); build_wheel.sh's venv and checks
 packages+=(zlib1g-dev)  # .tar.gz shards (pipeline/source/shard_fetch.cc)
-# What the tests and the demo need besides (not with --deps-only: a Slurm's daemons and a
+# What the tests and the demo need besides (not with --deps-only alone: a Slurm's daemons and a
 # wallpaper package have no place on a machine that only builds the wheel).
-if [[ " $* " != *" --deps-only "* ]]; then
+if [[ " $* " != *" --deps-only "* || " $* " == *" --tests "* ]]; then
   packages+=(libgtest-dev python3-pytest)
   packages+=(mate-backgrounds python3-pil)  # scripts/make_dataset.py: real photos, as JPEGs
   packages+=(slurm-wlm munge iproute2)  # tests/slurm: a real Slurm (slurmctld, slurmd, munge) for the scale-out test

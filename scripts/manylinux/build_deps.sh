@@ -23,7 +23,7 @@ pool=${DEBIAN_POOL:-http://deb.debian.org/debian/pool/main}
 
 for tool in cmake nasm make curl; do
   command -v "$tool" >/dev/null || {
-    echo "build_deps: $tool is missing (scripts/setup.sh --deps-only installs it)" >&2
+    echo "build_deps: $tool is missing (Debian: apt-get install $tool)" >&2
     exit 1
   }
 done

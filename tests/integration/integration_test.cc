@@ -647,7 +647,7 @@ TEST_F(IntegrationTest, TwoProducersSideBySide) {
 
 TEST_F(IntegrationTest, StatusReportsConsumersAndThroughput) {
   auto producer = Serve("p", {"--batch-size", "8", "--epochs", "2", "--window", "3"});
-  // 200 ms a batch: the run outlasts the three `status` calls below, however slowly they start
+  // 200 ms a batch: the run outlasts the two `status` calls below, however slowly they start
   // (at 20 ms it ended under them in a sanitizer build's pace).
   auto consumer = Consume("p", {"--step-ms", "200", "--batch-size", "6"});
   ASSERT_TRUE(WaitForStatus("p", [](const JsonLine& s) { return U64(s, "batches_published") >= 3; }));

@@ -1,6 +1,6 @@
 """The built wheel, installed as a user installs it: a fresh venv, nothing else.
 
-    scripts/build_wheel.sh && /usr/bin/python3 -m pytest -q tests/package/test_wheel.py
+    scripts/setup.sh --deps-only --tests && scripts/build_wheel.sh && /usr/bin/python3 -m pytest -q tests/package/test_wheel.py
 
 The wheel is dist/coloader-*.whl (or $COLOADER_TEST_WHEEL). It is installed with pip into a new
 venv that sees Debian's numpy and torch (--system-site-packages) and nothing of this tree; every

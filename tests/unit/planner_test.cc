@@ -1228,12 +1228,12 @@ TEST(Launcher, RunCommandStopsTheChildWhenPollFails) {
     done = ::waitpid(child, &status, WNOHANG);
     if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  ::unlink(started);
   if (done == 0) {
     ::kill(child, SIGKILL);
     ::waitpid(child, &status, 0);
     FAIL() << "RunCommand hung after poll failed";
   }
-  ::unlink(started);
   ASSERT_EQ(done, child);
   ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "RunCommand did not report the poll failure";
